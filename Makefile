@@ -1,0 +1,23 @@
+# The two commands of a fresh machine:  `make quickstart`  and  `make test`.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: setup quickstart test lint bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -c constraints.txt -e '.[dev]'
+	touch $@
+
+quickstart: setup
+	$(BIN)/ablate variants
+
+test: setup
+	VENV=$(VENV) scripts/test.sh $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check ablate tests bench

@@ -1,0 +1,120 @@
+"""The model's config: every architectural choice of the paper as a typed field.
+
+``ModelConfig(preset="tiny")`` fills every field from the preset; fields given beside it override the preset.
+The resolved config (``model_dump()``) has no missing values, so it serializes unchanged to YAML, MLflow and SQL.
+Importing this module never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ablate.ablations.presets import PRESETS
+
+GatePosition = Literal["G1", "G2", "G3", "G4", "G5"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GateSpec(_Strict):
+    """Paper Eq. 5: Y' = Y (op) act(X W), X the block input after its pre-norm.
+
+    - position: G1 SDPA output (per query head), G2 value, G3 key, G4 query, G5 after W_o.
+    - granularity: ``elementwise`` (a score per dimension) or ``headwise`` (one score per head).
+    - shared: head-shared (per-head scores averaged over heads) instead of head-specific.
+    - combine: ``multiplicative`` (Y * s) or ``additive`` (Y + s).
+    - activation: sigmoid, silu, ns_sigmoid (0.5 + 0.5 sigmoid), identity.
+    - input: ``dependent`` (X W) or ``independent`` (a learned per-head parameter, zero-initialised).
+    """
+
+    position: GatePosition = "G1"
+    granularity: Literal["elementwise", "headwise"] = "elementwise"
+    shared: bool = False
+    combine: Literal["multiplicative", "additive"] = "multiplicative"
+    activation: Literal["sigmoid", "silu", "ns_sigmoid", "identity"] = "sigmoid"
+    input: Literal["dependent", "independent"] = "dependent"
+    bias: bool = False
+
+
+class SwitchSpec(_Strict):
+    """Switch heads (paper Table 6): per head, ``n_experts`` value (``v``) or key and value (``kv``) experts,
+    mixed by sigmoid router scores of the normed input, top-k, non-competitive."""
+
+    kind: Literal["v", "kv"] = "v"
+    n_experts: int = Field(4, ge=1)
+    top_k: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _k_le_e(self) -> SwitchSpec:
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k ({self.top_k}) must be <= n_experts ({self.n_experts})")
+        return self
+
+
+class ModelConfig(_Strict):
+    """A Qwen3-style decoder. Every field has a default; ``preset`` supplies the shape fields."""
+
+    preset: str = Field("tiny", description="size preset that supplies the shape fields (see PRESETS)")
+    # shape
+    n_layers: int = Field(2, ge=1)
+    d_model: int = Field(64, ge=1)
+    n_heads: int = Field(4, ge=1, description="query heads (q)")
+    n_kv_heads: int = Field(2, ge=1, description="key/value heads (k)")
+    head_dim: int = Field(16, ge=2, description="d_k; even, for RoPE's half split")
+    ffn_dim: int = Field(192, ge=1, description="SwiGLU intermediate width (dense FFN)")
+    vocab_size: int = Field(320, ge=2)
+    tie_embeddings: bool = True
+    # attention
+    qk_norm: bool = True
+    rope_theta: float = Field(10000.0, gt=0)
+    rope_yarn_factor: float = Field(1.0, ge=1, description="YaRN context scaling factor (1 = off)")
+    rope_yarn_original_len: int = Field(0, ge=0, description="YaRN: the length the model was trained at")
+    norm_eps: float = Field(1e-6, gt=0)
+    init_std: float = Field(0.02, gt=0)
+    # mixture of experts (n_experts == 0: dense SwiGLU FFN)
+    n_experts: int = Field(0, ge=0)
+    expert_dim: int = Field(0, ge=0, description="width of one expert's SwiGLU")
+    moe_top_k: int = Field(0, ge=0)
+    moe_renormalize: bool = True
+    moe_aux_coef: float = Field(0.001, ge=0, description="load-balancing loss coefficient")
+    moe_z_coef: float = Field(0.0, ge=0, description="router z-loss coefficient")
+    # the paper's arms
+    gate: GateSpec | None = None
+    sdpa_norm: bool = Field(False, description="RMSNorm per head on the SDPA output ('SDPA GroupNorm')")
+    sdpa_silu: bool = Field(False, description="SiLU alone on the SDPA output")
+    sandwich_norm: bool = Field(False, description="RMSNorm on attention and FFN outputs before the residual")
+    output_clip: float | None = Field(None, gt=0, description="clip attention/FFN outputs to (-c, c) (A.5)")
+    switch: SwitchSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        name = data.get("preset", "tiny")
+        if not isinstance(name, str) or name not in PRESETS:
+            from ablate.errors import one_of
+
+            raise ValueError(one_of(name, PRESETS, what="preset"))
+        return {**PRESETS[name], **data}
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelConfig:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim ({self.head_dim}) must be even for RoPE")
+        if self.n_experts:
+            if not (1 <= self.moe_top_k <= self.n_experts):
+                raise ValueError(f"moe_top_k ({self.moe_top_k}) must be in 1..n_experts ({self.n_experts})")
+            if self.expert_dim < 1:
+                raise ValueError("expert_dim must be >= 1 when n_experts > 0")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0

@@ -1,0 +1,50 @@
+"""One exception tree. Library code raises these; only ``ablate.cli`` turns them into a line and an exit status."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class AblateError(Exception):
+    """Base of every error ablate raises on purpose. Its text is shown to the user as one line."""
+
+    exit_code = 1
+
+
+class UserInputError(AblateError):
+    """The user's input was wrong (grid file, option, expression): exit status 2, one line, no traceback."""
+
+    exit_code = 2
+
+
+class ConfigError(UserInputError):
+    """A config or grid field has a wrong value. ``where`` is the file and/or field path."""
+
+    def __init__(self, message: str, *, where: str | None = None):
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class StoreError(AblateError):
+    """The results store could not do what was asked (unreachable, wrong schema, bad result file)."""
+
+
+class RunError(AblateError):
+    """A run could not be trained or evaluated."""
+
+
+def did_you_mean(value: object, allowed: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when ``value`` is close to one of ``allowed``, else ``''``.
+
+    >>> did_you_mean("sdpa-elementwize", ["sdpa-elementwise", "baseline"])
+    " (did you mean 'sdpa-elementwise'?)"
+    """
+    close = difflib.get_close_matches(str(value), list(allowed), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def one_of(value: object, allowed: Iterable[str], *, what: str = "value") -> str:
+    """A message for a value outside a closed set: what was given, the near match, what is allowed."""
+    allowed = sorted(allowed)
+    return f"unknown {what} {value!r}{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}"

@@ -1,0 +1,100 @@
+"""``result.json``: what one run leaves behind, the contract between the runner (writes) and the store (reads).
+
+Written atomically (a temporary file, then ``os.replace``): a reader either sees a complete file or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ablate.errors import StoreError
+
+RESULT_FILE = "result.json"
+SCHEMA_VERSION = 1
+
+Status = Literal["queued", "running", "done", "diverged", "failed"]
+
+
+class Event(BaseModel):
+    """Something that happened at a step: ``loss_spike`` (loss, trend, size), ``diverged`` (loss, reason),
+    ``resumed`` (the step a restarted run continued from)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["loss_spike", "diverged", "resumed"]
+    step: int
+    data: dict[str, float | str | None] = Field(default_factory=dict)
+
+
+class RunResult(BaseModel):
+    """The complete record of one finished (``done``/``diverged``) or ``failed`` run.
+
+    - ``summary``: the ``ablate runs`` columns of CLI.md that a run measures: ``steps``, ``tokens``,
+      ``train_loss``, ``val_ppl``, ``ppl/<set>``, ``loss_spikes``, ``gate_score``, ``f_attn``, ``m_act``,
+      ``bench/<task>``, ``tokens_per_s``, ``wall_s``, ``params``, ``added_params`` (None where not measured).
+    - ``metrics``: step-indexed curves, ``{"step": [...], "loss": [...], "lr": [...], "grad_norm": [...],
+      "tokens_per_s": [...], ...}``, all lists the same length as ``step`` (``val_ppl`` curves may be sparse and
+      then use their own ``"val_step"`` list).
+    - ``probes``: per-layer values, name -> list over layers (``gate_score``, ``f_attn``, ``m_act``,
+      ``mean_abs_pre``, ``mean_abs_post``, ``frac_below_1e-2_pre``, ...).
+    - ``histograms``: name -> per-layer bin counts, with ``histogram_edges`` shared by all of them.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    config: dict[str, Any]
+    status: Status
+    summary: dict[str, float | int | None] = Field(default_factory=dict)
+    metrics: dict[str, list[float | None]] = Field(default_factory=dict)
+    probes: dict[str, list[float | None]] = Field(default_factory=dict)
+    histograms: dict[str, list[list[float]]] = Field(default_factory=dict)
+    histogram_edges: list[float] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    resumed_from: int | None = None
+    started: str | None = None
+    finished: str | None = None
+    host: str | None = None
+    device: str | None = None
+    error: str | None = None
+
+
+def write_result(result: RunResult, run_dir: str | os.PathLike[str]) -> Path:
+    """Write ``run_dir/result.json`` atomically and return its path."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final = run_dir / RESULT_FILE
+    fd, tmp = tempfile.mkstemp(prefix=".result.", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(result.model_dump_json(indent=1))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return final
+
+
+def read_result(path: str | os.PathLike[str]) -> RunResult:
+    """Read a ``result.json`` (or a run directory holding one). A truncated or malformed file is a StoreError."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULT_FILE
+    if not path.is_file():
+        raise StoreError(f"{path}: no result file (the run has not finished)")
+    try:
+        return RunResult.model_validate(json.loads(path.read_text()))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{path}: not a complete result file ({exc.__class__.__name__}: {exc}); it was "
+                         "probably cut off while being written, rerun the run or remove the file") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise StoreError(f"{path}: invalid result file at '{loc}': {first['msg']}") from None
