@@ -88,18 +88,350 @@ def _root(
 
 
 # ---------------------------------------------------------------- model zoo: variants
+@app.command()
+@handles_errors
+def variants(
+    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    preset: Annotated[
+        str | None, typer.Option("--preset", help="also show the parameters each variant adds at this preset")
+    ] = None,
+) -> None:
+    """The variant catalogue: names, what each changes, and the paper rows it reproduces."""
+    from ablate.ablations.variants import VARIANTS
+    from ablate.errors import ConfigError, one_of
+
+    if fmt not in ("table", "json"):
+        raise ConfigError(one_of(fmt, ["table", "json"], what="format"), where="--format")
+    rows = [v.as_dict() for v in VARIANTS.values()]
+    if preset is not None:
+        from ablate.ablations.config import ModelConfig
+        from ablate.ablations.params import added_params
+        from ablate.ablations.presets import PRESETS
+
+        if preset not in PRESETS:
+            raise ConfigError(one_of(preset, PRESETS, what="preset"), where="--preset")
+        base = ModelConfig(preset=preset)
+        for row in rows:
+            row["added_params"] = None if row["requires_moe"] and not base.is_moe else added_params(base, row["name"])
+    if fmt == "json":
+        import json
+
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="ablate variants")
+    table.add_column("variant", no_wrap=True, style="bold")
+    for col in ("paper rows", "act", "score shape", "description"):
+        table.add_column(col)
+    if preset is not None:
+        table.add_column(f"added @ {preset}", justify="right")
+    for row in rows:
+        cells = [row["name"], " ".join(row["paper"]) or "-", row["act_func"], row["score_shape"], row["description"]]
+        if preset is not None:
+            cells.append("-" if row["added_params"] is None else f"{row['added_params'] / 1e6:,.2f}M")
+        table.add_row(*cells)
+    Console().print(table)
+
 
 
 # ---------------------------------------------------------------- grid: plan
+@app.command()
+@handles_errors
+def plan(
+    grid: GridArg,
+    sets: SetOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Expand a grid without running it: run ids, parameter counts, and each run's status in the store."""
+    from ablate.errors import ConfigError, one_of
+    from ablate.grid import expand, load_grid
+    from ablate.grid.view import plan_json, plan_table, statuses
+
+    if fmt not in ("table", "json"):
+        raise ConfigError(one_of(fmt, ["table", "json"], what="format"), where="--format")
+    spec = load_grid(grid, sets or ())
+    runs = expand(spec)
+    status = statuses([r.run_id for r in runs], store=store, home=home_dir(home))
+    if fmt == "json":
+        import json
+
+        typer.echo(json.dumps(plan_json(spec.name, runs, status), indent=2))
+        return
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # piped: print whole rows rather than the 80 columns rich assumes
+        console = Console(width=1000)
+    console.print(plan_table(spec.name, runs, status, matched=spec.match_params))
+
 
 
 # ---------------------------------------------------------------- store: runs, status, ingest, db upgrade
+GridNameOpt = Annotated[str | None, typer.Option("--grid", help="only the runs of this grid (by its name)")]
+WHERE_HELP = (
+    "keep the runs for which this is true: comparisons (== != < <= > >= in, not in, is None) joined by "
+    "and/or/not over run columns, e.g. \"variant == 'sdpa-elementwise' and train.lr >= 0.004\"; config fields by "
+    "dotted path; names with '/' bare (ppl/code < 20) or as col('bench/arc-e'); a missing value compares false"
+)
+
+
+def _open_store(home: Path | None, store: str | None) -> Any:
+    """Open the store, printing its warnings (e.g. SQLite on a network file system) on stderr."""
+    from ablate.store import Store
+
+    opened = Store.open(store, home=home_dir(home))
+    for warning in opened.warnings:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    return opened
+
+
+def _check_format(fmt: str, allowed: list[str]) -> None:
+    from ablate.errors import ConfigError, one_of
+
+    if fmt not in allowed:
+        raise ConfigError(one_of(fmt, allowed, what="format"), where="--format")
+
+
+@app.command("runs")
+@handles_errors
+def runs_cmd(
+    grid: GridNameOpt = None,
+    where: Annotated[str | None, typer.Option("--where", help=WHERE_HELP)] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv, json or markdown (csv/json: every column)")]
+    = "table",
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """One row per run: status, summary numbers, PPL per held-out set, benchmark scores, every config field.
+
+    table and markdown show the measured columns (empty ones dropped); csv and json add the config fields.
+    """
+    from ablate.store import render
+
+    _check_format(fmt, ["table", "csv", "json", "markdown"])
+    with _open_store(home, store) as opened:
+        frame = opened.runs_frame(grid=grid, where=where)
+    if fmt == "json":
+        typer.echo(render.to_json(frame))
+    elif fmt == "csv":
+        typer.echo(frame.to_csv(index=False), nl=False)
+    elif fmt == "markdown":
+        typer.echo(render.to_markdown(frame[render.summary_columns(frame)]))
+    else:
+        from pandas.api.types import is_numeric_dtype
+        from rich.console import Console
+        from rich.table import Table
+
+        cols = render.summary_columns(frame)
+        cells = [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
+        table = Table(title=f"runs{f' of {grid}' if grid else ''}: {len(frame)}")
+        for c in cols:
+            table.add_column(c, no_wrap=True, justify="right" if is_numeric_dtype(frame[c]) else "left")
+        for row in cells:
+            table.add_row(*row)
+        # never squeeze columns into '…': a wide table is wider than the terminal (pipe it to `less -S`)
+        width = sum(max([len(c), *(len(r[i]) for r in cells)]) + 3 for i, c in enumerate(cols)) + 1
+        console = Console()
+        Console(width=max(console.width, width)).print(table)
+
+
+@app.command("status")
+@handles_errors
+def status_cmd(
+    grid: GridNameOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    stale_after: Annotated[
+        float, typer.Option("--stale-after", help="seconds without a heartbeat after which a running run is stale")
+    ] = 300.0,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Runs by status per grid, what is running now, and running runs whose heartbeat went stale."""
+    _check_format(fmt, ["table", "json"])
+    with _open_store(home, store) as opened:
+        summary = opened.status_summary(grid, stale_after_s=stale_after)
+    if fmt == "json":
+        import json
+
+        typer.echo(json.dumps(summary, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from ablate.store.schema import STATUSES
+
+    console = Console()
+    table = Table(title="runs by status")
+    for col in ("grid", *STATUSES, "total"):
+        table.add_column(col, justify="left" if col == "grid" else "right")
+    for row in summary["grids"]:
+        table.add_row(row["grid"] or "(no grid)", *(str(row[s]) for s in (*STATUSES, "total")))
+    console.print(table)
+    if summary["running"]:
+        table = Table(title="running")
+        for col in ("run_id", "variant", "seed", "host", "device", "step", "heartbeat age"):
+            table.add_column(col)
+        for r in summary["running"]:
+            age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s" + (" STALE" if r["stale"] else "")
+            table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-",
+                          "-" if r["step"] is None else str(r["step"]), age)
+        console.print(table)
+    if summary["stale"]:
+        click.secho(f"{len(summary['stale'])} running run(s) have no heartbeat for over {stale_after:.0f}s "
+                    f"(worker gone?): {', '.join(summary['stale'])}", fg="yellow", err=True)
+
+
+@app.command("ingest")
+@handles_errors
+def ingest_cmd(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="run directories (holding result.json), or directories of them",
+                                   show_default=False)
+    ],
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Read finished runs' result.json into the store (idempotent: ingesting twice changes nothing)."""
+    from ablate.errors import StoreError
+    from ablate.result import RESULT_FILE
+
+    failed = 0
+    with _open_store(home, store) as opened:
+        for given in run_dirs:
+            found = [given] if given.is_file() or (given / RESULT_FILE).is_file() else sorted(
+                p.parent for p in given.glob(f"*/{RESULT_FILE}"))
+            if not found:
+                found = [given]  # let ingest say what is missing
+            for path in found:
+                try:
+                    run_id = opened.ingest(path)
+                except StoreError as exc:
+                    failed += 1
+                    click.secho(f"error: {' '.join(str(exc).split())}", fg="red", err=True)
+                    continue
+                typer.echo(f"ingested {run_id} from {path}")
+    if failed:
+        raise typer.Exit(1)
+
+
+@db_app.command("upgrade")
+@handles_errors
+def db_upgrade_cmd(home: HomeOpt = None, store: StoreOpt = None) -> None:
+    """Apply the store's schema migrations (opening the store does this too)."""
+    from ablate.store.api import upgrade_store
+    from ablate.store.engine import display_url
+
+    url, before, after, warnings = upgrade_store(store, home=home_dir(home))
+    for warning in warnings:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    change = f"upgraded from {before or 'empty'} to {after}" if before != after else f"already at {after}"
+    typer.echo(f"{display_url(url)}: schema {change}")
 
 
 # ---------------------------------------------------------------- executor: run, ui
+@app.command()
+@handles_errors
+def run(
+    grid: GridArg,
+    sets: SetOpt = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU: they split the cores) [default: 1 "
+                                             "on CPU, one per GPU]")] = None,
+    devices: Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or a comma list of GPU indices "
+                                                "[default: every GPU, else cpu]")] = None,
+    jobs_per_device: Annotated[int, typer.Option("--jobs-per-device", help="small jobs packed onto each GPU")] = 1,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="run failed runs again (from their "
+                                               "last checkpoint)")] = False,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")] = False,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once)."""
+    from ablate.runner.executor import RunOptions, print_summary, run_grid
+
+    options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
+                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow)
+    report = run_grid(grid, sets or [], options)
+    print_summary(report)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+@handles_errors
+def ui(
+    port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
+    home: HomeOpt = None,
+) -> None:
+    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C stops it)."""
+    import subprocess
+
+    from ablate.store.mlflow_mirror import ui_command
+
+    cmd = ui_command(home_dir(home), port=port)
+    typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    try:
+        code = subprocess.call(cmd)
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code if code >= 0 else 0)
+
+
 
 
 # ---------------------------------------------------------------- reports: report
+REPORT_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table6", "figures", "all")
+
+
+@app.command("report")
+@handles_errors
+def report_cmd(
+    target: Annotated[str, typer.Argument(help="table1..table6, figures (PNG files) or all (HTML page + files)",
+                                          show_default=False)],
+    grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's only grid)")] = None,
+    paper: Annotated[bool, typer.Option("--paper", help="add the paper's own number beside each measured one")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="markdown, latex, csv or html (tables)")] = "markdown",
+    out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
+                                                           "directory for figures/all (if not given: ./report)")] = None,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, deltas with bootstrap CIs)."""
+    from ablate.errors import ConfigError, one_of
+
+    if target not in REPORT_TARGETS:
+        raise ConfigError(one_of(target, REPORT_TARGETS, what="report"), where="TABLE")
+    _check_format(fmt, ["markdown", "latex", "csv", "html"])
+    from ablate import reports
+
+    with _open_store(home, store) as opened:
+        if target in ("figures", "all"):
+            out_dir = out or Path("report")
+            if target == "figures":
+                written = [str(p) for p in reports.report_figures(opened, out_dir, grid=grid).values()]
+            else:
+                written = [str(p) for p in reports.report_all(opened, out_dir, grid=grid, paper=paper).values()]
+            typer.echo(f"wrote {len(written)} files to {out_dir}" + (f": {out_dir / 'report.html'}"
+                                                                    if target == "all" else ""))
+            return
+        text = reports.report_table(opened, target, grid=grid, paper=paper, fmt=fmt)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        typer.echo(f"wrote {out}", err=True)
+
+
+# ---------------------------------------------------------------- benchmarks and interop: export
+
+
+# ---------------------------------------------------------------- tune: learning-rate search
+
+
+# ---------------------------------------------------------------- slurm: cancel
 
 
 def main() -> None:

@@ -18,6 +18,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+BUILTIN_CORPORA = ("python-code", "python-docs", "arithmetic")
+
+
 class SourceConfig(_Strict):
     """One data source.
 
@@ -43,6 +46,10 @@ class SourceConfig(_Strict):
             raise ValueError(f"a '{self.kind}' source needs 'name'")
         if self.kind in ("text", "jsonl", "tokens", "hf") and not self.path:
             raise ValueError(f"a '{self.kind}' source needs 'path'")
+        if self.kind == "builtin" and self.name not in BUILTIN_CORPORA:
+            from ablate.errors import one_of
+
+            raise ValueError(one_of(self.name, BUILTIN_CORPORA, what="built-in corpus"))
         return self
 
 
@@ -73,10 +80,18 @@ class DataConfig(_Strict):
     bpe_vocab_size: int = Field(0, ge=0, description="BPE vocabulary; 0 = the model's vocab_size")
     seq_len: int = Field(256, ge=8)
     heldout_fraction: float = Field(0.1, gt=0, lt=1, description="share of built-in files held out")
+    stream_tokens: int = Field(
+        2_000_000, ge=1, description="tokens taken per split from an endless source (arithmetic, tasks)"
+    )
 
 
 class TrainConfig(_Strict):
-    """How the model is trained: AdamW, linear warm-up then cosine decay to ``lr * min_lr_ratio``."""
+    """How the model is trained: AdamW, linear warm-up then cosine decay to ``lr * min_lr_ratio``.
+
+    Weight decay applies to weight matrices only: embeddings (and a head tied to them), norms and biases are
+    not decayed. ``steps`` and every step number count optimizer steps; ``batch_size`` is the global batch
+    (split evenly over ``devices``).
+    """
 
     steps: int = Field(300, ge=1)
     batch_size: int = Field(16, ge=1)

@@ -1,0 +1,185 @@
+"""The paper's gates (Eq. 5, ``Y' = Y (op) act(X W)``) and switch heads (Table 6), as modules chosen at build time.
+
+Every gate slot takes ``(y, x)``, ``y [B, T, H, w]`` the tensor gated and ``x [B, T, d]`` the normed block input,
+and returns ``(y', scores)``; an absent gate is ``NoGate`` (an ``nn.Identity`` returning ``(y, None)``), so the
+attention's forward never branches on what is gated.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ablate.ablations.config import GateSpec, SwitchSpec
+
+
+class NoGate(nn.Identity):
+    """The "off" gate: ``y`` unchanged, no scores."""
+
+    def forward(self, y: torch.Tensor, x: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+        return y, None
+
+
+class NSSigmoid(nn.Module):
+    """Non-sparse sigmoid, 0.5 + 0.5 sigmoid: scores in [0.5, 1] (Table 4 row 7)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 + 0.5 * torch.sigmoid(x)
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "sigmoid": nn.Sigmoid,
+    "silu": nn.SiLU,
+    "ns_sigmoid": NSSigmoid,
+    "identity": nn.Identity,
+}
+
+
+class IndependentScore(nn.Module):
+    """Input-independent gate logits: a learned ``[H, w]`` parameter, zero-initialised (Table 4 row 6)."""
+
+    def __init__(self, n_heads: int, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_heads * width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight.to(x.dtype).expand(*x.shape[:-1], -1)
+
+
+class HeadMean(nn.Module):
+    """Head-shared scores: the per-head scores averaged over heads (Sec. 3.2.1), broadcast back to every head."""
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        return s.mean(dim=-2, keepdim=True)
+
+
+class Gate(nn.Module):
+    """One gate per ``GateSpec`` on ``n_heads`` heads of ``width`` dims (G5: one "head" of width d_model).
+
+    Elementwise scores are ``[B, T, H, width]``; headwise ``[B, T, H, 1]`` and broadcast over the width.
+    """
+
+    def __init__(self, spec: GateSpec, d_model: int, n_heads: int, width: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.per_head = width if spec.granularity == "elementwise" else 1
+        out = n_heads * self.per_head
+        if spec.input == "dependent":
+            self.proj: nn.Module = nn.Linear(d_model, out, bias=spec.bias)
+        else:
+            self.proj = IndependentScore(n_heads, self.per_head)
+        self.reduce = HeadMean() if spec.shared else nn.Identity()
+        self.act = ACTIVATIONS[spec.activation]()
+        self.combine = torch.mul if spec.combine == "multiplicative" else torch.add
+
+    def forward(self, y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self.proj(x).unflatten(-1, (self.n_heads, self.per_head))  # (B, T, H, w or 1)
+        s = self.act(self.reduce(s))
+        return self.combine(y, s.to(y.dtype)), s.expand(*y.shape[:-1], s.shape[-1])
+
+
+class FlatGate(nn.Module):
+    """A gate on a flat ``[B, T, d]`` tensor (G5, after W_o): one head of width d_model."""
+
+    def __init__(self, spec: GateSpec, d_model: int):
+        super().__init__()
+        self.gate = Gate(spec, d_model, 1, d_model)
+
+    def forward(self, y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, s = self.gate(y.unflatten(-1, (1, -1)), x)
+        return y.flatten(-2), s
+
+
+def gate_for(spec: GateSpec | None, position: str, d_model: int, n_heads: int, width: int) -> nn.Module:
+    """The module for one gate slot: a ``Gate`` when ``spec`` sits at ``position``, else ``NoGate``."""
+    if spec is None or spec.position != position:
+        return NoGate()
+    if position == "G5":
+        return FlatGate(spec, d_model)
+    return Gate(spec, d_model, n_heads, width)
+
+
+# ---------------------------------------------------------------- key/value projections, plain or switch heads
+
+
+class HeadProjection(nn.Module):
+    """A plain projection to ``[B, T, H, dk]``; ignores the router weights."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int):
+        super().__init__()
+        self.proj = nn.Linear(d_model, n_heads * head_dim, bias=False)
+        self.head_dim = head_dim
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        return self.proj(x).unflatten(-1, (-1, self.head_dim))
+
+
+class ExpertProjection(nn.Module):
+    """E expert projections per head, mixed by router weights ``[B, T, H, E]`` (zero outside the top-k)."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int, n_experts: int):
+        super().__init__()
+        self.proj = nn.Linear(d_model, n_heads * n_experts * head_dim, bias=False)
+        self.shape = (n_heads, n_experts, head_dim)
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x).unflatten(-1, self.shape)  # (B, T, H, E, dk)
+        return (y * weights.unsqueeze(-1).to(y.dtype)).sum(-2)  # (B, T, H, dk)
+
+
+class KV(nn.Module):
+    """The baseline's key and value projections: ``x -> (k, v, None)``, each ``[B, T, k_heads, dk]``."""
+
+    def __init__(self, d_model: int, n_kv_heads: int, head_dim: int):
+        super().__init__()
+        self.k_proj = HeadProjection(d_model, n_kv_heads, head_dim)
+        self.v_proj = HeadProjection(d_model, n_kv_heads, head_dim)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return self.k_proj(x), self.v_proj(x), None
+
+
+class SwitchKV(nn.Module):
+    """Switch heads (Csordas et al.; paper Table 6): per key/value head, E value experts (and E key experts for
+    ``kind="kv"``, sharing the router), mixed by sigmoid router scores of the normed input, top-k, not
+    competing (no softmax, no renormalisation). With E = k = 1 this is exactly the v headwise gate.
+
+    Returns ``(k, v, scores)``, scores ``[B, T, k_heads, E]`` with zeros outside the top-k.
+    """
+
+    def __init__(self, spec: SwitchSpec, d_model: int, n_kv_heads: int, head_dim: int):
+        super().__init__()
+        e = spec.n_experts
+        self.top_k, self.shape = spec.top_k, (n_kv_heads, e)
+        self.router = nn.Linear(d_model, n_kv_heads * e, bias=False)
+        self.v_proj = ExpertProjection(d_model, n_kv_heads, head_dim, e)
+        if spec.kind == "kv":
+            self.k_proj: nn.Module = ExpertProjection(d_model, n_kv_heads, head_dim, e)
+        else:
+            self.k_proj = HeadProjection(d_model, n_kv_heads, head_dim)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scores = torch.sigmoid(self.router(x).unflatten(-1, self.shape))  # (B, T, H, E)
+        top, idx = scores.topk(self.top_k, dim=-1)
+        weights = torch.zeros_like(scores).scatter(-1, idx, top)
+        return self.k_proj(x, weights), self.v_proj(x, weights), weights
+
+
+def kv_for(switch: SwitchSpec | None, d_model: int, n_kv_heads: int, head_dim: int) -> nn.Module:
+    """The key/value projection module: plain, or switch heads when ``switch`` is set."""
+    if switch is None:
+        return KV(d_model, n_kv_heads, head_dim)
+    return SwitchKV(switch, d_model, n_kv_heads, head_dim)
+
+
+def sdpa_post_for(sdpa_norm: bool, sdpa_silu: bool, n_heads: int, head_dim: int, eps: float) -> nn.Module:
+    """What acts on the SDPA output before any G1 gate: per-head RMSNorm ("SDPA GroupNorm"), SiLU, or nothing."""
+    from ablate.ablations.layers import RMSNorm
+
+    mods: list[nn.Module] = []
+    if sdpa_norm:
+        mods.append(RMSNorm((n_heads, head_dim), eps))
+    if sdpa_silu:
+        mods.append(nn.SiLU())
+    return nn.Sequential(*mods) if mods else nn.Identity()
+

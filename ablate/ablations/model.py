@@ -1,0 +1,153 @@
+"""The Qwen3-style decoder with every arm of the paper: attention -> block -> decoder -> ``build_model``.
+
+Everything optional is a module chosen from config fields at build time (an absent arm is an identity), so
+``forward`` reads the same for every variant. ``probe=True`` additionally computes the attention probabilities
+explicitly and returns per-layer tensors for analysis; training (``probe=False``) uses the fused SDPA kernel.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate.ablations.config import ModelConfig
+from ablate.ablations.gates import gate_for, kv_for, sdpa_post_for
+from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope, init_std_for
+
+
+class ModelOutput(NamedTuple):
+    """``logits [B, T, V]``; ``aux_loss`` (scalar, 0 for dense); ``probes`` per layer when asked, else None."""
+
+    logits: torch.Tensor
+    aux_loss: torch.Tensor
+    probes: list[dict[str, torch.Tensor | None]] | None
+
+
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal softmax attention computed by hand, returning the probabilities too.
+
+    ``q [B, q, T, dk]``, ``k``/``v`` ``[B, q, T, dk]`` (already repeated for GQA) -> ``(y [B, q, T, dk], p [B, q, T, T])``.
+    """
+    T = q.shape[-2]
+    scores = (q.float() @ k.float().transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, q, T, T)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    p = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return (p @ v.float()).to(q.dtype), p
+
+
+class Attention(nn.Module):
+    """GQA with per-head q/k RMSNorm, RoPE, causal SDPA and the five gate slots G1..G5.
+
+    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> SDPA -> SDPA norm/SiLU -> G1 -> W_o -> G5.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, nq, nk, dk = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = nq, nk, dk
+        self.q_proj = nn.Linear(d, nq * dk, bias=False)
+        self.kv = kv_for(cfg.switch, d, nk, dk)
+        self.o_proj = nn.Linear(nq * dk, d, bias=False)
+        self.q_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
+        g = cfg.gate
+        self.gate_q = gate_for(g, "G4", d, nq, dk)
+        self.gate_k = gate_for(g, "G3", d, nk, dk)
+        self.gate_v = gate_for(g, "G2", d, nk, dk)
+        self.sdpa_post = sdpa_post_for(cfg.sdpa_norm, cfg.sdpa_silu, nq, dk, cfg.norm_eps)
+        self.gate_sdpa = gate_for(g, "G1", d, nq, dk)
+        self.gate_out = gate_for(g, "G5", d, nq, dk)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, probe: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None] | None]:
+        q = self.q_norm(self.q_proj(x).unflatten(-1, (self.n_heads, self.head_dim)))  # (B, T, q, dk)
+        k, v, switch_scores = self.kv(x)  # (B, T, k, dk) each
+        k = self.k_norm(k)
+        q, g4 = self.gate_q(q, x)
+        k, g3 = self.gate_k(k, x)
+        v, g2 = self.gate_v(v, x)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, dk)
+        if probe:
+            rep = self.n_heads // self.n_kv_heads
+            y, attn = explicit_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            attn = None
+        y_pre = y.transpose(1, 2)  # (B, T, q, dk)
+        y, g1 = self.gate_sdpa(self.sdpa_post(y_pre), x)
+        out, g5 = self.gate_out(self.o_proj(y.flatten(-2)), x)  # (B, T, d)
+        if not probe:
+            return out, None
+        gate = next((s for s in (g1, g2, g3, g4, g5, switch_scores) if s is not None), None)
+        return out, dict(gate=gate, sdpa_pre=y_pre, sdpa_post=y, attn=attn)
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + out(attn(norm(x))), then x + out(ffn(norm(x))), ``out`` = sandwich norm then clip."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, eps = cfg.d_model, cfg.norm_eps
+        self.attn_norm = RMSNorm(d, eps)
+        self.attn = Attention(cfg)
+        self.attn_out_norm = RMSNorm(d, eps) if cfg.sandwich_norm else nn.Identity()
+        self.ffn_norm = RMSNorm(d, eps)
+        self.ffn = MoE(cfg) if cfg.is_moe else SwiGLU(d, cfg.ffn_dim)
+        self.ffn_out_norm = RMSNorm(d, eps) if cfg.sandwich_norm else nn.Identity()
+        self.clip = Clip(cfg.output_clip) if cfg.output_clip else nn.Identity()
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, probe: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor | None] | None]:
+        a, probes = self.attn(self.attn_norm(x), cos, sin, probe)
+        x = x + self.clip(self.attn_out_norm(a))
+        f, aux = self.ffn(self.ffn_norm(x))
+        x = x + self.clip(self.ffn_out_norm(f))
+        return x, aux, probes
+
+
+class Decoder(nn.Module):
+    """Embedding -> blocks -> final RMSNorm -> LM head (tied to the embedding or not)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.rotary = Rotary(cfg)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(lambda m: init_std_for(m, cfg.init_std))
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def forward(self, idx: torch.Tensor, probe: bool = False) -> ModelOutput:
+        """``idx [B, T]`` token ids -> ``ModelOutput``; ``probe=True`` adds per-layer tensors (detached)."""
+        x = self.embed(idx)  # (B, T, d)
+        cos, sin = self.rotary(idx.shape[1], idx.device)
+        aux = x.new_zeros((), dtype=torch.float32)
+        probes: list[dict[str, torch.Tensor | None]] | None = [] if probe else None
+        for block in self.blocks:
+            x, block_aux, p = block(x, cos, sin, probe)
+            aux = aux + block_aux
+            if probes is not None and p is not None:
+                p["hidden"] = x
+                probes.append({k: (t.detach() if t is not None else None) for k, t in p.items()})
+        return ModelOutput(self.lm_head(self.norm(x)), aux, probes)
+
+
+def build_model(cfg: ModelConfig, *, device: torch.device | str | None = None) -> Decoder:
+    """The decoder for ``cfg`` with its N(0, init_std) init; ``device="meta"`` builds without memory.
+
+    >>> build_model(ModelConfig(preset="tiny"))(torch.zeros(1, 8, dtype=torch.long)).logits.shape
+    torch.Size([1, 8, 320])
+    """
+    if device is None:
+        return Decoder(cfg)
+    with torch.device(device):
+        return Decoder(cfg)

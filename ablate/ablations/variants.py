@@ -1,0 +1,194 @@
+"""The variant catalogue: every arm of the paper as data, and ``apply_variant`` to put one on a model config.
+
+A ``Variant``'s ``changes`` are ``ModelConfig`` field overrides. A value is either a plain value (``gate`` as a
+``GateSpec`` mapping) or a ``Rel`` relative to the base config (``Rel("x", 2)`` doubles the field, ``Rel("+", 4)``
+adds four), so "double the key/value heads" means the same thing at every preset. Importing this module never
+imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from ablate.ablations.config import ModelConfig
+from ablate.errors import ConfigError, one_of
+
+
+@dataclass(frozen=True)
+class Rel:
+    """A change relative to the base config's value: ``x`` multiplies, ``+`` adds. Must land on an integer."""
+
+    op: Literal["x", "+"]
+    value: float
+
+    def apply(self, base: int, *, field_name: str) -> int:
+        new = base * self.value if self.op == "x" else base + self.value
+        if new != int(new):
+            raise ConfigError(
+                f"{self} on {field_name}={base} gives {new}, not an integer; choose a preset where it divides",
+                where=f"model.{field_name}",
+            )
+        return int(new)
+
+    def __str__(self) -> str:
+        return f"{self.op}{self.value:g}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One catalogue entry. ``paper`` lists the rows it reproduces (``"table1:5"``); ``act_func`` and
+    ``score_shape`` are the paper's descriptor columns (``"-"`` where they do not apply)."""
+
+    name: str
+    description: str
+    paper: tuple[str, ...]
+    changes: dict[str, Any] = field(default_factory=dict)
+    requires_moe: bool = False
+    act_func: str = "-"
+    score_shape: str = "-"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``Rel`` changes as strings like ``"x2"``."""
+        changes = {k: (str(v) if isinstance(v, Rel) else v) for k, v in self.changes.items()}
+        return dict(
+            name=self.name, description=self.description, paper=list(self.paper), changes=changes,
+            requires_moe=self.requires_moe, act_func=self.act_func, score_shape=self.score_shape,
+        )
+
+
+def _gate(position: str = "G1", **spec: Any) -> dict[str, Any]:
+    return {"gate": {"position": position, **spec}}
+
+
+_ELEM, _HEAD = {"granularity": "elementwise"}, {"granularity": "headwise"}
+_T2_BASELINE = ("table2:1", "table2:3", "table2:5", "table2:6", "table2:11", "table2:12")
+_T2_ELEMENTWISE = ("table2:2", "table2:4", "table2:8", "table2:10", "table2:13", "table2:14")
+
+_CATALOGUE: list[Variant] = [
+    # ---- reference baselines (Table 1 rows 1-4)
+    Variant("baseline", "the plain Qwen3-style decoder, no gate",
+            ("table1:1", "table3:1", "table4:1", "table6:1", *_T2_BASELINE)),
+    Variant("kv-heads-x2", "twice the key/value heads (paper: k=8 at 4 kv heads); a parameter-matched reference",
+            ("table1:2",), {"n_kv_heads": Rel("x", 2)}),
+    Variant("q-heads-x1.5", "1.5x the query heads (paper: q=48 at 32 q heads); a parameter-matched reference",
+            ("table1:3",), {"n_heads": Rel("x", 1.5)}),
+    Variant("add-4-experts", "four more experts and four more active per token; a parameter-matched reference",
+            ("table1:4",), {"n_experts": Rel("+", 4), "moe_top_k": Rel("+", 4)}, requires_moe=True),
+    # ---- gate positions (Table 1 rows 5-9)
+    Variant("sdpa-elementwise", "sigmoid gate on the SDPA output, one score per head and dim (the paper's best)",
+            ("table1:5", "table3:2", "table4:2", *_T2_ELEMENTWISE), _gate("G1", **_ELEM),
+            act_func="sigmoid", score_shape="n x q x dk"),
+    Variant("v-elementwise", "sigmoid gate on the value projection, per kv head and dim",
+            ("table1:6", "table3:3", "table4:5"), _gate("G2", **_ELEM), act_func="sigmoid", score_shape="n x k x dk"),
+    Variant("k-elementwise", "sigmoid gate on the key projection, per kv head and dim",
+            ("table1:7",), _gate("G3", **_ELEM), act_func="sigmoid", score_shape="n x k x dk"),
+    Variant("q-elementwise", "sigmoid gate on the query projection, per query head and dim",
+            ("table1:8",), _gate("G4", **_ELEM), act_func="sigmoid", score_shape="n x q x dk"),
+    Variant("dense-output", "sigmoid gate after the attention output projection W_o, per model dim",
+            ("table1:9",), _gate("G5", **_ELEM), act_func="sigmoid", score_shape="n x dmodel"),
+    # ---- granularity (rows 10-11), head-shared (12-13)
+    Variant("sdpa-headwise", "sigmoid gate on the SDPA output, one score per query head",
+            ("table1:10", "table4:3", "table2:9"), _gate("G1", **_HEAD), act_func="sigmoid", score_shape="n x q"),
+    Variant("v-headwise", "sigmoid gate on the value projection, one score per kv head",
+            ("table1:11",), _gate("G2", **_HEAD), act_func="sigmoid", score_shape="n x q"),
+    Variant("sdpa-head-shared", "SDPA elementwise gate whose per-head scores are averaged over the heads",
+            ("table1:12", "table4:4"), _gate("G1", **_ELEM, shared=True), act_func="sigmoid", score_shape="n x dk"),
+    Variant("v-head-shared", "value elementwise gate whose per-head scores are averaged over the kv heads",
+            ("table1:13",), _gate("G2", **_ELEM, shared=True), act_func="sigmoid", score_shape="n x dk"),
+    # ---- combination and activation (rows 14-15, Table 3)
+    Variant("sdpa-additive-silu", "additive gate on the SDPA output: Y + silu(XW)",
+            ("table1:14", "table3:4"), _gate("G1", **_ELEM, combine="additive", activation="silu"),
+            act_func="SiLU", score_shape="n x q x dk"),
+    Variant("sdpa-elementwise-silu", "SDPA elementwise gate with SiLU instead of sigmoid: Y * silu(XW)",
+            ("table1:15",), _gate("G1", **_ELEM, activation="silu"), act_func="SiLU", score_shape="n x q x dk"),
+    Variant("sdpa-groupnorm", "RMSNorm per head on the SDPA output, no gate ('SDPA GroupNorm')",
+            ("table3:5",), {"sdpa_norm": True}, act_func="RMSNorm"),
+    Variant("sdpa-silu", "SiLU alone on the SDPA output, no gate projection",
+            ("table3:6",), {"sdpa_silu": True}, act_func="SiLU"),
+    Variant("sdpa-additive-identity", "additive linear gate on the SDPA output: Y + XW",
+            ("table3:7",), _gate("G1", **_ELEM, combine="additive", activation="identity"),
+            act_func="identity", score_shape="n x q x dk"),
+    # ---- sparsity (Table 4 rows 6-7)
+    Variant("sdpa-input-independent", "SDPA elementwise gate from a learned per-head constant, not from the input",
+            ("table4:6",), _gate("G1", **_ELEM, input="independent"), act_func="sigmoid", score_shape="q x dk"),
+    Variant("sdpa-ns-sigmoid", "SDPA elementwise gate with the non-sparse 0.5 + 0.5 sigmoid (scores in [0.5, 1])",
+            ("table4:7",), _gate("G1", **_ELEM, activation="ns_sigmoid"), act_func="NS-sigmoid",
+            score_shape="n x q x dk"),
+    # ---- stability (Table 2 row 7, Appendix A.5)
+    Variant("sandwich-norm", "RMSNorm on attention and FFN outputs before the residual add (no gate)",
+            ("table2:7",), {"sandwich_norm": True}),
+    Variant("clip-300", "attention and FFN outputs clipped to (-300, 300) before the residual (Appendix A.5)",
+            (), {"output_clip": 300.0}),
+    Variant("clip-100", "attention and FFN outputs clipped to (-100, 100) before the residual (Appendix A.5)",
+            (), {"output_clip": 100.0}),
+    # ---- switch heads (Table 6)
+    Variant("switch-kv-8top8", "switch heads: 8 key and 8 value experts per kv head, all 8 active, sigmoid router",
+            ("table6:2",), {"switch": {"kind": "kv", "n_experts": 8, "top_k": 8}}, act_func="sigmoid",
+            score_shape="n x k x E"),
+    Variant("switch-kv-4top4", "switch heads: 4 key and 4 value experts per kv head, all 4 active",
+            ("table6:3",), {"switch": {"kind": "kv", "n_experts": 4, "top_k": 4}}, act_func="sigmoid",
+            score_shape="n x k x E"),
+    Variant("switch-v-4top4", "switch heads: 4 value experts per kv head, all 4 active",
+            ("table6:4",), {"switch": {"kind": "v", "n_experts": 4, "top_k": 4}}, act_func="sigmoid",
+            score_shape="n x k x E"),
+    Variant("switch-v-8top2", "switch heads: 8 value experts per kv head, top 2 active",
+            ("table6:5",), {"switch": {"kind": "v", "n_experts": 8, "top_k": 2}}, act_func="sigmoid",
+            score_shape="n x k x E"),
+    Variant("switch-v-1top1", "switch heads with one value expert: the same function as v-headwise",
+            ("table6:6",), {"switch": {"kind": "v", "n_experts": 1, "top_k": 1}}, act_func="sigmoid",
+            score_shape="n x k"),
+    # ---- beyond the paper's tables: completing the position x granularity grid and the non-linearity story
+    Variant("k-headwise", "sigmoid gate on the key projection, one score per kv head (not in the paper)",
+            (), _gate("G3", **_HEAD), act_func="sigmoid", score_shape="n x k"),
+    Variant("q-headwise", "sigmoid gate on the query projection, one score per query head (not in the paper)",
+            (), _gate("G4", **_HEAD), act_func="sigmoid", score_shape="n x q"),
+    Variant("sdpa-multiplicative-identity", "linear multiplicative gate on the SDPA output: Y * XW (not in the paper)",
+            (), _gate("G1", **_ELEM, activation="identity"), act_func="identity", score_shape="n x q x dk"),
+    Variant("sdpa-headwise-input-independent", "SDPA headwise gate from a learned per-head constant (not in the paper)",
+            (), _gate("G1", **_HEAD, input="independent"), act_func="sigmoid", score_shape="q"),
+]
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in _CATALOGUE}
+
+
+def get_variant(name: str) -> Variant:
+    """The catalogue entry ``name``; ConfigError with a near match if there is none."""
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise ConfigError(one_of(name, VARIANTS, what="variant"), where="variant") from None
+
+
+def resolve_changes(model: ModelConfig, name: str) -> dict[str, Any]:
+    """The variant's changes as plain field values for this base config (``Rel`` applied)."""
+    variant = get_variant(name)
+    if variant.requires_moe and not model.is_moe:
+        raise ConfigError(
+            f"variant {name!r} needs a mixture-of-experts model (n_experts > 0), but model preset "
+            f"{model.preset!r} is dense (n_experts=0); use a MoE preset such as 'tiny-moe' or 'paper-moe-15a2b'",
+            where="variant",
+        )
+    return {
+        k: (v.apply(getattr(model, k), field_name=k) if isinstance(v, Rel) else v) for k, v in variant.changes.items()
+    }
+
+
+def apply_variant(model: ModelConfig, name: str) -> ModelConfig:
+    """The effective architecture of a run: ``model`` with variant ``name``'s changes on top.
+
+    >>> apply_variant(ModelConfig(preset="tiny"), "kv-heads-x2").n_kv_heads
+    4
+    """
+    changes = resolve_changes(model, name)
+    try:
+        return ModelConfig(**{**model.model_dump(), **changes})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(
+            f"variant {name!r} on preset {model.preset!r} gives an invalid model: {err['msg']}",
+            where=f"model{'.' + loc if loc else ''}",
+        ) from None

@@ -1,0 +1,162 @@
+"""Grid -> the exact list of runs: product of the axes, ``include`` appended, ``exclude`` dropped, parameter
+matching, duplicates collapsed.
+
+Order is deterministic: the product of the axes in file order (``grid`` keys and ``zip`` groups, as written),
+the first varying slowest, then the ``include`` entries in order. ``exclude`` drops product runs whose resolved config matches every given
+key (explicit ``include`` runs are kept, as in CI matrices). Two runs with the same resolved config are one run
+(the first one's axes are kept). Parameter counts come from the meta device (``ablate.ablations.count_params``,
+cached per model config), so expanding a paper-scale grid trains and allocates nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from ablate.ablations.config import ModelConfig
+from ablate.config import RunConfig
+from ablate.errors import ConfigError
+from ablate.grid.ids import canonical, run_id
+from ablate.grid.paths import assign, describe, explain, field_type, get_path
+from ablate.grid.schema import Grid
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a grid: its id, the resolved config, the values its axes gave it (dotted path -> value),
+    total parameters, parameters added over the same config without its variant, and, under
+    ``match_params``, the residual ``(params - target) / target`` left after re-widening the FFN."""
+
+    run_id: str
+    config: RunConfig
+    axes: dict[str, Any]
+    params: int
+    added_params: int
+    match_residual: float | None = None
+
+
+def _assignments(grid: Grid) -> Iterator[tuple[dict[str, Any], dict[str, str], bool]]:
+    """``(path -> value, path -> origin, from_product)`` for each product run, then each include entry."""
+    for combo in itertools.product(*(axis.rows for axis in grid.axes)):
+        values: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for axis, row in zip(grid.axes, combo, strict=True):
+            for path, value in zip(axis.paths, row, strict=True):
+                values[path] = value
+                origins[path] = axis.origin
+        yield values, origins, True
+    for i, entry in enumerate(grid.include):
+        yield dict(entry), dict.fromkeys(entry, f"include[{i}]"), False
+
+
+def _blame(loc: str, origins: dict[str, str], grid: Grid) -> str:
+    """The section that set the field at ``loc`` (an axis, an include entry, ``--set``), else ``base``."""
+    for path, origin in [*origins.items(), *grid.base_origins.items()]:
+        if loc == path or loc.startswith(path + ".") or path.startswith(loc + "."):
+            return origin
+    return "base"
+
+
+def _resolve(grid: Grid, values: dict[str, Any], origins: dict[str, str]) -> RunConfig:
+    raw: Any = grid.base
+    for path, value in values.items():
+        raw = assign(raw, path, value)
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        loc, msg = explain(exc)
+        raise ConfigError(describe(loc, msg), where=f"{grid.source}: {_blame(loc, origins, grid)}") from None
+
+
+def _reraise(exc: ConfigError, where: str, field: str | None = None) -> ConfigError:
+    """``exc`` re-located to ``where`` (the file and section); ``field`` renames its own location."""
+    text = str(exc)
+    if field is not None and exc.where:
+        text = f"{field}: {text.removeprefix(f'{exc.where}: ')}"
+    return ConfigError(text, where=where)
+
+
+def _matches(config: RunConfig, entry: dict[str, Any], dump: dict[str, Any], where: str) -> bool:
+    """Does the resolved config have every value of ``entry`` (values read through the field's type, so
+    ``3e-3`` matches ``0.003``)?"""
+    for path, wanted in entry.items():
+        try:
+            value = TypeAdapter(field_type(path)).validate_python(wanted)
+            value = TypeAdapter(field_type(path)).dump_python(value, mode="json")
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {explain(exc)[1]}", where=where) from None
+        found, have = get_path(dump, path)
+        if not found or canonical(have) != canonical(value):
+            return False
+    return True
+
+
+def _count(model: ModelConfig, where: str) -> int:
+    from ablate.ablations.params import count_params
+
+    try:
+        return count_params(model).total
+    except (RuntimeError, ValueError, OverflowError, MemoryError) as exc:
+        raise ConfigError(f"cannot build this model to count its parameters: {exc}", where=where) from None
+
+
+def _effective(config: RunConfig, variant: str, where: str, field: str | None = None) -> ModelConfig:
+    from ablate.ablations.variants import apply_variant
+
+    try:
+        return apply_variant(config.model, variant)
+    except ConfigError as exc:
+        raise _reraise(exc, where, field) from None
+
+
+def _match(config: RunConfig, target_variant: str, where: str, source: str) -> tuple[RunConfig, float]:
+    """``config`` with its FFN re-widened so its total equals ``target_variant``'s under the same config."""
+    from ablate.ablations.params import match_ffn
+
+    target = _count(_effective(config, target_variant, source, field="match_params"), where)
+    effective = _effective(config, config.variant, where)
+    if _count(effective, where) == target:
+        return config, 0.0
+    try:
+        matched, residual = match_ffn(effective, target)
+    except ConfigError as exc:
+        raise _reraise(exc, where) from None
+    widths = {"ffn_dim": matched.ffn_dim, "expert_dim": matched.expert_dim}
+    model = ModelConfig.model_validate({**config.model.model_dump(), **widths})
+    new = config.model_copy(update={"model": model})
+    if _count(_effective(new, new.variant, where), where) != _count(matched, where):
+        raise ConfigError(
+            f"match_params: variant {config.variant!r} sets the FFN width itself, so it cannot be re-widened",
+            where=where,
+        )
+    return new, residual
+
+
+def expand(grid: Grid) -> list[PlannedRun]:
+    """The runs of ``grid``, in order, duplicates collapsed. Raises ``ConfigError`` (file, section, field,
+    value) for any run whose config is invalid or whose variant does not fit its model.
+    """
+    runs: dict[str, PlannedRun] = {}
+    for values, origins, from_product in _assignments(grid):
+        config = _resolve(grid, values, origins)
+        dump = config.model_dump(mode="json")
+        if from_product and any(
+            _matches(config, entry, dump, f"{grid.source}: exclude[{i}]") for i, entry in enumerate(grid.exclude)
+        ):
+            continue
+        where = f"{grid.source}: {_blame('variant', origins, grid)}"
+        reference = _count(config.model, where)
+        residual = None
+        if grid.match_params is not None:
+            config, residual = _match(config, grid.match_params, where, grid.source)
+        params = _count(_effective(config, config.variant, where), where)
+        final = config.model_dump(mode="json")
+        rid = run_id(config)
+        if rid not in runs:
+            axes = {path: get_path(final, path)[1] for path in values}
+            runs[rid] = PlannedRun(rid, config, axes, params, params - reference, residual)
+    return list(runs.values())

@@ -1,0 +1,230 @@
+"""The grid file: its YAML schema (pydantic), ``--set`` overrides, and every check that needs no model.
+
+A grid names what to compare (CLI.md "Grid files")::
+
+    name: quickstart
+    base: {model: {preset: tiny}, train: {steps: 300}}     # a partial RunConfig shared by every run
+    grid: {variant: [baseline, sdpa-elementwise], seed: [0, 1]}
+    zip: [{train.batch_size: [16, 32], train.lr: [3.0e-3, 4.5e-3]}]
+    include: [{variant: sandwich-norm, train.lr: 8.0e-3}]
+    exclude: [{variant: baseline, seed: 1}]
+    match_params: baseline
+
+``load_grid`` reads and checks the file and returns a ``Grid``; ``ablate.grid.expand`` turns it into runs. Every
+problem is a ``ConfigError`` whose text starts with the file and the section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ablate.errors import ConfigError
+from ablate.grid.paths import _is_model, _unwrap, assign, check_path, describe, explain, field_type, nest_dotted
+
+NonEmptyList = Annotated[list[Any], Field(min_length=1)]
+
+
+class GridFile(BaseModel):
+    """The YAML document of a grid, as written (before ``--set`` and before expansion)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="names the grid in the store")
+    base: dict[str, Any] = Field(default_factory=dict, description="a partial run config shared by every run")
+    grid: dict[str, NonEmptyList] = Field(default_factory=dict, description="axes: their cartesian product")
+    zip: list[Annotated[dict[str, NonEmptyList], Field(min_length=1)]] = Field(
+        default_factory=list, description="groups of equal-length lists, each group one axis"
+    )
+    include: list[dict[str, Any]] = Field(default_factory=list, description="extra runs, dotted keys")
+    exclude: list[Annotated[dict[str, Any], Field(min_length=1)]] = Field(
+        default_factory=list, description="drop every run matching all given keys"
+    )
+    match_params: str | None = Field(None, description="shrink each run's FFN to this variant's parameter count")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        # `include:` with nothing after it is YAML null: read it as "none".
+        if isinstance(data, dict):
+            sections = ("base", "grid", "zip", "include", "exclude")
+            return {k: v for k, v in data.items() if not (v is None and k in sections)}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the grid's name must not be blank")
+        return v
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of the product: a ``grid`` key (one path) or a ``zip`` group (several paths varied together)."""
+
+    paths: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    origin: str  # the section it was written in: "grid", "zip[0]"
+
+
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """A checked grid: ``base`` with ``--set`` applied, the axes in file order (``grid`` keys in order, ``zip``
+    groups in order, the two sections in the order the file writes them), extra and excluded runs, and where it
+    came from (``source``, the file's ``text``)."""
+
+    name: str
+    base: dict[str, Any]
+    axes: tuple[Axis, ...]
+    include: tuple[dict[str, Any], ...] = ()
+    exclude: tuple[dict[str, Any], ...] = ()
+    match_params: str | None = None
+    source: str = "<grid>"
+    text: str = ""
+    base_origins: dict[str, str] = field(default_factory=dict)  # dotted path set by --set -> "--set"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                dup = key in seen
+                seen.add(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a mapping key must be a scalar, got {key!r}", key_node.start_mark
+                ) from None
+            if dup:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{line}malformed YAML: {problem}", where=where) from None
+    except RecursionError:
+        raise ConfigError("malformed YAML: nested too deeply", where=where) from None
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """``"train.steps=50"`` -> ``("train.steps", 50)``: a dotted path and a YAML value."""
+    key, eq, raw = item.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise ConfigError(f"expected K=V with a dotted field path, got {item!r}", where="--set")
+    try:
+        check_path(key)
+    except ValueError as exc:
+        raise ConfigError(str(exc), where="--set") from None
+    return key, _yaml(raw, where=f"--set {key}")
+
+
+def _check_tree(tree: Any, prefix: str = "") -> None:
+    """Every key of a nested partial config names a field (``ValueError`` with a near match otherwise)."""
+    if not isinstance(tree, dict):
+        return
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if not isinstance(key, str):
+            raise ValueError(f"a key must be a field name, got {key!r}")
+        tp = _unwrap(field_type(path))
+        if _is_model(tp) or getattr(tp, "__origin__", None) is dict:
+            _check_tree(value, path)
+
+
+def _check_entry(entry: dict[str, Any], where: str) -> None:
+    try:
+        for key in entry:
+            check_path(key)
+        _check_tree(nest_dotted(entry))
+    except ValueError as exc:
+        raise ConfigError(str(exc), where=where) from None
+
+
+def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -> Grid:
+    """Check a grid document (YAML text) and apply ``--set`` overrides to its ``base``.
+
+    >>> g = parse_grid("name: g\\ngrid: {seed: [0, 1]}", sets=["train.steps=5"])
+    >>> (g.name, g.base, [a.rows for a in g.axes])
+    ('g', {'train': {'steps': 5}}, [((0,), (1,))])
+    """
+    raw = _yaml(text, where=source)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a grid file is a mapping with at least 'name', got {type(raw).__name__}", where=source)
+    try:
+        spec = GridFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(describe(*explain(exc, GridFile)), where=source) from None
+
+    base = nest_dotted(spec.base)
+    _check_entry(spec.base, where=f"{source}: base")
+    origins: dict[str, str] = {}
+    for item in sets:
+        key, value = parse_set(item)
+        base = assign(base, key, value)
+        origins[key] = "--set"
+
+    grid_axes: list[Axis] = []
+    for key, values in spec.grid.items():
+        _check_entry({key: None}, where=f"{source}: grid")
+        grid_axes.append(Axis((key,), tuple((v,) for v in values), "grid"))
+    zip_axes: list[Axis] = []
+    for i, group in enumerate(spec.zip):
+        where = f"{source}: zip[{i}]"
+        _check_entry(dict.fromkeys(group), where=where)
+        lengths = {k: len(v) for k, v in group.items()}
+        if len(set(lengths.values())) > 1:
+            sizes = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+            raise ConfigError(f"the lists of a zip group must have equal length: {sizes}", where=where)
+        zip_axes.append(Axis(tuple(group), tuple(zip(*group.values(), strict=True)), f"zip[{i}]"))
+    # the sections' axes in the order the file writes them: the first axis varies slowest
+    zip_first = "zip" in raw and "grid" in raw and list(raw).index("zip") < list(raw).index("grid")
+    axes = zip_axes + grid_axes if zip_first else grid_axes + zip_axes
+    _no_repeated_paths(axes, source)
+
+    for i, entry in enumerate(spec.include):
+        _check_entry(entry, where=f"{source}: include[{i}]")
+    for i, entry in enumerate(spec.exclude):
+        _check_entry(entry, where=f"{source}: exclude[{i}]")
+    return Grid(
+        name=spec.name, base=base, axes=tuple(axes), include=tuple(spec.include), exclude=tuple(spec.exclude),
+        match_params=spec.match_params, source=source, text=text, base_origins=origins,
+    )
+
+
+def _no_repeated_paths(axes: Iterable[Axis], source: str) -> None:
+    seen: dict[str, str] = {}
+    for axis in axes:
+        for path in axis.paths:
+            if path in seen:
+                raise ConfigError(f"'{path}' is varied twice, in {seen[path]} and in {axis.origin}", where=source)
+            seen[path] = axis.origin
+
+
+def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:
+    """Read and check a grid file; ``sets`` are ``--set K=V`` overrides of its ``base``."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("no such grid file", where=source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the grid file: {exc}", where=source) from None
+    return parse_grid(text, source=source, sets=sets)

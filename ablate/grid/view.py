@@ -1,0 +1,123 @@
+"""What ``ablate plan`` shows: each planned run's status in the store (if there is one), its JSON and its table.
+
+The store is opened only when it exists (the SQLite file is there, or a server URL is given): planning never
+creates a database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ablate.grid.expand import PlannedRun
+from ablate.grid.ids import canonical
+from ablate.grid.paths import get_path
+
+log = logging.getLogger(__name__)
+
+NEW = "new"
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The database file of a ``sqlite:///path`` URL; ``None`` for an in-memory one."""
+    path = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
+    return None if path in ("", ":memory:") else Path(path)
+
+
+def store_exists(store: str | None, home: Path) -> bool:
+    """Is there a store to ask? The default SQLite file, or the URL's file, exists; a server URL always counts."""
+    if store is None:
+        return (home / "ablate.db").exists()
+    if store.startswith("sqlite"):
+        path = _sqlite_file(store)
+        return path is not None and path.exists()
+    return True
+
+
+def statuses(run_ids: Sequence[str], *, store: str | None, home: Path) -> dict[str, str]:
+    """Each run's status in the store, ``new`` for one it has never seen (or when there is no store)."""
+    found: dict[str, str] = {}
+    if run_ids and store_exists(store, home):
+        from ablate.store import Store
+
+        with Store.open(store, home=home) as db:
+            found = dict(db.statuses(run_ids=list(run_ids)))
+    return {rid: found.get(rid, NEW) for rid in run_ids}
+
+
+def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
+    """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
+    "added_params", "status", "config"}, ...]}``, plus each run's ``axes`` and ``match_residual``."""
+    return {
+        "grid": name,
+        "runs": [
+            {
+                "run_id": r.run_id, "variant": r.config.variant, "seed": r.config.seed, "params": r.params,
+                "added_params": r.added_params, "status": status.get(r.run_id, NEW),
+                "config": r.config.model_dump(mode="json"), "axes": r.axes, "match_residual": r.match_residual,
+            }
+            for r in runs
+        ],
+    }
+
+
+def varying_axes(runs: Sequence[PlannedRun]) -> list[str]:
+    """The axis paths (other than variant and seed) whose resolved value differs between runs, in grid order."""
+    paths: dict[str, None] = {}
+    for r in runs:
+        paths.update(dict.fromkeys(p for p in r.axes if p not in ("variant", "seed")))
+    dumps = [r.config.model_dump(mode="json") for r in runs]
+    return [
+        p for p in paths if len({repr(canonical(get_path(d, p)[1])) for d in dumps}) > 1
+    ]
+
+
+def human(n: int | float, *, sign: bool = False) -> str:
+    """``15577227264`` -> ``15.58B``; ``sign`` prefixes ``+`` to positives.
+
+    >>> human(201326592, sign=True)
+    '+201.33M'
+    """
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            text = f"{n / scale:.2f}{unit}"
+            break
+    else:
+        text = f"{n:g}"
+    return f"+{text}" if sign and n > 0 else text
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "-" if value is None else str(value)
+
+
+def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, matched: str | None = None) -> Any:
+    """A rich ``Table``: run id, variant, seed, the axes that vary, params, added params, [residual], status."""
+    from rich.table import Table
+
+    axes = varying_axes(runs)
+    table = Table(title=f"grid {name}: {len(runs)} run{'s' * (len(runs) != 1)}")
+    table.add_column("run id", no_wrap=True, style="bold")
+    table.add_column("variant", no_wrap=True)
+    table.add_column("seed", justify="right")
+    for path in axes:
+        table.add_column(path, justify="right")
+    table.add_column("params", justify="right")
+    table.add_column("added", justify="right")
+    if matched is not None:
+        table.add_column(f"vs {matched}", justify="right")
+    table.add_column("status")
+    for r in runs:
+        dump = r.config.model_dump(mode="json")
+        cells = [r.run_id, r.config.variant, str(r.config.seed)]
+        cells += [_cell(get_path(dump, p)[1]) for p in axes]
+        cells += [human(r.params), human(r.added_params, sign=True)]
+        if matched is not None:
+            cells.append("-" if r.match_residual is None else f"{r.match_residual:+.3%}")
+        cells.append(status.get(r.run_id, NEW))
+        table.add_row(*cells)
+    return table

@@ -1,0 +1,77 @@
+"""What ``ablate report`` calls: a table as text, the figures, the whole report directory, from a store."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import UserInputError, one_of
+from ablate.reports.cells import Table
+from ablate.reports.data import GridData, load_grid_data
+from ablate.reports.figures import write_figures
+from ablate.reports.page import report_page
+from ablate.reports.render import FORMATS, SUFFIX, render
+from ablate.reports.scorecard import scorecard, scorecard_markdown
+from ablate.reports.spec import TABLES
+from ablate.reports.tables import build_table
+
+log = logging.getLogger(__name__)
+TARGETS = (*(f"table{n}" for n in TABLES), "figures", "all")
+PAGE = "report.html"
+
+
+def table_number(target: str) -> int:
+    """``table3`` -> 3; a clear error for anything else."""
+    if target not in TARGETS or not target.startswith("table"):
+        raise UserInputError(one_of(target, TARGETS, what="report"))
+    return int(target[5:])
+
+
+def grid_table(data: GridData, number: int, *, paper: bool = False) -> Table:
+    """Table ``number`` of the grid in ``data``."""
+    return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper, added_params=data.added_params)
+
+
+def report_table(store: Any, target: str, *, grid: str | None = None, paper: bool = False,
+                 fmt: str = "markdown") -> str:
+    """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html)."""
+    number = table_number(target)
+    if fmt not in FORMATS:  # before any query
+        raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
+    return render(grid_table(load_grid_data(store, grid), number, paper=paper), fmt)
+
+
+def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None) -> dict[int, Path]:
+    """``ablate report figures``: Figures 1-7 as PNG files in ``out_dir``."""
+    return write_figures(load_grid_data(store, grid), out_dir)
+
+
+def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False) -> dict[str, Path]:
+    """The whole report into ``out_dir``: ``report.html`` (self-contained), each table as .md/.tex/.csv, the
+    figures as PNG and the scorecard as markdown. Returns ``{name: path}``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = [grid_table(data, n, paper=paper) for n in TABLES]
+    written: dict[str, Path] = {}
+    for t in tables:
+        for fmt in ("markdown", "latex", "csv"):
+            path = out / f"{t.name}{SUFFIX[fmt]}"
+            path.write_text(render(t, fmt))
+            written[path.name] = path
+    figures = write_figures(data, out / "figures")
+    written.update({p.name: p for p in figures.values()})
+    verdicts = scorecard(data.runs, data.catalogue)
+    (out / "scorecard.md").write_text(scorecard_markdown(verdicts))
+    written["scorecard.md"] = out / "scorecard.md"
+    counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}
+    page = out / PAGE
+    page.write_text(report_page(data.grid, tables, figures, verdicts, counts={str(k): int(v) for k, v in counts.items()}))
+    written[PAGE] = page
+    log.info("report for grid %s -> %s", data.grid, page)
+    return written
+
+
+def report_all(store: Any, out_dir: str | Path, *, grid: str | None = None, paper: bool = False) -> dict[str, Path]:
+    """``ablate report all``: see ``write_report``."""
+    return write_report(load_grid_data(store, grid), out_dir, paper=paper)

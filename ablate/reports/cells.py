@@ -1,0 +1,142 @@
+"""A report table as data (columns, rows, cells), and how numbers become cell text.
+
+Builders (``tables.py``) fill these; renderers (``render.py``) only read them. A cell keeps its unformatted value
+(for CSV) beside its text (for markdown, LaTeX, HTML).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ablate.reports.stats import Delta, Summary
+
+Kind = Literal["descriptor", "measured", "paper", "delta"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """``key`` is the store column (``val_ppl``, ``ppl/prose``, ``bench/niah``), ``paper:<col>`` for the paper's
+    number, ``delta:<metric>`` for the paired difference to the baseline, or a descriptor name."""
+
+    key: str
+    label: str
+    kind: Kind
+    better: str | None = None  # "lower" / "higher": which value is best (bold in LaTeX and HTML)
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str = ""
+    value: float | str | None = None  # the unformatted number (mean, paper number) or descriptor text
+    std: float | None = None
+    n: int = 0
+    diverged: int = 0
+    lo: float | None = None  # delta cells: the bootstrap CI
+    hi: float | None = None
+
+
+@dataclass
+class Row:
+    label: str
+    group: str | None = None
+    paper_row: int | None = None  # the paper's row number; None for a row the paper does not have
+    run_ids: list[str] = field(default_factory=list)
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    number: int
+    title: str
+    grid: str
+    columns: list[Column]
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"table{self.number}"
+
+    def cell(self, label: str, key: str, *, group: str | None = None) -> Cell:
+        """The cell of the first row labelled ``label`` (in ``group`` when given) and column ``key``."""
+        for row in self.rows:
+            if row.label == label and (group is None or row.group == group):
+                return row.cells.get(key, Cell())
+        raise KeyError(f"no row {label!r} in {self.name}")
+
+    def best(self, key: str) -> float | None:
+        """The best value of a column (per its ``better``), over cells with a number."""
+        col = next((c for c in self.columns if c.key == key), None)
+        if col is None or col.better is None:
+            return None
+        values = [r.cells[key].value for r in self.rows if key in r.cells]
+        values = [v for v in values if isinstance(v, float | int) and math.isfinite(v)]
+        if not values:
+            return None
+        return min(values) if col.better == "lower" else max(values)
+
+
+def fmt_num(x: float, d: int) -> str:
+    """A number with ``d`` decimals (no '-0.00')."""
+    s = f"{x:.{d}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s
+
+
+def fmt_count(n: float | None) -> str:
+    """A parameter count in the unit that reads well: ``201.3M``, ``12.3K``, ``0``.
+
+    >>> fmt_count(201_326_592), fmt_count(12_288), fmt_count(0)
+    ('201.3M', '12.3K', '0')
+    """
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return ""
+    n = float(n)
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def fmt_lr(lr: float | None) -> str:
+    """A learning rate as the paper writes it: ``4.0e-3``."""
+    if lr is None:
+        return ""
+    mantissa, exp = f"{lr:.1e}".split("e")
+    return f"{mantissa}e{int(exp)}"
+
+
+def fmt_len(n: int) -> str:
+    """A context length: ``4k`` for 4096, ``512`` for 512."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def summary_cell(s: Summary, d: int, usual_n: int) -> Cell:
+    """``mean ± std``; ``-`` when every run diverged; the n where it is 1 or differs from the table's usual n;
+    empty when nothing was measured."""
+    if s.empty:
+        return Cell()
+    if s.n == 0:
+        return Cell("-", None, None, 0, s.diverged)
+    text = fmt_num(s.mean, d) if s.std is None else f"{fmt_num(s.mean, d)} ± {fmt_num(s.std, d)}"
+    notes = []
+    if s.n == 1 or s.n != usual_n:
+        notes.append(f"n={s.n}")
+    if s.diverged:
+        notes.append(f"{s.diverged} diverged")
+    if notes:
+        text += f" ({', '.join(notes)})"
+    return Cell(text, s.mean, s.std, s.n, s.diverged)
+
+
+def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
+    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its bootstrap CI; ``(n=1)`` with one pair."""
+    if delta.mean is None:
+        return Cell()
+    text = f"{delta.mean:+.{d}f}"
+    if delta.lo is not None:
+        text += f" [{delta.lo:+.{d}f}, {delta.hi:+.{d}f}]"
+    if delta.n == 1 or delta.n != usual_n:
+        text += f" (n={delta.n})"
+    return Cell(text, delta.mean, None, delta.n, 0, delta.lo, delta.hi)

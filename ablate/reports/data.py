@@ -1,0 +1,114 @@
+"""The thin layer between the store and the pure report builders: which grid, and everything a report reads of it.
+
+``load_grid_data(store, grid)`` does every query once; tables, figures and the scorecard are pure functions of
+the ``GridData`` it returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.errors import UserInputError, one_of
+from ablate.reports.rows import RESULT_STATUSES, context_key
+from ablate.reports.spec import VariantInfo, catalogue_info
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GridData:
+    """A grid's runs (CLI.md's columns; every status) and, for its finished runs, curves, probes, histograms,
+    events; the variant catalogue; and ``added_params(variant)`` at the grid's scale."""
+
+    grid: str
+    runs: Any
+    curves: Any
+    probes: Any
+    histograms: Any
+    events: Any
+    catalogue: Mapping[str, VariantInfo] = field(default_factory=dict)
+    added_params: Callable[[str], int | None] | None = None
+
+    @property
+    def finished(self) -> Any:
+        return self.runs[self.runs["status"].isin(RESULT_STATUSES)]
+
+
+def resolve_grid(grids: list[str], grid: str | None) -> str:
+    """The grid to report: ``grid`` if the store has it; the only grid when none is named; else a clear error."""
+    if grid is not None:
+        if grid not in grids:
+            msg = one_of(grid, grids, what="grid") if grids else f"unknown grid {grid!r}: the store has no grids yet"
+            raise UserInputError(msg + " (option --grid)")
+        return grid
+    if len(grids) == 1:
+        return grids[0]
+    if not grids:
+        raise UserInputError("the store has no grids yet: run one first (`ablate run GRID`), or point --store at "
+                             "the store that has them")
+    raise UserInputError(f"the store has {len(grids)} grids; name one with --grid: {', '.join(sorted(grids))}")
+
+
+def load_grid_data(store: Any, grid: str | None = None) -> GridData:
+    """Read one grid's runs and their curves, probes, histograms and events from ``store`` (an ablate Store)."""
+    name = resolve_grid(list(store.grids()), grid)
+    runs = store.runs_frame(grid=name)
+    done = list(runs.loc[runs["status"].isin(RESULT_STATUSES), "run_id"])
+    data = GridData(
+        grid=name, runs=runs,
+        curves=store.curves(run_ids=done, metrics=["loss"]),
+        probes=store.probes(run_ids=done), histograms=store.histograms(run_ids=done), events=store.events(run_ids=done),
+        catalogue=catalogue_info(),
+    )
+    data.added_params = _added_params_at_scale(runs)
+    log.info("grid %s: %d runs (%d finished)", name, len(runs), len(done))
+    return data
+
+
+def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[parts[-1]] = value
+    return out
+
+
+def _added_params_at_scale(runs: Any) -> Callable[[str], int | None] | None:
+    """``added_params(variant)`` for the grid's base model (its most common one), or None if it has no runs."""
+    import math
+
+    if not len(runs):
+        return None
+    keys = [context_key(r) for _, r in runs.iterrows()]
+    modal = max(set(keys), key=keys.count)
+    rows = [i for i, k in enumerate(keys) if k == modal]
+    # The baseline's own model: under match_params a gated run's FFN was re-widened.
+    row = runs.iloc[next((i for i in rows if runs.iloc[i]["variant"] == "baseline"), rows[0])]
+    model = {k[len("model."):]: (v.item() if hasattr(v, "item") else v)
+             for k, v in row.items() if str(k).startswith("model.")}
+    model = {k: v for k, v in model.items()
+             if not (isinstance(v, float) and math.isnan(v)) and v is not None and not k.startswith(("gate", "switch"))}
+
+    @functools.cache
+    def added(variant: str) -> int | None:
+        from ablate.ablations import ModelConfig, added_params
+        from ablate.errors import AblateError
+
+        try:
+            base = ModelConfig(**_unflatten(model))
+            return added_params(base, variant)
+        except (AblateError, ValueError, TypeError) as exc:
+            log.debug("added params of %s: %s", variant, exc)
+            return None
+
+    return added

@@ -1,0 +1,50 @@
+"""The report page: one self-contained HTML file (scorecard, Tables 1-6, Figures 1-7 embedded as base64 PNG)."""
+
+from __future__ import annotations
+
+import base64
+import html
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ablate import __version__
+from ablate.reports.cells import Table
+from ablate.reports.figures import FIGURES
+from ablate.reports.render import html_document, to_html
+from ablate.reports.scorecard import Verdict, scorecard_html
+
+FIGURE_CAPTIONS = {
+    1: "Figure 1: training loss, baseline vs SDPA-gated (EMA 0.9), loss spikes marked",
+    2: "Figure 2: share of attention on the first token (F-Attn) per layer",
+    3: "Figure 3: gate score distributions",
+    4: "Figure 4: mean |Y| before and after the gate, per layer",
+    5: "Figure 5: share of SDPA output below 1e-2 / 1e-3 after the gate, with the mean-score control",
+    6: "Figure 6: massive activations (M-Act) and attention sink (F-Attn) per layer across configurations",
+    7: "Figure 7: gate score distributions per layer",
+}
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"data:image/png;base64,{data}"
+
+
+def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdicts: list[Verdict], *,
+                counts: dict[str, int] | None = None) -> str:
+    """The whole report as one HTML document; figures are read from ``figures`` and embedded."""
+    e = html.escape
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    status = ", ".join(f"{n} {s}" for s, n in sorted((counts or {}).items()))
+    parts = [f"<h1>ablate report: grid <code>{e(grid)}</code></h1>",
+             f'<p class="note">ablate {e(__version__)}, {e(when)}. Runs: {e(status or "none")}. Cells: mean ± std '
+             "over seeds (n where it differs); '-' = diverged; Δ = paired difference to the baseline "
+             "(same config and seed) with a 95% bootstrap CI.</p>",
+             '<section id="scorecard-section"><h2>Scorecard</h2>', scorecard_html(verdicts), "</section>",
+             '<section id="tables"><h2>Tables</h2>']
+    parts += [to_html(t) for t in tables]
+    parts += ["</section>", '<section id="figures"><h2>Figures</h2>']
+    for n, path in sorted(figures.items()):
+        parts.append(f'<figure id="fig{n}"><img alt="{e(FIGURE_CAPTIONS[n])}" src="{_img(path)}">'
+                     f"<figcaption>{e(FIGURE_CAPTIONS[n])} ({e(FIGURES[n])})</figcaption></figure>")
+    parts.append("</section>")
+    return html_document(f"ablate report: {grid}", "\n".join(parts) + "\n")

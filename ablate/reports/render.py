@@ -1,0 +1,194 @@
+"""A Table as markdown, LaTeX (booktabs, best per column in bold), CSV (unformatted numbers) or HTML.
+
+Renderers only read the Table; every number was formatted (or kept raw, for CSV) by the builder.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+from collections.abc import Iterator
+
+from ablate.errors import UserInputError, one_of
+from ablate.reports.cells import Cell, Column, Row, Table
+
+FORMATS = ("markdown", "latex", "csv", "html")
+SUFFIX = {"markdown": ".md", "latex": ".tex", "csv": ".csv", "html": ".html"}
+
+
+def render(table: Table, fmt: str = "markdown") -> str:
+    """``table`` in format ``fmt`` (markdown, latex, csv, html); html is a standalone page."""
+    if fmt not in FORMATS:
+        raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
+    if fmt == "markdown":
+        return to_markdown(table)
+    if fmt == "latex":
+        return to_latex(table)
+    if fmt == "csv":
+        return to_csv(table)
+    return html_document(f"ablate {table.name}: {table.title}", to_html(table))
+
+
+def caption(table: Table) -> str:
+    return f"Table {table.number}: {table.title}" + (f", grid '{table.grid}'" if table.grid else "")
+
+
+def _segments(table: Table) -> Iterator[tuple[str | None, Row | None]]:
+    """Rows in order, with a group header (``(group, None)``) wherever the group changes."""
+    current: object = object()
+    for row in table.rows:
+        if row.group is not None and row.group != current:
+            yield row.group, None
+        current = row.group
+        yield None, row
+
+
+def _is_best(table: Table, col: Column, cell: Cell, best: dict[str, float | None]) -> bool:
+    b = best.get(col.key)
+    return (b is not None and col.kind in ("measured", "paper") and isinstance(cell.value, float | int)
+            and math.isclose(float(cell.value), b))
+
+
+# ---------------------------------------------------------------- markdown
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def to_markdown(table: Table) -> str:
+    """A pipe table: group headers as bold rows, notes under it."""
+    cols = table.columns
+    lines = [f"**{_md(caption(table))}**", "", "| " + " | ".join(["Method", *(_md(c.label) for c in cols)]) + " |",
+             "| " + " | ".join(["---"] + ["---:" if c.kind != "descriptor" else "---" for c in cols]) + " |"]
+    for group, row in _segments(table):
+        if row is None:
+            lines.append("| " + " | ".join([f"**{_md(group)}**"] + [""] * len(cols)) + " |")
+        else:
+            lines.append("| " + " | ".join([_md(row.label)] + [_md(row.cells[c.key].text) for c in cols]) + " |")
+    lines += [""] + [f"*{_md(n)}*" for n in table.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------- LaTeX
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "Δ": r"$\Delta$"}
+
+
+def tex_escape(text: str) -> str:
+    """Text safe inside a LaTeX table cell."""
+    return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: Table) -> str:
+    """A booktabs ``table`` float (needs ``\\usepackage{booktabs}``), best value per column in bold."""
+    cols = table.columns
+    best = {c.key: table.best(c.key) for c in cols}
+    spec = "l" + "".join("l" if c.kind == "descriptor" else "r" for c in cols)
+    out = [f"% ablate {table.name}" + (f", grid {table.grid}" if table.grid else ""), r"\begin{table}[t]",
+           r"\centering", r"\small", f"\\caption{{{tex_escape(caption(table))}}}",
+           f"\\label{{tab:ablate-{table.name}}}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
+           " & ".join(["Method", *(tex_escape(c.label) for c in cols)]) + r" \\", r"\midrule"]
+    first = True
+    for group, row in _segments(table):
+        if row is None:
+            if not first:
+                out.append(r"\midrule")
+            out.append(f"\\multicolumn{{{len(cols) + 1}}}{{l}}{{\\textit{{{tex_escape(group)}}}}} \\\\")
+        else:
+            cells = []
+            for c in cols:
+                cell = row.cells[c.key]
+                text = tex_escape(cell.text)
+                cells.append(f"\\textbf{{{text}}}" if text and _is_best(table, c, cell, best) else text)
+            out.append(" & ".join([tex_escape(row.label), *cells]) + r" \\")
+        first = False
+    out += [r"\bottomrule", r"\end{tabular}"]
+    if table.notes:
+        out.append(r"\par\smallskip{\footnotesize " + tex_escape("; ".join(table.notes)) + "}")
+    out.append(r"\end{table}")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- CSV
+def csv_header(table: Table) -> list[str]:
+    head = ["group", "method", "paper_row", "runs"]
+    for c in table.columns:
+        head.append(c.key)
+        if c.kind == "measured":
+            head += [f"{c.key}:std", f"{c.key}:n", f"{c.key}:diverged"]
+        elif c.kind == "delta":
+            head += [f"{c.key}:lo", f"{c.key}:hi", f"{c.key}:n"]
+    return head
+
+
+def _raw(v: object) -> object:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return v
+
+
+def to_csv(table: Table) -> str:
+    """One header row, one line per table row; numbers unformatted (means, std, n), empty where unmeasured."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(csv_header(table))
+    for row in table.rows:
+        line: list[object] = [row.group or "", row.label, row.paper_row or "", len(row.run_ids)]
+        for c in table.columns:
+            cell = row.cells[c.key]
+            line.append(_raw(cell.value))
+            if c.kind == "measured":
+                line += [_raw(cell.std), cell.n, cell.diverged]
+            elif c.kind == "delta":
+                line += [_raw(cell.lo), _raw(cell.hi), cell.n]
+        w.writerow(line)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- HTML
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1300px;color:#222;padding:0 1rem}
+table.ablate{border-collapse:collapse;margin:1rem 0;font-size:.9rem}
+table.ablate caption{text-align:left;font-weight:600;padding:.3rem 0}
+table.ablate th,table.ablate td{padding:.25rem .6rem;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
+table.ablate td.descriptor,table.ablate th.method,table.ablate td.method{text-align:left}
+table.ablate thead th{border-bottom:2px solid #333}
+table.ablate tr.group th{text-align:left;font-style:italic;background:#f4f4f4}
+table.ablate td.paper{color:#777}
+p.note{color:#666;font-size:.85rem}
+.holds{color:#1a7f37;font-weight:600}.reversed{color:#b42318;font-weight:600}.unclear{color:#9a6700;font-weight:600}
+div.table-wrap{overflow-x:auto}figure{margin:1.5rem 0}figure img{max-width:100%}
+"""
+
+
+def to_html(table: Table) -> str:
+    """An HTML ``<table class="ablate" id="tableN">`` fragment (best value per column in <strong>)."""
+    cols = table.columns
+    best = {c.key: table.best(c.key) for c in cols}
+    e = html.escape
+    out = ['<div class="table-wrap">', f'<table class="ablate" id="{table.name}" data-table="{table.number}">',
+           f"<caption>{e(caption(table))}</caption>", "<thead><tr>", '<th class="method">Method</th>']
+    out += [f'<th class="{c.kind}">{e(c.label)}</th>' for c in cols]
+    out += ["</tr></thead>", "<tbody>"]
+    for group, row in _segments(table):
+        if row is None:
+            out.append(f'<tr class="group"><th colspan="{len(cols) + 1}">{e(group)}</th></tr>')
+            continue
+        tds = []
+        for c in cols:
+            cell = row.cells[c.key]
+            text = e(cell.text)
+            if text and _is_best(table, c, cell, best):
+                text = f"<strong>{text}</strong>"
+            tds.append(f'<td class="{c.kind}">{text}</td>')
+        out.append(f'<tr><td class="method">{e(row.label)}</td>{"".join(tds)}</tr>')
+    out.append("</tbody></table></div>")
+    out += [f'<p class="note">{e(n)}</p>' for n in table.notes]
+    return "\n".join(out) + "\n"
+
+
+def html_document(title: str, body: str) -> str:
+    """A self-contained HTML page around ``body``."""
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n")

@@ -1,0 +1,219 @@
+"""Which runs each of the paper's rows reports: catalogue refs, then the config fields the table varies.
+
+- Tables 1, 3, 4, 6: a row's runs are those of its variants, at one configuration: the one with the most of the
+  table's runs (others are left out, with a note saying so).
+- Table 2: the grid's settings (depth, width, batch size, steps, sequence length), in order of depth then tokens,
+  stand for the paper's four settings in theirs; within a setting the learning rates line up from the largest
+  down. Runs the paper has no row for become extra rows at the end of their setting.
+- Table 5: the "YaRN Extended" group is the runs with ``model.rope_yarn_factor > 1``.
+
+Runs pair with their baseline by ``pair_key``: the same configuration (apart from the variant) and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.reports.cells import fmt_count, fmt_len
+from ablate.reports.spec import TableSpec, VariantInfo, paper_number, row_refs
+
+RESULT_STATUSES = ("done", "diverged")
+# Model fields that set the scale of a run and that no variant changes: part of a run's configuration context.
+SCALE_FIELDS = ("model.preset", "model.n_layers", "model.d_model", "model.vocab_size", "model.rope_theta",
+                "model.rope_yarn_factor", "model.rope_yarn_original_len")
+SETTING_FIELDS = ("model.preset", "model.n_layers", "model.d_model", "train.batch_size", "train.steps",
+                  "data.seq_len")
+
+
+@dataclass
+class RowPlan:
+    label: str
+    group: str | None
+    group_index: int
+    paper_row: int | None
+    paper: dict[str, str] | None
+    variants: list[str]
+    runs: Any  # DataFrame
+    lr: float | None = None
+    is_reference: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def variant(self) -> str | None:
+        return self.variants[0] if self.variants else None
+
+
+def finished(runs: Any) -> Any:
+    """The runs that are results (``done``/``diverged``), with the columns the reports rely on present."""
+    import pandas as pd
+
+    runs = pd.DataFrame(runs).copy()
+    for col in ("run_id", "grid", "variant", "seed", "status"):
+        if col not in runs.columns:
+            runs[col] = pd.Series(dtype=object)
+    return runs[runs["status"].isin(RESULT_STATUSES)].reset_index(drop=True)
+
+
+def cell_value(r: Any, key: str) -> float | None:
+    """A run's (a row of the runs frame) number in column ``key``; None when absent or not finite."""
+    v = r.get(key) if hasattr(r, "get") else None
+    if v is None or isinstance(v, str):
+        return None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, list | dict | tuple):
+        return json.dumps(v, sort_keys=True, default=str)
+    return v
+
+
+def context_columns(columns: Any, *, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The config columns that make a run's configuration apart from its variant and seed."""
+    cols = [c for c in columns if str(c).startswith(("train.", "data.", "eval.")) or c in SCALE_FIELDS]
+    return sorted(c for c in cols if c not in exclude)
+
+
+def context_key(r: Any, *, exclude: tuple[str, ...] = ()) -> tuple:
+    """A run's configuration context (hashable), from a row of the runs frame."""
+    return tuple((c, _hashable(r.get(c))) for c in context_columns(r.index, exclude=exclude))
+
+
+def pair_key(r: Any) -> tuple:
+    """What pairs a run with its baseline: the configuration context and the seed."""
+    return context_key(r), _hashable(r.get("seed"))
+
+
+def _modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+    """Restrict ``runs`` to the configuration context with the most runs; a note when others were left out."""
+    if not len(runs):
+        return runs, []
+    keys = [context_key(r, exclude=exclude) for _, r in runs.iterrows()]
+    counts = Counter(keys)
+    done = Counter(k for k, st in zip(keys, runs["status"], strict=True) if st == "done")
+    best = max(counts, key=lambda k: (counts[k], done[k], repr(k)))
+    if len(counts) == 1:
+        return runs, []
+    mask = [k == best for k in keys]
+    left = len(runs) - sum(mask)
+    runs = runs.loc[mask]
+    fixed = ", ".join(f"{c}={v}" for c, v in best if any(dict(k).get(c) != v for k in counts))
+    return runs, [f"{left} run(s) at other configurations left out; this table shows {fixed}"]
+
+
+def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
+              catalogue: Mapping[str, VariantInfo]) -> tuple[list[RowPlan], list[str]]:
+    """One RowPlan per table row (the paper's rows in order, then any extra rows), and notes for the table."""
+    if spec.number == 2:
+        return _plan_table2(spec, prows, runs, catalogue)
+    plans = []
+    for i, prow in enumerate(prows):
+        variants = row_refs(spec, prow, catalogue)
+        group = prow.get("group")
+        plans.append(RowPlan(prow["method"], group, 0, int(prow["row"]), prow, variants,
+                             runs[runs["variant"].isin(variants)], is_reference=(spec.primary is not None and i == 0)))
+    groups = [plans]
+    if spec.number == 5:
+        plans = _split_yarn(plans)
+        groups = [[p for p in plans if p.group_index == g] for g in (0, 1)]
+    notes = []
+    for members in groups:
+        matched = runs[runs["run_id"].isin({rid for p in members for rid in p.runs["run_id"]})]
+        kept, more = _modal_context(matched)
+        notes += more
+        for p in members:
+            p.runs = p.runs[p.runs["run_id"].isin(set(kept["run_id"]))]
+    return plans, notes
+
+
+def _split_yarn(plans: list[RowPlan]) -> list[RowPlan]:
+    groups = list(dict.fromkeys(p.group for p in plans))
+    trained_len = None
+    for p in plans:
+        p.group_index = groups.index(p.group)
+        yarn = p.runs["model.rope_yarn_factor"] if "model.rope_yarn_factor" in p.runs else None
+        is_yarn = [False] * len(p.runs) if yarn is None else list(yarn.astype(float).fillna(1.0) > 1.0)
+        p.runs = p.runs.loc[[y == (p.group_index == 1) for y in is_yarn]]
+        if p.group_index == 0 and len(p.runs) and "data.seq_len" in p.runs:
+            trained_len = int(p.runs["data.seq_len"].mode().iloc[0])
+    if trained_len:
+        for p in plans:
+            if p.group_index == 0:
+                p.group = f"Trained at {fmt_len(trained_len)}"
+    return plans
+
+
+def _setting_of(r: Any) -> tuple:
+    return tuple(_hashable(r.get(c)) for c in SETTING_FIELDS)
+
+
+def _setting_label(setting: tuple, runs: Any) -> str:
+    s = dict(zip(SETTING_FIELDS, setting, strict=True))
+    tokens = None
+    if "tokens" in runs and runs["tokens"].notna().any():
+        tokens = float(runs["tokens"].max())
+    elif None not in (s["train.steps"], s["train.batch_size"], s["data.seq_len"]):
+        tokens = float(s["train.steps"]) * float(s["train.batch_size"]) * float(s["data.seq_len"])
+    params = float(runs["params"].median()) if "params" in runs and runs["params"].notna().any() else None
+    parts = [f"{s['model.n_layers']} Layer" if s["model.n_layers"] is not None else None,
+             f"{fmt_count(params)} Parameters" if params else None,
+             f"{fmt_count(tokens)} Tokens" if tokens else None,
+             f"Batch Size={s['train.batch_size']}" if s["train.batch_size"] is not None else None]
+    return ", ".join(p for p in parts if p) or "this grid"
+
+
+def _plan_table2(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
+                 catalogue: Mapping[str, VariantInfo]) -> tuple[list[RowPlan], list[str]]:
+    methods = list(dict.fromkeys(p["method"] for p in prows))
+    method_variants = {m: row_refs(spec, next(p for p in prows if p["method"] == m), catalogue) for m in methods}
+    variant_method = {v: m for m, vs in method_variants.items() for v in vs}
+    runs = runs[runs["variant"].isin(variant_method)]
+    runs, notes = _modal_context(runs, exclude=SETTING_FIELDS + ("train.lr",))
+    settings: dict[tuple, Any] = {}
+    for _, r in runs.iterrows():
+        settings.setdefault(_setting_of(r), []).append(r["run_id"])
+    ordered = sorted(settings, key=lambda s: (_num(s[1]), _num(s[4]) * _num(s[3]) * _num(s[5]), _num(s[3]), repr(s)))
+    paper_settings = list(dict.fromkeys(p["setting"] for p in prows))
+    plans: list[RowPlan] = []
+    used: set[str] = set()
+    for gi in range(max(len(paper_settings), len(ordered))):
+        grid_setting = ordered[gi] if gi < len(ordered) else None
+        sruns = runs[runs["run_id"].isin(settings[grid_setting])] if grid_setting else runs.iloc[0:0]
+        label = _setting_label(grid_setting, sruns) if grid_setting else paper_settings[gi]
+        grid_lrs = sorted({float(x) for x in sruns.get("train.lr", [])})
+        in_paper = [p for p in prows if gi < len(paper_settings) and p["setting"] == paper_settings[gi]]
+        paper_lrs = sorted({paper_number(p["max_lr"]) for p in in_paper})
+        # Line the learning rates up from the largest down: the paper's table is about the largest stable LR.
+        lr_map = {plr: grid_lrs[len(grid_lrs) - len(paper_lrs) + i]
+                  for i, plr in enumerate(paper_lrs) if len(grid_lrs) - len(paper_lrs) + i >= 0}
+        for p in in_paper:
+            lr = lr_map.get(paper_number(p["max_lr"]))
+            variants = method_variants[p["method"]]
+            prun = sruns.iloc[0:0] if lr is None else \
+                sruns.loc[sruns["variant"].isin(variants) & (sruns["train.lr"].astype(float) == lr)]
+            used.update(prun["run_id"])
+            plans.append(RowPlan(p["method"], label, gi, int(p["row"]), p, variants, prun, lr=lr,
+                                 is_reference=p["method"] == methods[0]))
+        extra = sruns[~sruns["run_id"].isin(used)]
+        for m in methods:
+            mruns = extra[extra["variant"].isin(method_variants[m])]
+            for lr in sorted({float(x) for x in mruns.get("train.lr", [])}):
+                prun = mruns[mruns["train.lr"].astype(float) == lr]
+                plans.append(RowPlan(m, label, gi, None, None, method_variants[m], prun, lr=lr,
+                                     is_reference=m == methods[0]))
+    return plans, notes
+
+
+def _num(x: Any) -> float:
+    return float(x) if x is not None else 0.0

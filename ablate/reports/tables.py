@@ -1,0 +1,224 @@
+"""Tables 1-6 from a grid's runs: pure functions over the store's ``runs`` DataFrame (CLI.md's columns).
+
+``build_table(n, runs, catalogue)`` matches each of the paper's rows to runs (``rows.py``), then fills the
+descriptor columns, the measured columns (mean ± spread over seeds, "-" for diverged), the paper's numbers
+(``paper=True``) and the paired delta to the table's baseline with a bootstrap CI.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ablate.reports.cells import (
+    Cell,
+    Column,
+    Row,
+    Table,
+    delta_cell,
+    fmt_count,
+    fmt_len,
+    fmt_lr,
+    summary_cell,
+)
+from ablate.reports.rows import RowPlan, cell_value, finished, pair_key, plan_rows
+from ablate.reports.spec import (
+    BENCH_NAMES,
+    LABELS,
+    PAPER_DESCRIPTOR,
+    SPECS,
+    TableSpec,
+    VariantInfo,
+    better,
+    digits,
+    paper_number,
+    paper_rows,
+)
+from ablate.reports.stats import paired_delta, summarize
+
+log = logging.getLogger(__name__)
+
+LEN_COLUMN = re.compile(r"^bench/(?P<task>.+)@(?P<len>\d+)$")
+# Paper columns that are not measurements.
+_NOT_MEASURED = {"row", "group", "method", "setting", "act_func", "score_shape", "added_param_m", "max_lr"}
+
+
+def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *, grid: str = "",
+                paper: bool = False, added_params: Callable[[str], int | None] | None = None) -> Table:
+    """The paper's table ``number`` rebuilt from ``runs`` (a DataFrame with CLI.md's ``runs`` columns).
+
+    ``catalogue`` maps variant names to VariantInfo (their ``tableN:R`` refs); ``added_params(variant)`` gives the
+    added parameter count of a variant at the grid's scale for rows with no runs. Only ``done`` and ``diverged``
+    runs count. Rows keep the paper's order; a row with no runs stays, empty.
+    """
+    spec = SPECS[number]
+    prows = paper_rows(number)
+    runs = with_length_columns(finished(runs))
+    plans, notes = plan_rows(spec, prows, runs, catalogue)
+    if paper and number == 2:  # say which of the paper's settings each of the grid's stands for
+        settings = {p.group_index: p.paper["setting"] for p in plans if p.paper}
+        for p in plans:
+            if p.group_index in settings and p.group != settings[p.group_index]:
+                p.group = f"{p.group} (paper: {settings[p.group_index]})"
+    measured = _measured_keys(spec, plans)
+    columns = _columns(spec, prows, measured, paper, plans)
+    usual_n = _usual_n(plans)
+    ref_plans = [p for p in plans if p.is_reference]
+    rows = []
+    for plan in plans:
+        row = Row(plan.label, plan.group, plan.paper_row, list(plan.runs["run_id"]) if len(plan.runs) else [])
+        for col in columns:
+            row.cells[col.key] = _cell(spec, col, plan, ref_plans, runs, catalogue, added_params, usual_n)
+        rows.append(row)
+    if number == 5 and not measured:
+        notes.append("no retrieval scores at lengths (bench/<task>@<len>) in this grid yet")
+    return Table(number, spec.title, grid, columns, rows, notes)
+
+
+def with_length_columns(runs: Any) -> Any:
+    """Add ``len/<L>`` columns: per run, the mean retrieval score over the tasks measured at length L."""
+    by_len: dict[int, list[str]] = {}
+    for c in runs.columns:
+        m = LEN_COLUMN.match(str(c))
+        if m:
+            by_len.setdefault(int(m["len"]), []).append(c)
+    runs = runs.copy()
+    for length, cols in sorted(by_len.items()):
+        runs[f"len/{length}"] = runs[cols].apply(lambda s: s.astype(float)).mean(axis=1, skipna=True)
+    return runs
+
+
+def _measured_keys(spec: TableSpec, plans: list[RowPlan]) -> list[str]:
+    import pandas as pd
+
+    frames = [p.runs for p in plans if len(p.runs)]
+    runs = pd.concat(frames) if frames else None
+
+    def present(prefix: str, *, exclude: str | None = None) -> list[str]:
+        if runs is None:
+            return []
+        keys = [c for c in runs.columns if str(c).startswith(prefix) and not (exclude and exclude in str(c))]
+        return sorted(c for c in keys if runs[c].notna().any())
+
+    if spec.number == 5:
+        return sorted(present("len/"), key=lambda k: int(k.split("/")[1]))
+    return [*spec.extra_measured, *present("ppl/"), "val_ppl", *present("bench/", exclude="@")]
+
+
+def _paper_counterpart(spec: TableSpec, key: str, paper_cols: list[str], plans: list[RowPlan]) -> str | None:
+    if key == "val_ppl":
+        return spec.paper_ppl
+    if key in paper_cols:
+        return key
+    if key.startswith("bench/") and key[6:].lower() in paper_cols:
+        return key[6:].lower()
+    if key.startswith("len/"):
+        trained = _trained_len(plans)
+        for c in paper_cols:
+            if trained and c.startswith("len_") and int(c[4:-1]) * 1024 / 32768 == int(key[4:]) / trained:
+                return c
+    return None
+
+
+def _trained_len(plans: list[RowPlan]) -> int | None:
+    for p in plans:
+        if p.group_index == 0 and len(p.runs) and "data.seq_len" in p.runs:
+            return int(p.runs["data.seq_len"].mode().iloc[0])
+    return None
+
+
+def _label(spec: TableSpec, key: str) -> str:
+    if key == "val_ppl":
+        return spec.ppl_label
+    if key.startswith("ppl/"):
+        return f"PPL {key[4:]}"
+    if key.startswith("bench/"):
+        name = key[6:]
+        return BENCH_NAMES.get(name.lower(), name)
+    if key.startswith("len/"):
+        return fmt_len(int(key[4:]))
+    return LABELS.get(key, key)
+
+
+def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[str], paper: bool,
+             plans: list[RowPlan]) -> list[Column]:
+    paper_cols = [c for c in prows[0] if c not in _NOT_MEASURED]
+    cols: list[Column] = []
+    used: set[str] = set()
+    for key in spec.descriptors:
+        cols.append(Column(key, LABELS[key], "descriptor"))
+        if paper and key in ("added_params", "max_lr"):
+            cols.append(Column(f"paper:{PAPER_DESCRIPTOR[key]}", f"{LABELS[key]} (paper)", "paper"))
+    for key in measured:
+        cols.append(Column(key, _label(spec, key), "measured", better(key)))
+        twin = _paper_counterpart(spec, key, paper_cols, plans)
+        if paper and twin and twin not in used:
+            used.add(twin)
+            plabel = twin[4:] if twin.startswith("len_") else _label(spec, key)
+            cols.append(Column(f"paper:{twin}", f"{plabel} (paper)", "paper", better(key)))
+    if paper:
+        for c in paper_cols:
+            if c not in used:
+                label = BENCH_NAMES.get(c, c.replace("len_", "") if c.startswith("len_") else LABELS.get(c, c))
+                cols.append(Column(f"paper:{c}", f"{label} (paper)", "paper", better(c if c != "ppl" else "val_ppl")))
+    if spec.primary and any(p.is_reference for p in plans):
+        cols.append(Column(f"delta:{spec.primary}", f"Δ {_label(spec, spec.primary)} vs baseline [95% CI]", "delta"))
+    return cols
+
+
+def _usual_n(plans: list[RowPlan]) -> int:
+    counts = Counter(len(p.runs) for p in plans if len(p.runs))
+    return max(counts, key=lambda n: (counts[n], n)) if counts else 0
+
+
+def _cell(spec: TableSpec, col: Column, plan: RowPlan, refs: list[RowPlan], runs: Any,
+          catalogue: Mapping[str, VariantInfo], added_params: Callable[[str], int | None] | None,
+          usual_n: int) -> Cell:
+    if col.kind == "paper":
+        text = (plan.paper or {}).get(col.key[6:], "")
+        return Cell(text, paper_number(text))
+    if col.kind == "descriptor":
+        return _descriptor(col.key, plan, catalogue, added_params)
+    if col.kind == "delta":
+        return _delta(col.key[6:], plan, refs, runs, usual_n)
+    values, div = [], 0
+    for _, r in plan.runs.iterrows():
+        if r.get("status") == "diverged":
+            div += 1
+        else:
+            values.append(cell_value(r, col.key))
+    if not values and not div:
+        return Cell()
+    if values and all(v is None for v in values) and not div:
+        return Cell()
+    return summary_cell(summarize(values, diverged=div), digits(col.key), usual_n)
+
+
+def _descriptor(key: str, plan: RowPlan, catalogue: Mapping[str, VariantInfo],
+                added_params: Callable[[str], int | None] | None) -> Cell:
+    info = catalogue.get(plan.variant) if plan.variant else None
+    if key in ("act_func", "score_shape"):
+        text = (getattr(info, key, None) if info else None) or (plan.paper or {}).get(key, "") or ""
+        return Cell(text, text)
+    if key == "max_lr":
+        return Cell(fmt_lr(plan.lr), plan.lr)
+    # added_params: measured at the grid's scale by the runs; computed from the catalogue for an empty row.
+    n = None
+    if len(plan.runs) and "added_params" in plan.runs and plan.runs["added_params"].notna().any():
+        n = float(plan.runs["added_params"].dropna().median())
+    elif plan.variant and added_params is not None:
+        n = added_params(plan.variant)
+    return Cell(fmt_count(n), n)
+
+
+def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: Any, usual_n: int) -> Cell:
+    if plan.is_reference or not len(plan.runs):
+        return Cell()
+    ref_variants = {v for r in refs for v in r.variants}
+    reference = runs[runs["variant"].isin(ref_variants)] if len(runs) else runs
+    ref_map = {pair_key(r): cell_value(r, metric) for _, r in reference.iterrows() if r.get("status") == "done"}
+    treat = {pair_key(r): cell_value(r, metric) for _, r in plan.runs.iterrows() if r.get("status") == "done"}
+    return delta_cell(paired_delta(treat, ref_map), digits(metric), usual_n)

@@ -1,0 +1,37 @@
+"""The runner: one ``RunConfig`` -> a trained, evaluated and probed run directory with ``result.json``.
+
+Importing this package is cheap (no torch, no Lightning): ``run_one`` imports them when called.
+
+- ``run_one(config, run_dir, *, run_id, on_step=None, stop=None) -> RunResult`` (see ``ablate.runner.run``)
+- ``RunInterrupted``: raised by ``run_one`` after ``stop`` was set and a checkpoint was saved.
+- ``ablate.runner.tokenizers.get_tokenizer(data_cfg, model_cfg, cache_dir) -> Tokenizer``
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ablate.errors import RunError
+
+if TYPE_CHECKING:
+    from ablate.config import RunConfig
+    from ablate.result import RunResult
+
+
+class RunInterrupted(RunError):
+    """The run was asked to stop; it saved a checkpoint and will resume from it when started again."""
+
+
+def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
+            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None) -> RunResult:
+    """Train, evaluate and probe one run into ``run_dir`` (resuming from its checkpoint); see
+    ``ablate.runner.run.run_one``."""
+    from ablate.runner.run import run_one as _run_one
+
+    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop)
+
+
+__all__ = ["RunInterrupted", "run_one"]

@@ -1,0 +1,123 @@
+"""The run's one Lightning callback: per-step metrics, loss spikes, divergence, checkpoints, the stop event.
+
+Its state (the metric curves so far, events, the spike and divergence rules, training wall time) travels in
+every checkpoint, so a resumed run's record is that of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from ablate.config import RunConfig
+from ablate.result import Event
+from ablate.runner.module import lr_factor
+from ablate.runner.monitors import DivergenceDetector, SpikeDetector
+
+log = logging.getLogger(__name__)
+
+CURVES = ("step", "loss", "lr", "grad_norm", "tokens_per_s")
+
+
+class RunMonitor(L.Callback):
+    """Reads the loss and gradient norm once per step (after the optimizer step), records them, applies the
+    stability rules, saves ``last.ckpt`` every ``checkpoint_every`` steps and at the end, and honours ``stop``."""
+
+    def __init__(self, config: RunConfig, ckpt_path: Path, *, on_step: Callable[[dict], None] | None = None,
+                 stop: threading.Event | None = None, evaluate: Callable[[], dict[str, float]] | None = None):
+        self.config, self.ckpt_path, self.on_step, self.stop, self.evaluate = config, ckpt_path, on_step, stop, evaluate
+        tc = config.train
+        self.tokens_per_step = tc.batch_size * config.data.seq_len
+        self.metrics: dict[str, list[float | None]] = {k: [] for k in CURVES}
+        self.events: list[Event] = []
+        self.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)
+        self.divergence = DivergenceDetector(tc.diverge_factor, tc.diverge_patience)
+        self.train_wall_s = 0.0
+        self.started: str | None = None
+        self.diverged_at: int | None = None
+        self.interrupted_at: int | None = None
+        self.resumed_from: int | None = None
+        self._t_last = 0.0
+
+    # ---- checkpointed state
+    def state_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics, "events": [e.model_dump() for e in self.events],
+                "spikes": self.spikes.state_dict(), "divergence": self.divergence.state_dict(),
+                "train_wall_s": self.train_wall_s, "started": self.started}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.metrics = {k: list(v) for k, v in state["metrics"].items()}
+        self.events = [Event.model_validate(e) for e in state["events"]]
+        self.spikes.load_state_dict(state["spikes"])
+        self.divergence.load_state_dict(state["divergence"])
+        self.train_wall_s, self.started = state["train_wall_s"], state["started"]
+
+    # ---- hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.resumed_from is not None:
+            self.events.append(Event(kind="resumed", step=self.resumed_from))
+        self._t_last = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = int(batch["step"])
+        loss = float(pl_module.last_loss.item())  # the one host sync of the step
+        grad_norm = float(pl_module.last_grad_norm.item()) if pl_module.last_grad_norm is not None else None
+        now = time.perf_counter()
+        dt, self._t_last = now - self._t_last, now
+        self.train_wall_s += dt
+        row = dict(step=step, loss=loss, lr=self.config.train.lr * lr_factor(step, self.config.train),
+                   grad_norm=grad_norm, tokens_per_s=self.tokens_per_step / dt if dt > 0 else None)
+        for k in CURVES:
+            self.metrics[k].append(_finite_or_none(row[k]) if k != "step" else step)
+        if trainer.is_global_zero and self.on_step is not None:
+            self.on_step(row)
+        spike = self.spikes.update(step, loss)
+        if spike is not None:
+            log.info("loss spike at step %d: %.4g (trend %.4g, %.1f std)", step, loss, spike.trend, spike.size)
+            self.events.append(Event(kind="loss_spike", step=step,
+                                     data={"loss": loss, "trend": spike.trend, "size": spike.size}))
+        reason = self.divergence.update(loss)
+        if reason is not None:
+            log.warning("run diverged at step %d: %s", step, reason)
+            self.events.append(Event(kind="diverged", step=step,
+                                     data={"loss": _finite_or_none(loss), "reason": reason}))
+            self.diverged_at = step
+            trainer.should_stop = True
+            return
+        done, paused = step + 1, False
+        if self.evaluate is not None and self.config.eval.every and done % self.config.eval.every == 0:
+            scores, paused = self.evaluate(), True
+            self.metrics.setdefault("val_step", []).append(step)
+            for name, value in scores.items():
+                self.metrics.setdefault(name, []).append(_finite_or_none(value))
+        stopping = self.stop is not None and self.stop.is_set() and done < self.config.train.steps
+        if done % self.config.train.checkpoint_every == 0 or done == self.config.train.steps or stopping:
+            self.save(trainer)
+            paused = True
+        if stopping:
+            self.interrupted_at = done
+            trainer.should_stop = True
+        if paused:  # evaluation and checkpoints are not training time
+            self._t_last = time.perf_counter()
+
+    def save(self, trainer: L.Trainer) -> None:
+        """Write ``last.ckpt`` atomically (a temporary file, then a rename)."""
+        self.ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.ckpt_path.with_name(f".{self.ckpt_path.name}.{os.getpid()}.tmp")
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, self.ckpt_path)
+        trainer.strategy.barrier()
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None

@@ -1,0 +1,42 @@
+"""A run directory's checkpoint back as a model: for export, lm-evaluation-harness and analysis.
+
+``run_dir/checkpoints/last.ckpt`` is a Lightning checkpoint; its ``state_dict`` keys are the decoder's with a
+``model.`` prefix, and it carries the resolved run config (``run_config``), so an unfinished run loads too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate.ablations import apply_variant, build_model
+from ablate.config import RunConfig
+from ablate.errors import RunError
+from ablate.result import RESULT_FILE, read_result
+from ablate.runner.data import cache_dir_for
+from ablate.runner.tokenizers import Tokenizer, get_tokenizer
+
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
+
+def load_run_model(run_dir: str | Path, *, device: Any = "cpu") -> tuple[torch.nn.Module, Tokenizer, RunConfig]:
+    """``(model in eval mode on device, tokenizer, run config)`` from a run directory's last checkpoint."""
+    run_dir = Path(run_dir)
+    path = run_dir / CHECKPOINT
+    if not path.is_file():
+        raise RunError(f"{run_dir}: no checkpoint at {CHECKPOINT} (the run has not trained yet)")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if "run_config" in ckpt:
+        config = RunConfig.model_validate(ckpt["run_config"])
+    elif (run_dir / RESULT_FILE).is_file():
+        config = RunConfig.model_validate(read_result(run_dir).config)
+    else:
+        raise RunError(f"{path}: the checkpoint holds no run config and there is no {RESULT_FILE} beside it")
+    model_cfg = apply_variant(config.model, config.variant)
+    model = build_model(model_cfg)
+    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    model.load_state_dict(state)
+    tokenizer = get_tokenizer(config.data, model_cfg, cache_dir_for(run_dir))
+    return model.to(device).eval(), tokenizer, config

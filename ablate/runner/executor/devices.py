@@ -1,0 +1,77 @@
+"""Worker slots: which device each worker of the local pool uses, and how many CPU threads it may take.
+
+One worker per CUDA device by default (``jobs_per_device`` packs several small jobs onto one GPU); without a GPU,
+``jobs`` CPU workers split the cores between them. Pure: the caller says how many GPUs and cores there are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ablate.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one worker runs: ``device`` is ``"cpu"`` or ``"cuda:<i>"``; ``threads`` its torch CPU threads."""
+
+    index: int
+    device: str
+    threads: int
+
+    @property
+    def cuda_visible(self) -> str:
+        """The worker's ``CUDA_VISIBLE_DEVICES``: its one GPU, or none at all for a CPU worker."""
+        return self.device.split(":", 1)[1] if self.device.startswith("cuda:") else ""
+
+
+def parse_devices(spec: str | None, n_gpus: int) -> list[str]:
+    """``--devices``: ``cpu``, ``cuda`` (every GPU), or a comma list of ``cuda:<i>`` / ``<i>``.
+
+    >>> parse_devices("0,cuda:2", n_gpus=4)
+    ['cuda:0', 'cuda:2']
+    """
+    if spec is None or spec.strip() == "":
+        return [f"cuda:{i}" for i in range(n_gpus)] or ["cpu"]
+    spec = spec.strip().lower()
+    if spec == "cpu":
+        return ["cpu"]
+    if spec in ("cuda", "gpu", "all"):
+        if n_gpus == 0:
+            raise ConfigError(f"'{spec}' asks for GPUs but none is visible; allowed here: cpu", where="--devices")
+        return [f"cuda:{i}" for i in range(n_gpus)]
+    devices: list[str] = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        index = part.removeprefix("cuda:")
+        if not index.isdigit():
+            raise ConfigError(f"'{part}' is not a device; allowed: cpu, cuda, or a comma list of cuda:<i> or <i>",
+                              where="--devices")
+        if int(index) >= n_gpus:
+            raise ConfigError(f"device {part!r} does not exist: {n_gpus} GPU(s) visible", where="--devices")
+        if f"cuda:{index}" not in devices:
+            devices.append(f"cuda:{int(index)}")
+    if not devices:
+        raise ConfigError("no device given; allowed: cpu, cuda, or a comma list of cuda:<i>", where="--devices")
+    return devices
+
+
+def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cpu_count: int) -> list[Slot]:
+    """The pool's worker slots.
+
+    On GPUs: ``jobs_per_device`` workers per device, or ``jobs`` workers dealt round-robin over them. On CPU: ``jobs`` workers (default 1),
+    each with ``cpu_count // jobs`` torch threads (at least one).
+
+    >>> [s.threads for s in plan_slots(devices=["cpu"], jobs=2, jobs_per_device=1, cpu_count=8)]
+    [4, 4]
+    """
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"{jobs} workers asked for; allowed: 1 or more", where="--jobs")
+    if jobs_per_device < 1:
+        raise ConfigError(f"{jobs_per_device} jobs per device; allowed: 1 or more", where="--jobs-per-device")
+    cpu_count = max(1, cpu_count)
+    if devices == ["cpu"]:
+        n = jobs or 1
+        return [Slot(i, "cpu", max(1, cpu_count // n)) for i in range(n)]
+    n = jobs or len(devices) * jobs_per_device
+    threads = max(1, cpu_count // n)
+    return [Slot(i, devices[i % len(devices)], threads) for i in range(n)]

@@ -1,0 +1,213 @@
+"""The local worker pool: long-lived worker processes (spawn), one job each at a time, dead ones replaced.
+
+The pool is generic over its job function (``"module:function"``, see ``worker.py``): ``run`` deals the jobs out
+to idle workers and hands every message back to the caller as a ``PoolEvent``. The caller (the grid executor)
+decides what each event means for the store and the display.
+
+Events: ``started``, ``step``, ``finished``, ``failed`` (``error``, ``traceback``), ``interrupted`` (the job
+stopped on request; its progress is saved), ``died`` (the worker died while running the job: ``exitcode``; the
+worker is replaced), ``killed`` (the pool killed the worker on a second interrupt).
+
+Interrupts: ``interrupt()`` may be called from a signal handler; it only counts. The first asks every running
+job to stop cleanly and starts nothing new; the second kills the workers at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import RunError
+from ablate.runner.executor.devices import Slot
+from ablate.runner.executor.worker import worker_main
+
+log = logging.getLogger(__name__)
+
+_ENDS_JOB = ("finished", "failed", "interrupted")
+
+
+@dataclass
+class PoolEvent:
+    """One thing that happened in the pool: ``kind``, the worker's slot, the job's run id and data."""
+
+    kind: str
+    slot: Slot
+    run_id: str | None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Worker:
+    slot: Slot
+    process: Any
+    conn: Connection
+    ready: bool = False
+    job: dict[str, Any] | None = None
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class WorkerPool:
+    """Worker processes over ``slots`` running ``job_fn`` (``"module:function"``); a context manager."""
+
+    def __init__(self, slots: list[Slot], job_fn: str, *, log_dir: Path | None = None, max_restarts: int | None = None):
+        self.slots = slots
+        self.job_fn = job_fn
+        self.log_dir = log_dir
+        self.max_restarts = len(slots) * 4 if max_restarts is None else max_restarts
+        self._ctx = mp.get_context("spawn")
+        self._workers: list[_Worker] = []
+        self._interrupts = 0
+        self._stopping = False
+        self._restarts = 0
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> WorkerPool:
+        """Start one worker per slot (they import their job module while the caller goes on)."""
+        self._workers = [self._spawn(slot) for slot in self.slots]
+        return self
+
+    def _spawn(self, slot: Slot) -> _Worker:
+        ours, theirs = self._ctx.Pipe(duplex=True)
+        log_path = str(self.log_dir / f"worker-{slot.index}.log") if self.log_dir else None
+        proc = self._ctx.Process(target=worker_main, args=(theirs, slot, self.job_fn, log_path),
+                                 name=f"ablate-worker-{slot.index}", daemon=True)
+        proc.start()
+        theirs.close()
+        return _Worker(slot=slot, process=proc, conn=ours)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask every worker to exit, wait for them, kill what is left (and at once those still starting)."""
+        for w in self._workers:
+            if not w.ready and w.job is None:
+                w.process.kill()  # still importing: nothing to save, and it would only see our None when done
+                continue
+            try:
+                w.conn.send(None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        for w in self._workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+        self._workers = []
+
+    def __enter__(self) -> WorkerPool:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def interrupt(self) -> None:
+        """Count an interrupt (safe in a signal handler): first stop cleanly, second kill."""
+        self._interrupts += 1
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether an interrupt was asked for."""
+        return self._interrupts > 0
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids (for tests and diagnostics)."""
+        return [w.process.pid for w in self._workers]
+
+    # ------------------------------------------------------------ the loop
+    def run(self, jobs: Iterable[dict[str, Any]], on_event: Callable[[PoolEvent], None],
+            on_tick: Callable[[], None] | None = None, tick_s: float = 0.25) -> list[dict[str, Any]]:
+        """Run ``jobs`` (each a dict with a ``run_id``) and return those never started (after an interrupt)."""
+        pending = deque(jobs)
+        while True:
+            if self._interrupts >= 2:
+                self._kill_all(on_event)
+                break
+            if self._interrupts == 1 and not self._stopping:
+                self._stop_all()
+            if not self._stopping:
+                self._deal(pending)
+            busy = [w for w in self._workers if w.job is not None]
+            if not busy and (self._stopping or not pending):
+                break
+            ready = wait([w.conn for w in self._workers] + [w.process.sentinel for w in self._workers], tick_s)
+            for w in list(self._workers):
+                if w.conn in ready or w.process.sentinel in ready:
+                    self._drain(w, on_event)
+                if w.process.sentinel in ready or not w.process.is_alive():
+                    self._bury(w, on_event, replace=bool(pending) and not self._stopping)
+            if on_tick is not None:
+                on_tick()
+        return list(pending)
+
+    def _deal(self, pending: deque[dict[str, Any]]) -> None:
+        for w in self._workers:
+            if pending and w.ready and w.job is None:
+                job = pending.popleft()
+                try:
+                    w.conn.send(("job", job))
+                except OSError:
+                    pending.appendleft(job)  # the worker just died; it is buried below
+                    continue
+                w.job = job
+
+    def _drain(self, w: _Worker, on_event: Callable[[PoolEvent], None]) -> None:
+        while True:
+            try:
+                if not w.conn.poll():
+                    return
+                kind, run_id, data = w.conn.recv()
+            except (EOFError, OSError):
+                return
+            if kind == "ready":
+                w.ready = True
+                log.debug("worker %d ready on %s (pid %s)", w.slot.index, w.slot.device, data.get("pid"))
+                continue
+            if kind == "fatal":
+                self.close(timeout=2.0)
+                raise RunError(f"the worker processes could not start: {data['error']}\n{data['traceback']}")
+            if kind in _ENDS_JOB:
+                w.job = None
+            on_event(PoolEvent(kind, w.slot, run_id, data))
+
+    def _bury(self, w: _Worker, on_event: Callable[[PoolEvent], None], *, replace: bool) -> None:
+        w.process.join(1.0)
+        code = w.process.exitcode
+        if w.job is not None:
+            on_event(PoolEvent("died", w.slot, w.job["run_id"], {"exitcode": code}))
+            w.job = None
+        w.conn.close()
+        self._workers.remove(w)
+        if replace and self._restarts <= self.max_restarts:
+            log.warning("worker %d (%s) died with exit code %s; starting a new one", w.slot.index, w.slot.device, code)
+            self._restarts += 1
+            self._workers.append(self._spawn(w.slot))
+        elif replace:
+            raise RunError(f"worker processes keep dying (last exit code {code}); see {self.log_dir or 'their logs'}")
+
+    def _stop_all(self) -> None:
+        self._stopping = True
+        for w in self._workers:
+            try:
+                w.conn.send(("stop",))
+            except OSError:
+                pass
+
+    def _kill_all(self, on_event: Callable[[PoolEvent], None]) -> None:
+        for w in self._workers:
+            w.process.kill()
+        for w in list(self._workers):
+            w.process.join()
+            self._drain(w, on_event)
+            if w.job is not None:
+                on_event(PoolEvent("killed", w.slot, w.job["run_id"], {"exitcode": w.process.exitcode}))
+                w.job = None
+            w.conn.close()
+        self._workers = []

@@ -1,0 +1,202 @@
+"""lm-evaluation-harness bridge: an ``lm_eval`` model class (registered as ``ablate``) over an ablate model.
+
+``AblateLM(model=..., tokenizer=...)`` wraps a model in memory; ``AblateLM(pretrained=RUN_DIR)`` loads a run's
+final checkpoint (``lm_eval --model ablate --model_args pretrained=ablate-runs/runs/<id>``). Every text is scored
+after the tokenizer's end-of-text token, as documents start in training. ``evaluate_lm_eval`` runs lm-eval tasks
+(any task lm-eval knows, plus YAML files under ``include_path``) and flattens the metrics to ``bench/<task>/<metric>``.
+
+lm_eval is imported only when a class or an evaluation is asked for (``lm_eval_class()``), never at import.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_LENGTH = 2048
+DEFAULT_MAX_GEN_TOKS = 256
+
+
+def _logits(model: Any, idx: Any) -> Any:
+    out = model(idx)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def continuation_logprobs(model: Any, pairs: Sequence[tuple[list[int], list[int]]], *, device: Any,
+                          pad_id: int) -> list[tuple[float, bool]]:
+    """For each ``(context_ids, continuation_ids)`` (context non-empty): the summed log-probability of the
+    continuation after the context, and whether greedy decoding would produce it. One right-padded batch."""
+    import torch
+
+    seqs = [c + t for c, t in pairs]
+    width = max(len(s) for s in seqs) - 1
+    idx = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        idx[i, : len(s) - 1] = torch.tensor(s[:-1], dtype=torch.long)
+    logp = _logits(model, idx.to(device)).float().log_softmax(-1).cpu()  # [B, T, V]
+    out = []
+    for i, (c, t) in enumerate(pairs):
+        rows = logp[i, len(c) - 1: len(c) - 1 + len(t)]  # the positions that predict the continuation
+        target = torch.tensor(t, dtype=torch.long)
+        out.append((float(rows.gather(-1, target[:, None]).sum()), bool((rows.argmax(-1) == target).all())))
+    return out
+
+
+def greedy_generate(model: Any, prompt: list[int], *, max_new: int, device: Any, stop: Sequence[str],
+                    eos_id: int, decode: Any) -> str:
+    """Greedy continuation of ``prompt`` until ``eos_id``, any ``stop`` string, or ``max_new`` tokens; the text
+    before the first stop string."""
+    import torch
+
+    ids = torch.tensor([prompt], dtype=torch.long, device=device)
+    new: list[int] = []
+    text = ""
+    for _ in range(max_new):
+        nxt = int(_logits(model, ids)[0, -1].argmax())
+        if nxt == eos_id:
+            break
+        new.append(nxt)
+        ids = torch.cat([ids, torch.tensor([[nxt]], device=device)], dim=1)
+        text = decode(new)
+        if any(s and s in text for s in stop):
+            break
+    for s in stop:
+        if s and s in text:
+            text = text[: text.index(s)]
+    return text
+
+
+@functools.cache
+def lm_eval_class() -> type:
+    """The ``lm_eval.api.model.LM`` subclass for ablate models, registered in lm_eval as ``ablate``."""
+    import torch
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    @register_model("ablate")
+    class AblateLM(LM):
+        """An ablate model + tokenizer for lm-evaluation-harness: loglikelihood, rolling loglikelihood, greedy
+        generation. Contexts longer than ``max_length`` tokens are cut from the left."""
+
+        def __init__(self, model: Any = None, tokenizer: Any = None, *, pretrained: str | None = None,
+                     device: str = "cpu", batch_size: int | str = 8, max_length: int | None = None,
+                     max_gen_toks: int = DEFAULT_MAX_GEN_TOKS, **_: Any):
+            super().__init__()
+            if pretrained is not None:
+                from ablate.runner.checkpoints import load_run_model
+
+                model, tokenizer, cfg = load_run_model(Path(pretrained), device=device)
+                max_length = max_length or cfg.data.seq_len
+            if model is None or tokenizer is None:
+                raise ValueError("AblateLM needs model= and tokenizer=, or pretrained=<run directory>")
+            self.model, self.tok = model.eval(), tokenizer
+            self._device = torch.device(device)
+            self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
+            self.max_length = int(max_length or DEFAULT_MAX_LENGTH)
+            self.max_gen_toks = int(max_gen_toks)
+
+        @property
+        def eot_token_id(self) -> int:
+            return self.tok.eos_id
+
+        def tok_encode(self, text: str) -> list[int]:
+            return list(self.tok.encode(text)) if text else []
+
+        def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+            # Encode the whole so tokens merging across the boundary are scored as the model would see them.
+            ctx = self.tok_encode(context)
+            whole = self.tok_encode(context + continuation)
+            if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
+                return [self.eot_token_id, *ctx], whole[len(ctx):]
+            return [self.eot_token_id, *ctx], self.tok_encode(continuation)
+
+        def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+            cut = []
+            for c, t in pairs:  # keep at most max_length + 1 tokens: max_length inputs
+                keep = max(self.max_length + 1 - len(t), 1)
+                cut.append((c[-keep:], t[-self.max_length:]))
+            order = sorted(range(len(cut)), key=lambda i: -len(cut[i][0]) - len(cut[i][1]))
+            results: list[tuple[float, bool]] = [(0.0, False)] * len(cut)
+            with torch.inference_mode():
+                for start in range(0, len(order), self.batch_size):
+                    chunk = order[start: start + self.batch_size]
+                    scored = continuation_logprobs(self.model, [cut[i] for i in chunk], device=self._device,
+                                                   pad_id=self.eot_token_id)
+                    for i, r in zip(chunk, scored, strict=True):
+                        results[i] = r
+            return results
+
+        def loglikelihood(self, requests: list[Any]) -> list[tuple[float, bool]]:
+            results = self._score([self._split(*req.args) for req in requests])
+            for req, res in zip(requests, results, strict=True):
+                self.cache_hook.add_partial("loglikelihood", req.args, res)
+            return results
+
+        def loglikelihood_rolling(self, requests: list[Any]) -> list[float]:
+            out = []
+            for req in requests:
+                (text,) = req.args
+                windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
+                    self.tok_encode(text), prefix_token=self.eot_token_id, max_seq_len=self.max_length,
+                    context_len=1)]
+                total = sum(lp for lp, _ in self._score(windows))
+                self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
+                out.append(total)
+            return out
+
+        def generate_until(self, requests: list[Any]) -> list[str]:
+            out = []
+            for req in requests:
+                context, kwargs = req.args
+                kwargs = dict(kwargs or {})
+                until = kwargs.get("until") or []
+                until = [until] if isinstance(until, str) else list(until)
+                max_new = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+                prompt = [self.eot_token_id, *self.tok_encode(context)][-max(self.max_length - max_new, 1):]
+                with torch.inference_mode():
+                    text = greedy_generate(self.model, prompt, max_new=max_new, device=self._device, stop=until,
+                                           eos_id=self.eot_token_id, decode=self.tok.decode)
+                self.cache_hook.add_partial("generate_until", req.args, text)
+                out.append(text)
+            return out
+
+    return AblateLM
+
+
+def make_lm(model: Any, tokenizer: Any, **kwargs: Any) -> Any:
+    """An ``AblateLM`` over an in-memory model and tokenizer (``kwargs``: device, batch_size, max_length, ...)."""
+    return lm_eval_class()(model=model, tokenizer=tokenizer, **kwargs)
+
+
+def _metric_name(key: str) -> str:
+    metric, _, filt = key.partition(",")
+    return metric if filt in ("", "none") else f"{metric}.{filt}"
+
+
+def evaluate_lm_eval(model: Any, tokenizer: Any, tasks: list[str], *, include_path: str | Path | None = None,
+                     limit: int | float | None = None, num_fewshot: int | None = None, device: str = "cpu",
+                     batch_size: int = 8, max_length: int | None = None, seed: int = 0) -> dict[str, float]:
+    """Run lm-evaluation-harness ``tasks`` on ``model``: ``{"bench/<task>/<metric>": value}`` (stderr left out;
+    ``acc,none`` becomes ``acc``, another filter ``metric.filter``). Nothing is downloaded by ablate; a task whose
+    data is not on this machine fails inside lm-eval."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    lm = make_lm(model, tokenizer, device=device, batch_size=batch_size, max_length=max_length)
+    manager = TaskManager(include_path=str(include_path) if include_path else None)
+    res = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot,
+                                  log_samples=False, random_seed=seed, numpy_random_seed=seed,
+                                  torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=0)
+    out: dict[str, float] = {}
+    for task, metrics in (res or {}).get("results", {}).items():
+        for key, value in metrics.items():
+            if "_stderr" in key or key == "alias" or not isinstance(value, int | float):
+                continue
+            out[f"bench/{task}/{_metric_name(key)}"] = float(value)
+    return out

@@ -1,0 +1,91 @@
+"""The Lightning module: next-token loss (plus the MoE auxiliary losses), AdamW, warm-up + cosine schedule,
+gradient clipping that also measures the gradient norm.
+
+Weight decay applies to matrices (``ndim >= 2``) except embeddings (and a head tied to them); norms, biases,
+gate biases and embeddings are not decayed, the usual GPT-2/nanoGPT grouping.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate.config import TrainConfig
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """LR multiplier at ``step`` (0-based): linear warm-up over ``warmup_frac * steps`` steps, then cosine decay
+    from 1 to ``min_lr_ratio`` at the last step.
+
+    >>> cfg = TrainConfig(steps=100, warmup_frac=0.1, min_lr_ratio=0.1)
+    >>> [round(lr_factor(s, cfg), 3) for s in (0, 9, 10, 99)]
+    [0.1, 1.0, 1.0, 0.1]
+    """
+    warmup = int(cfg.warmup_frac * cfg.steps)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, cfg.steps - 1 - warmup))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: decay on matrices, none on embeddings, norms and biases (each parameter once)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, no_decay, seen = [], [], set()
+    for p in model.parameters():
+        if id(p) in seen or not p.requires_grad:
+            continue
+        seen.add(id(p))
+        (decay if p.ndim >= 2 and id(p) not in embeddings else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class LitDecoder(L.LightningModule):
+    """Trains ``model`` on ``{"step", "tokens": [B, T + 1]}`` batches; keeps the last loss and gradient norm as
+    tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled mid-step)."""
+
+    def __init__(self, model: nn.Module, train_cfg: TrainConfig, *, compile: bool = False,
+                 run_config: dict | None = None):
+        super().__init__()
+        self.run_config = run_config  # saved in every checkpoint, so a run directory loads on its own
+        self.model = model
+        # a bound method, not a module attribute: the compiled wrapper must not enter the state dict twice
+        self.step_fn = torch.compile(model.forward) if compile else model.forward
+        self.train_cfg = train_cfg
+        self.last_loss: torch.Tensor | None = None
+        self.last_grad_norm: torch.Tensor | None = None
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        tokens = batch["tokens"]  # (B, T + 1)
+        out = self.step_fn(tokens[:, :-1])
+        loss = F.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten())
+        self.last_loss = loss.detach()
+        return loss + out.aux_loss
+
+    def configure_optimizers(self):
+        cfg = self.train_cfg
+        opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                eps=cfg.eps)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        max_norm = self.train_cfg.grad_clip or math.inf  # 0 = no clipping, but the norm is still measured
+        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.run_config is not None:
+            checkpoint["run_config"] = self.run_config
+        checkpoint["rng"] = {"torch": torch.get_rng_state(),
+                             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        rng = checkpoint.get("rng") or {}
+        if rng.get("torch") is not None:
+            torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])

@@ -1,0 +1,87 @@
+"""Training-stability rules on the per-step loss: loss spikes (events) and divergence (ends the run).
+
+Both are plain Python with a ``state_dict``, so they are saved in checkpoints and a resumed run judges its
+steps exactly as an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Spike:
+    """A loss above its trend: ``trend`` is the window mean, ``size`` how many window stds above it."""
+
+    step: int
+    loss: float
+    trend: float
+    size: float
+
+
+class SpikeDetector:
+    """OLMo-core's stability-monitor rule: once ``window`` losses are seen, a loss above
+    ``mean + sigma * std`` of the previous ``window`` losses (population std) is a spike. Every loss, spike or
+    not, then joins the window; non-finite losses are left to the divergence rule.
+
+    >>> d = SpikeDetector(window=4, sigma=3.0)
+    >>> [d.update(i, x) for i, x in enumerate([2.0, 2.1, 1.9, 2.0])]
+    [None, None, None, None]
+    >>> d.update(4, 5.0).step
+    4
+    """
+
+    def __init__(self, window: int, sigma: float):
+        self.window, self.sigma = window, sigma
+        self.history: deque[float] = deque(maxlen=window)
+
+    def update(self, step: int, loss: float) -> Spike | None:
+        """Judge ``loss`` at ``step`` against the trailing window, then add it to the window."""
+        if not math.isfinite(loss):
+            return None
+        spike = None
+        if len(self.history) == self.window:
+            mean = sum(self.history) / self.window
+            std = math.sqrt(sum((x - mean) ** 2 for x in self.history) / self.window)
+            if std > 1e-10 and loss > mean + self.sigma * std:
+                spike = Spike(step, loss, mean, (loss - mean) / std)
+        self.history.append(loss)
+        return spike
+
+    def state_dict(self) -> dict:
+        return {"history": list(self.history)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = deque(state["history"], maxlen=self.window)
+
+
+class DivergenceDetector:
+    """A run has diverged at the first non-finite loss, or once its loss has stayed above ``factor`` x the
+    best loss so far for ``patience`` consecutive steps. ``update`` returns the reason, else None.
+
+    >>> d = DivergenceDetector(factor=2.0, patience=2)
+    >>> [d.update(x) for x in [3.0, 1.0, 2.5, 2.5, float("nan")]]
+    [None, None, None, 'loss 2.5 above 2 x best 1 for 2 steps', 'non-finite loss nan']
+    """
+
+    def __init__(self, factor: float, patience: int):
+        self.factor, self.patience = factor, patience
+        self.best = math.inf
+        self.streak = 0
+
+    def update(self, loss: float) -> str | None:
+        if not math.isfinite(loss):
+            return f"non-finite loss {loss}"
+        self.best = min(self.best, loss)
+        self.streak = self.streak + 1 if loss > self.factor * self.best else 0
+        if self.streak >= self.patience:
+            return f"loss {loss:g} above {self.factor:g} x best {self.best:g} for {self.streak} steps"
+        return None
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "streak": self.streak}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.streak = state["best"], state["streak"]

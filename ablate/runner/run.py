@@ -1,0 +1,192 @@
+"""One run, end to end: data -> model -> Lightning training (resumable) -> held-out PPL, probes, benchmarks ->
+``result.json``.
+
+The run directory holds ``checkpoints/last.ckpt`` (model, optimizer, scheduler, RNG, loop position and the
+monitor's record so far) and, once finished, ``result.json``. A restarted run resumes from the checkpoint and
+ends with exactly the losses of an uninterrupted run (on CPU); the data needs no state for that, because the
+batch at step t is a function of (seed, t) only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import os
+import socket
+import statistics
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from ablate.ablations import added_params, apply_variant, build_model, count_params
+from ablate.config import RunConfig
+from ablate.result import Event, RunResult, write_result
+from ablate.runner import RunInterrupted
+from ablate.runner.callbacks import RunMonitor
+from ablate.runner.checkpoints import CHECKPOINT
+from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data
+from ablate.runner.evaluate import perplexity, probe
+from ablate.runner.module import LitDecoder
+from ablate.runner.tokenizers import get_tokenizer
+
+log = logging.getLogger(__name__)
+
+BENCH_SEED = 0  # benchmark examples are the same for every run (and every run seed) of a grid
+
+
+class StepBatches(IterableDataset):
+    """Yields ``{"step": t, "tokens": this rank's rows of batch t}`` for t = start .. steps - 1."""
+
+    def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1):
+        self.batches, self.start, self.steps, self.rank, self.world = batches, start, steps, rank, world
+
+    def __iter__(self):
+        for t in range(self.start, self.steps):
+            rows = self.batches.batch(t)[self.rank:: self.world]
+            yield {"step": t, "tokens": torch.from_numpy(rows)}
+
+
+def checkpoint_step(path: Path) -> int:
+    """The number of optimizer steps a checkpoint holds."""
+    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+
+
+def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
+            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None) -> RunResult:
+    """Train, evaluate and probe ``config`` in ``run_dir``; write ``run_dir/result.json`` atomically.
+
+    Resumes from ``run_dir/checkpoints/last.ckpt`` when present (``resumed_from`` = its step, plus a
+    ``resumed`` event). ``on_step(dict(step, loss, lr, grad_norm, tokens_per_s))`` is called after every step
+    on rank 0. Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose
+    loss diverges ends with status ``diverged`` (no evaluation); a crash writes nothing and re-raises.
+    """
+    t_start = time.perf_counter()
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _quiet_lightning()
+    tc, dc = config.train, config.data
+    model_cfg = apply_variant(config.model, config.variant)
+    tokenizer = get_tokenizer(dc, model_cfg, cache_dir_for(run_dir))
+    data = load_data(dc, batch_size=tc.batch_size, seed=config.seed, vocab_size=model_cfg.vocab_size,
+                     tokenizer=tokenizer, cache_dir=cache_dir_for(run_dir))
+    heldout = {name: heldout_windows(arr, config.eval.heldout_tokens, dc.seq_len) for name, arr in data.heldout.items()}
+
+    gpu = torch.cuda.is_available()
+    precision = tc.precision if tc.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    if tc.batch_size % tc.devices:
+        from ablate.errors import ConfigError
+
+        raise ConfigError(f"batch_size {tc.batch_size} is not divisible by devices {tc.devices}", where="train.batch_size")
+    torch.manual_seed(config.seed)
+    model = build_model(model_cfg)
+    lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"))
+
+    ckpt = run_dir / CHECKPOINT
+    resumed_from = checkpoint_step(ckpt) if ckpt.is_file() else None
+    trainer = L.Trainer(
+        accelerator="gpu" if gpu else "cpu", devices=tc.devices, strategy=tc.strategy, precision=precision,
+        max_steps=tc.steps, max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
+        default_root_dir=str(run_dir),
+    )
+
+    def val_scores() -> dict[str, float]:
+        dev = lit.device
+        ppl = [perplexity(model, w, batch_size=tc.batch_size, device=dev, precision=precision) for w in heldout.values()]
+        return {"val_ppl": float(np.mean(ppl))} if ppl else {}
+
+    monitor = RunMonitor(config, ckpt, on_step=on_step, stop=stop, evaluate=val_scores)
+    monitor.started, monitor.resumed_from = started, resumed_from
+    trainer.callbacks.append(monitor)
+    dataset = StepBatches(data.train, resumed_from or 0, tc.steps, trainer.global_rank, trainer.world_size)
+    loader = DataLoader(dataset, batch_size=None, pin_memory=gpu)
+    t_fit = time.perf_counter()
+    trainer.fit(lit, train_dataloaders=loader, ckpt_path=str(ckpt) if resumed_from is not None else None)
+    fit_s = time.perf_counter() - t_fit
+    if monitor.interrupted_at is not None:
+        raise RunInterrupted(f"stopped after step {monitor.interrupted_at} of {tc.steps}; checkpoint saved in {ckpt}")
+    if resumed_from is not None and not any(e.kind == "resumed" and e.step == resumed_from for e in monitor.events):
+        monitor.events.append(Event(kind="resumed", step=resumed_from))  # the checkpoint was at the last step
+
+    status = "diverged" if monitor.diverged_at is not None else "done"
+    device = torch.device("cuda", trainer.local_rank) if gpu else torch.device("cpu")
+    model.to(device)
+    summary = _train_summary(config, model_cfg, monitor)
+    probes = None
+    if status == "done" and trainer.is_global_zero:
+        summary.update(_evaluate(config, model, heldout, device, precision))
+        if config.eval.probes and heldout:
+            probes = probe(model, _probe_windows(heldout, config.eval.probe_tokens, dc.seq_len),
+                           hist_bins=config.eval.hist_bins, device=device, precision=precision)
+            summary.update(probes.summary())
+        if config.eval.benchmarks:
+            from ablate.runner.tasks import evaluate_tasks
+
+            summary.update(evaluate_tasks(model, tokenizer, list(config.eval.benchmarks), seed=BENCH_SEED,
+                                          device=device))
+    for key in ("val_ppl", "gate_score", "f_attn", "m_act"):
+        summary.setdefault(key, None)
+    wall = monitor.train_wall_s + (time.perf_counter() - t_start - fit_s)
+    summary["wall_s"] = round(wall, 3)
+    result = RunResult(
+        run_id=run_id, config=config.model_dump(mode="json"), status=status, summary=summary,
+        metrics=monitor.metrics, probes=probes.layers if probes else {},
+        histograms=probes.histograms if probes else {}, histogram_edges=probes.edges if probes else [],
+        events=sorted(monitor.events, key=lambda e: e.step), resumed_from=resumed_from, started=monitor.started,
+        finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), host=socket.gethostname(),
+        device=torch.cuda.get_device_name(device) if gpu else "cpu",
+    )
+    if trainer.is_global_zero:
+        write_result(result, run_dir)
+    return result
+
+
+def _train_summary(config: RunConfig, model_cfg, monitor: RunMonitor) -> dict[str, float | int | None]:
+    losses = monitor.metrics["loss"]
+    tps = [v for v in monitor.metrics["tokens_per_s"] if v is not None]
+    steps = len(monitor.metrics["step"])
+    return {
+        "steps": steps,
+        "tokens": steps * config.train.batch_size * config.data.seq_len,
+        "train_loss": losses[-1] if losses else None,
+        "loss_spikes": sum(e.kind == "loss_spike" for e in monitor.events),
+        "tokens_per_s": statistics.median(tps) if tps else None,
+        "params": count_params(model_cfg).total,
+        "added_params": added_params(config.model, config.variant),
+    }
+
+
+def _evaluate(config: RunConfig, model, heldout: dict[str, np.ndarray], device, precision: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, windows in heldout.items():
+        out[f"ppl/{name}"] = perplexity(model, windows, batch_size=config.train.batch_size, device=device,
+                                        precision=precision)
+    if heldout:
+        vals = [out[f"ppl/{n}"] for n in heldout]
+        out["val_ppl"] = float(np.mean(vals)) if all(map(math.isfinite, vals)) else None
+    return out
+
+
+def _probe_windows(heldout: dict[str, np.ndarray], probe_tokens: int, seq_len: int) -> np.ndarray:
+    """About ``probe_tokens`` tokens of windows, taken in turn from each held-out set."""
+    n = max(1, -(-probe_tokens // seq_len))
+    sets = list(heldout.values())
+    rows = [sets[i % len(sets)][(i // len(sets)) % len(sets[i % len(sets)])] for i in range(n)]
+    return np.stack(rows)
+
+
+def _quiet_lightning() -> None:
+    """Lightning's banner lines and hints about workers are noise in a run's log."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=r".*(IterableDataset|mid-epoch|fault-tolerant|srun|LeafSpec).*")

@@ -1,0 +1,162 @@
+"""Tokenizers: byte-level (the default, no files), a BPE trained on the run's training split and cached, or a
+Hugging Face tokenizer by name when it is already on this machine (never downloaded).
+
+All three share one small protocol, ``Tokenizer``: ``encode``, ``decode``, ``vocab_size``, ``eos_id`` and a
+``name`` that identifies the exact vocabulary (it is part of every token-cache key). Documents are joined with
+``eos_id`` after each one.
+
+>>> tok = ByteTokenizer()
+>>> tok.decode(tok.encode("héllo")), tok.vocab_size, tok.eos_id
+('héllo', 257, 256)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from ablate.ablations.config import ModelConfig
+from ablate.config import DataConfig
+from ablate.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EOS = "<|endoftext|>"
+BPE_TRAIN_CHARS = 16_000_000  # text the BPE is trained on at most, split evenly over the training sources
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the runner and the benchmark tasks need from a tokenizer."""
+
+    name: str
+    vocab_size: int
+    eos_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255, ``eos_id`` 256: needs no files, covers every text."""
+
+    name = "byte"
+    vocab_size = 257
+    eos_id = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+
+class HFTokenizer:
+    """A ``tokenizers.Tokenizer`` (a trained BPE) or a ``transformers`` tokenizer, behind the protocol."""
+
+    def __init__(self, name: str, tok: object, eos_id: int, vocab_size: int):
+        self.name, self._tok, self.eos_id, self.vocab_size = name, tok, eos_id, vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        import tokenizers
+
+        if isinstance(self._tok, tokenizers.Tokenizer):
+            return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        return self._tok(texts, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(list(ids))
+
+
+def get_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig, cache_dir: str | os.PathLike[str]) -> Tokenizer:
+    """The tokenizer ``data_cfg.tokenizer`` names, checked against the model's vocabulary.
+
+    ``byte``; ``bpe`` (trained on the training split at ``bpe_vocab_size`` or the model's ``vocab_size``, cached
+    as ``cache_dir/tokenizers/bpe-<hash>.json``, so every run of a grid shares one); ``hf:<name or path>`` (a
+    Hugging Face tokenizer already in the local cache or a local folder; nothing is downloaded).
+    """
+    spec = data_cfg.tokenizer
+    if spec == "byte":
+        tok: Tokenizer = ByteTokenizer()
+    elif spec == "bpe":
+        tok = _bpe(data_cfg, data_cfg.bpe_vocab_size or model_cfg.vocab_size, Path(cache_dir))
+    elif spec.startswith("hf:") and len(spec) > 3:
+        tok = _hf(spec[3:])
+    else:
+        raise ConfigError(f"unknown tokenizer {spec!r}; allowed: 'byte', 'bpe', 'hf:<name>'", where="data.tokenizer")
+    if tok.vocab_size > model_cfg.vocab_size:
+        raise ConfigError(
+            f"tokenizer {tok.name!r} has {tok.vocab_size} ids but model.vocab_size is {model_cfg.vocab_size}; "
+            f"set model.vocab_size >= {tok.vocab_size}", where="model.vocab_size")
+    return tok
+
+
+def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from ablate.runner.corpora import corpus_version, documents
+
+    text_sources = [s for s in data_cfg.train if s.kind != "tokens"]
+    if not text_sources:
+        raise ConfigError("tokenizer 'bpe' needs a text source in data.train to learn from", where="data.tokenizer")
+    if vocab_size < 257:
+        raise ConfigError(f"a byte-level BPE needs at least 257 ids, got {vocab_size}", where="data.bpe_vocab_size")
+    key = json.dumps([vocab_size, data_cfg.heldout_fraction, BPE_TRAIN_CHARS,
+                      [(s.model_dump(mode="json"), corpus_version(s)) for s in text_sources]], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    path = cache_dir / "tokenizers" / f"bpe-{digest}.json"
+    if not path.is_file():
+        log.info("training a %d-id BPE on the training split -> %s", vocab_size, path)
+        budget = BPE_TRAIN_CHARS // len(text_sources)
+
+        def texts():
+            for src in text_sources:
+                used = 0
+                for doc in documents(src, "train", data_cfg.heldout_fraction):
+                    yield doc[: budget - used]
+                    used += len(doc)
+                    if used >= budget:  # endless streams stop here too
+                        break
+
+        tok = tokenizers.Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(texts(), trainer=trainer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tok.save(str(tmp))
+        os.replace(tmp, path)
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    return HFTokenizer(f"bpe-{digest}", tok, tok.token_to_id(EOS), tok.get_vocab_size())
+
+
+def _hf(name: str) -> Tokenizer:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"tokenizer {name!r} is not available locally (nothing is downloaded; put it in the "
+                          f"Hugging Face cache or give a local folder): {exc.__class__.__name__}",
+                          where="data.tokenizer") from None
+    eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+    if eos is None:
+        raise ConfigError(f"tokenizer {name!r} has no end-of-text token", where="data.tokenizer")
+    return HFTokenizer(f"hf:{name}", tok, int(eos), len(tok))

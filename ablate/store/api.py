@@ -1,0 +1,223 @@
+"""``Store``: the results store's public face. Each method is one transaction around a function of
+``records`` (writes) or ``queries`` (reads), retried when the database reports a lock timeout or deadlock.
+
+>>> store = Store.open("sqlite:///:memory:")   # doctest: +SKIP
+>>> store.register_grid(name="g", text="...", runs=planned)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ablate.errors import StoreError
+from ablate.result import RunResult, read_result
+from ablate.store import queries, records
+from ablate.store.engine import display_url, make_engine, resolve_url
+from ablate.store.migrate import upgrade
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+RETRIES = 8
+
+
+class Store:
+    """The results store at one URL. Open with ``Store.open``; usable as a context manager (closes the engine)."""
+
+    def __init__(self, engine: Engine, *, url: str, warnings: Sequence[str] = ()):
+        self.engine = engine
+        self.url = url
+        self.warnings = list(warnings)  # things the CLI shows the user (e.g. SQLite on NFS)
+
+    @classmethod
+    def open(cls, url: str | None = None, *, home: str | os.PathLike[str] | None = None,
+             migrate: bool = True) -> Store:
+        """Open (creating if needed) the store at ``url`` (default: ``ABLATE_STORE``, else
+        ``sqlite:///$ABLATE_HOME/ablate.db``) and bring its schema up to date."""
+        from sqlalchemy.exc import OperationalError
+
+        url = resolve_url(url, home=home)
+        engine, warnings = make_engine(url)
+        if migrate:
+            try:
+                _retry(lambda: upgrade(engine))
+            except OperationalError as exc:
+                engine.dispose()
+                raise StoreError(f"cannot open the store {display_url(url)}: {exc.orig or exc}") from None
+        return cls(engine, url=url, warnings=warnings)
+
+    def close(self) -> None:
+        """Release the engine's connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({display_url(self.url)!r})"
+
+    # transactions
+    @contextmanager
+    def session(self, *, write: bool = True) -> Iterator[Session]:
+        """A Session inside one transaction, committed on success (the caller's ``Session.begin()``)."""
+        from sqlalchemy.orm import Session
+
+        bind = self.engine if write else self.engine.execution_options(ablate_read_only=True)
+        with Session(bind, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    def _write(self, fn: Callable[[Session], T]) -> T:
+        def once() -> T:
+            with self.session() as s:
+                return fn(s)
+        return _retry(once)
+
+    def _read(self, fn: Callable[[Session], T]) -> T:
+        with self.session(write=False) as s:
+            return fn(s)
+
+    # writes
+    def register_grid(self, *, name: str, text: str, runs: Iterable[Any]) -> int:
+        """Record a grid and its runs (PlannedRun objects or mappings); runs already stored keep their state."""
+        runs = list(runs)
+        return self._write(lambda s: records.register_grid(s, name=name, text=text, runs=runs))
+
+    def mark_running(self, *, run_id: str, host: str | None = None, device: str | None = None) -> None:
+        """The run started on ``host``/``device``."""
+        self._write(lambda s: records.mark_running(s, run_id=run_id, host=host, device=device))
+
+    def claim(self, *, run_id: str, host: str | None = None, device: str | None = None,
+              from_statuses: Iterable[str] = ("queued",)) -> bool:
+        """Atomically mark the run running if its status is in ``from_statuses``; True if this caller won."""
+        froms = list(from_statuses)
+        return self._write(lambda s: records.claim(s, run_id=run_id, host=host, device=device,
+                                                   from_statuses=froms))
+
+    def heartbeat(self, *, run_id: str, step: int | None = None) -> None:
+        """The run is alive at ``step``."""
+        self._write(lambda s: records.heartbeat(s, run_id=run_id, step=step))
+
+    def mark_queued(self, *, run_id: str) -> None:
+        """Put the run back in the queue."""
+        self._write(lambda s: records.mark_queued(s, run_id=run_id))
+
+    def mark_failed(self, *, run_id: str, error: str) -> None:
+        """The run failed with ``error``."""
+        self._write(lambda s: records.mark_failed(s, run_id=run_id, error=error))
+
+    def set_mlflow_run_id(self, *, run_id: str, mlflow_run_id: str) -> None:
+        """Remember the MLflow run mirroring this run."""
+        self._write(lambda s: records.set_mlflow_run_id(s, run_id=run_id, mlflow_run_id=mlflow_run_id))
+
+    def set_slurm_job_id(self, *, run_id: str, slurm_job_id: str | None) -> None:
+        """Remember the Slurm job running this run."""
+        self._write(lambda s: records.set_slurm_job_id(s, run_id=run_id, slurm_job_id=slurm_job_id))
+
+    def ingest(self, result: RunResult | str | os.PathLike[str]) -> str:
+        """Record a RunResult, a ``result.json`` or a run directory (idempotent); return the run id.
+
+        A half-written or malformed file is a StoreError saying so.
+        """
+        if not isinstance(result, RunResult):
+            result = read_result(Path(result))
+        res = result
+        return self._write(lambda s: records.ingest(s, res))
+
+    # reads
+    def statuses(self, *, run_ids: Sequence[str]) -> dict[str, str]:
+        """``{run_id: status}`` for the runs the store knows."""
+        return self._read(lambda s: queries.statuses(s, run_ids=run_ids))
+
+    def grids(self) -> list[str]:
+        """The registered grids' names."""
+        return self._read(queries.grid_names)
+
+    def runs_frame(self, grid: str | None = None, where: str | None = None) -> pd.DataFrame:
+        """One row per run with CLI.md's ``runs`` columns and every config field by dotted path.
+
+        ``where``: a ``--where`` expression (see ``ablate.store.where``); an unknown column is a UserInputError.
+        """
+        from ablate.store.where import Where
+
+        frame = self._read(lambda s: queries.runs_frame(s, grid=grid))
+        if where is not None and where.strip():
+            cond = Where(where, queries.known_columns(frame))
+            frame = frame[cond.mask(frame).to_numpy()].reset_index(drop=True)
+        return frame
+
+    def curves(self, *, run_ids: Sequence[str] | None = None, metrics: Iterable[str] | None = None
+               ) -> pd.DataFrame:
+        """Step curves, long: ``run_id, step, metric, value``."""
+        return self._read(lambda s: queries.curves(s, run_ids=run_ids, metrics=metrics))
+
+    def probes(self, *, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+        """Per-layer probe values: ``run_id, layer, name, value``."""
+        return self._read(lambda s: queries.probes(s, run_ids=run_ids))
+
+    def histograms(self, *, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+        """Histogram bins: ``run_id, name, layer, bin, lo, hi, count``."""
+        return self._read(lambda s: queries.histograms(s, run_ids=run_ids))
+
+    def events(self, *, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+        """Events: ``run_id, kind, step, data``."""
+        return self._read(lambda s: queries.events(s, run_ids=run_ids))
+
+    def status_summary(self, grid: str | None = None, *, stale_after_s: float = 300.0) -> dict[str, Any]:
+        """Counts by status per grid, the running runs, and which of them have stale heartbeats."""
+        return self._read(lambda s: queries.status_summary(s, grid=grid, stale_after_s=stale_after_s))
+
+    def stale_runs(self, *, older_than_s: float) -> list[str]:
+        """Ids of ``running`` runs whose heartbeat is older than ``older_than_s`` seconds."""
+        return self._read(lambda s: queries.stale_runs(s, older_than_s=older_than_s))
+
+
+def upgrade_store(url: str | None = None, *, home: str | os.PathLike[str] | None = None
+                  ) -> tuple[str, str | None, str, list[str]]:
+    """Apply the migrations to the store at ``url``: (url, revision before, revision after, warnings)."""
+    from sqlalchemy.exc import OperationalError
+
+    url = resolve_url(url, home=home)
+    engine, warnings = make_engine(url)
+    try:
+        before, after = _retry(lambda: upgrade(engine))
+    except OperationalError as exc:
+        raise StoreError(f"cannot open the store {display_url(url)}: {exc.orig or exc}") from None
+    finally:
+        engine.dispose()
+    return url, before, after, warnings
+
+
+def _retry(fn: Callable[[], T]) -> T:
+    """Run a transaction, again on a lock timeout / deadlock / serialization failure (with backoff)."""
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(RETRIES):
+        try:
+            return fn()
+        except DBAPIError as exc:
+            if attempt == RETRIES - 1 or not _transient(exc):
+                raise
+            log.info("store busy (%s); retrying", exc.orig)
+            time.sleep(0.05 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+def _transient(exc: Any) -> bool:
+    code = getattr(exc.orig, "sqlstate", None)
+    if code in ("40001", "40P01", "55P03"):  # serialization failure, deadlock, lock not available
+        return True
+    text = str(exc.orig).lower()
+    return "database is locked" in text or "database table is locked" in text

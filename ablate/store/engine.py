@@ -1,0 +1,139 @@
+"""Engines from a URL: where the store lives, and the connection settings each backend needs.
+
+- SQLite (the default, ``sqlite:///$ABLATE_HOME/ablate.db``): WAL journal and a busy timeout so several local
+  worker processes write safely; write transactions start with ``BEGIN IMMEDIATE`` so two writers queue on the
+  lock instead of failing when one upgrades a read to a write. SQLite over a network file system is unsafe
+  (locks are not honoured): we warn when the path looks like one.
+- PostgreSQL (``postgresql+psycopg://user@host/db``): for a team or a cluster; connections are pinged before use.
+
+Nothing here runs at import time; ``make_engine`` is the one factory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.errors import StoreError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "ablate.db"
+BUSY_TIMEOUT_S = 60.0
+NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "fuse.sshfs", "ceph",
+              "fuse.ceph", "glusterfs", "fuse.glusterfs", "9p", "afs", "panfs", "wekafs", "fuse.s3fs")
+
+
+def home_dir(home: str | os.PathLike[str] | None = None) -> Path:
+    """The ABLATE_HOME in force: the argument, else the environment, else ``./ablate-runs``."""
+    return Path(home or os.environ.get("ABLATE_HOME") or "ablate-runs")
+
+
+def resolve_url(url: str | None = None, *, home: str | os.PathLike[str] | None = None) -> str:
+    """The store URL in force: the argument, else ``ABLATE_STORE``, else ``sqlite:///$ABLATE_HOME/ablate.db``.
+
+    >>> resolve_url(home="/tmp/h")
+    'sqlite:////tmp/h/ablate.db'
+    """
+    url = url or os.environ.get("ABLATE_STORE")
+    if url:
+        return url
+    return f"sqlite:///{home_dir(home).absolute() / DB_FILE}"
+
+
+def display_url(url: str) -> str:
+    """The URL with any password hidden, for messages."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def network_fs_type(path: str | os.PathLike[str], mounts: str | None = None) -> str | None:
+    """The file system type of ``path`` when it is a network one (nfs, cifs, lustre, ...), else None.
+
+    ``mounts`` is the text of ``/proc/mounts`` (read when not given; None where there is none).
+    """
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return None
+    target = os.path.realpath(path)
+    best, best_type = "", ""
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, best_type = point, parts[2]
+    return best_type if best_type in NETWORK_FS else None
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL (None for other backends and in-memory databases)."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+def make_engine(url: str) -> tuple[Engine, list[str]]:
+    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    warnings: list[str] = []
+    try:
+        path = sqlite_path(url)
+    except ArgumentError as exc:
+        raise StoreError(f"not a database URL: {url!r} ({exc}); e.g. sqlite:///runs/ablate.db or "
+                         "postgresql+psycopg://user@host/db") from None
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fs = network_fs_type(path.parent)
+        if fs:
+            msg = (f"the store {path} is on a network file system ({fs}): SQLite's locking is not safe there; "
+                   "use a local path or a PostgreSQL URL (--store postgresql+psycopg://...)")
+            log.warning(msg)
+            warnings.append(msg)
+    try:
+        if url.startswith("sqlite"):
+            engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+            _sqlite_settings(engine, event)
+        else:
+            engine = create_engine(url, pool_pre_ping=True)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise StoreError(f"cannot use store URL {url!r}: {exc}") from None
+    return engine, warnings
+
+
+def _sqlite_settings(engine: Engine, event) -> None:  # noqa: ANN001 - the sqlalchemy.event module
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record) -> None:  # noqa: ANN001
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:  # noqa: ANN001
+        # Reads take a snapshot (deferred); writes take the write lock up front, so a writer waits in the
+        # busy handler instead of failing with SQLITE_BUSY when its snapshot went stale.
+        read_only = conn.get_execution_options().get("ablate_read_only", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")

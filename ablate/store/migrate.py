@@ -1,0 +1,80 @@
+"""Alembic migrations, configured in code (no alembic.ini): the scripts ship inside the package.
+
+``upgrade(engine)`` brings a database to the newest schema; ``Store.open`` calls it, so does ``ablate db
+upgrade``. Several processes opening one store at once is safe: on PostgreSQL the upgrade holds an advisory
+lock, on SQLite the ``BEGIN IMMEDIATE`` write lock, and each process reads the current revision under it.
+
+A new schema change: edit ``schema.py``, then add ``migrations/versions/NNNN_<what>.py`` (``down_revision`` =
+the previous one); ``tests/test_store_migrations.py`` checks the migrated schema equals ``schema.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.errors import StoreError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy import Connection, Engine
+
+log = logging.getLogger(__name__)
+
+SCRIPTS = Path(__file__).parent / "migrations"
+_PG_LOCK = 0x61626C61  # "abla": the advisory lock id held while migrating
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic Config pointing at the packaged scripts, optionally bound to an open connection."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(SCRIPTS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+@cache
+def head_revision() -> str:
+    """The newest revision the packaged scripts define."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision a database is at (None for an empty one)."""
+    from alembic.migration import MigrationContext
+
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
+    """Apply migrations up to ``revision`` in one transaction; return (revision before, revision after)."""
+    from alembic import command
+    from alembic.util.exc import CommandError
+
+    target = head_revision() if revision == "head" else revision
+    with engine.execution_options(ablate_read_only=True).connect() as conn:  # the usual case: nothing to do
+        if current_revision(conn) == target:
+            return target, target
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_LOCK})")
+        before = current_revision(conn)
+        if before != target:
+            try:
+                command.upgrade(alembic_config(conn), revision)
+            except CommandError as exc:  # e.g. a store written by a newer ablate
+                raise StoreError(f"cannot migrate the store from schema revision {before} to {target}: {exc}; "
+                                 "if another ablate version made this store, use that version (or a newer one)"
+                                 ) from None
+        after = current_revision(conn)
+    if before != after:
+        log.info("store schema upgraded from %s to %s", before or "empty", after)
+    return before, after or ""

@@ -1,0 +1,217 @@
+"""Reads: the runs table, curves, probes, histograms, events and the status summary, as pandas DataFrames.
+
+Every function takes a Session and never commits. The runs table is one read of ``runs`` plus ``scores`` and
+the grid names (summary values are stored on the run row at ingest), so 10,000 runs come back in well under a
+second.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ablate.errors import UserInputError, one_of
+from ablate.store.records import flatten, utcnow
+from ablate.store.schema import STATUSES, Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# CLI.md's `runs` columns, in order; ppl/<set> go after val_ppl and bench/<task> after m_act
+HEAD = ["run_id", "grid", "variant", "seed", "status", "params", "added_params", "steps", "tokens", "train_loss",
+        "val_ppl"]
+MIDDLE = ["loss_spikes", "resumed_from", "gate_score", "f_attn", "m_act"]
+TAIL = ["tokens_per_s", "wall_s", "error"]
+EXTRA = ["host", "device", "started", "finished", "heartbeat", "heartbeat_step", "mlflow_run_id", "slurm_job_id"]
+INT_COLUMNS = ["seed", "params", "added_params", "steps", "tokens", "loss_spikes", "resumed_from", "heartbeat_step"]
+FLOAT_COLUMNS = ["train_loss", "val_ppl", "gate_score", "f_attn", "m_act", "tokens_per_s", "wall_s"]
+_RUN_FIELDS = [c for c in HEAD + MIDDLE + TAIL + EXTRA if c not in ("grid", "heartbeat_step")]
+IN_CHUNK = 500  # run ids per IN (...) list
+
+
+@cache
+def config_fields() -> tuple[str, ...]:
+    """Every config field by dotted path, including those of an optional gate and switch spec."""
+    from ablate.ablations.config import GateSpec, SwitchSpec
+    from ablate.config import RunConfig
+
+    base = flatten(RunConfig().model_dump(mode="json"))
+    extra = {f"model.gate.{k}" for k in GateSpec.model_fields} | {f"model.switch.{k}" for k in SwitchSpec.model_fields}
+    return tuple(dict.fromkeys([*base, *sorted(extra)]))
+
+
+def known_columns(frame: pd.DataFrame | None = None) -> list[str]:
+    """Columns a ``--where`` may name: the runs table's own, every config field, and those of ``frame``."""
+    cols = [*HEAD, *MIDDLE, *TAIL, *EXTRA, *config_fields()]
+    if frame is not None:
+        cols += list(frame.columns)
+    return list(dict.fromkeys(cols))
+
+
+def grid_names(session: Session) -> list[str]:
+    """The registered grids' names."""
+    return list(session.scalars(select(Grid.name).order_by(Grid.name)))
+
+
+def _grid_filter(session: Session, grid: str | None) -> Any:
+    if grid is None:
+        return None
+    if session.scalar(select(Grid.id).where(Grid.name == grid)) is None:
+        raise UserInputError(one_of(grid, grid_names(session), what="grid") if grid_names(session)
+                             else f"unknown grid {grid!r}: the store has no grids yet (run `ablate run GRID`)")
+    return select(GridRun.run_id).join(Grid).where(Grid.name == grid)
+
+
+def runs_frame(session: Session, *, grid: str | None = None) -> pd.DataFrame:
+    """One row per run (of ``grid``, or all): CLI.md's ``runs`` columns, then extras, then config fields."""
+    import pandas as pd
+
+    members = _grid_filter(session, grid)
+    t = Run.__table__.c
+    q = select(*(t[c] for c in _RUN_FIELDS), t.step.label("heartbeat_step"), t.config_flat).order_by(t.run_id)
+    sq = select(Score.run_id, Score.name, Score.value)
+    gq = select(GridRun.run_id, Grid.name).join(Grid).order_by(Grid.name)
+    if members is not None:
+        q, sq, gq = (x.where(col.in_(members)) for x, col in ((q, t.run_id), (sq, Score.run_id),
+                                                                  (gq, GridRun.run_id)))
+    rows = session.execute(q).all()
+    grids: dict[str, list[str]] = defaultdict(list)
+    for run_id, name in session.execute(gq):
+        grids[run_id].append(name)
+    scores: dict[str, dict[str, float | None]] = defaultdict(dict)
+    for run_id, name, value in session.execute(sq):
+        scores[run_id][name] = value
+
+    names = [*_RUN_FIELDS, "heartbeat_step"]
+    frame = pd.DataFrame.from_records([r[:-1] for r in rows], columns=names)
+    frame["grid"] = [grid if grid is not None else (", ".join(grids[r[0]]) or None) for r in rows]
+    score_names = sorted({n for s in scores.values() for n in s})
+    score_frame = pd.DataFrame([[scores[r[0]].get(n) for n in score_names] for r in rows], columns=score_names,
+                               dtype="float64")
+    cfg = pd.DataFrame([r[-1] if r[-1] is not None else _flat_config(session, r[0]) for r in rows])
+    cfg = cfg.drop(columns=[c for c in ("variant", "seed") if c in cfg.columns])
+    ppl = [n for n in score_names if n.startswith("ppl/")]
+    bench = [n for n in score_names if n.startswith("bench/")]
+    other = [n for n in score_names if n not in ppl and n not in bench]
+    out = pd.concat([frame, score_frame, cfg], axis=1)
+    order = [*HEAD, *ppl, *MIDDLE, *bench, *TAIL, *EXTRA, *other, *cfg.columns]
+    out = out[order]
+    for c in INT_COLUMNS:
+        out[c] = out[c].astype("Int64")
+    for c in FLOAT_COLUMNS:
+        out[c] = out[c].astype("float64")
+    return out
+
+
+def _flat_config(session: Session, run_id: str) -> dict[str, Any]:
+    """The flattened config of a row written without one (kept for safety; migration 0002 backfills)."""
+    return flatten(session.scalar(select(Run.config).where(Run.run_id == run_id)) or {})
+
+
+def _in_chunks(session: Session, query: Any, column: Any, run_ids: Sequence[str] | None) -> list[Any]:
+    if run_ids is None:
+        return list(session.execute(query))
+    ids = list(dict.fromkeys(run_ids))
+    rows: list[Any] = []
+    for i in range(0, len(ids), IN_CHUNK):
+        rows.extend(session.execute(query.where(column.in_(ids[i:i + IN_CHUNK]))))
+    return rows
+
+
+def curves(session: Session, *, run_ids: Sequence[str] | None = None,
+           metrics: Iterable[str] | None = None) -> pd.DataFrame:
+    """Step-indexed curves as a long frame: ``run_id, step, metric, value`` (sorted by run, metric, step)."""
+    import pandas as pd
+
+    q = select(Metric.run_id, Metric.step, Metric.name.label("metric"), Metric.value)
+    if metrics is not None:
+        q = q.where(Metric.name.in_(list(metrics)))
+    rows = _in_chunks(session, q.order_by(Metric.run_id, Metric.name, Metric.step), Metric.run_id, run_ids)
+    frame = pd.DataFrame.from_records(rows, columns=["run_id", "step", "metric", "value"])
+    return frame.astype({"step": "int64", "value": "float64"})
+
+
+def probes(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per-layer probe values: ``run_id, layer, name, value``."""
+    import pandas as pd
+
+    q = select(Probe.run_id, Probe.layer, Probe.name, Probe.value).order_by(Probe.run_id, Probe.name, Probe.layer)
+    rows = _in_chunks(session, q, Probe.run_id, run_ids)
+    return pd.DataFrame.from_records(rows, columns=["run_id", "layer", "name", "value"]).astype(
+        {"layer": "int64", "value": "float64"})
+
+
+def histograms(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """Histogram bins, long: ``run_id, name, layer, bin, lo, hi, count`` (lo/hi: the bin's edges)."""
+    import pandas as pd
+
+    q = select(Histogram.run_id, Histogram.name, Histogram.layer, Histogram.counts, Histogram.edges).order_by(
+        Histogram.run_id, Histogram.name, Histogram.layer)
+    records = []
+    for run_id, name, layer, counts, edges in _in_chunks(session, q, Histogram.run_id, run_ids):
+        for b, count in enumerate(counts):
+            lo = edges[b] if b < len(edges) else None
+            hi = edges[b + 1] if b + 1 < len(edges) else None
+            records.append((run_id, name, layer, b, lo, hi, count))
+    return pd.DataFrame.from_records(records, columns=["run_id", "name", "layer", "bin", "lo", "hi", "count"])
+
+
+def events(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """Events (loss spikes, divergence, resumption): ``run_id, kind, step, data`` (data: a dict)."""
+    import pandas as pd
+
+    q = select(Event.run_id, Event.kind, Event.step, Event.data).order_by(Event.run_id, Event.step, Event.id)
+    rows = _in_chunks(session, q, Event.run_id, run_ids)
+    return pd.DataFrame.from_records(rows, columns=["run_id", "kind", "step", "data"])
+
+
+def statuses(session: Session, *, run_ids: Sequence[str]) -> dict[str, str]:
+    """``{run_id: status}`` for the given runs the store knows (unknown ones are absent)."""
+    q = select(Run.run_id, Run.status)
+    return {r: s for r, s in _in_chunks(session, q, Run.run_id, run_ids)}
+
+
+def stale_runs(session: Session, *, older_than_s: float) -> list[str]:
+    """Runs marked ``running`` whose last heartbeat is older than ``older_than_s`` (or missing)."""
+    cutoff = utcnow() - timedelta(seconds=older_than_s)
+    q = select(Run.run_id).where(Run.status == "running", (Run.heartbeat < cutoff) | Run.heartbeat.is_(None))
+    return list(session.scalars(q.order_by(Run.run_id)))
+
+
+def status_summary(session: Session, *, grid: str | None = None, stale_after_s: float = 300.0) -> dict[str, Any]:
+    """What ``ablate status`` shows, JSON-ready.
+
+    ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "failed"}, ...],
+    "running": [{"run_id", "variant", "seed", "host", "device", "step", "heartbeat", "age_s", "stale"}, ...],
+    "stale": [run_id, ...]}``; runs in no grid are counted under ``"grid": null``.
+    """
+    members = _grid_filter(session, grid)
+    q = (select(Grid.name, Run.status, func.count()).select_from(Run)
+         .outerjoin(GridRun, GridRun.run_id == Run.run_id).outerjoin(Grid, Grid.id == GridRun.grid_id)
+         .group_by(Grid.name, Run.status))
+    if grid is not None:
+        q = q.where(Grid.name == grid)
+    counts: dict[str | None, dict[str, int]] = {}
+    for name, status, n in session.execute(q):
+        counts.setdefault(name, dict.fromkeys(STATUSES, 0))[status] = n
+    grids = [{"grid": name, "total": sum(c.values()), **c}
+             for name, c in sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))]
+    rq = select(Run.run_id, Run.variant, Run.seed, Run.host, Run.device, Run.step, Run.heartbeat).where(
+        Run.status == "running").order_by(Run.run_id)
+    if members is not None:
+        rq = rq.where(Run.run_id.in_(members))
+    now = utcnow()
+    running = []
+    for run_id, variant, seed, host, device, step, beat in session.execute(rq):
+        age = (now - beat).total_seconds() if beat is not None else None
+        running.append({"run_id": run_id, "variant": variant, "seed": seed, "host": host, "device": device,
+                        "step": step, "heartbeat": beat.isoformat(timespec="seconds") if beat else None,
+                        "age_s": round(age, 1) if age is not None else None,
+                        "stale": age is None or age > stale_after_s})
+    return {"grids": grids, "running": running, "stale": [r["run_id"] for r in running if r["stale"]]}

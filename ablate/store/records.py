@@ -1,0 +1,265 @@
+"""Writes: register grids and runs, move runs through their lifecycle, ingest ``result.json``.
+
+Every function takes a Session and never commits: the caller owns ``Session.begin()``. Inserts that can race
+(two processes registering the same run, or ingesting it) use the backend's ``ON CONFLICT`` and touch rows in
+``run_id`` order, so concurrent writers neither fail nor deadlock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from ablate.errors import StoreError
+from ablate.result import RunResult
+from ablate.store.schema import STATUSES, Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
+
+# summary keys stored as columns of ``runs``; every other summary key is a row of ``scores``
+INT_SUMMARY = ("params", "added_params", "steps", "tokens", "loss_spikes")
+FLOAT_SUMMARY = ("train_loss", "val_ppl", "gate_score", "f_attn", "m_act", "tokens_per_s", "wall_s")
+CHUNK = 5000  # rows per executemany batch
+
+
+def utcnow() -> datetime:
+    """Now, as the naive UTC datetime the tables store."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _upsert(session: Session, table: Any) -> Any:
+    """The dialect's INSERT, which has ``on_conflict_do_nothing/_update``."""
+    name = session.get_bind().dialect.name
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    if name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table)
+    raise StoreError(f"unsupported database backend {name!r}; use sqlite or postgresql")
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    if hasattr(config, "model_dump"):
+        return config.model_dump(mode="json")
+    if isinstance(config, Mapping):
+        return dict(config)
+    raise StoreError(f"a run's config must be a RunConfig or a dict, not {type(config).__name__}")
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{dotted.path: value}``; lists become compact JSON text (one cell each).
+
+    >>> flatten({"train": {"lr": 0.003}, "seed": 0})
+    {'train.lr': 0.003, 'seed': 0}
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        elif isinstance(value, list):
+            out[path] = json.dumps(value, separators=(",", ":"))
+        else:
+            out[path] = value
+    return out
+
+
+def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config fields that are columns of ``runs`` (for filtering in SQL), and the flattened config."""
+    model, data, train = (config.get(k) or {} for k in ("model", "data", "train"))
+    return {
+        "config_flat": flatten(config),
+        "variant": str(config.get("variant", "baseline")),
+        "seed": int(config.get("seed", 0)),
+        "model_preset": model.get("preset"),
+        "n_layers": model.get("n_layers"),
+        "d_model": model.get("d_model"),
+        "lr": train.get("lr"),
+        "train_steps": train.get("steps"),
+        "batch_size": train.get("batch_size"),
+        "seq_len": data.get("seq_len"),
+    }
+
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    return obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
+
+
+def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]) -> int:
+    """Record a grid (its text replaces an earlier one of the same name) and its runs; return the grid's id.
+
+    ``runs``: PlannedRun-like objects or mappings with ``run_id``, ``config`` (RunConfig or dict), ``params``,
+    ``added_params`` and optionally ``axes``. A run already in the store keeps its status and results.
+    """
+    now = utcnow()
+    ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
+    ins = ins.on_conflict_do_update(index_elements=["name"], set_={"text": ins.excluded.text})
+    grid_id = session.execute(ins.returning(Grid.__table__.c.id)).scalar_one()
+    rows, members = {}, {}
+    for planned in runs:
+        run_id = str(_field(planned, "run_id"))
+        config = _config_dict(_field(planned, "config"))
+        rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config), "status": "queued",
+                        "created": now, "params": _field(planned, "params"),
+                        "added_params": _field(planned, "added_params")}
+        axes = _field(planned, "axes")
+        members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None}
+    if rows:
+        ordered = [rows[k] for k in sorted(rows)]  # one lock order for every writer
+        ins = _upsert(session, Run.__table__)
+        c = Run.__table__.c
+        ins = ins.on_conflict_do_update(index_elements=["run_id"], set_={
+            "params": _coalesce(c.params, ins.excluded.params),
+            "added_params": _coalesce(c.added_params, ins.excluded.added_params)})
+        for i in range(0, len(ordered), CHUNK):
+            session.execute(ins, ordered[i:i + CHUNK])
+        ins = _upsert(session, GridRun.__table__).on_conflict_do_nothing()
+        ordered = [members[k] for k in sorted(members)]
+        for i in range(0, len(ordered), CHUNK):
+            session.execute(ins, ordered[i:i + CHUNK])
+    return grid_id
+
+
+def _coalesce(a: Any, b: Any) -> Any:
+    from sqlalchemy import func
+
+    return func.coalesce(a, b)
+
+
+def _update_run(session: Session, run_id: str, **values: Any) -> None:
+    result = session.execute(update(Run).where(Run.run_id == run_id).values(**values))
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise StoreError(f"run {run_id!r} is not in the store; register its grid first (or ingest its result)")
+
+
+def mark_running(session: Session, *, run_id: str, host: str | None, device: str | None) -> None:
+    """The run started (or restarted) on ``host``/``device``: status ``running``, a fresh heartbeat."""
+    now = utcnow()
+    _update_run(session, run_id, status="running", started=now, heartbeat=now, finished=None, host=host,
+                device=device, error=None)
+
+
+def claim(session: Session, *, run_id: str, host: str | None, device: str | None,
+          from_statuses: Iterable[str] = ("queued",)) -> bool:
+    """Mark the run running only if its status is one of ``from_statuses``; True when this caller got it."""
+    now = utcnow()
+    result = session.execute(
+        update(Run).where(Run.run_id == run_id, Run.status.in_(list(from_statuses)))
+        .values(status="running", started=now, heartbeat=now, finished=None, host=host, device=device, error=None))
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def heartbeat(session: Session, *, run_id: str, step: int | None = None) -> None:
+    """The run is alive at ``step``."""
+    _update_run(session, run_id, heartbeat=utcnow(), step=step)
+
+
+def mark_queued(session: Session, *, run_id: str) -> None:
+    """Back to the queue (interrupted, or to be retried): clears the heartbeat and the error."""
+    _update_run(session, run_id, status="queued", heartbeat=None, error=None, finished=None)
+
+
+def mark_failed(session: Session, *, run_id: str, error: str) -> None:
+    """The run failed with ``error`` (its text is kept for ``ablate runs``)."""
+    _update_run(session, run_id, status="failed", error=error, finished=utcnow())
+
+
+def set_mlflow_run_id(session: Session, *, run_id: str, mlflow_run_id: str) -> None:
+    """Remember the MLflow run that mirrors this run."""
+    _update_run(session, run_id, mlflow_run_id=mlflow_run_id)
+
+
+def set_slurm_job_id(session: Session, *, run_id: str, slurm_job_id: str | None) -> None:
+    """Remember the Slurm job (array task) running this run."""
+    _update_run(session, run_id, slurm_job_id=slurm_job_id)
+
+
+def _time(value: str | None, what: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        raise StoreError(f"result of run: {what} {value!r} is not an ISO 8601 time") from None
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
+
+
+def _num(value: Any, kind: type) -> Any:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return kind(value)
+
+
+def ingest(session: Session, result: RunResult) -> str:
+    """Record a run's ``result.json``: its status, summary, curves, scores, probes, histograms and events.
+
+    Idempotent: the run's earlier rows are replaced, so ingesting twice leaves the same rows. A run the store
+    has never seen is created from ``result.config``. Returns the run id.
+    """
+    run_id = result.run_id
+    if result.status not in STATUSES:
+        raise StoreError(f"result of run {run_id}: unknown status {result.status!r}")
+    config = dict(result.config)
+    ins = _upsert(session, Run.__table__).values(run_id=run_id, config=config, **config_columns(config),
+                                                  status=result.status, created=utcnow())
+    session.execute(ins.on_conflict_do_nothing())
+    # lock the run's row: a concurrent ingest of the same run waits here instead of mixing its child rows in
+    session.execute(select(Run.run_id).where(Run.run_id == run_id).with_for_update(key_share=True))
+    summary = dict(result.summary)
+    values: dict[str, Any] = {k: _num(summary.pop(k, None), int) for k in INT_SUMMARY}
+    values.update({k: _num(summary.pop(k, None), float) for k in FLOAT_SUMMARY})
+    scores = {k: _num(v, float) for k, v in summary.items()}
+    if values["val_ppl"] is None:
+        sets = [v for k, v in scores.items() if k.startswith("ppl/") and v is not None]
+        values["val_ppl"] = sum(sets) / len(sets) if sets else None
+    for key in ("params", "added_params"):  # keep the planned counts when the run did not measure them
+        if values[key] is None:
+            values.pop(key)
+    known = {"started": _time(result.started, "started"), "host": result.host, "device": result.device}
+    values.update({k: v for k, v in known.items() if v is not None})  # else keep what mark_running recorded
+    _update_run(session, run_id, status=result.status, finished=_time(result.finished, "finished"),
+                resumed_from=result.resumed_from, error=result.error, **values)
+    for table in (Score, Metric, Probe, Histogram, Event):
+        session.execute(delete(table).where(table.run_id == run_id))
+    _insert(session, Score, [{"run_id": run_id, "name": k, "value": v} for k, v in sorted(scores.items())])
+    _insert(session, Metric, _metric_rows(result))
+    _insert(session, Probe, [{"run_id": run_id, "name": name, "layer": i, "value": _num(v, float)}
+                             for name, vals in result.probes.items() for i, v in enumerate(vals)])
+    _insert(session, Histogram, [{"run_id": run_id, "name": name, "layer": i, "counts": counts,
+                                  "edges": result.histogram_edges}
+                                 for name, layers in result.histograms.items() for i, counts in enumerate(layers)])
+    _insert(session, Event, [{"run_id": run_id, "kind": e.kind, "step": e.step, "data": e.data}
+                             for e in result.events])
+    return run_id
+
+
+def _metric_rows(result: RunResult) -> list[dict[str, Any]]:
+    metrics = result.metrics
+    steps = metrics.get("step")
+    val_steps = metrics.get("val_step")
+    rows = []
+    for name, values in metrics.items():
+        if name in ("step", "val_step"):
+            continue
+        candidates = [val_steps, steps] if name.startswith("val_") else [steps]
+        idx = next((c for c in candidates if c is not None and len(c) == len(values)), None)
+        if idx is None and steps is None and val_steps is None:
+            idx = list(range(len(values)))
+        if idx is None:
+            raise StoreError(f"result of run {result.run_id}: metric {name!r} has {len(values)} values for "
+                             f"{len(steps or [])} steps")
+        rows.extend({"run_id": result.run_id, "name": name, "step": int(s), "value": _num(v, float)}
+                    for s, v in zip(idx, values, strict=True))
+    return rows
+
+
+def _insert(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
+    for i in range(0, len(rows), CHUNK):
+        session.execute(insert(table.__table__), rows[i:i + CHUNK])

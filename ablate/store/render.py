@@ -1,0 +1,71 @@
+"""DataFrames as what the CLI prints: JSON records (NaN -> null), CSV, markdown, and the columns a terminal
+table shows. Pure functions; the CLI owns printing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from ablate.store.queries import HEAD, MIDDLE, TAIL
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _cell(value: Any) -> Any:
+    """A JSON-safe Python value: NaN/NA/NaT -> None, numpy scalars -> Python, timestamps -> ISO text."""
+    import pandas as pd
+
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    if hasattr(value, "item") and not isinstance(value, (list, dict)):  # numpy scalar
+        value = value.item()
+        return None if isinstance(value, float) and math.isnan(value) else value
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame as a list of JSON-ready dicts, one per row."""
+    cols = list(frame.columns)
+    return [{c: _cell(v) for c, v in zip(cols, row, strict=True)} for row in frame.itertuples(index=False)]
+
+
+def to_json(frame: pd.DataFrame) -> str:
+    """The frame as a JSON list of objects (NaN -> null; '/' in column names kept as is)."""
+    return json.dumps(records(frame), indent=1, default=str)
+
+
+def summary_columns(frame: pd.DataFrame) -> list[str]:
+    """The ``ablate runs`` columns a terminal shows: CLI.md's, without config fields, without all-empty ones."""
+    scores = [c for c in frame.columns if c.startswith(("ppl/", "bench/"))]
+    wanted = [c for c in HEAD + MIDDLE + TAIL if c in frame.columns]
+    at = wanted.index("val_ppl") + 1 if "val_ppl" in wanted else len(wanted)
+    wanted[at:at] = [c for c in scores if c.startswith("ppl/")]
+    at = wanted.index("m_act") + 1 if "m_act" in wanted else len(wanted)
+    wanted[at:at] = [c for c in scores if c.startswith("bench/")]
+    return [c for c in wanted if c in ("run_id", "status") or frame[c].notna().any()]
+
+
+def text(value: Any) -> str:
+    """A cell as short text: 4 significant digits for floats, '-' for missing."""
+    value = _cell(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured markdown table of the frame."""
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(text(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)

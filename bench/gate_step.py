@@ -1,0 +1,91 @@
+"""Step time (forward + backward) of each main gated variant relative to the baseline, measured side by side.
+
+Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs) hits
+all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
+
+    .venv/bin/python bench/gate_step.py                       # small preset, CPU
+    .venv/bin/python bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 --batch 8 --seq 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import torch
+
+from ablate.ablations import ModelConfig, apply_variant, build_model, count_params
+
+MAIN_VARIANTS = [
+    "baseline", "sdpa-elementwise", "sdpa-headwise", "sdpa-head-shared", "v-elementwise", "v-headwise",
+    "sdpa-additive-silu", "dense-output", "sdpa-groupnorm", "switch-v-1top1",
+]
+
+
+def step_fn(name: str, args: argparse.Namespace):
+    """A closure doing one forward+backward of ``name``, synchronised so that wall time is device time."""
+    overrides = {"n_layers": args.layers} if args.layers else {}
+    cfg = apply_variant(ModelConfig(preset=args.preset, **overrides), name)
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    model = build_model(cfg, device=device)
+    idx = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step() -> float:
+        sync()
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda"):
+            out = model(idx)
+            loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), idx.flatten()) + out.aux_loss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        sync()
+        return time.perf_counter() - t0
+
+    return step, count_params(cfg).total
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="small")
+    p.add_argument("--layers", type=int, default=0, help="override n_layers (0 = the preset's)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--variants", nargs="*", default=MAIN_VARIANTS)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = ["baseline", *[n for n in args.variants if n != "baseline"]]
+    steps, params = {}, {}
+    for n in names:
+        steps[n], params[n] = step_fn(n, args)
+    for _ in range(args.warmup):
+        for n in names:
+            steps[n]()
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    base_s: list[float] = []
+    rng = random.Random(0)
+    for _ in range(args.reps):
+        order = names[:]
+        rng.shuffle(order)
+        rep = {n: steps[n]() for n in order}
+        base_s.append(rep["baseline"])
+        for n in names:
+            ratios[n].append(rep[n] / rep["baseline"])
+    print(f"# {args.preset} ({args.layers or 'all'} layers), batch {args.batch} x seq {args.seq}, {args.device}, "
+          f"{args.reps} interleaved reps; baseline step {statistics.median(base_s) * 1e3:.1f} ms (median)")
+    print(f"{'variant':<22} {'params':>12} {'step / baseline':>16}")
+    for n in names:
+        print(f"{n:<22} {params[n]:>12,} {statistics.median(ratios[n]):>16.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Shared fixtures: a fresh results store per test on SQLite and on PostgreSQL, and a temporary ABLATE_HOME.
+
+PostgreSQL: the server at ``ABLATE_TEST_PG_URL`` (scripts/test.sh starts one with scripts/postgres.sh); when
+that is unset, one session-wide throwaway server is started here with the same script (on a free port) and
+stopped by PID at the end, so plain ``pytest`` works too. Each test gets its own new schema on it (the URL
+sets ``search_path``), which to the store is a new, empty database. If no
+server can be started (no PostgreSQL and no way to install it), the postgres cases are skipped with the reason;
+with ``ABLATE_TEST_PG_URL`` set they never are.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """A SQLAlchemy URL of a PostgreSQL server's maintenance database (given, or started for this session)."""
+    given = os.environ.get("ABLATE_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    # not under pytest's tmp dirs: their parents are private to root, and the server runs as `postgres`
+    pgdir = tempfile.mkdtemp(prefix="ablate-pg-")
+    env = {**os.environ, "ABLATE_PG_PORT": str(_free_port())}
+    script = str(ROOT / "scripts" / "postgres.sh")
+    try:
+        proc = subprocess.run([script, "start", pgdir], env=env, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = None
+        reason = str(exc)
+    else:
+        reason = (proc.stderr or proc.stdout).strip()[-500:]
+    if proc is None or proc.returncode != 0:
+        subprocess.run([script, "stop", pgdir], env=env, capture_output=True)
+        shutil.rmtree(pgdir, ignore_errors=True)
+        pytest.skip(f"no PostgreSQL server could be started (set ABLATE_TEST_PG_URL): {reason}")
+    try:
+        yield proc.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([script, "stop", pgdir], env=env, capture_output=True)
+        shutil.rmtree(pgdir, ignore_errors=True)
+
+
+def _admin(url: str):  # noqa: ANN202 - a psycopg connection
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url).set(drivername="postgresql")
+    return psycopg.connect(u.render_as_string(hide_password=False), autocommit=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a new, empty database: a SQLite file in tmp_path, or a new database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store' / 'ablate.db'}"
+        return
+    from sqlalchemy.engine import make_url
+
+    server = request.getfixturevalue("pg_server_url")
+    # a new schema, first on the search path, is a new empty database to the store (and ~100x faster to make
+    # than CREATE DATABASE)
+    name = f"ablate_test_{uuid.uuid4().hex[:12]}"
+    with _admin(server) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    url = make_url(server)
+    try:
+        yield url.update_query_dict({"options": f"-csearch_path={name}"}).render_as_string(hide_password=False)
+    finally:
+        with _admin(server) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator:
+    """A Store opened (and migrated) on the fresh database of ``store_url``."""
+    from ablate.store import Store
+
+    opened = Store.open(store_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """ABLATE_HOME set to a fresh directory; ABLATE_STORE and MLFLOW_TRACKING_URI unset (so they default there)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("ABLATE_HOME", str(home))
+    monkeypatch.delenv("ABLATE_STORE", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return home

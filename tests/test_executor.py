@@ -1,0 +1,241 @@
+"""``ablate run`` end to end on the tiny preset: a grid, a rerun that trains nothing, a new seed, ``kill -9``
+mid-grid then a resume, a crashing run, ``--retry-failed``, MLflow's nested runs and ``ablate ui``.
+
+The runs read the synthetic arithmetic stream (no corpus to tokenize), 60 steps of 4 x 32 tokens, so most of
+the time is the workers importing torch and Lightning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.result import read_result
+from ablate.store import Store
+
+pytestmark = pytest.mark.slow
+
+ABLATE = str(Path(sys.executable).parent / "ablate")
+
+
+def grid_text(name: str, seeds: list[int], extra: str = "") -> str:
+    return f"""
+name: {name}
+base:
+  model: {{preset: tiny}}
+  data:
+    seq_len: 32
+    stream_tokens: 20000
+    train: [{{kind: builtin, name: arithmetic}}]
+    heldout: {{arith: {{kind: builtin, name: arithmetic}}}}
+  train: {{steps: 60, batch_size: 4, checkpoint_every: 10}}
+  eval: {{heldout_tokens: 256, probe_tokens: 128}}
+grid:
+  variant: [baseline, sdpa-elementwise]
+  seed: {seeds}
+{extra}"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    """Subprocess environment: a shared token cache, MLflow in each home (not an inherited URI)."""
+    cache = tmp_path_factory.mktemp("cache")
+    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE")}
+    e["ABLATE_CACHE"] = str(cache)
+    return e
+
+
+@pytest.fixture(autouse=True)
+def _isolated(env, monkeypatch):
+    for key in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("ABLATE_CACHE", env["ABLATE_CACHE"])
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def frame(home: Path, grid: str):
+    with Store.open(home=home) as store:
+        return store.runs_frame(grid=grid).set_index("run_id")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, env):
+    """A two-run grid run to the end on two workers (the reference for everything below)."""
+    root = tmp_path_factory.mktemp("finished")
+    path = root / "g.yaml"
+    path.write_text(grid_text("quick", [0]))
+    home = root / "home"
+    os.environ["ABLATE_CACHE"] = env["ABLATE_CACHE"]
+    cwd = os.getcwd()
+    os.chdir(root)  # to see that nothing lands in the working directory (no ./mlruns)
+    try:
+        result = invoke("run", str(path), "--jobs", "2", "--home", str(home))
+    finally:
+        os.chdir(cwd)
+    return root, path, home, result
+
+
+def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
+    root, _, home, result = finished
+    assert result.exit_code == 0, result.output
+    runs = frame(home, "quick")
+    assert len(runs) == 2 and set(runs["status"]) == {"done"}
+    assert set(runs["variant"]) == {"baseline", "sdpa-elementwise"}
+    assert (runs["steps"] == 60).all() and runs["resumed_from"].isna().all()
+    assert set(runs["device"]) == {"cpu"}
+    assert "2 to run (0 resuming), 0 skipped; 2 worker(s) on cpu" in result.output
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    exp = client.get_experiment_by_name("quick")
+    nested = client.search_runs([exp.experiment_id], filter_string="tags.`ablate.role` = 'run'")
+    assert sorted(r.data.tags["run_id"] for r in nested) == sorted(runs.index)
+    for r in nested:
+        rid = r.data.tags["run_id"]
+        assert r.data.tags["status"] == "done" and r.data.tags["variant"] == runs.loc[rid, "variant"]
+        assert r.data.params["train.steps"] == "60"
+        loss = client.get_metric_history(r.info.run_id, "loss")
+        assert [m.step for m in loss] == list(range(60))
+        assert r.data.metrics["train_loss"] == pytest.approx(runs.loc[rid, "train_loss"])
+        assert runs.loc[rid, "mlflow_run_id"] == r.info.run_id
+    assert sorted(p.name for p in root.iterdir()) == ["g.yaml", "home"]  # no ./mlruns
+
+
+def test_a_rerun_trains_nothing_and_returns_fast(finished):
+    _, path, home, _ = finished
+    results = {p: p.stat().st_mtime_ns for p in (home / "runs").glob("*/result.json")}
+    t0 = time.monotonic()
+    result = invoke("run", str(path), "--jobs", "2", "--home", str(home))
+    took = time.monotonic() - t0
+    assert result.exit_code == 0, result.output
+    assert "worker" not in result.output  # no pool was started
+    assert {p: p.stat().st_mtime_ns for p in results} == results
+    assert took < 15, took
+
+
+def test_adding_a_seed_trains_only_the_new_runs(finished, tmp_path):
+    _, path, home, _ = finished
+    before = frame(home, "quick")
+    grown = tmp_path / "g.yaml"
+    grown.write_text(grid_text("quick", [0, 1]))
+    result = invoke("run", str(grown), "--jobs", "2", "--home", str(home))
+    assert result.exit_code == 0, result.output
+    after = frame(home, "quick")
+    assert len(after) == 4 and set(after["status"]) == {"done"}
+    new = sorted(set(after.index) - set(before.index))
+    assert sorted(after[after["seed"] == 1].index) == new
+    assert (after.loc[before.index, "finished"] == before["finished"]).all()  # the old runs were not touched
+    assert "2 to run (0 resuming), 2 skipped" in result.output
+
+
+def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_path, env):
+    _, path, ref_home, _ = finished
+    reference = frame(ref_home, "quick")
+    home = tmp_path / "home"
+    cmd = [ABLATE, "run", str(path), "--jobs", "1", "--home", str(home), "--no-mlflow"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((home / "runs").glob("*/checkpoints/last.ckpt")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole `ablate run`: its process and its workers
+        proc.wait()
+    assert not list((home / "runs").glob("*/result.json"))  # cut off before any run finished
+    with Store.open(home=home) as store:
+        assert "running" in store.statuses(run_ids=list(reference.index)).values()
+
+    rerun = subprocess.run(cmd[:-1], env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "(1 resuming)" in rerun.stderr
+    runs = frame(home, "quick")
+    assert len(runs) == 2 and set(runs["status"]) == {"done"}
+    resumed = runs[runs["resumed_from"].notna()]
+    assert len(resumed) == 1 and resumed["resumed_from"].iloc[0] % 10 == 0
+    for rid in runs.index:
+        assert runs.loc[rid, "train_loss"] == pytest.approx(reference.loc[rid, "train_loss"], rel=1e-6, abs=1e-7)
+        result = read_result(home / "runs" / rid)
+        assert result.metrics["step"] == list(range(60))  # each step recorded once
+        assert result.metrics["loss"] == pytest.approx(read_result(ref_home / "runs" / rid).metrics["loss"],
+                                                       rel=1e-6, abs=1e-7)
+    # MLflow catches up with runs that finished while nobody mirrored them
+    again = invoke("run", str(path), "--home", str(home))
+    assert again.exit_code == 0, again.output
+    assert frame(home, "quick")["mlflow_run_id"].notna().all()
+
+
+def test_a_crashing_run_fails_alone_then_retry_failed(finished, tmp_path):
+    _, _, home, _ = finished
+    corpus = tmp_path / "corpus.txt"
+    crashy = tmp_path / "crashy.yaml"
+    crashy.write_text(grid_text("crashy", [2], extra=f"""
+exclude: [{{variant: sdpa-elementwise}}]
+include:
+  - {{variant: baseline, seed: 0, data.train: [{{kind: text, path: "{corpus}"}}]}}
+"""))
+    result = invoke("run", str(crashy), "--jobs", "2", "--home", str(home))
+    assert result.exit_code == 1, result.output
+    runs = frame(home, "crashy")
+    assert sorted(runs["status"]) == ["done", "failed"]
+    failed = runs[runs["status"] == "failed"].iloc[0]
+    assert "no files match" in failed["error"] and "Traceback" in failed["error"]
+    assert f"failed {failed.name}: ConfigError" in " ".join(result.output.split())
+
+    again = invoke("run", str(crashy), "--home", str(home))  # failed runs are skipped without --retry-failed
+    assert again.exit_code == 1 and "worker" not in again.output
+
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    retried = invoke("run", str(crashy), "--retry-failed", "--jobs", "2", "--home", str(home))
+    assert retried.exit_code == 0, retried.output
+    assert "1 to run (0 resuming), 1 skipped; 1 worker(s)" in retried.output
+    assert set(frame(home, "crashy")["status"]) == {"done"}
+
+
+def test_bad_input_is_exit_2(tmp_path):
+    path = tmp_path / "g.yaml"
+    path.write_text(grid_text("bad", [0]))
+    result = invoke("run", str(path), "--jobs", "0", "--home", str(tmp_path / "h"))
+    assert result.exit_code == 2 and "--jobs: 0 workers asked for" in result.output
+    result = invoke("run", str(path), "--set", "train.stepz=3", "--home", str(tmp_path / "h"))
+    assert result.exit_code == 2 and "stepz" in result.output
+
+
+def test_ui_serves_the_homes_tracking_store(finished, env):
+    _, _, home, _ = finished
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([ABLATE, "ui", "--port", str(port), "--home", str(home)], env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=quick"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    body = json.load(resp)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "mlflow ui did not answer"
+                time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert body["experiment"]["name"] == "quick"

@@ -1,0 +1,95 @@
+"""Migrations: an empty database and one made by the first schema both reach the newest, and the migrated
+schema is exactly ``schema.py`` (on SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import inspect, text
+
+from ablate.store import Store
+from ablate.store.engine import make_engine
+from ablate.store.migrate import current_revision, head_revision, upgrade
+from ablate.store.schema import Base
+
+TABLES = {"grids", "grid_runs", "runs", "scores", "metrics", "probes", "histograms", "events", "alembic_version"}
+
+
+def _schema_diff(engine) -> list:  # noqa: ANN001
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return compare_metadata(MigrationContext.configure(conn), Base.metadata)
+
+
+def test_empty_database_upgrades_to_head(store_url: str) -> None:
+    engine, _ = make_engine(store_url)
+    try:
+        assert set(inspect(engine).get_table_names()) == set()
+        assert upgrade(engine) == (None, head_revision())
+        assert head_revision() == "0002"
+        assert set(inspect(engine).get_table_names()) == TABLES
+        assert _schema_diff(engine) == []  # migrations and schema.py agree
+        assert upgrade(engine) == ("0002", "0002")  # again: nothing to do
+    finally:
+        engine.dispose()
+
+
+def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
+    engine, _ = make_engine(store_url)
+    try:
+        assert upgrade(engine, "0001") == (None, "0001")
+        indexes = {ix["name"] for ix in inspect(engine).get_indexes("runs")}
+        assert "ix_runs_status_heartbeat" not in indexes
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO runs (run_id, config, variant, seed, status, created) "
+                "VALUES ('old1', '{\"variant\": \"baseline\", \"seed\": 3, \"train\": {\"lr\": 0.002}}', "
+                "'baseline', 3, 'done', '2024-05-01 12:00:00')"))
+    finally:
+        engine.dispose()
+    with Store.open(store_url) as store:  # opening applies the rest
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0002"
+        assert "ix_runs_status_heartbeat" in {ix["name"] for ix in inspect(store.engine).get_indexes("runs")}
+        assert store.statuses(run_ids=["old1"]) == {"old1": "done"}
+        frame = store.runs_frame()
+        assert frame[["run_id", "variant", "seed", "train.lr"]].values.tolist() == [["old1", "baseline", 3, 0.002]]
+        with store.engine.connect() as conn:  # the migration filled the new column of the old row
+            flat = conn.execute(text("SELECT config_flat FROM runs")).scalar_one()
+        assert (json.loads(flat) if isinstance(flat, str) else flat) == {"variant": "baseline", "seed": 3,
+                                                                         "train.lr": 0.002}
+
+
+@pytest.mark.parametrize("mounts, expected", [
+    ("srv:/export /data nfs4 rw 0 0\n/dev/sda1 / ext4 rw 0 0\n", "nfs4"),
+    ("/dev/sda1 / ext4 rw 0 0\nsrv:/export /data/sub lustre rw 0 0\n", None),
+    ("/dev/sda1 / ext4 rw 0 0\nuser@h:/x /data fuse.sshfs rw 0 0\n", "fuse.sshfs"),
+    ("/dev/sda1 / ext4 rw 0 0\n", None),
+], ids=["nfs4", "sibling-mount", "sshfs", "local"])
+def test_network_file_system_is_detected(mounts: str, expected: str | None) -> None:
+    from ablate.store.engine import network_fs_type
+
+    assert network_fs_type("/data/runs/ablate.db", mounts) == expected
+
+
+def test_local_sqlite_store_has_no_warning(tmp_path) -> None:  # noqa: ANN001
+    engine, warnings = make_engine(f"sqlite:///{tmp_path}/a/ablate.db")
+    engine.dispose()
+    assert warnings == [] and (tmp_path / "a").is_dir()
+
+
+def test_store_from_a_newer_ablate_is_a_clear_error(store_url: str) -> None:
+    from ablate.errors import StoreError
+
+    engine, _ = make_engine(store_url)
+    try:
+        upgrade(engine)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+        with pytest.raises(StoreError, match="from schema revision 0099 to 0002.*another ablate version"):
+            Store.open(store_url)
+    finally:
+        engine.dispose()
