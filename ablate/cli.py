@@ -169,7 +169,6 @@ def plan(
     console.print(plan_table(spec.name, runs, status, matched=spec.match_params))
 
 
-
 # ---------------------------------------------------------------- store: runs, status, ingest, db upgrade
 GridNameOpt = Annotated[str | None, typer.Option("--grid", help="only the runs of this grid (by its name)")]
 WHERE_HELP = (
@@ -254,6 +253,9 @@ def status_cmd(
     _check_format(fmt, ["table", "json"])
     with _open_store(home, store) as opened:
         summary = opened.status_summary(grid, stale_after_s=stale_after)
+        from ablate.runner.executor.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
+
+        summary["slurm"] = slurm_rows(opened, grid)
     if fmt == "json":
         import json
 
@@ -279,6 +281,14 @@ def status_cmd(
             age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s" + (" STALE" if r["stale"] else "")
             table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-",
                           "-" if r["step"] is None else str(r["step"]), age)
+        console.print(table)
+    if summary["slurm"]:
+        table = Table(title="in Slurm")
+        for col in ("run_id", "grid", "variant", "seed", "status", "slurm job", "slurm state"):
+            table.add_column(col)
+        for r in summary["slurm"]:
+            table.add_row(r["run_id"], r["grid"] or "-", r["variant"], str(r["seed"]), r["status"],
+                          r["slurm_job_id"], r["slurm_state"] or "-")
         console.print(table)
     if summary["stale"]:
         click.secho(f"{len(summary['stale'])} running run(s) have no heartbeat for over {stale_after:.0f}s "
@@ -348,8 +358,25 @@ def run(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")] = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
+    executor: Annotated[str, typer.Option("--executor", help="local (worker pool here) or slurm (one job array)")]
+    = "local",
+    partition: Annotated[str | None, typer.Option("--partition", help="slurm: the partition")] = None,
+    gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="slurm: GPUs per run (= train.devices; "
+                                                     "0 = CPU) [default: train.devices if GPUs here, else 0]")] = None,
+    time_limit: Annotated[str, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, D-HH:MM:SS); "
+                                            "a task out of time checkpoints and is requeued")] = "1-00:00:00",
+    array_parallelism: Annotated[int | None, typer.Option("--array-parallelism", help="slurm: tasks at a time")]
+    = None,
+    slurm_opts: Annotated[list[str] | None, typer.Option("--slurm-opt", help="slurm: K=V, a submitit parameter "
+                                                         "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="slurm: wait until every run has ended")] = False,
 ) -> None:
     """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once)."""
+    if executor != "local":
+        raise typer.Exit(_run_slurm(grid, sets, executor, home=home, store=store, partition=partition,
+                                    gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
+                                    array_parallelism=array_parallelism, slurm_opts=slurm_opts,
+                                    retry_failed=retry_failed))
     from ablate.runner.executor import RunOptions, print_summary, run_grid
 
     options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
@@ -382,13 +409,13 @@ def ui(
 
 
 # ---------------------------------------------------------------- reports: report
-REPORT_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table6", "figures", "all")
+REPORT_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table6", "lr", "figures", "all")
 
 
 @app.command("report")
 @handles_errors
 def report_cmd(
-    target: Annotated[str, typer.Argument(help="table1..table6, figures (PNG files) or all (HTML page + files)",
+    target: Annotated[str, typer.Argument(help="table1..table6, lr (ablate tune's table), figures (PNG files) or all (HTML page + files)",
                                           show_default=False)],
     grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's only grid)")] = None,
     paper: Annotated[bool, typer.Option("--paper", help="add the paper's own number beside each measured one")] = False,
@@ -428,10 +455,172 @@ def report_cmd(
 # ---------------------------------------------------------------- benchmarks and interop: export
 
 
+def _save_hf_tokenizer(tokenizer: Any, out: Path) -> bool:
+    """Write ``tokenizer`` into ``out`` when it is a Hugging Face one (a trained BPE or ``hf:<name>``)."""
+    inner = getattr(tokenizer, "_tok", None)
+    if inner is None:
+        return False
+    import tokenizers
+
+    if isinstance(inner, tokenizers.Tokenizer):
+        from transformers import PreTrainedTokenizerFast
+
+        eos = inner.id_to_token(tokenizer.eos_id)
+        inner = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=eos, pad_token=eos)
+    inner.save_pretrained(str(out))
+    return True
+
+
+@app.command()
+@handles_errors
+def export(
+    run_id: Annotated[str, typer.Argument(help="the run to export (its id, as in `ablate runs`)", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="folder to write", show_default=False)],
+    fmt: Annotated[str, typer.Option("--format", help="output format: hf (the only one)")] = "hf",
+    home: HomeOpt = None,
+) -> None:
+    """A trained checkpoint as a Hugging Face Qwen3 folder (config, safetensors weights, the tokenizer when it is a
+    Hugging Face one). Gated and other non-Qwen3 variants are refused with the reason (exit 2)."""
+    from ablate.errors import UserInputError, one_of
+
+    if fmt != "hf":
+        raise UserInputError(one_of(fmt, ["hf"], what="export format"))
+    run_dir = home_dir(home) / "runs" / run_id
+    if not run_dir.is_dir():
+        from ablate.errors import did_you_mean
+
+        known = [p.name for p in run_dir.parent.glob("*") if p.is_dir()] if run_dir.parent.is_dir() else []
+        raise UserInputError(f"no run {run_id!r} in {run_dir.parent}{did_you_mean(run_id, known)}")
+    from ablate.ablations import apply_variant
+    from ablate.ablations.export import export_hf
+    from ablate.runner.checkpoints import load_run_model
+
+    model, tokenizer, config = load_run_model(run_dir)
+    export_hf(model, apply_variant(config.model, config.variant), out)
+    note = "with its tokenizer" if _save_hf_tokenizer(tokenizer, out) else (
+        f"no tokenizer written: '{config.data.tokenizer}' is not a Hugging Face tokenizer")
+    typer.echo(f"exported {run_id} ({fmt}) to {out}; {note}")
+
+
 # ---------------------------------------------------------------- tune: learning-rate search
+@app.command("tune")
+@handles_errors
+def tune_cmd(
+    grid: Annotated[Path | None, typer.Argument(help="grid file (YAML); not needed with --dashboard",
+                                                show_default=False)] = None,
+    param: Annotated[str, typer.Option("--param", help="the config field to tune, by dotted path")] = "train.lr",
+    low: Annotated[float | None, typer.Option("--low", help="lower end of the search range")] = None,
+    high: Annotated[float | None, typer.Option("--high", help="upper end of the search range")] = None,
+    log: Annotated[bool, typer.Option("--log", help="search on a log scale (learning rates)")] = False,
+    trials: Annotated[int, typer.Option("--trials", help="trials per study in all (a rerun adds the missing ones)")]
+    = 10,
+    metric: Annotated[str, typer.Option("--metric", help="minimized: val_ppl, train_loss or ppl/<held-out set>")]
+    = "val_ppl",
+    pruner: Annotated[str, typer.Option("--pruner", help="median (median:N waits for N trials), hyperband, "
+                                        "threshold:X or none")] = "median",
+    tolerance: Annotated[float, typer.Option("--tolerance", help="stable = not diverged and metric within this "
+                                             "fraction of the best")] = 0.05,
+    then_run: Annotated[bool, typer.Option("--then-run", help="then run the grid's seeds at each cell's best value "
+                                           "(grid '<grid>/tuned')")] = False,
+    find_max_stable: Annotated[bool, typer.Option("--find-max-stable", help="bisect for each cell's largest stable "
+                                                  "value between the trials' stable and unstable ones")] = False,
+    stable_steps: Annotated[int, typer.Option("--stable-steps", help="probes of --find-max-stable per cell")] = 4,
+    dashboard: Annotated[bool, typer.Option("--dashboard", help="serve optuna-dashboard over the store on "
+                                            "127.0.0.1 instead of tuning (needs optuna-dashboard)")] = False,
+    port: Annotated[int, typer.Option("--port", help="the dashboard's port on 127.0.0.1")] = 8080,
+    sets: SetOpt = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="workers, as for ablate run")] = None,
+    devices: Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or a comma list of GPU indices")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror the --then-run runs into MLflow")]
+    = False,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Search a parameter (the learning rate) per grid cell with Optuna; report each variant's best and largest
+    stable value; --then-run compares the variants at their best. Studies live in the results store."""
+    from ablate.errors import ConfigError
+
+    if dashboard:
+        from ablate.tune.dashboard import dashboard_module, serve
+
+        dashboard_module()  # a clear error before anything else when it is not installed
+        with _open_store(home, store) as opened:
+            typer.echo(f"optuna-dashboard on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+            try:
+                serve(opened, port=port)
+            except KeyboardInterrupt:
+                pass
+        return
+    if grid is None:
+        raise ConfigError("give the grid file to tune (or --dashboard)", where="GRID")
+    from ablate.tune.search import TuneOptions, tune
+    from ablate.tune.summary import print_summary
+
+    options = TuneOptions(param=param, low=low, high=high, log=log, trials=trials, metric=metric, pruner=pruner,
+                          tolerance=tolerance, then_run=then_run, find_max_stable=find_max_stable,
+                          stable_steps=stable_steps, home=home_dir(home), store=store, jobs=jobs, devices=devices,
+                          mlflow=not no_mlflow)
+    report = tune(grid, sets or [], options)
+    print_summary(report, param, metric)
+    if report.tuned is not None:
+        from ablate.runner.executor import print_summary as print_grid_summary
+
+        print_grid_summary(report.tuned)
+    raise typer.Exit(report.exit_code)
+
 
 
 # ---------------------------------------------------------------- slurm: cancel
+def _run_slurm(grid: Path, sets: list[str] | None, executor: str, *, home: Path | None, store: str | None,
+               partition: str | None, gpus_per_job: int | None, time_limit: str, wait: bool,
+               array_parallelism: int | None, slurm_opts: list[str] | None, retry_failed: bool) -> int:
+    """``ablate run --executor slurm``: submit the grid as one job array; the exit status."""
+    from ablate.errors import ConfigError, one_of
+    from ablate.runner.executor.slurm import SlurmOptions, submit_grid
+
+    if executor != "slurm":
+        raise ConfigError(one_of(executor, ["local", "slurm"], what="executor"), where="--executor")
+    options = SlurmOptions(home=home_dir(home), store=store, partition=partition, gpus_per_job=gpus_per_job,
+                           time=time_limit, array_parallelism=array_parallelism, slurm_opts=slurm_opts or [],
+                           retry_failed=retry_failed, wait=wait)
+    report = submit_grid(grid, sets or [], options)
+    for warning in report.warnings:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    if report.array_id is not None:
+        typer.echo(report.array_id)
+    if wait and report.statuses:
+        counts: dict[str, int] = {}
+        for status in report.statuses.values():
+            counts[status] = counts.get(status, 0) + 1
+        typer.echo(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), err=True)
+    return report.exit_code
+
+
+@app.command("cancel")
+@handles_errors
+def cancel_cmd(
+    grid: Annotated[str, typer.Argument(help="the grid: its file (YAML) or its name in the store", show_default=False)],
+    sets: SetOpt = None,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for Slurm to end the jobs")] = 120.0,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Cancel a grid's Slurm job array (scancel) and put its unfinished runs back in the queue."""
+    from ablate.runner.executor.slurm_queue import cancel_grid
+
+    name = grid
+    if grid.endswith((".yaml", ".yml")) or Path(grid).is_file():
+        from ablate.grid import load_grid
+
+        name = load_grid(Path(grid), sets or ()).name
+    with _open_store(home, store) as opened:
+        report = cancel_grid(opened, name, wait_s=wait)
+    if report.cancelled:
+        typer.echo(f"cancelled Slurm job(s) {', '.join(report.cancelled)} of grid {name}")
+    typer.echo(f"{len(report.requeued)} run(s) of {name} back in the queue")
+    if report.still_alive:
+        click.secho(f"warning: Slurm still lists {', '.join(report.still_alive)}; those runs record their own end",
+                    fg="yellow", err=True)
 
 
 def main() -> None:

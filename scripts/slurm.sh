@@ -2,7 +2,7 @@
 # A real one-node Slurm cluster on 127.0.0.1 for the tests (Debian's slurm-wlm 22.05 and munge).
 #   scripts/slurm.sh start DIR   -> installs the packages if missing, writes DIR/slurm.conf (cons_tres, no accounting),
 #                                   starts munged, slurmctld and slurmd; prints the SLURM_CONF path to export
-#   scripts/slurm.sh stop DIR    -> stops the three daemons by their PIDs
+#   scripts/slurm.sh stop DIR    -> cancels the cluster's jobs, then stops the three daemons by their PIDs
 set -euo pipefail
 cmd=${1:?start|stop}; dir=$(mkdir -p "${2:?directory}" && cd "$2" && pwd)
 ctl_port=${ABLATE_SLURMCTLD_PORT:-16817}; d_port=${ABLATE_SLURMD_PORT:-16818}
@@ -16,6 +16,12 @@ stop_pid() {  # stop_pid PIDFILE: TERM, wait, then KILL
 }
 
 if [ "$cmd" = stop ]; then
+  # first end this cluster's jobs: job steps outlive a stopped slurmd, and would wait for it forever
+  if [ -f "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+    export SLURM_CONF="$dir/slurm.conf"
+    scancel --user="$(id -un)" 2>/dev/null || true
+    for _ in $(seq 1 300); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
   stop_pid "$dir/slurmd.pid"; stop_pid "$dir/slurmctld.pid"; stop_pid "$dir/munged.pid"
   exit 0
 fi

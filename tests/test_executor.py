@@ -7,14 +7,11 @@ the time is the workers importing torch and Lightning.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -79,13 +76,17 @@ def finished(tmp_path_factory, env):
     path = root / "g.yaml"
     path.write_text(grid_text("quick", [0]))
     home = root / "home"
+    cwd, cache = os.getcwd(), os.environ.get("ABLATE_CACHE")
     os.environ["ABLATE_CACHE"] = env["ABLATE_CACHE"]
-    cwd = os.getcwd()
     os.chdir(root)  # to see that nothing lands in the working directory (no ./mlruns)
     try:
         result = invoke("run", str(path), "--jobs", "2", "--home", str(home))
     finally:
         os.chdir(cwd)
+        if cache is None:
+            os.environ.pop("ABLATE_CACHE")
+        else:
+            os.environ["ABLATE_CACHE"] = cache
     return root, path, home, result
 
 
@@ -128,19 +129,40 @@ def test_a_rerun_trains_nothing_and_returns_fast(finished):
     assert took < 15, took
 
 
-def test_adding_a_seed_trains_only_the_new_runs(finished, tmp_path):
+def test_adding_a_seed_trains_only_the_new_runs_and_ctrl_c_requeues(finished, tmp_path, env):
     _, path, home, _ = finished
     before = frame(home, "quick")
     grown = tmp_path / "g.yaml"
     grown.write_text(grid_text("quick", [0, 1]))
+    old_ckpts = set((home / "runs").glob("*/checkpoints/last.ckpt"))
+    # Ctrl-C at a terminal: SIGINT to the whole process group, once a new run has saved a checkpoint
+    proc = subprocess.Popen([ABLATE, "run", str(grown), "--jobs", "1", "--home", str(home), "--no-mlflow"],
+                            env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not set((home / "runs").glob("*/checkpoints/last.ckpt")) - old_ckpts:
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted: run the same command again to resume" in out
+    cut = frame(home, "quick")
+    assert sorted(cut[cut["seed"] == 1]["status"]) == ["queued", "queued"]  # nothing failed, nothing lost
+
     result = invoke("run", str(grown), "--jobs", "2", "--home", str(home))
     assert result.exit_code == 0, result.output
     after = frame(home, "quick")
     assert len(after) == 4 and set(after["status"]) == {"done"}
     new = sorted(set(after.index) - set(before.index))
     assert sorted(after[after["seed"] == 1].index) == new
+    assert after.loc[new, "resumed_from"].notna().sum() == 1  # the interrupted one went on from its checkpoint
     assert (after.loc[before.index, "finished"] == before["finished"]).all()  # the old runs were not touched
-    assert "2 to run (0 resuming), 2 skipped" in result.output
+    assert "2 to run (1 resuming), 2 skipped" in result.output
 
 
 def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_path, env):
@@ -148,12 +170,13 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     reference = frame(ref_home, "quick")
     home = tmp_path / "home"
     cmd = [ABLATE, "run", str(path), "--jobs", "1", "--home", str(home), "--no-mlflow"]
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 120
         while not list((home / "runs").glob("*/checkpoints/last.ckpt")):
-            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
+            assert proc.poll() is None and time.monotonic() < deadline, f"no checkpoint appeared: {log.read_text()}"
             time.sleep(0.02)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole `ablate run`: its process and its workers
@@ -162,9 +185,9 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     with Store.open(home=home) as store:
         assert "running" in store.statuses(run_ids=list(reference.index)).values()
 
-    rerun = subprocess.run(cmd[:-1], env=env, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "(1 resuming)" in rerun.stderr
+    rerun = invoke("run", str(path), "--jobs", "1", "--home", str(home), "--no-mlflow")
+    assert rerun.exit_code == 0, rerun.output
+    assert "(1 resuming)" in rerun.output
     runs = frame(home, "quick")
     assert len(runs) == 2 and set(runs["status"]) == {"done"}
     resumed = runs[runs["resumed_from"].notna()]
@@ -217,25 +240,15 @@ def test_bad_input_is_exit_2(tmp_path):
     assert result.exit_code == 2 and "stepz" in result.output
 
 
-def test_ui_serves_the_homes_tracking_store(finished, env):
-    _, _, home, _ = finished
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([ABLATE, "ui", "--port", str(port), "--home", str(home)], env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=quick"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    body = json.load(resp)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "mlflow ui did not answer"
-                time.sleep(0.5)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-    assert body["experiment"]["name"] == "quick"
+def test_ui_runs_mlflow_on_localhost_over_the_homes_store(tmp_path, monkeypatch):
+    from ablate.store.mlflow_mirror import ui_command
+
+    cmd = ui_command(tmp_path / "home", port=5123)
+    assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"]
+    opts = dict(zip(cmd[4::2], cmd[5::2], strict=True))
+    assert opts == {"--backend-store-uri": f"sqlite:///{(tmp_path / 'home').resolve()}/mlflow.db",
+                    "--default-artifact-root": (tmp_path / "home" / "mlartifacts").resolve().as_uri(),
+                    "--host": "127.0.0.1", "--port": "5123"}
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
+    result = invoke("ui", "--home", str(tmp_path))
+    assert result.exit_code == 2 and "is a tracking server (http://mlflow.example:5000)" in result.output

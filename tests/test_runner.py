@@ -254,3 +254,13 @@ def test_a_run_cut_during_evaluation_resumes_at_its_end(reference, tmp_path):
     assert again.resumed_from == STEPS and again.metrics["loss"] == result.metrics["loss"]
     assert again.summary["val_ppl"] == result.summary["val_ppl"] and again.probes == result.probes
     assert [(e.kind, e.step) for e in again.events] == [("resumed", STEPS)]
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_minimum():
+    from ablate.config import TrainConfig
+
+    cfg = TrainConfig(steps=100, warmup_frac=0.1, min_lr_ratio=0.1)
+    f = [lr_factor(s, cfg) for s in range(100)]
+    assert f[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert f[10] == 1.0 and f[99] == pytest.approx(0.1) and f[54] > 0.55 > f[55]  # half-way: (1 + 0.1) / 2
+    assert all(a >= b for a, b in zip(f[10:-1], f[11:], strict=True))  # monotone decay after warm-up

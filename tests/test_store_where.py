@@ -62,11 +62,20 @@ def test_runs_frame_applies_where(filled: Store) -> None:
     assert list(filled.runs_frame(grid="g", where="status == 'queued'")["run_id"]) == ["run004", "run005"]
     with pytest.raises(UserInputError, match="unknown column 'trian.lr'"):
         filled.runs_frame(where="trian.lr > 0")
+    with pytest.raises(UserInputError, match=r"unknown column 'ppl/cod' \(did you mean 'ppl/code'\?\)"):
+        filled.runs_frame(where="ppl/cod > 0")
+
+
+def test_scores_no_run_has_yet_are_not_unknown(store: Store) -> None:
+    store.register_grid(name="g", text="g", runs=[planned(0)])  # queued: no ppl/ or bench/ columns yet
+    assert store.runs_frame(where="ppl/code < 10 or col('bench/arc-e') > 0").empty
+    assert list(store.runs_frame(where="not ppl/code < 10")["run_id"]) == ["run000"]
 
 
 ERRORS = {
     "unknown-dotted": ("train.lrr > 1", r"unknown column 'train.lrr' \(did you mean 'train.lr'\?\); known columns: "
-                                        r".*added_params, .*train.lr, "),
+                                        r"added_params, bench/arith, .*, wall_s, data.\{.*seq_len.*\}, .*"
+                                        r"train.\{batch_size, .*lr, .*\}"),
     "unknown-slash": ("ppl/cod < 3", r"unknown column 'ppl/cod' \(did you mean 'ppl/code'\?\)"),
     "syntax": ("variant ==", r"not a valid expression"),
     "call": ("__import__('os').system('true')", r"is not allowed here"),

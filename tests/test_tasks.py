@@ -108,9 +108,9 @@ def test_vt_chain_and_mqar_pairs():
 def test_held_out_text_as_haystack():
     docs = ["Alpha beta gamma. Delta epsilon!", "Zeta eta theta? Iota kappa lambda."]
     (ex,) = TASKS["niah-single"].generate(0, 1, 200, TOK, filler=docs)
-    assert "Alpha beta gamma. Delta epsilon! Zeta eta theta?" in ex.prompt.replace("The magic", "\0").split("\0")[0] \
-        or "Delta epsilon!" in ex.prompt
-    assert "grass" not in ex.prompt
+    hay = re.sub(r"The magic number for [a-z]+-[a-z]+ is \d{7}\. ", "", ex.prompt.rsplit("What", 1)[0])
+    cycled = "Alpha beta gamma. Delta epsilon! Zeta eta theta? Iota kappa lambda. " * 10
+    assert len(hay) > 60 and cycled.startswith(hay)
 
 
 def test_specs():

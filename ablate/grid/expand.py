@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from ablate.ablations.config import ModelConfig
 from ablate.config import RunConfig
 from ablate.errors import ConfigError
 from ablate.grid.ids import canonical, run_id
-from ablate.grid.paths import assign, describe, explain, field_type, get_path
+from ablate.grid.paths import assign, describe, explain, get_path
 from ablate.grid.schema import Grid
 
 
@@ -80,17 +80,11 @@ def _reraise(exc: ConfigError, where: str, field: str | None = None) -> ConfigEr
     return ConfigError(text, where=where)
 
 
-def _matches(config: RunConfig, entry: dict[str, Any], dump: dict[str, Any], where: str) -> bool:
-    """Does the resolved config have every value of ``entry`` (values read through the field's type, so
-    ``3e-3`` matches ``0.003``)?"""
+def _matches(dump: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Does the dumped config hold every (normalized) value of an ``exclude`` entry?"""
     for path, wanted in entry.items():
-        try:
-            value = TypeAdapter(field_type(path)).validate_python(wanted)
-            value = TypeAdapter(field_type(path)).dump_python(value, mode="json")
-        except ValidationError as exc:
-            raise ConfigError(f"{path}: {explain(exc)[1]}", where=where) from None
         found, have = get_path(dump, path)
-        if not found or canonical(have) != canonical(value):
+        if not found or canonical(have) != wanted:
             return False
     return True
 
@@ -144,9 +138,7 @@ def expand(grid: Grid) -> list[PlannedRun]:
     for values, origins, from_product in _assignments(grid):
         config = _resolve(grid, values, origins)
         dump = config.model_dump(mode="json")
-        if from_product and any(
-            _matches(config, entry, dump, f"{grid.source}: exclude[{i}]") for i, entry in enumerate(grid.exclude)
-        ):
+        if from_product and any(_matches(dump, entry) for entry in grid.exclude):
             continue
         where = f"{grid.source}: {_blame('variant', origins, grid)}"
         reference = _count(config.model, where)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ablate.config import RunConfig
 
 
-def _unwrap(tp: Any) -> Any:
+def unwrap_optional(tp: Any) -> Any:
     """``X | None`` -> ``X``; anything else unchanged."""
     if get_origin(tp) in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
@@ -27,7 +27,8 @@ def _unwrap(tp: Any) -> Any:
     return tp
 
 
-def _is_model(tp: Any) -> bool:
+def is_model(tp: Any) -> bool:
+    """Is ``tp`` a pydantic model class (a config section with named fields)?"""
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
@@ -51,8 +52,8 @@ def field_type(path: str | tuple[Any, ...], root: type[BaseModel] = RunConfig) -
     tp: Any = root
     done: list[str] = []
     for seg in segs:
-        tp = _unwrap(tp)
-        if _is_model(tp):
+        tp = unwrap_optional(tp)
+        if is_model(tp):
             fields = list(tp.model_fields)
             if seg not in fields:
                 raise ValueError(_unknown_key(seg, ".".join(done), fields))
@@ -132,8 +133,8 @@ def explain(exc: ValidationError, root: type[BaseModel] = RunConfig) -> tuple[st
     loc = [str(p) for p in err["loc"]]
     if err["type"] == "extra_forbidden":
         try:
-            parent = _unwrap(field_type(tuple(loc[:-1]), root)) if loc[:-1] else root
-            fields = list(parent.model_fields) if _is_model(parent) else []
+            parent = unwrap_optional(field_type(tuple(loc[:-1]), root)) if loc[:-1] else root
+            fields = list(parent.model_fields) if is_model(parent) else []
         except ValueError:
             fields = []
         return ".".join(loc), _unknown_key(loc[-1], ".".join(loc[:-1]), fields)

@@ -19,13 +19,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ablate.errors import ConfigError
-from ablate.grid.paths import _is_model, _unwrap, assign, check_path, describe, explain, field_type, nest_dotted
+from ablate.grid.ids import canonical
+from ablate.grid.paths import (
+    assign,
+    check_path,
+    describe,
+    explain,
+    field_type,
+    is_model,
+    nest_dotted,
+    unwrap_optional,
+)
 
 NonEmptyList = Annotated[list[Any], Field(min_length=1)]
 
@@ -83,7 +101,7 @@ class Grid:
     base: dict[str, Any]
     axes: tuple[Axis, ...]
     include: tuple[dict[str, Any], ...] = ()
-    exclude: tuple[dict[str, Any], ...] = ()
+    exclude: tuple[dict[str, Any], ...] = ()  # values normalized: canonical JSON of the field's type
     match_params: str | None = None
     source: str = "<grid>"
     text: str = ""
@@ -144,8 +162,8 @@ def _check_tree(tree: Any, prefix: str = "") -> None:
         path = f"{prefix}.{key}" if prefix else str(key)
         if not isinstance(key, str):
             raise ValueError(f"a key must be a field name, got {key!r}")
-        tp = _unwrap(field_type(path))
-        if _is_model(tp) or getattr(tp, "__origin__", None) is dict:
+        tp = unwrap_optional(field_type(path))
+        if is_model(tp) or get_origin(tp) is dict:
             _check_tree(value, path)
 
 
@@ -156,6 +174,20 @@ def _check_entry(entry: dict[str, Any], where: str) -> None:
         _check_tree(nest_dotted(entry))
     except ValueError as exc:
         raise ConfigError(str(exc), where=where) from None
+
+
+def _normalized(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """An ``exclude`` entry with each value read through its field's type and put in canonical JSON form, so it
+    compares with a dumped config by value (``3e-3`` matches ``0.003``, ``{position: G2}`` a whole gate)."""
+    _check_entry(entry, where=where)
+    out: dict[str, Any] = {}
+    for path, value in entry.items():
+        adapter = TypeAdapter(field_type(path))
+        try:
+            out[path] = canonical(adapter.dump_python(adapter.validate_python(value), mode="json"))
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {explain(exc)[1]}", where=where) from None
+    return out
 
 
 def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -> Grid:
@@ -201,10 +233,9 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
 
     for i, entry in enumerate(spec.include):
         _check_entry(entry, where=f"{source}: include[{i}]")
-    for i, entry in enumerate(spec.exclude):
-        _check_entry(entry, where=f"{source}: exclude[{i}]")
+    exclude = tuple(_normalized(entry, where=f"{source}: exclude[{i}]") for i, entry in enumerate(spec.exclude))
     return Grid(
-        name=spec.name, base=base, axes=tuple(axes), include=tuple(spec.include), exclude=tuple(spec.exclude),
+        name=spec.name, base=base, axes=tuple(axes), include=tuple(spec.include), exclude=exclude,
         match_params=spec.match_params, source=source, text=text, base_origins=origins,
     )
 

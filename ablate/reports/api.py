@@ -17,7 +17,7 @@ from ablate.reports.spec import TABLES
 from ablate.reports.tables import build_table
 
 log = logging.getLogger(__name__)
-TARGETS = (*(f"table{n}" for n in TABLES), "figures", "all")
+TARGETS = (*(f"table{n}" for n in TABLES), "lr", "figures", "all")  # lr: ablate tune's table (reports/lr.py)
 PAGE = "report.html"
 
 
@@ -36,6 +36,10 @@ def grid_table(data: GridData, number: int, *, paper: bool = False) -> Table:
 def report_table(store: Any, target: str, *, grid: str | None = None, paper: bool = False,
                  fmt: str = "markdown") -> str:
     """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html)."""
+    if target == "lr":
+        from ablate.reports.lr import report_lr
+
+        return report_lr(store, grid=grid, fmt=fmt)
     number = table_number(target)
     if fmt not in FORMATS:  # before any query
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
@@ -47,7 +51,8 @@ def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None) 
     return write_figures(load_grid_data(store, grid), out_dir)
 
 
-def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False) -> dict[str, Path]:
+def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
+                 sections: tuple[str, ...] = ()) -> dict[str, Path]:
     """The whole report into ``out_dir``: ``report.html`` (self-contained), each table as .md/.tex/.csv, the
     figures as PNG and the scorecard as markdown. Returns ``{name: path}``."""
     out = Path(out_dir)
@@ -66,12 +71,20 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False) ->
     written["scorecard.md"] = out / "scorecard.md"
     counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}
     page = out / PAGE
-    page.write_text(report_page(data.grid, tables, figures, verdicts, counts={str(k): int(v) for k, v in counts.items()}))
+    page.write_text(report_page(data.grid, tables, figures, verdicts, counts={str(k): int(v) for k, v in counts.items()},
+                                sections=sections))
     written[PAGE] = page
     log.info("report for grid %s -> %s", data.grid, page)
     return written
 
 
 def report_all(store: Any, out_dir: str | Path, *, grid: str | None = None, paper: bool = False) -> dict[str, Path]:
-    """``ablate report all``: see ``write_report``."""
-    return write_report(load_grid_data(store, grid), out_dir, paper=paper)
+    """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when the
+    grid has tuning studies."""
+    from ablate.reports.lr import write_lr_report
+
+    data = load_grid_data(store, grid)
+    lr_files, lr_section = write_lr_report(store, data.grid, out_dir)
+    written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else ())
+    written.update(lr_files)
+    return written

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,8 +31,9 @@ def _img(path: Path) -> str:
 
 
 def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdicts: list[Verdict], *,
-                counts: dict[str, int] | None = None) -> str:
-    """The whole report as one HTML document; figures are read from ``figures`` and embedded."""
+                counts: dict[str, int] | None = None, sections: Sequence[str] = ()) -> str:
+    """The whole report as one HTML document; figures are read from ``figures`` and embedded. ``sections``: extra
+    HTML sections appended at the end (``ablate tune``'s learning-rate report)."""
     e = html.escape
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     status = ", ".join(f"{n} {s}" for s, n in sorted((counts or {}).items()))
@@ -47,4 +49,5 @@ def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdic
         parts.append(f'<figure id="fig{n}"><img alt="{e(FIGURE_CAPTIONS[n])}" src="{_img(path)}">'
                      f"<figcaption>{e(FIGURE_CAPTIONS[n])} ({e(FIGURES[n])})</figcaption></figure>")
     parts.append("</section>")
+    parts += list(sections)
     return html_document(f"ablate report: {grid}", "\n".join(parts) + "\n")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import RunError
 
@@ -26,12 +26,13 @@ class RunInterrupted(RunError):
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None) -> RunResult:
+            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None,
+            callbacks: Sequence[Any] = ()) -> RunResult:
     """Train, evaluate and probe one run into ``run_dir`` (resuming from its checkpoint); see
     ``ablate.runner.run.run_one``."""
     from ablate.runner.run import run_one as _run_one
 
-    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop)
+    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
 
 
 __all__ = ["RunInterrupted", "run_one"]

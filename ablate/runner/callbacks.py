@@ -69,7 +69,10 @@ class RunMonitor(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = int(batch["step"])
-        loss = float(pl_module.last_loss.item())  # the one host sync of the step
+        last = pl_module.last_loss
+        if trainer.world_size > 1:  # several devices: the global batch's loss, the same on every rank
+            last = trainer.strategy.reduce(last.detach().clone(), reduce_op="mean")
+        loss = float(last.item())  # the one host sync of the step
         grad_norm = float(pl_module.last_grad_norm.item()) if pl_module.last_grad_norm is not None else None
         now = time.perf_counter()
         dt, self._t_last = now - self._t_last, now
@@ -100,6 +103,8 @@ class RunMonitor(L.Callback):
             for name, value in scores.items():
                 self.metrics.setdefault(name, []).append(_finite_or_none(value))
         stopping = self.stop is not None and self.stop.is_set() and done < self.config.train.steps
+        if trainer.world_size > 1:  # one rank asked to stop (Slurm signals rank 0): every rank stops here
+            stopping = trainer.strategy.reduce_boolean_decision(stopping, all=False)
         if done % self.config.train.checkpoint_every == 0 or done == self.config.train.steps or stopping:
             self.save(trainer)
             paused = True

@@ -62,11 +62,13 @@ class TokenArray:
         """``[len(starts), length]`` int64 windows; ``starts`` index the ``n_windows(length)`` positions."""
         counts = np.array([max(0, len(s) - length + 1) for s in self.segments])
         bounds = np.cumsum(counts)
+        starts = np.asarray(starts, dtype=np.int64)
+        seg_of = np.searchsorted(bounds, starts, side="right")
+        offsets = starts - np.concatenate([[0], bounds])[seg_of]
         out = np.empty((len(starts), length), dtype=np.int64)
-        for row, g in enumerate(np.asarray(starts, dtype=np.int64)):
-            seg = int(np.searchsorted(bounds, g, side="right"))
-            off = int(g - (bounds[seg - 1] if seg else 0))
-            out[row] = self.segments[seg][off: off + length]
+        for seg in np.unique(seg_of):
+            rows = np.flatnonzero(seg_of == seg)
+            out[rows] = self.segments[seg][offsets[rows, None] + np.arange(length)]  # (rows, length) gather
         return out
 
 

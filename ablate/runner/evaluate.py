@@ -50,7 +50,8 @@ def perplexity(model: torch.nn.Module, windows: np.ndarray, *, batch_size: int, 
         total += F.cross_entropy(logits.float().flatten(0, 1), w[:, 1:].flatten(), reduction="sum").item()
         count += w[:, 1:].numel()
     model.train(was_training)
-    return math.exp(total / count) if math.isfinite(total) else math.inf
+    mean = total / count
+    return math.exp(mean) if mean < 709.0 else math.inf  # exp overflows above ~709.78 (and nan is not < 709)
 
 
 @dataclass

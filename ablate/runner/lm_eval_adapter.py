@@ -196,7 +196,7 @@ def evaluate_lm_eval(model: Any, tokenizer: Any, tasks: list[str], *, include_pa
     out: dict[str, float] = {}
     for task, metrics in (res or {}).get("results", {}).items():
         for key, value in metrics.items():
-            if "_stderr" in key or key == "alias" or not isinstance(value, int | float):
+            if "," not in key or "_stderr" in key or not isinstance(value, int | float):
                 continue
             out[f"bench/{task}/{_metric_name(key)}"] = float(value)
     return out

@@ -18,7 +18,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import lightning as L
@@ -60,13 +60,15 @@ def checkpoint_step(path: Path) -> int:
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None) -> RunResult:
+            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None,
+            callbacks: Sequence[L.Callback] = ()) -> RunResult:
     """Train, evaluate and probe ``config`` in ``run_dir``; write ``run_dir/result.json`` atomically.
 
     Resumes from ``run_dir/checkpoints/last.ckpt`` when present (``resumed_from`` = its step, plus a
     ``resumed`` event). ``on_step(dict(step, loss, lr, grad_norm, tokens_per_s))`` is called after every step
     on rank 0. Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose
     loss diverges ends with status ``diverged`` (no evaluation); a crash writes nothing and re-raises.
+    ``callbacks``: extra Lightning callbacks, called after the run's own monitor in every hook.
     """
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -107,6 +109,7 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     monitor = RunMonitor(config, ckpt, on_step=on_step, stop=stop, evaluate=val_scores)
     monitor.started, monitor.resumed_from = started, resumed_from
     trainer.callbacks.append(monitor)
+    trainer.callbacks.extend(callbacks)  # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
     dataset = StepBatches(data.train, resumed_from or 0, tc.steps, trainer.global_rank, trainer.world_size)
     loader = DataLoader(dataset, batch_size=None, pin_memory=gpu)
     t_fit = time.perf_counter()

@@ -154,7 +154,8 @@ class Store:
 
         frame = self._read(lambda s: queries.runs_frame(s, grid=grid))
         if where is not None and where.strip():
-            cond = Where(where, queries.known_columns(frame))
+            empty = [p for p in ("ppl/", "bench/") if not any(c.startswith(p) for c in frame.columns)]
+            cond = Where(where, queries.known_columns(frame), open_prefixes=empty)
             frame = frame[cond.mask(frame).to_numpy()].reset_index(drop=True)
         return frame
 

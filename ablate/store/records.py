@@ -261,5 +261,18 @@ def _metric_rows(result: RunResult) -> list[dict[str, Any]]:
 
 
 def _insert(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    if table is Metric and session.get_bind().dialect.name == "postgresql":
+        _copy_metrics(session, rows)
+        return
     for i in range(0, len(rows), CHUNK):
         session.execute(insert(table.__table__), rows[i:i + CHUNK])
+
+
+def _copy_metrics(session: Session, rows: list[dict[str, Any]]) -> None:
+    """PostgreSQL's COPY for curves (several times faster than batched INSERTs), in the session's transaction."""
+    cursor = session.connection().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    with cursor.copy("COPY metrics (run_id, name, step, value) FROM STDIN") as copy:
+        for r in rows:
+            copy.write_row((r["run_id"], r["name"], r["step"], r["value"]))

@@ -48,9 +48,10 @@ def _error(expr: str, message: str) -> UserInputError:
 class Where:
     """A parsed ``--where`` expression. ``Where(text, known)`` checks every column against ``known``."""
 
-    def __init__(self, text: str, known: Collection[str]):
+    def __init__(self, text: str, known: Collection[str], *, open_prefixes: Collection[str] = ()):
         self.text = text
         self._known = set(known)
+        self._open = tuple(open_prefixes)  # any name under these is fine (no run has such a column yet)
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
@@ -100,10 +101,9 @@ class Where:
                                 "comparisons, and/or/not (a column name with '-' or spaces: col('bench/arc-e'))")
 
     def _column(self, name: str) -> Col:
-        if name not in self._known:
-            known = sorted(self._known)
-            raise _error(self.text, f"unknown column {name!r}{did_you_mean(name, known)}; known columns: "
-                                    f"{', '.join(known)}")
+        if name not in self._known and not (name.startswith(self._open) and len(name.split("/")) == 2):
+            raise _error(self.text, f"unknown column {name!r}{did_you_mean(name, self._known)}; known columns: "
+                                    f"{describe(self._known)}")
         self.columns.append(name)
         return Col(name)
 
@@ -163,6 +163,16 @@ class Where:
             if isinstance(s, pd.Series):
                 result &= s.notna().to_numpy()
         return result
+
+
+def describe(columns: Collection[str]) -> str:
+    """Column names for a message, dotted ones grouped by their first part: ``a, b, train.{lr, steps}``."""
+    plain = sorted(c for c in columns if "." not in c)
+    groups: dict[str, list[str]] = {}
+    for c in sorted(c for c in columns if "." in c):
+        head, rest = c.split(".", 1)
+        groups.setdefault(head, []).append(rest)
+    return ", ".join([*plain, *(f"{h}.{{{', '.join(r)}}}" for h, r in groups.items())])
 
 
 def _show(v: Any) -> str:

@@ -67,6 +67,9 @@ class GridReport:
     errors: dict[str, str] = field(default_factory=dict)  # run_id -> error (failed this time)
     interrupted: bool = False
     wall_s: float = 0.0
+    pool_started: float | None = None  # time.monotonic() when the workers were started
+    job_times: dict[str, tuple[float, float]] = field(default_factory=dict)  # run_id -> (started, ended), monotonic
+    run_one_s: dict[str, float] = field(default_factory=dict)  # run_id -> seconds inside run_one (in the worker)
     warnings: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -134,8 +137,10 @@ class _Executor:
         self.by_id = {p.run_id: p for p in planned}
         self.last_beat: dict[str, float] = {}
         self.last_step: dict[str, int | None] = {}
+        self.started_at: dict[str, float] = {}
         self.mirror: Any = None
         self.display: GridDisplay | None = None
+        self.hard_stop = False
 
     def run_dir(self, run_id: str) -> Path:
         return self.home / "runs" / run_id
@@ -173,7 +178,8 @@ class _Executor:
         if todo:
             self._run_pool(todo)
         if self.mirror is not None:
-            self.mirror.close()
+            # after a second Ctrl-C do not wait long: the next `ablate run` mirrors what is left
+            self.mirror.close(timeout=5.0 if self.hard_stop else 300.0)
             self._record_mirrors()
             self.report.warnings += self.mirror.errors
         self.report.statuses = self.store.statuses(run_ids=list(self.by_id))
@@ -197,12 +203,13 @@ class _Executor:
                            f"{len(self.by_id) - len(todo)} skipped; {len(slots)} worker(s) on "
                            f"{', '.join(sorted({s.device for s in slots}))}", highlight=False)
         told = 0
+        self.report.pool_started = time.monotonic()
         try:
             with self.display, pool:
                 def on_tick() -> None:
                     nonlocal told
-                    if pool._interrupts > told:  # noqa: SLF001 - tell the user once per Ctrl-C
-                        told = pool._interrupts  # noqa: SLF001
+                    if pool.interrupts > told:  # tell the user once per Ctrl-C
+                        told = pool.interrupts
                         self.display.message("[magenta]stopping: running jobs save a checkpoint and go back to "
                                              "the queue (Ctrl-C again to stop at once)[/]" if told == 1 else
                                              "[magenta]stopping at once[/]")
@@ -214,6 +221,7 @@ class _Executor:
             for sig, old in handlers.items():
                 signal.signal(sig, old)
         self.report.interrupted = pool.interrupted
+        self.hard_stop = pool.interrupts >= 2
         for job in left:
             self.report.outcomes[job["run_id"]] = "interrupted"
 
@@ -225,6 +233,7 @@ class _Executor:
         if e.kind == "started":
             self.store.mark_running(run_id=rid, host=self.host, device=e.slot.device)
             self.last_beat[rid], self.last_step[rid] = time.monotonic(), None
+            self.started_at[rid] = self.last_beat[rid]
             display.started(rid, variant=cfg.variant, seed=cfg.seed, device=e.slot.device,
                             total_steps=cfg.train.steps)
             return
@@ -246,6 +255,8 @@ class _Executor:
             self._end(rid, "interrupted", "saved; the next run resumes it" if e.kind == "interrupted" else "")
 
     def _finished(self, rid: str, data: dict[str, Any]) -> None:
+        if "run_one_s" in data:
+            self.report.run_one_s[rid] = data["run_one_s"]
         if data.get("outcome") == "busy":
             self._end(rid, "running elsewhere", "another process holds its run directory")
             return
@@ -274,6 +285,8 @@ class _Executor:
 
     def _end(self, rid: str, outcome: str, note: str = "") -> None:
         self.report.outcomes[rid] = outcome
+        if rid in self.started_at:
+            self.report.job_times[rid] = (self.started_at.pop(rid), time.monotonic())
         if self.display is not None:
             self.display.ended(rid, outcome, note)
 
@@ -297,13 +310,13 @@ class _Executor:
 
     def _unmirrored(self, run_ids: list[str]) -> list[RunResult]:
         """Finished runs of this grid that MLflow never got (e.g. the last ``ablate run`` was killed)."""
-        frame = self.store.runs_frame(grid=self.name)
-        if "mlflow_run_id" not in frame.columns:
+        wanted = {rid for rid in run_ids if (self.run_dir(rid) / "result.json").is_file()}
+        if not wanted:
             return []
-        wanted = set(run_ids)
+        frame = self.store.runs_frame(grid=self.name)
         out = []
         for rid, mid in zip(frame["run_id"], frame["mlflow_run_id"], strict=True):
-            if rid in wanted and (mid is None or mid != mid) and (self.run_dir(rid) / "result.json").is_file():
+            if rid in wanted and (mid is None or mid != mid):
                 try:
                     out.append(read_result(self.run_dir(rid)))
                 except Exception:  # noqa: BLE001 - not a result: nothing to mirror

@@ -12,7 +12,7 @@ import contextlib
 import os
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def _finished_before(run_dir: Path) -> str | None:
     return status if status in ("done", "diverged") else None
 
 
-def train(job: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+def train(job: dict[str, Any], ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Train ``job["config"]`` into ``job["run_dir"]`` (resuming from its checkpoint); return its outcome.
 
     Outcomes: ``{"outcome": "trained", "status": ...}``, ``{"outcome": "reused", ...}`` (a finished
@@ -87,15 +87,17 @@ def train(job: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
                 ctx.emit("step", {k: m.get(k) for k in ("step", "loss", "tokens_per_s")})
 
         config = RunConfig.model_validate(job["config"])
+        t0 = time.perf_counter()
         try:
             with _output_to(run_dir / "train.log"):
-                result = run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=ctx.stop)
+                result = run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=ctx.stop,
+                                 callbacks=callbacks)
         except RunInterrupted as exc:
             raise JobInterrupted(str(exc)) from None
         except BaseException:
             (run_dir / "error.txt").write_text(traceback.format_exc())
             raise
         return {"outcome": "trained", "status": result.status, "resumed_from": result.resumed_from,
-                "train_loss": result.summary.get("train_loss")}
+                "run_one_s": time.perf_counter() - t0}
     finally:
         lock.release()

@@ -112,6 +112,11 @@ class WorkerPool:
         self._interrupts += 1
 
     @property
+    def interrupts(self) -> int:
+        """How many interrupts were asked for (0, 1: stopping cleanly, 2 or more: killed)."""
+        return self._interrupts
+
+    @property
     def interrupted(self) -> bool:
         """Whether an interrupt was asked for."""
         return self._interrupts > 0
@@ -140,7 +145,7 @@ class WorkerPool:
             ready = wait([w.conn for w in self._workers] + [w.process.sentinel for w in self._workers], tick_s)
             for w in list(self._workers):
                 if w.conn in ready or w.process.sentinel in ready:
-                    self._drain(w, on_event)
+                    self._drain(w, on_event, pending)
                 if w.process.sentinel in ready or not w.process.is_alive():
                     self._bury(w, on_event, replace=bool(pending) and not self._stopping)
             if on_tick is not None:
@@ -158,7 +163,8 @@ class WorkerPool:
                     continue
                 w.job = job
 
-    def _drain(self, w: _Worker, on_event: Callable[[PoolEvent], None]) -> None:
+    def _drain(self, w: _Worker, on_event: Callable[[PoolEvent], None],
+               pending: deque[dict[str, Any]] | None = None) -> None:
         while True:
             try:
                 if not w.conn.poll():
@@ -175,6 +181,8 @@ class WorkerPool:
                 raise RunError(f"the worker processes could not start: {data['error']}\n{data['traceback']}")
             if kind in _ENDS_JOB:
                 w.job = None
+                if pending and not self._stopping and not self._interrupts:
+                    self._deal(pending)  # the next job first: recording this one (on_event) takes a while
             on_event(PoolEvent(kind, w.slot, run_id, data))
 
     def _bury(self, w: _Worker, on_event: Callable[[PoolEvent], None], *, replace: bool) -> None:

@@ -9,7 +9,14 @@ data source streams their examples as training documents. Importing this package
 from __future__ import annotations
 
 from ablate.runner.tasks.example import Example
-from ablate.runner.tasks.registry import TASKS, Task, derive_seed, parse_task_spec, task_documents, task_examples
+from ablate.runner.tasks.registry import (
+    TASKS,
+    Task,
+    derive_seed,
+    parse_task_spec,
+    task_documents,
+    task_examples,
+)
 from ablate.runner.tasks.scoring import benchmark_plan, encode_example, evaluate_tasks, score_examples
 
 __all__ = [

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 
@@ -27,7 +28,7 @@ def variable_tracking(rng: random.Random, length: int, count: Counter, filler: I
     """One chain of ``VT_HOPS`` assignments; the answer lists the chain's variables, space separated."""
     names = sample_names(rng, VT_HOPS + 1, VT_NAME_LETTERS)
     (value,) = sample_numbers(rng, 1, VT_VALUE_DIGITS)
-    needles = [f"VAR {names[0]} = {value}. "] + [f"VAR {b} = {a}. " for a, b in zip(names, names[1:])]
+    needles = [f"VAR {names[0]} = {value}. "] + [f"VAR {b} = {a}. " for a, b in itertools.pairwise(names)]
     answer = " ".join(names)
     query = f"Which variables equal {value}? They are: "
     prompt = build_prompt(rng, length=length, count=count, needles=needles, query=query, answer=answer,

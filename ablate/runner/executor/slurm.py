@@ -1,0 +1,318 @@
+"""``ablate run GRID --executor slurm``: the grid's pending runs as one Slurm job array, through submitit.
+
+1. The same triage as the local executor (``triage``): done and diverged runs are skipped, failed ones unless
+   ``--retry-failed``, a run another process (or a live Slurm job) is training is left alone, a cut-off run resumes
+   from its checkpoint. A run still queued in a live Slurm job is not submitted twice.
+2. One array (``map_array``), a task per run, ``--array-parallelism`` at a time; each task trains its run into
+   ``$ABLATE_HOME/runs/<run_id>`` and records it in the store itself (``slurm_task.SlurmTask``): the home and
+   the store must be reachable from the compute nodes (a shared file system; PostgreSQL for the store).
+3. The runs get their Slurm job ids (``<array>_<index>``) in the store; the command returns the array id, or with
+   ``wait`` follows the array until every run has ended.
+
+Multi-device runs (``train.devices`` > 1) get one Slurm task per device (``--ntasks-per-node``) and
+``--gpus-per-job`` GPUs; Lightning reads each process's rank from Slurm.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ablate.errors import ConfigError, RunError
+from ablate.runner.executor.locks import is_locked
+from ablate.runner.executor.slurm_queue import ALIVE, alive, have_slurm, job_states
+from ablate.runner.executor.triage import Decision, triage
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+DEFAULT_TIME = "1-00:00:00"
+FINAL = ("done", "diverged", "failed")
+SIGNAL_DELAY_S = 90  # Slurm signals the task this long before its time limit (and on preemption)
+
+
+@dataclass
+class SlurmOptions:
+    """How ``submit_grid`` submits: where (home, store), what each job asks Slurm for, and whether to wait."""
+
+    home: Path = Path("ablate-runs")
+    store: str | None = None
+    partition: str | None = None
+    gpus_per_job: int | None = None  # default: train.devices when CUDA is visible here, else 0
+    time: str = DEFAULT_TIME  # Slurm's time format: MM, HH:MM:SS, D-HH[:MM[:SS]]
+    array_parallelism: int | None = None
+    slurm_opts: Sequence[str] = ()  # K=V: a submitit SlurmExecutor parameter, else a raw sbatch flag
+    retry_failed: bool = False
+    wait: bool = False
+    poll_s: float = 5.0
+    stale_after_s: float = 300.0
+    console: Console | None = None
+
+
+@dataclass
+class SlurmReport:
+    """What one submission did: the array, the job id of each submitted run, what was skipped and why, and (after
+    ``wait``) the runs' final statuses."""
+
+    grid: str
+    array_id: str | None = None
+    jobs: dict[str, str] = field(default_factory=dict)  # run_id -> Slurm job id
+    skipped: dict[str, str] = field(default_factory=dict)  # run_id -> reason
+    statuses: dict[str, str] = field(default_factory=dict)  # after wait: run_id -> status
+    warnings: list[str] = field(default_factory=list)
+    log_dir: Path | None = None  # submitit's folder: one subfolder of logs per job
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """CLI.md: 0 nothing failed (or not waited for), 1 some run failed; 130 when the wait was interrupted."""
+        if self.interrupted:
+            return 130
+        return 1 if any(s == "failed" for s in self.statuses.values()) else 0
+
+
+# ------------------------------------------------------------ options
+def parse_time(text: str) -> int:
+    """A Slurm time limit in whole minutes (rounded up).
+
+    >>> [parse_time(t) for t in ("30", "1:30:00", "2-0", "0-0:10:30", "90:00")]
+    [30, 90, 2880, 11, 90]
+    """
+    m = re.fullmatch(r"\s*(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\s*", str(text))
+    if not m:
+        raise ConfigError(f"{text!r} is not a Slurm time; allowed: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
+                          where="--time")
+    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    if days is not None:  # D-HH[:MM[:SS]]
+        seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:  # HH:MM:SS
+        seconds = a * 3600 + b * 60 + c
+    elif b is not None:  # MM:SS
+        seconds = a * 60 + b
+    else:  # MM
+        seconds = a * 60
+    if seconds <= 0:
+        raise ConfigError(f"{text!r} is no time at all; give a positive time limit", where="--time")
+    return math.ceil(seconds / 60)
+
+
+def parse_slurm_opts(opts: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--slurm-opt K=V`` -> (submitit SlurmExecutor parameters, raw sbatch flags); V is a YAML scalar
+    (``true`` alone makes a bare flag such as ``--hold``)."""
+    import yaml
+    from submitit.slurm.slurm import _get_default_parameters
+
+    known = _get_default_parameters()
+    params: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        key = key.strip().lstrip("-")
+        if not eq or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key):
+            raise ConfigError(f"{opt!r} is not K=V (e.g. qos=high, cpus_per_task=8, mail-type=END)",
+                              where="--slurm-opt")
+        parsed = yaml.safe_load(value) if value.strip() else ""
+        if key.replace("-", "_") in known:
+            params[key.replace("-", "_")] = parsed
+        else:
+            raw[key] = parsed
+    return params, raw
+
+
+def _gpus_here() -> bool:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and Path("/proc/driver/nvidia").exists()
+
+
+def executor_parameters(opts: SlurmOptions, devices: int, grid: str) -> dict[str, Any]:
+    """The submitit SlurmExecutor parameters of the array: one task per device, the GPUs, time, options."""
+    params, raw = parse_slurm_opts(opts.slurm_opts)
+    gpus = opts.gpus_per_job
+    if gpus is None:
+        gpus = devices if _gpus_here() else 0
+    if gpus < 0:
+        raise ConfigError(f"{gpus} GPUs per job; allowed: 0 (CPU) or more", where="--gpus-per-job")
+    if gpus and gpus != devices:
+        raise ConfigError(f"{gpus} GPUs per job for runs with train.devices = {devices}; a run uses one GPU per "
+                          f"device: add --set train.devices={gpus} or ask for --gpus-per-job {devices}",
+                          where="--gpus-per-job")
+    if opts.array_parallelism is not None and opts.array_parallelism < 1:
+        raise ConfigError(f"{opts.array_parallelism} tasks at a time; allowed: 1 or more",
+                          where="--array-parallelism")
+    out: dict[str, Any] = {"job_name": f"ablate-{grid}", "time": parse_time(opts.time), "nodes": 1,
+                           "ntasks_per_node": devices, "signal_delay_s": SIGNAL_DELAY_S}
+    if gpus:
+        out["gpus_per_node"] = gpus
+    if opts.partition:
+        out["partition"] = opts.partition
+    if opts.array_parallelism is not None:
+        out["array_parallelism"] = opts.array_parallelism
+    out.update(params)
+    if raw:
+        out["additional_parameters"] = {**out.get("additional_parameters", {}), **raw}
+    return out
+
+
+# ------------------------------------------------------------ submit
+def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOptions | None = None) -> SlurmReport:
+    """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring)."""
+    from ablate.grid import expand, load_grid
+    from ablate.store import Store
+    from ablate.store.engine import resolve_url
+
+    opts = options or SlurmOptions()
+    console = opts.console or Console(stderr=True)
+    t0 = time.monotonic()
+    grid = load_grid(path, sets)
+    planned = expand(grid)
+    if not have_slurm():
+        raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
+    home = Path(opts.home).absolute()
+    url = resolve_url(opts.store, home=home)
+    report = SlurmReport(grid=grid.name)
+    with Store.open(url) as store:
+        report.warnings += store.warnings
+        if url.startswith("sqlite"):
+            log.info("SQLite store %s: the Slurm tasks must all see this file (PostgreSQL is the store for "
+                     "clusters)", url)
+        todo = _decide(grid.name, grid.text, planned, store, home, opts, report)
+        if todo:
+            _submit(todo, store, home, url, opts, report, console)
+        else:
+            console.print(f"ablate run {grid.name}: nothing to submit ({len(report.skipped)} skipped)",
+                          highlight=False)
+        if opts.wait and report.jobs:
+            wait_for(store, report, opts, console)
+    report.wall_s = time.monotonic() - t0
+    return report
+
+
+def _decide(name: str, text: str, planned: list[Any], store: Any, home: Path, opts: SlurmOptions,
+            report: SlurmReport) -> list[Decision]:
+    """The local executor's triage, where a run a live Slurm job holds counts as alive."""
+    from ablate.runner.executor.slurm_queue import grid_slurm_runs
+
+    ids = list(dict.fromkeys(p.run_id for p in planned))
+    before = store.statuses(run_ids=ids)
+    job_of = {r["run_id"]: r["slurm_job_id"] for r in grid_slurm_runs(store)} if before else {}
+    live = alive(job_of[r] for r in ids if r in job_of)
+    running = {r["run_id"]: r for r in store.status_summary(stale_after_s=opts.stale_after_s)["running"]} \
+        if "running" in before.values() else {}
+    host = socket.gethostname()
+
+    def is_alive(run_id: str) -> bool:
+        if job_of.get(run_id) in live or is_locked(home / "runs" / run_id):
+            return True
+        r = running.get(run_id)
+        return bool(r) and r.get("host") not in (None, host) and not r.get("stale") and run_id not in job_of
+
+    decisions = triage(planned, before, retry_failed=opts.retry_failed, is_alive=is_alive,
+                       has_checkpoint=lambda rid: (home / "runs" / rid / CHECKPOINT).is_file())
+    store.register_grid(name=name, text=text, runs=planned)
+    todo = []
+    for d in decisions:
+        if d.action != "skip" and job_of.get(d.run_id) in live:
+            report.skipped[d.run_id] = f"queued in Slurm job {job_of[d.run_id]}"
+        elif d.action == "skip":
+            report.skipped[d.run_id] = d.reason
+        else:
+            if d.status in ("running", "failed"):
+                store.mark_queued(run_id=d.run_id)
+            todo.append(d)
+    return [d for d in todo if d.action == "resume"] + [d for d in todo if d.action == "train"]
+
+
+def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmOptions, report: SlurmReport,
+            console: Console) -> None:
+    import submitit
+
+    from ablate.runner.executor.slurm_task import SlurmTask
+
+    devices = {d.run.config.train.devices for d in todo}
+    if len(devices) > 1:
+        raise ConfigError(f"one job array asks for one number of devices per task, but these runs ask for "
+                          f"{sorted(devices)}; run them as separate grids", where="train.devices")
+    params = executor_parameters(opts, devices.pop(), report.grid)
+    executor = submitit.SlurmExecutor(folder=home / "slurm" / "%j", max_num_timeout=3)
+    try:
+        executor.update_parameters(**params)
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[0], where="--slurm-opt") from None
+    task = SlurmTask(home=str(home), store=url, grace_s=max(10.0, params["signal_delay_s"] - 15.0))
+    jobs = [{"run_id": d.run_id, "config": d.run.config.model_dump(mode="json")} for d in todo]
+    try:
+        submitted = executor.map_array(task, jobs)
+    except Exception as exc:  # noqa: BLE001 - sbatch's refusal, in the user's words
+        raise RunError(f"sbatch refused the array: {exc}") from None
+    for d, job in zip(todo, submitted, strict=True):
+        report.jobs[d.run_id] = job.job_id
+        store.set_slurm_job_id(run_id=d.run_id, slurm_job_id=job.job_id)
+    report.array_id = submitted[0].job_id.split("_", 1)[0]
+    report.log_dir = home / "slurm"
+    what = f"Slurm job array {report.array_id}" if len(jobs) > 1 else f"Slurm job {report.array_id}"
+    console.print(f"ablate run {report.grid}: submitted {len(jobs)} run(s) as {what} "
+                  f"({sum(d.action == 'resume' for d in todo)} resuming), {len(report.skipped)} skipped; logs in "
+                  f"{home / 'slurm'}", highlight=False)
+
+
+# ------------------------------------------------------------ wait
+def wait_for(store: Any, report: SlurmReport, opts: SlurmOptions, console: Console) -> None:
+    """Follow the submitted runs until each has ended (done, diverged, failed) or its Slurm job is gone; a run
+    whose job ended without recording anything is marked failed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    ids = list(report.jobs)
+    told: set[str] = set()
+    suspect: set[str] = set()  # not alive in squeue at the last look (twice in a row: lost)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[states]}"), TimeElapsedColumn(), console=console,
+                        transient=True, disable=not console.is_terminal)
+    task = progress.add_task(f"array {report.array_id}", total=len(ids), states="")
+    try:
+        with progress:
+            while True:
+                statuses = store.statuses(run_ids=ids)
+                states = job_states(report.jobs.values())
+                for rid in ids:
+                    if statuses.get(rid) in FINAL and rid not in told:
+                        told.add(rid)
+                        console.print(f"{statuses[rid]:>9} {rid[:10]}  (Slurm job {report.jobs[rid]})",
+                                      highlight=False)
+                gone = {rid for rid in ids if rid not in told and states.get(report.jobs[rid]) not in ALIVE}
+                counts: dict[str, int] = {}
+                for s in states.values():
+                    counts[s] = counts.get(s, 0) + 1
+                progress.update(task, completed=len(told),
+                                states=" ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
+                if len(told) == len(ids):
+                    break
+                if lost := gone & suspect:
+                    _lost(store, sorted(lost), report, states)  # re-reads first: it may have just finished
+                suspect = gone
+                time.sleep(opts.poll_s)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        console.print(f"stopped waiting; array {report.array_id} goes on (ablate status shows it)",
+                      highlight=False)
+    report.statuses = store.statuses(run_ids=ids)
+
+
+def _lost(store: Any, gone: list[str], report: SlurmReport, states: dict[str, str]) -> None:
+    statuses = store.statuses(run_ids=gone)
+    for rid in gone:
+        if statuses.get(rid) in FINAL:
+            continue
+        job = report.jobs[rid]
+        state = states.get(job, "gone from squeue")
+        msg = f"Slurm job {job} ended ({state}) without recording a result; its log is in {report.log_dir}/{job}/"
+        store.mark_failed(run_id=rid, error=msg)

@@ -1,0 +1,184 @@
+"""One task of a Slurm job array: trains one run into ``$ABLATE_HOME/runs/<run_id>`` and records it in the store.
+
+Submitted by ``ablate.runner.executor.slurm`` through submitit (``map_array``); runs inside Slurm, under ``srun``,
+as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank 0 writes the
+store: ``running`` with the job id at the start, heartbeats, the result (or ``failed`` with the traceback) at the
+end.
+
+Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops the
+job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the training runs in a second
+thread: ``checkpoint`` sets the run's stop event, waits for the training to save ``last.ckpt`` at the end of the
+current step (every rank stops at the same step), marks the run ``queued`` and returns the same task, which
+submitit requeues (``scontrol requeue``). The requeued task finds the checkpoint and resumes from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+from ablate.result import RESULT_FILE, read_result
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY_S = 2.0
+
+
+class SlurmTask(Checkpointable):
+    """The callable each array task runs: ``SlurmTask(home=, store=)(job)`` with ``job = {"run_id", "config"}``.
+
+    Only ``home``, ``store`` and ``grace_s`` are pickled; the training thread and its stop event live in the
+    running process only.
+    """
+
+    def __init__(self, *, home: str, store: str, grace_s: float = 75.0):
+        self.home, self.store, self.grace_s = home, store, grace_s
+        self._reset()
+
+    def _reset(self) -> None:
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._outcome: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"home": self.home, "store": self.store, "grace_s": self.grace_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    # ------------------------------------------------------------ the task
+    def __call__(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Train ``job``'s run (resuming from its checkpoint); return ``{"outcome", "status", ...}``."""
+        import submitit
+
+        from ablate.runner.executor.locks import RunLock
+        from ablate.store import Store
+
+        env = submitit.JobEnvironment()
+        rank, job_id = env.global_rank, env.job_id
+        run_id = job["run_id"]
+        run_dir = Path(self.home) / "runs" / run_id
+        _use_allocated_cpus()
+        if rank != 0:
+            return self._train(job, run_dir, None)
+        store = Store.open(self.store)
+        lock = RunLock(run_dir)
+        try:
+            status = store.statuses(run_ids=[run_id]).get(run_id)
+            if status in ("done", "diverged"):
+                return {"outcome": "skipped", "status": status}
+            if (finished := _finished_result(run_dir)) is not None:  # trained, but never recorded
+                store.ingest(finished)
+                return {"outcome": "reused", "status": finished.status}
+            if not lock.acquire():
+                return {"outcome": "busy"}  # another process on this node trains it
+            store.mark_running(run_id=run_id, host=socket.gethostname(), device=_device_label(job))
+            store.set_slurm_job_id(run_id=run_id, slurm_job_id=job_id)
+            return self._train(job, run_dir, store)
+        finally:
+            lock.release()
+            store.close()
+
+    def _train(self, job: dict[str, Any], run_dir: Path, store: Any) -> dict[str, Any]:
+        """Run ``run_one`` in a thread (so the main thread can take Slurm's signal) and record its outcome."""
+        from ablate.config import RunConfig
+        from ablate.runner import RunInterrupted, run_one
+
+        run_id = job["run_id"]
+        config = RunConfig.model_validate(job["config"])
+        self._stop, outcome = threading.Event(), self._outcome
+        last = [0.0]
+
+        def on_step(m: dict[str, Any]) -> None:
+            now = time.monotonic()
+            if store is not None and now - last[0] >= HEARTBEAT_EVERY_S:
+                last[0] = now
+                try:
+                    store.heartbeat(run_id=run_id, step=m.get("step"))
+                except Exception as exc:  # noqa: BLE001 - a missed heartbeat must not stop training
+                    log.warning("heartbeat of %s failed: %s", run_id, exc)
+
+        def target() -> None:
+            try:
+                outcome["result"] = run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=self._stop)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                outcome["error"], outcome["traceback"] = exc, traceback.format_exc()
+
+        self._thread = threading.Thread(target=target, name=f"train-{run_id}", daemon=True)
+        self._thread.start()
+        while self._thread.is_alive():
+            self._thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
+        error = outcome.get("error")
+        if isinstance(error, RunInterrupted):
+            return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)
+        if error is not None:
+            if store is not None:
+                (run_dir / "error.txt").write_text(outcome["traceback"])
+                store.mark_failed(run_id=run_id, error=f"{type(error).__name__}: {error}\n\n{outcome['traceback']}")
+            raise error
+        result = outcome["result"]
+        if store is None:
+            return {"outcome": "trained", "status": result.status}
+        store.ingest(read_result(run_dir))
+        return {"outcome": "trained", "status": result.status, "resumed_from": result.resumed_from,
+                "train_loss": result.summary.get("train_loss")}
+
+    # ------------------------------------------------------------ preemption / time-out
+    def checkpoint(self, job: dict[str, Any]) -> DelayedSubmission:
+        """Called by submitit on rank 0 when Slurm's signal arrives: stop the training at the end of its step
+        (it saves ``last.ckpt``), put the run back in the queue, and hand back the same task to requeue."""
+        thread, stop = self._thread, self._stop
+        if thread is not None and stop is not None and thread.is_alive():
+            log.warning("preempted or out of time: saving a checkpoint of %s", job["run_id"])
+            stop.set()
+            thread.join(self.grace_s)
+            if thread.is_alive():
+                log.error("the training did not stop within %.0f s; the requeued task resumes from the last "
+                          "periodic checkpoint", self.grace_s)
+        if "result" not in self._outcome:  # it did not finish: back to the queue until the requeued task starts
+            self._mark_queued(job["run_id"])
+        return DelayedSubmission(self, job)
+
+    def _mark_queued(self, run_id: str) -> None:
+        from ablate.store import Store
+
+        try:
+            with Store.open(self.store) as store:
+                store.mark_queued(run_id=run_id)
+        except Exception as exc:  # noqa: BLE001 - the requeue matters more than the status
+            log.warning("could not mark %s queued: %s", run_id, exc)
+
+
+def _finished_result(run_dir: Path) -> Any:
+    """A complete ``result.json`` of a finished run already in ``run_dir``, else None."""
+    if not (run_dir / RESULT_FILE).is_file():
+        return None
+    try:
+        result = read_result(run_dir)
+    except Exception:  # noqa: BLE001 - a cut-off file is not a result: train again
+        return None
+    return result if result.status in ("done", "diverged") else None
+
+
+def _use_allocated_cpus() -> None:
+    """Give torch the CPUs Slurm allocated to this task (``--cpus-per-task``), not every core of the node."""
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    if cpus and cpus.isdigit():
+        import torch
+
+        torch.set_num_threads(int(cpus))
+
+
+def _device_label(job: dict[str, Any]) -> str:
+    devices = int(job["config"].get("train", {}).get("devices", 1))
+    kind = "cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") not in (None, "", "-1") else "cpu"
+    return kind if devices == 1 else f"{devices}x{kind}"

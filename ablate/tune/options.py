@@ -1,0 +1,74 @@
+"""What ``ablate tune`` is asked (``TuneOptions``) and what it answers (``TuneReport``, a ``CellResult`` per cell)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ablate.tune.protocol import DEFAULT_TOLERANCE, Point
+
+
+@dataclass
+class TuneOptions:
+    """What ``tune`` searches and how (CLI.md ``ablate tune``)."""
+
+    param: str = "train.lr"
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    trials: int = 10
+    metric: str = "val_ppl"
+    pruner: str = "median"
+    tolerance: float = DEFAULT_TOLERANCE
+    then_run: bool = False
+    find_max_stable: bool = False
+    stable_steps: int = 4
+    home: Path = Path("ablate-runs")
+    store: str | None = None
+    jobs: int | None = None
+    devices: str | None = None
+    jobs_per_device: int = 1
+    mlflow: bool = True  # for the --then-run runs (trials are not mirrored)
+    console: Console | None = None
+
+
+@dataclass
+class CellResult:
+    """One cell after tuning: its study, every point, the best and the largest stable value."""
+
+    label: str
+    variant: str
+    study: str
+    seeds: list[int]
+    points: list[Point]
+    best: Point | None
+    stable: Point | None
+    unstable: Point | None  # the smallest unstable value above ``stable`` (the bracket's upper end)
+    note: str = ""
+
+
+@dataclass
+class TuneReport:
+    """What one ``ablate tune`` did and found."""
+
+    grid: str
+    tune_grid: str
+    cells: list[CellResult] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # outcome -> jobs this time (plus "reused")
+    interrupted: bool = False
+    tuned: Any = None  # the --then-run GridReport
+    tuned_grid: Path | None = None
+    wall_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted; 1 when a trial crashed this time or a tuned run failed; else 0."""
+        if self.interrupted:
+            return 130
+        if self.tuned is not None and self.tuned.exit_code:
+            return self.tuned.exit_code
+        return 1 if self.counts.get("failed") else 0

@@ -1,0 +1,50 @@
+"""Pruning a trial while it trains: the runner's periodic validation metric, reported to Optuna.
+
+The runner evaluates the held-out perplexity every ``eval.every`` steps (``RunMonitor``, which keeps the values in
+its ``metrics``). ``StepPruning`` runs right after the monitor in each step: when a new evaluation is there, it
+hands the value to optuna-integration's ``PyTorchLightningPruningCallback``, which reports it to the trial and
+raises ``optuna.TrialPruned`` when the pruner says so (in DDP it stops every rank). The Lightning callback reports
+per epoch; an ablate run is one epoch of ``train.steps`` steps, so the report is made at the step count instead.
+Imported only inside the training workers (it imports Lightning).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import lightning as L
+import torch
+from optuna_integration import PyTorchLightningPruningCallback
+
+from ablate.runner.callbacks import RunMonitor
+from ablate.tune.protocol import PENALTY
+
+
+class StepPruning(PyTorchLightningPruningCallback):
+    """Report ``monitor`` (``val_ppl``, or ``loss`` for train_loss studies) at each of the run's evaluations and
+    prune the trial when its pruner says so. A non-finite value is reported as ``PENALTY`` (the worst value)."""
+
+    def __init__(self, trial: Any, monitor: str = "val_ppl"):
+        super().__init__(trial, monitor)
+        self._seen = 0
+        self.last_step: int | None = None
+        self.last_value: float | None = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        run = next((c for c in trainer.callbacks if isinstance(c, RunMonitor)), None)
+        if run is None:
+            return
+        evaluated = run.metrics.get("val_step") or []
+        if len(evaluated) == self._seen:
+            return
+        self._seen = len(evaluated)
+        series = run.metrics.get(self.monitor) or []
+        value = series[-1] if series else None
+        value = float(value) if value is not None and math.isfinite(value) else PENALTY
+        self.last_step, self.last_value = int(evaluated[-1]) + 1, value
+        trainer.callback_metrics[self.monitor] = torch.tensor(value)
+        # the integration reports at ``pl_module.current_epoch``: hand it the step count in its place
+        self.on_validation_end(trainer, SimpleNamespace(current_epoch=self.last_step))  # type: ignore[arg-type]

@@ -1,0 +1,142 @@
+"""What a tuning study searches, pure: the search space, the grid's cells (one study each), study names and the
+config of a trial.
+
+A **cell** is a group of a grid's runs that differ only in their seed and in the tuned parameter: with
+``grid: {variant: [a, b], seed: [0, 1], train.lr: [...]}`` and ``--param train.lr`` there are two cells, ``a`` and
+``b``. Each cell gets one study; its trials are the cell's first run (its first seed) with the parameter
+replaced by the sampled value. ``--then-run`` later runs every seed of the cell at the best value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ablate.config import RunConfig
+from ablate.errors import ConfigError
+from ablate.grid.ids import canonical
+from ablate.grid.paths import assign, describe, explain, field_type, unwrap_optional
+
+STUDY_PREFIX = "tune"
+METRICS = ("val_ppl", "train_loss")  # and ppl/<held-out set>
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The tuned parameter (a dotted config path), its range, and whether it is searched on a log scale."""
+
+    param: str
+    low: float
+    high: float
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            tp = unwrap_optional(field_type(self.param))
+        except ValueError as exc:
+            raise ConfigError(str(exc), where="--param") from None
+        if self.param == "seed" or tp not in (int, float):
+            raise ConfigError(f"{self.param!r} is not a numeric field that can be tuned (it is "
+                              f"{getattr(tp, '__name__', tp)}); e.g. train.lr, train.weight_decay, "
+                              "train.warmup_frac", where="--param")
+        if not self.low < self.high:
+            raise ConfigError(f"--low {self.low:g} must be below --high {self.high:g}", where="--low")
+        if self.log and self.low <= 0:
+            raise ConfigError(f"a log scale needs --low above 0, got {self.low:g}", where="--low")
+
+    @property
+    def is_int(self) -> bool:
+        return unwrap_optional(field_type(self.param)) is int
+
+    def distribution(self) -> Any:
+        """The Optuna distribution of the parameter."""
+        from optuna.distributions import FloatDistribution, IntDistribution
+
+        if self.is_int:
+            return IntDistribution(int(self.low), int(self.high), log=self.log)
+        return FloatDistribution(float(self.low), float(self.high), log=self.log)
+
+    def as_attrs(self) -> dict[str, Any]:
+        return {"param": self.param, "low": self.low, "high": self.high, "log": self.log}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The runs of a grid that differ only in seed and in the tuned parameter (one per seed, grid order)."""
+
+    key: str  # a short hash of the config without seed and parameter: the study's identity
+    label: str  # what the report calls the cell: the variant, then the other axes that vary
+    axes: dict[str, Any]  # the cell's axis values, without seed and the parameter
+    runs: tuple[Any, ...]  # ablate.grid.PlannedRun
+
+    @property
+    def base(self) -> Any:
+        """The run whose config the trials start from: the cell's first run (its first seed)."""
+        return self.runs[0]
+
+    @property
+    def variant(self) -> str:
+        return self.base.config.variant
+
+    @property
+    def seeds(self) -> list[int]:
+        return [r.config.seed for r in self.runs]
+
+
+def check_metric(metric: str, config: RunConfig) -> str:
+    """``metric`` when the runs measure it: ``val_ppl``, ``train_loss`` or ``ppl/<held-out set>``."""
+    sets = [f"ppl/{name}" for name in config.data.heldout]
+    if metric in METRICS or metric in sets:
+        return metric
+    from ablate.errors import one_of
+
+    raise ConfigError(one_of(metric, [*METRICS, *sets], what="metric"), where="--metric")
+
+
+def _identity(config: RunConfig, param: str) -> str:
+    dump = canonical(config.model_dump(mode="json"))
+    dump = assign({**dump, "seed": None}, param, None)
+    text = json.dumps(dump, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _label(variant: str, axes: dict[str, Any]) -> str:
+    others = [f"{k}={v}" for k, v in axes.items() if k != "variant"]
+    return ", ".join([variant, *others])
+
+
+def cells_of(planned: Sequence[Any], param: str) -> list[Cell]:
+    """The grid's runs grouped into cells, in grid order; within a cell one run per seed (the first)."""
+    groups: dict[str, list[Any]] = {}
+    for run in planned:
+        groups.setdefault(_identity(run.config, param), []).append(run)
+    cells = []
+    for key, runs in groups.items():
+        per_seed: dict[int, Any] = {}
+        for run in runs:
+            per_seed.setdefault(run.config.seed, run)
+        base = runs[0]
+        axes = {k: v for k, v in base.axes.items() if k not in ("seed", param)}
+        cells.append(Cell(key, _label(base.config.variant, axes), axes, tuple(per_seed.values())))
+    return cells
+
+
+def study_name(grid: str, param: str, cell: Cell) -> str:
+    """``<grid>/tune/<param>/<cell label>#<cell key>``: unique per grid, parameter and cell."""
+    return f"{grid}/{STUDY_PREFIX}/{param}/{cell.label}#{cell.key}"
+
+
+def with_value(config: RunConfig, param: str, value: float | int, *, eval_every: int | None = None) -> RunConfig:
+    """``config`` with ``param`` set to ``value`` (and ``eval.every`` when given), validated."""
+    dump = assign(config.model_dump(mode="json"), param, value)
+    if eval_every is not None:
+        dump = assign(dump, "eval.every", eval_every)
+    try:
+        return RunConfig.model_validate(dump)
+    except ValidationError as exc:
+        raise ConfigError(describe(*explain(exc)), where=f"{param}={value!r}") from None

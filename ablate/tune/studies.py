@@ -1,0 +1,111 @@
+"""A cell's Optuna study: opening it (create or continue, never a second one), its trials as ``Point``s, and
+telling it how a trial ended.
+
+Each study's ``user_attrs`` say what it is: ``grid``, ``cell`` (label), ``cell_key``, ``variant``, ``axes``,
+``seed`` (the seed its trials run at), ``param``, ``low``, ``high``, ``log``, ``metric``, ``pruner``,
+``tolerance``, and ``probes`` (the bracketing search's runs: ``value``, ``outcome``, ``metric``, ``run_id``). Each
+trial's ``user_attrs`` hold its ``run_id`` (the run in the store, under the grid ``<grid>/tune``) and ``outcome``
+(``ok``, ``diverged``, ``pruned``, ``failed``). A diverged trial is COMPLETE with the value ``PENALTY``; a pruned
+one PRUNED; a crashed one FAIL (and does not count towards ``--trials``, so the next ``ablate tune`` replaces it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from typing import Any
+
+from ablate.errors import ConfigError
+from ablate.tune.protocol import PENALTY, Point
+
+log = logging.getLogger(__name__)
+
+CHECKED = ("param", "low", "high", "log", "metric")  # a study answers one question: these never change
+
+
+def _seed(name: str, n: int) -> int:
+    return int(hashlib.sha256(f"{name}:{n}".encode()).hexdigest()[:8], 16)
+
+
+def open_study(storage: Any, name: str, attrs: dict[str, Any], *, trials: int, pruner: Any) -> Any:
+    """Create the study ``name`` or continue it; ``ConfigError`` when it was made for another search."""
+    import optuna
+
+    existing = next((s for s in storage.get_all_studies() if s.study_name == name), None)
+    old = existing.user_attrs if existing is not None else {}
+    changed = [k for k in CHECKED if k in old and old[k] != attrs[k]]
+    if changed:
+        was = ", ".join(f"{k}={old[k]!r}" for k in changed)
+        now = ", ".join(f"{k}={attrs[k]!r}" for k in changed)
+        raise ConfigError(f"study {name!r} was made with {was}, not {now}: continue it with the same --param, "
+                          "--low, --high, --log and --metric, or tune under another grid name", where="ablate tune")
+    n_done = len(storage.get_all_trials(existing._study_id, deepcopy=False)) if existing is not None else 0
+    sampler = optuna.samplers.TPESampler(n_startup_trials=max(2, min(10, trials // 2)), seed=_seed(name, n_done))
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True,
+                                sampler=sampler, pruner=pruner)
+    for key, value in attrs.items():
+        if old.get(key) != value:
+            study.set_user_attr(key, value)
+    return study
+
+
+def trial_point(trial: Any, param: str) -> Point | None:
+    """A finished trial (FrozenTrial) as a ``Point``; None while it runs or waits."""
+    from optuna.trial import TrialState
+
+    if param not in trial.params:
+        return None
+    value, rid = float(trial.params[param]), trial.user_attrs.get("run_id")
+    if trial.state == TrialState.COMPLETE:
+        if trial.user_attrs.get("outcome") == "diverged" or trial.value is None or trial.value >= PENALTY:
+            return Point(value, "diverged", None, rid)
+        return Point(value, "ok", float(trial.value), rid)
+    if trial.state == TrialState.PRUNED:
+        return Point(value, "pruned", None, rid)
+    if trial.state == TrialState.FAIL:
+        return Point(value, "failed", None, rid)
+    return None
+
+
+def probe_points(attrs: dict[str, Any]) -> list[Point]:
+    """The bracketing search's runs recorded on a study."""
+    return [Point(float(p["value"]), p["outcome"], p.get("metric"), p.get("run_id"), source="probe")
+            for p in attrs.get("probes") or []]
+
+
+def study_points(study: Any, param: str) -> list[Point]:
+    """Every finished trial and probe of ``study`` (a Study), in the order they were made."""
+    trials = [p for t in study.get_trials(deepcopy=False) if (p := trial_point(t, param)) is not None]
+    return trials + probe_points(study.user_attrs)
+
+
+def result_point(value: float, outcome: str, metric: float | None, run_id: str | None, *,
+                 source: str = "trial") -> Point:
+    """A ``Point`` from how a run ended; a ``done`` run with no finite metric counts as diverged."""
+    if outcome in ("done", "ok"):
+        if metric is None or not math.isfinite(metric):
+            return Point(value, "diverged", None, run_id, source)
+        return Point(value, "ok", float(metric), run_id, source)
+    return Point(value, outcome if outcome in ("diverged", "pruned") else "failed", None, run_id, source)
+
+
+def tell(study: Any, number: int, point: Point, *, error: str | None = None) -> None:
+    """Tell ``study`` how trial ``number`` ended (see the module docstring for the mapping)."""
+    from optuna.trial import TrialState
+
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    study._storage.set_trial_user_attr(trial_id, "outcome", point.outcome)
+    if error:
+        study._storage.set_trial_user_attr(trial_id, "error", error[:2000])
+    try:
+        if point.outcome == "ok":
+            study.tell(number, point.metric)
+        elif point.outcome == "diverged":
+            study.tell(number, PENALTY)
+        elif point.outcome == "pruned":
+            study.tell(number, state=TrialState.PRUNED)
+        else:
+            study.tell(number, state=TrialState.FAIL)
+    except (RuntimeError, ValueError) as exc:  # e.g. another `ablate tune` finished it meanwhile
+        log.warning("trial %d of %s: %s", number, study.study_name, exc)

@@ -1,0 +1,113 @@
+"""What the grid executor costs on top of training, and how fast a finished grid's rerun returns.
+
+1. Twelve tiny runs on two workers. The ideal makespan is the sum of the runs' own times (``wall_s`` in their
+   result.json: data, training, evaluation, probes) over two; the figure is the measured makespan over it, with
+   and without the workers' start-up (importing torch and Lightning), and the per-job overhead in seconds.
+2. A finished 100-run grid (filled into the store directly), rerun through the CLI as a user would: the wall time
+   of the whole ``ablate run`` process.
+
+    .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GRID = """
+name: {name}
+base:
+  model: {{preset: tiny}}
+  data:
+    seq_len: 32
+    stream_tokens: 20000
+    train: [{{kind: builtin, name: arithmetic}}]
+    heldout: {{arith: {{kind: builtin, name: arithmetic}}}}
+  train: {{steps: {steps}, batch_size: 4, checkpoint_every: 50}}
+  eval: {{heldout_tokens: 256, probe_tokens: 128}}
+grid:
+  variant: {variants}
+  seed: {seeds}
+"""
+
+
+def overhead(root: Path, steps: int, mlflow: bool) -> None:
+    from ablate.result import read_result
+    from ablate.runner.executor import RunOptions, run_grid
+
+    path = root / "twelve.yaml"
+    path.write_text(GRID.format(name="twelve", steps=steps, variants="[baseline, sdpa-elementwise, sdpa-headwise]",
+                                seeds=list(range(4))))
+    home = root / "home"
+    t0 = time.monotonic()
+    report = run_grid(path, [], RunOptions(home=home, jobs=2, mlflow=mlflow))
+    total = time.monotonic() - t0
+    assert report.exit_code == 0 and len(report.job_times) == 12, report.outcomes
+    train = sum(read_result(home / "runs" / rid).summary["wall_s"] for rid in report.job_times)
+    inside = sum(report.run_one_s.values())
+    ideal = train / 2
+    first = min(s for s, _ in report.job_times.values())
+    last = max(e for _, e in report.job_times.values())
+    with_startup = last - report.pool_started
+    steady = last - first
+    print(f"12 runs on 2 workers ({steps} steps each, MLflow {'on' if mlflow else 'off'}):")
+    print(f"  sum of the runs' own times   {train:7.2f} s   ideal makespan (/2) {ideal:6.2f} s")
+    print(f"  makespan, first job -> last  {steady:7.2f} s   = {steady / ideal:.3f}x ideal   "
+          f"overhead per job {(2 * steady - train) / 12:.3f} s")
+    print(f"  sum of run_one's wall times  {inside:7.2f} s   (run_one beyond its wall_s: Lightning's fit set-up)")
+    print(f"  makespan, first job -> last  {steady:7.2f} s   = {steady / (inside / 2):.3f}x sum(run_one)/2   "
+          f"executor overhead per job {(2 * steady - inside) / 12:.3f} s")
+    print(f"  makespan, workers started    {with_startup:7.2f} s   = {with_startup / ideal:.3f}x ideal   "
+          f"(worker start-up {first - report.pool_started:.2f} s)")
+    print(f"  whole command                {total:7.2f} s")
+
+
+def rerun_100(root: Path) -> None:
+    from ablate.grid import expand, load_grid
+    from ablate.result import RunResult, write_result
+    from ablate.store import Store
+
+    path = root / "hundred.yaml"
+    path.write_text(GRID.format(name="hundred", steps=20, variants="[baseline, sdpa-elementwise]",
+                                seeds=list(range(50))))
+    home = root / "home100"
+    planned = expand(load_grid(path))
+    assert len(planned) == 100
+    with Store.open(home=home) as store:
+        store.register_grid(name="hundred", text=path.read_text(), runs=planned)
+        for p in planned:  # what a finished run leaves: its run directory's result.json, ingested
+            result = RunResult(run_id=p.run_id, config=p.config.model_dump(mode="json"), status="done",
+                               summary={"steps": 20, "train_loss": 3.0},
+                               metrics={"step": list(range(20)), "loss": [3.0] * 20})
+            write_result(result, home / "runs" / p.run_id)
+            store.ingest(result)
+    cmd = [str(Path(sys.executable).parent / "ablate"), "run", str(path), "--home", str(home)]
+    times = []
+    for _ in range(4):
+        t0 = time.monotonic()
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        times.append(time.monotonic() - t0)
+        assert out.returncode == 0 and "worker" not in out.stderr, out.stderr
+    print("rerun of a finished 100-run grid (whole `ablate run` process):")
+    print(f"  first (mirrors the 100 runs MLflow never saw) {times[0]:.2f} s; then {min(times[1:]):.2f} s best, "
+          f"{sorted(times[1:])[1]:.2f} s median of 3")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--no-mlflow", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ablate-bench-") as tmp:
+        os.environ.setdefault("ABLATE_CACHE", str(Path(tmp) / "cache"))
+        overhead(Path(tmp), args.steps, not args.no_mlflow)
+        rerun_100(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""``ablate run --executor slurm`` on a real one-node Slurm cluster (scripts/slurm.sh: munged, slurmctld, slurmd on
+127.0.0.1): a grid as one job array filling the store, a rerun that submits nothing, a task preempted mid-run
+(``SIGUSR2``, as Slurm sends it) that is requeued and resumes from its checkpoint to the same losses, ``ablate
+status`` showing the jobs, ``ablate cancel``, and a run on two DDP processes. The runs: the tiny preset on the arithmetic stream, 40 steps of
+4 x 32 tokens; the store is SQLite in a temporary directory (the jobs run on this machine).
+
+Skipped only when the Slurm binaries are missing and ``CI`` is unset (in CI the script installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.store import Store
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 40
+
+
+def grid_text(name: str, variants: list[str], train: str = "") -> str:
+    return f"""
+name: {name}
+base:
+  model: {{preset: tiny}}
+  data:
+    seq_len: 32
+    stream_tokens: 20000
+    train: [{{kind: builtin, name: arithmetic}}]
+    heldout: {{arith: {{kind: builtin, name: arithmetic}}}}
+  train: {{steps: {STEPS}, batch_size: 4, checkpoint_every: 1000{train}}}
+  eval: {{heldout_tokens: 256, probe_tokens: 128}}
+grid:
+  variant: {variants}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A running one-node Slurm cluster (SLURM_CONF exported for this session), stopped by PID afterwards."""
+    if not (shutil.which("slurmctld") and shutil.which("sbatch")) and not os.environ.get("CI"):
+        pytest.skip("the Slurm binaries are not installed (scripts/slurm.sh installs them; CI does)")
+    root = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "ABLATE_SLURMCTLD_PORT": str(_free_port()), "ABLATE_SLURMD_PORT": str(_free_port())}
+    script = str(ROOT / "scripts" / "slurm.sh")
+    proc = subprocess.run([script, "start", str(root)], env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        subprocess.run([script, "stop", str(root)], env=env, capture_output=True, timeout=60)
+        pytest.fail(f"scripts/slurm.sh could not start a cluster: {proc.stderr[-2000:]}")
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "ABLATE_CACHE")}
+    os.environ["SLURM_CONF"] = proc.stdout.strip().splitlines()[-1]
+    os.environ["ABLATE_CACHE"] = str(tmp_path_factory.mktemp("cache"))  # the jobs inherit it (sbatch)
+    try:
+        yield root
+    finally:
+        subprocess.run([script, "stop", str(root)], env=env, capture_output=True, timeout=60)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def runs(home: Path, grid: str | None = None):
+    with Store.open(home=home) as store:
+        return store.runs_frame(grid=grid).set_index("run_id")
+
+
+def squeue() -> dict[str, tuple[str, str]]:
+    out = subprocess.run(["squeue", "-h", "-r", "--states=all", "-o", "%i|%T|%r"], capture_output=True, text=True,
+                         check=True).stdout
+    return {j: (s, r) for j, s, r in (line.split("|") for line in out.split())}
+
+
+def wait_until(predicate, timeout: float, what: str, poll: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()) is not None and value is not False:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; squeue: {squeue()}")
+
+
+@pytest.fixture(scope="session")
+def arrayed(slurm_cluster, tmp_path_factory):
+    """A two-run grid run as one job array and waited for (the reference for the other tests)."""
+    root = tmp_path_factory.mktemp("arrayed")
+    path = root / "g.yaml"
+    path.write_text(grid_text("arr", ["baseline", "sdpa-elementwise"]))
+    home = root / "home"
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home", str(home),
+                    "--slurm-opt", "cpus_per_task=1", "--time", "0:10:00")
+    return path, home, result
+
+
+def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
+    _, home, result = arrayed
+    assert result.exit_code == 0, result.output
+    frame = runs(home, "arr")
+    assert set(frame["status"]) == {"done"} and len(frame) == 2
+    array = result.stdout.strip().splitlines()[-1]
+    assert array.isdigit(), result.output
+    assert sorted(frame["slurm_job_id"]) == [f"{array}_0", f"{array}_1"]
+    assert (frame["steps"] == STEPS).all() and frame["resumed_from"].isna().all()
+    assert all(math.isfinite(v) and v < 5.0 for v in frame["train_loss"])
+    for run_id in frame.index:
+        assert (home / "runs" / run_id / "result.json").is_file()
+    assert f"submitted 2 run(s) as Slurm job array {array}" in result.output
+
+
+def test_a_rerun_submits_nothing(arrayed):
+    path, home, _ = arrayed
+    jobs_before = set(squeue())
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--home", str(home))
+    assert result.exit_code == 0, result.output
+    assert "nothing to submit (2 skipped)" in result.output
+    assert set(squeue()) == jobs_before
+
+
+def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tmp_path):
+    _, ref_home, _ = arrayed
+    path = tmp_path / "p.yaml"
+    path.write_text(grid_text("pre", ["baseline"]))
+    home = tmp_path / "home"
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--home", str(home),
+                    "--slurm-opt", "cpus_per_task=1")
+    assert result.exit_code == 0, result.output
+    job = result.stdout.strip().splitlines()[-1]
+    run_id = runs(home).index[0]
+    with Store.open(home=home) as store:
+        def training() -> bool:
+            running = store.status_summary()["running"]
+            return bool(running) and running[0]["step"] is not None
+
+        wait_until(training, 240, "the task to start training")
+        # what Slurm sends before a time limit or a preemption: SIGUSR2 to the job's processes
+        subprocess.run(["scancel", "--signal=USR2", job], check=True)
+        # requeued: pending again (Slurm delays a requeued job's start; let it go at once)
+        wait_until(lambda: squeue().get(job, ("", ""))[0] == "PENDING", 120, "the job to be requeued")
+        assert store.statuses(run_ids=[run_id])[run_id] == "queued"
+        status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)
+        assert [(r["run_id"], r["slurm_job_id"], r["slurm_state"]) for r in status["slurm"]] == \
+            [(run_id, job, "PENDING")]
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] in ("done", "failed"), 300, "the resumed run")
+        curves = store.curves(run_ids=[run_id], metrics=["loss"])
+    frame = runs(home)
+    assert frame.loc[run_id, "status"] == "done", frame.loc[run_id, "error"]
+    resumed = int(frame.loc[run_id, "resumed_from"])
+    assert 1 <= resumed < STEPS
+    assert (home / "runs" / run_id / "checkpoints" / "last.ckpt").is_file()
+    # the same run id trained without interruption in the array: the same loss at every step
+    assert run_id in runs(ref_home).index
+    with Store.open(home=ref_home) as ref_store:
+        ref = ref_store.curves(run_ids=[run_id], metrics=["loss"])
+    assert list(curves["step"]) == list(range(STEPS)) == list(ref["step"])
+    assert list(curves["value"]) == pytest.approx(list(ref["value"]), rel=1e-6)
+    assert frame.loc[run_id, "train_loss"] == pytest.approx(runs(ref_home).loc[run_id, "train_loss"], rel=1e-6)
+
+
+def test_status_shows_the_jobs_and_cancel_puts_the_runs_back_in_the_queue(slurm_cluster, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(grid_text("can", ["baseline", "sdpa-headwise"]))
+    home = tmp_path / "home"
+    # held: the array waits in the queue without training (as it would behind other users' jobs)
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--home", str(home),
+                    "--slurm-opt", "hold=true", "--array-parallelism", "1")
+    assert result.exit_code == 0, result.output
+    array = result.stdout.strip().splitlines()[-1]
+    table = invoke("status", "--home", str(home))
+    assert "in Slurm" in table.stdout and f"{array}_0" in table.stdout and "PENDING" in table.stdout
+    status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)
+    assert sorted(r["slurm_job_id"] for r in status["slurm"]) == [f"{array}_0", f"{array}_1"]
+    assert {r["slurm_state"] for r in status["slurm"]} == {"PENDING"}
+
+    result = invoke("cancel", str(path), "--home", str(home))
+    assert result.exit_code == 0, result.output
+    assert f"cancelled Slurm job(s) {array} of grid can" in result.stdout
+    assert "2 run(s) of can back in the queue" in result.stdout
+    frame = runs(home, "can")
+    assert set(frame["status"]) == {"queued"} and frame["slurm_job_id"].isna().all()
+    assert all(state not in ("PENDING", "RUNNING") for job, (state, _) in squeue().items()
+               if job.startswith(f"{array}_"))
+    assert json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)["slurm"] == []
+    # cancelling again finds nothing to cancel; an unknown grid is the user's mistake
+    again = invoke("cancel", "can", "--home", str(home))
+    assert again.exit_code == 0 and "0 run(s) of can back in the queue" in again.stdout
+    unknown = invoke("cancel", "cna", "--home", str(home))
+    assert unknown.exit_code == 2 and "can" in unknown.output
+
+
+# ------------------------------------------------------------ several devices per run
+# ``train.devices = 2`` with ``strategy: ddp`` trains as two CPU processes (gloo), one Slurm task each under ``srun``
+# (Lightning reads the ranks from Slurm). "The same loss curve as one process", numerically: DDP averages the
+# gradients of the two half batches, which is the gradient of the whole batch, so the parameters follow the
+# one-process run up to float summation order, and the logged loss is the mean over both ranks (the whole batch's
+# loss). So every step's loss must match the one-process run's within 1e-3 relative (observed: ~1e-7). Rank 0 alone
+# writes: one ``result.json``, one row in the store, one value per step and metric.
+
+
+def test_two_ddp_processes_follow_the_one_process_loss_curve_and_record_one_result(arrayed, tmp_path):
+    _, ref_home, _ = arrayed
+    path = tmp_path / "d.yaml"
+    path.write_text(grid_text("ddp", ["baseline"], train=", devices: 2, strategy: ddp"))
+    home = tmp_path / "home"
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home", str(home),
+                    "--slurm-opt", "cpus_per_task=1", "--time", "0:10:00")
+    assert result.exit_code == 0, result.output
+    frame = runs(home)
+    assert len(frame) == 1
+    run_id = frame.index[0]
+    row = frame.loc[run_id]
+    assert row["status"] == "done" and row["train.devices"] == 2 and row["train.strategy"] == "ddp"
+    assert row["device"] == "cpu" and row["steps"] == STEPS
+    assert sorted(p.name for p in (home / "runs").iterdir()) == [run_id]
+    assert [p.name for p in (home / "runs" / run_id).glob("result*.json")] == ["result.json"]
+
+    ref = runs(ref_home, "arr")
+    ref_id = ref.index[ref["variant"] == "baseline"][0]
+    with Store.open(home=home) as store, Store.open(home=ref_home) as ref_store:
+        curves = store.curves(run_ids=[run_id])
+        one = ref_store.curves(run_ids=[ref_id], metrics=["loss"])
+    counts = curves.groupby("metric")["step"].agg(["count", "nunique"])
+    assert (counts["count"] == STEPS).all() and (counts["nunique"] == STEPS).all(), counts
+    two = curves[curves["metric"] == "loss"].sort_values("step")
+    assert list(two["step"]) == list(one["step"]) == list(range(STEPS))
+    diffs = [abs(a - b) / abs(b) for a, b in zip(two["value"], one["value"], strict=True)]
+    print(f"ddp vs one process: max relative loss difference {max(diffs):.2e}")
+    assert max(diffs) < 1e-3
+    assert row["train_loss"] == pytest.approx(ref.loc[ref_id, "train_loss"], rel=1e-3)
+    assert two["value"].iloc[-1] < 0.8 * two["value"].iloc[0]  # it learned
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--time", "soon"], "--time: 'soon' is not a Slurm time"),
+    (["--gpus-per-job", "2"], "2 GPUs per job for runs with train.devices = 1"),
+    (["--slurm-opt", "qos"], "--slurm-opt: 'qos' is not K=V"),
+    (["--executor", "slrum"], "slurm"),
+], ids=["time", "gpus", "slurm-opt", "executor"])
+def test_bad_slurm_options_are_one_line_and_exit_2(slurm_cluster, tmp_path, args, message):
+    path = tmp_path / "g.yaml"
+    path.write_text(grid_text("bad", ["baseline"]))
+    jobs_before = set(squeue())
+    result = invoke("run", str(path), "--executor", "slurm", "--home", str(tmp_path / "home"), *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert set(squeue()) == jobs_before  # nothing was submitted
