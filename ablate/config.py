@@ -7,9 +7,9 @@ keeps. Importing this module never imports torch.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ablate.ablations.config import ModelConfig
 
@@ -124,11 +124,32 @@ class EvalConfig(_Strict):
     probe_tokens: int = Field(4096, ge=1, description="held-out tokens the probes look at")
     hist_bins: int = Field(20, ge=2, description="bins of the gate-score histogram on [0, 1]")
     benchmarks: list[str] = Field(default_factory=list, description="offline benchmark tasks to score")
+    bench_multiples: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=list,
+        description="score benchmarks named without lengths at these multiples of the (last) training length",
+    )
+    yarn_factor: Annotated[float, Field(gt=1)] | Literal["auto"] | None = Field(
+        None,
+        description="also score benchmarks with YaRN RoPE scaling over the training length: a fixed factor "
+                    "(the paper: 4), or 'auto' = each length / training length; None = no YaRN scoring",
+    )
     every: int = Field(0, ge=0, description="evaluate val PPL every N steps during training (0 = only at the end)")
 
 
+# What a later training stage may change: anything of how it trains and what it reads, and the model fields that
+# no weight depends on (the weights carry over from the stage before).
+STAGE_MODEL_FIELDS = ("rope_theta", "rope_yarn_factor", "rope_yarn_original_len", "moe_aux_coef", "moe_z_coef")
+STAGE_FIXED_DATA_FIELDS = ("tokenizer", "bpe_vocab_size")
+
+
 class RunConfig(_Strict):
-    """One run: the complete, validated description. ``variant`` names an entry of the catalogue."""
+    """One run: the complete, validated description. ``variant`` names an entry of the catalogue.
+
+    ``stages``: training stages after the first (context extension, paper Table 5). Each is a mapping of dotted
+    overrides (``{data.seq_len: 1024, model.rope_theta: 1.0e5, train.steps: 200}``) applied on top of the stage
+    before it; the fields above describe stage 0. A stage starts from the previous stage's final weights with a
+    fresh optimizer and schedule; evaluation follows the last stage (see ``stage_configs``).
+    """
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -136,3 +157,82 @@ class RunConfig(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     variant: str = "baseline"
     seed: int = Field(0, ge=0)
+    stages: list[dict[str, Any]] = Field(
+        default_factory=list, description="later training stages: dotted overrides of train.*, data.*, model.rope_*"
+    )
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _dotted(cls, v: Any) -> Any:
+        # {train: {steps: 5}} and {train.steps: 5} are one stage: keep the dotted spelling (one run id for both)
+        if not isinstance(v, list):
+            return v
+        return [_dotted_stage(stage) if isinstance(stage, dict) else stage for stage in v]
+
+    @model_validator(mode="after")
+    def _stages_valid(self) -> RunConfig:
+        if self.stages:
+            stage_configs(self)
+        return self
+
+
+def _dotted_stage(stage: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in stage.items():
+        if isinstance(value, dict) and "." not in str(key) and key in ("model", "data", "train", "eval"):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[str(key)] = value
+    return out
+
+
+def _check_stage_path(path: str, where: str) -> None:
+    from ablate.errors import did_you_mean
+
+    section, _, name = path.partition(".")
+    sections = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+    if section not in sections or not name or "." in name:
+        hint = did_you_mean(path, [f"{s}.{f}" for s, m in sections.items() for f in m.model_fields])
+        raise ValueError(f"{where}: a stage sets 'train.<field>', 'data.<field>' or 'model.<field>', "
+                         f"got {path!r}{hint}")
+    fields = sections[section].model_fields
+    if name not in fields:
+        hint = did_you_mean(path, [f"{section}.{f}" for f in fields])
+        raise ValueError(f"{where}: unknown key {path!r}{hint}; "
+                         f"allowed in {section}: {', '.join(sorted(fields))}")
+    if (section == "model" and name not in STAGE_MODEL_FIELDS) or (
+            section == "data" and name in STAGE_FIXED_DATA_FIELDS):
+        allowed = [f"model.{f}" for f in STAGE_MODEL_FIELDS]
+        raise ValueError(f"{where}: {path!r} cannot change between stages (the weights carry over); a stage may "
+                         f"set train.*, data.* (but {', '.join(f'data.{f}' for f in STAGE_FIXED_DATA_FIELDS)}) "
+                         f"and {', '.join(allowed)}")
+
+
+def stage_configs(config: RunConfig) -> list[RunConfig]:
+    """The effective config of each training stage (``stages`` left empty): stage 0 is ``config`` itself, stage k
+    is stage k-1 with ``config.stages[k - 1]`` applied. Raises ValueError naming ``stages.<i>.<path>`` on a bad one.
+
+    >>> cfgs = stage_configs(RunConfig(stages=[{"data.seq_len": 512, "model.rope_theta": 1e5}]))
+    >>> [(c.data.seq_len, c.model.rope_theta) for c in cfgs]
+    [(256, 10000.0), (512, 100000.0)]
+    """
+    from pydantic import ValidationError
+
+    current = config.model_dump(mode="json") | {"stages": []}
+    out = [config.model_copy(update={"stages": []})]
+    for i, stage in enumerate(config.stages):
+        if not isinstance(stage, dict) or not stage:
+            raise ValueError(f"stages.{i}: a stage is a non-empty mapping of dotted overrides, got {stage!r}")
+        for path, value in stage.items():
+            _check_stage_path(path, f"stages.{i}")
+            section, name = path.split(".")
+            current = {**current, section: {**current[section], name: value}}
+        try:
+            out.append(RunConfig.model_validate(current))
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise ValueError(f"stages.{i}.{loc}: {msg}, got {err.get('input')!r}") from None
+        current = out[-1].model_dump(mode="json")
+    return out

@@ -94,5 +94,5 @@ def test_ingest_and_db_upgrade(store_url: str, tmp_path) -> None:  # noqa: ANN00
 
 def test_default_store_lives_in_home(tmp_home) -> None:  # noqa: ANN001
     out = invoke("status", "--format", "json")
-    assert out.exit_code == 0 and json.loads(out.stdout) == {"grids": [], "running": [], "stale": []}
+    assert out.exit_code == 0 and json.loads(out.stdout) == {"grids": [], "running": [], "stale": [], "slurm": []}
     assert (tmp_home / "ablate.db").is_file()

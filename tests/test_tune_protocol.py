@@ -166,3 +166,19 @@ def test_optuna_tables_live_beside_the_store_and_both_reopen(store_url):
         again = optuna.load_study(study_name="g/tune/x", storage=optuna_storage(store.url))
         assert [t.value for t in again.trials] == [1.5]
         assert [s.study_name for s in store_studies(store, "g")] == ["g/tune/x"]
+
+
+def test_a_study_is_continued_never_duplicated_and_never_mixed_with_another_search(tmp_path):
+    from ablate.store import Store
+    from ablate.tune.storage import optuna_storage
+    from ablate.tune.studies import open_study
+
+    attrs = {"grid": "g", "param": "train.lr", "low": 1e-4, "high": 1e-2, "log": True, "metric": "val_ppl"}
+    with Store.open(f"sqlite:///{tmp_path / 'a.db'}") as store:
+        storage = optuna_storage(store.url)
+        first = open_study(storage, "g/tune/s", attrs, trials=4, pruner=make_pruner("none"))
+        again = open_study(storage, "g/tune/s", {**attrs, "tolerance": 0.1}, trials=4, pruner=make_pruner("none"))
+        assert first._study_id == again._study_id and len(storage.get_all_studies()) == 1
+        assert again.user_attrs["tolerance"] == 0.1  # attrs that do not change the question are updated
+        with pytest.raises(ConfigError, match=r"made with high=0.01, not high=0.1.*same --param, --low, --high"):
+            open_study(storage, "g/tune/s", {**attrs, "high": 0.1}, trials=4, pruner=make_pruner("none"))

@@ -47,13 +47,16 @@ class Rotary(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         dk = cfg.head_dim
-        if cfg.rope_yarn_factor > 1:
-            from ablate.ablations.yarn import yarn_inv_freq
+        # On the CPU even when the model is built on the meta device: a meta arange imports torch._dynamo
+        # (seconds), and forward moves these few numbers to the input's device anyway.
+        with torch.device("cpu"):
+            if cfg.rope_yarn_factor > 1:
+                from ablate.ablations.yarn import yarn_inv_freq
 
-            inv_freq, scale = yarn_inv_freq(dk, cfg.rope_theta, cfg.rope_yarn_factor, cfg.rope_yarn_original_len)
-        else:
-            inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, dk, 2, dtype=torch.float32) / dk)
-            scale = 1.0
+                inv_freq, scale = yarn_inv_freq(dk, cfg.rope_theta, cfg.rope_yarn_factor, cfg.rope_yarn_original_len)
+            else:
+                inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, dk, 2, dtype=torch.float32) / dk)
+                scale = 1.0
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.scale = scale
 
@@ -144,7 +147,13 @@ class MoE(nn.Module):
 
 
 def init_std_for(module: nn.Module, std: float) -> None:
-    """The N(0, std) init of the whole model; norms start at one, biases at zero."""
+    """The N(0, std) init of the whole model; norms start at one, biases at zero.
+
+    Meta tensors (parameter counting) are left alone: ``normal_`` on the meta device imports torch._dynamo, which
+    would add seconds to ``ablate plan``.
+    """
+    if any(p.is_meta for p in module.parameters(recurse=False)):
+        return
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=std)
         if module.bias is not None:

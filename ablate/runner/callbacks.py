@@ -32,8 +32,11 @@ class RunMonitor(L.Callback):
     stability rules, saves ``last.ckpt`` every ``checkpoint_every`` steps and at the end, and honours ``stop``."""
 
     def __init__(self, config: RunConfig, ckpt_path: Path, *, on_step: Callable[[dict], None] | None = None,
-                 stop: threading.Event | None = None, evaluate: Callable[[], dict[str, float]] | None = None):
+                 stop: threading.Event | None = None, evaluate: Callable[[], dict[str, float]] | None = None,
+                 step_offset: int = 0):
         self.config, self.ckpt_path, self.on_step, self.stop, self.evaluate = config, ckpt_path, on_step, stop, evaluate
+        # a later training stage (ablate.runner.stages): ``config`` is the stage's, steps are numbered from here
+        self.step_offset = step_offset
         tc = config.train
         self.tokens_per_step = tc.batch_size * config.data.seq_len
         self.metrics: dict[str, list[float | None]] = {k: [] for k in CURVES}
@@ -77,7 +80,8 @@ class RunMonitor(L.Callback):
         now = time.perf_counter()
         dt, self._t_last = now - self._t_last, now
         self.train_wall_s += dt
-        row = dict(step=step, loss=loss, lr=self.config.train.lr * lr_factor(step, self.config.train),
+        local = step - self.step_offset  # the step within this stage: its schedule, checkpoints and evaluation
+        row = dict(step=step, loss=loss, lr=self.config.train.lr * lr_factor(local, self.config.train),
                    grad_norm=grad_norm, tokens_per_s=self.tokens_per_step / dt if dt > 0 else None)
         for k in CURVES:
             self.metrics[k].append(_finite_or_none(row[k]) if k != "step" else step)
@@ -96,7 +100,7 @@ class RunMonitor(L.Callback):
             self.diverged_at = step
             trainer.should_stop = True
             return
-        done, paused = step + 1, False
+        done, paused = local + 1, False
         if self.evaluate is not None and self.config.eval.every and done % self.config.eval.every == 0:
             scores, paused = self.evaluate(), True
             self.metrics.setdefault("val_step", []).append(step)

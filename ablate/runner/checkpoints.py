@@ -1,7 +1,9 @@
 """A run directory's checkpoint back as a model: for export, lm-evaluation-harness and analysis.
 
 ``run_dir/checkpoints/last.ckpt`` is a Lightning checkpoint; its ``state_dict`` keys are the decoder's with a
-``model.`` prefix, and it carries the resolved run config (``run_config``), so an unfinished run loads too.
+``model.`` prefix, and it carries the resolved run config (``run_config``), so an unfinished run loads too. A run
+with training stages loads as the stage of its checkpoint (``stage``), and the config returned is that stage's
+effective config (``ablate.config.stage_configs``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import torch
 
 from ablate.ablations import apply_variant, build_model
-from ablate.config import RunConfig
+from ablate.config import RunConfig, stage_configs
 from ablate.errors import RunError
 from ablate.result import RESULT_FILE, read_result
 from ablate.runner.data import cache_dir_for
@@ -34,6 +36,8 @@ def load_run_model(run_dir: str | Path, *, device: Any = "cpu") -> tuple[torch.n
         config = RunConfig.model_validate(read_result(run_dir).config)
     else:
         raise RunError(f"{path}: the checkpoint holds no run config and there is no {RESULT_FILE} beside it")
+    if ckpt.get("stage"):  # a later training stage: its own RoPE base (ablate.runner.stages)
+        config = stage_configs(config)[int(ckpt["stage"])]
     model_cfg = apply_variant(config.model, config.variant)
     model = build_model(model_cfg)
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}

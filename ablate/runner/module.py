@@ -49,9 +49,10 @@ class LitDecoder(L.LightningModule):
     tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled mid-step)."""
 
     def __init__(self, model: nn.Module, train_cfg: TrainConfig, *, compile: bool = False,
-                 run_config: dict | None = None):
+                 run_config: dict | None = None, stage: int = 0):
         super().__init__()
         self.run_config = run_config  # saved in every checkpoint, so a run directory loads on its own
+        self.stage = stage  # the training stage (ablate.runner.stages) the checkpoints belong to
         self.model = model
         # a bound method, not a module attribute: the compiled wrapper must not enter the state dict twice
         self.step_fn = torch.compile(model.forward) if compile else model.forward
@@ -80,6 +81,7 @@ class LitDecoder(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.run_config is not None:
             checkpoint["run_config"] = self.run_config
+        checkpoint["stage"] = self.stage
         checkpoint["rng"] = {"torch": torch.get_rng_state(),
                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 

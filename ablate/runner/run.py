@@ -4,7 +4,8 @@
 The run directory holds ``checkpoints/last.ckpt`` (model, optimizer, scheduler, RNG, loop position and the
 monitor's record so far) and, once finished, ``result.json``. A restarted run resumes from the checkpoint and
 ends with exactly the losses of an uninterrupted run (on CPU); the data needs no state for that, because the
-batch at step t is a function of (seed, t) only.
+batch at step t is a function of (seed, t) only. A run with training stages (``RunConfig.stages``, context
+extension) trains them in turn; ``ablate.runner.stages`` says how they hand over and how steps are numbered.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -35,6 +37,16 @@ from ablate.runner.checkpoints import CHECKPOINT
 from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data
 from ablate.runner.evaluate import perplexity, probe
 from ablate.runner.module import LitDecoder
+from ablate.runner.monitors import SpikeDetector
+from ablate.runner.stages import (
+    Stage,
+    benchmark_scores,
+    final_checkpoint,
+    finish_stage,
+    plan_stages,
+    stage_start,
+    start_point,
+)
 from ablate.runner.tokenizers import get_tokenizer
 
 log = logging.getLogger(__name__)
@@ -43,20 +55,34 @@ BENCH_SEED = 0  # benchmark examples are the same for every run (and every run s
 
 
 class StepBatches(IterableDataset):
-    """Yields ``{"step": t, "tokens": this rank's rows of batch t}`` for t = start .. steps - 1."""
+    """Yields ``{"step": offset + t, "tokens": this rank's rows of that batch}`` for t = start .. steps - 1
+    (``offset``: the global number of a later training stage's first step)."""
 
-    def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1):
+    def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1, offset: int = 0):
         self.batches, self.start, self.steps, self.rank, self.world = batches, start, steps, rank, world
+        self.offset = offset
 
     def __iter__(self):
-        for t in range(self.start, self.steps):
+        for t in range(self.offset + self.start, self.offset + self.steps):
             rows = self.batches.batch(t)[self.rank:: self.world]
             yield {"step": t, "tokens": torch.from_numpy(rows)}
 
 
 def checkpoint_step(path: Path) -> int:
-    """The number of optimizer steps a checkpoint holds."""
+    """The number of optimizer steps a checkpoint holds (within its training stage)."""
     return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+
+
+@dataclass
+class _Trained:
+    """A stage's outcome: what the evaluation after the last stage needs."""
+
+    model: torch.nn.Module
+    trainer: L.Trainer
+    monitor: RunMonitor
+    precision: str
+    heldout: dict[str, np.ndarray]
+    fit_s: float
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
@@ -69,73 +95,59 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     on rank 0. Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose
     loss diverges ends with status ``diverged`` (no evaluation); a crash writes nothing and re-raises.
     ``callbacks``: extra Lightning callbacks, called after the run's own monitor in every hook.
+
+    With ``config.stages`` the stages train one after the other, each from the previous one's final weights;
+    step numbers are global across stages, and evaluation follows the last stage (``ablate.runner.stages``).
     """
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     _quiet_lightning()
-    tc, dc = config.train, config.data
-    model_cfg = apply_variant(config.model, config.variant)
-    tokenizer = get_tokenizer(dc, model_cfg, cache_dir_for(run_dir))
-    data = load_data(dc, batch_size=tc.batch_size, seed=config.seed, vocab_size=model_cfg.vocab_size,
-                     tokenizer=tokenizer, cache_dir=cache_dir_for(run_dir))
-    heldout = {name: heldout_windows(arr, config.eval.heldout_tokens, dc.seq_len) for name, arr in data.heldout.items()}
-
-    gpu = torch.cuda.is_available()
-    precision = tc.precision if tc.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
-    if tc.batch_size % tc.devices:
-        from ablate.errors import ConfigError
-
-        raise ConfigError(f"batch_size {tc.batch_size} is not divisible by devices {tc.devices}", where="train.batch_size")
-    torch.manual_seed(config.seed)
-    model = build_model(model_cfg)
-    lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"))
-
+    stages = plan_stages(config)
+    first, resume = start_point(run_dir, stages)
+    tokenizer = get_tokenizer(config.data, apply_variant(config.model, config.variant), cache_dir_for(run_dir))
     ckpt = run_dir / CHECKPOINT
-    resumed_from = checkpoint_step(ckpt) if ckpt.is_file() else None
-    trainer = L.Trainer(
-        accelerator="gpu" if gpu else "cpu", devices=tc.devices, strategy=tc.strategy, precision=precision,
-        max_steps=tc.steps, max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
-        default_root_dir=str(run_dir),
-    )
-
-    def val_scores() -> dict[str, float]:
-        dev = lit.device
-        ppl = [perplexity(model, w, batch_size=tc.batch_size, device=dev, precision=precision) for w in heldout.values()]
-        return {"val_ppl": float(np.mean(ppl))} if ppl else {}
-
-    monitor = RunMonitor(config, ckpt, on_step=on_step, stop=stop, evaluate=val_scores)
-    monitor.started, monitor.resumed_from = started, resumed_from
-    trainer.callbacks.append(monitor)
-    trainer.callbacks.extend(callbacks)  # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
-    dataset = StepBatches(data.train, resumed_from or 0, tc.steps, trainer.global_rank, trainer.world_size)
-    loader = DataLoader(dataset, batch_size=None, pin_memory=gpu)
-    t_fit = time.perf_counter()
-    trainer.fit(lit, train_dataloaders=loader, ckpt_path=str(ckpt) if resumed_from is not None else None)
-    fit_s = time.perf_counter() - t_fit
-    if monitor.interrupted_at is not None:
-        raise RunInterrupted(f"stopped after step {monitor.interrupted_at} of {tc.steps}; checkpoint saved in {ckpt}")
+    resumed_from = None
+    if resume:
+        resumed_from = stages[first].first_step + checkpoint_step(ckpt)
+    elif first:
+        resumed_from = stages[first].first_step  # restarted between two stages
+    fit_s = 0.0
+    for stage in stages[first:]:
+        trained = _train_stage(stage, config, run_dir, tokenizer, resume=resume and stage.index == first,
+                               resumed_from=resumed_from if stage.index == first else None, started=started,
+                               on_step=on_step, stop=stop, callbacks=callbacks)
+        fit_s += trained.fit_s
+        monitor, trainer = trained.monitor, trained.trainer
+        if monitor.interrupted_at is not None:
+            raise RunInterrupted(f"stopped after step {stage.first_step + monitor.interrupted_at} of "
+                                 f"{stages[-1].end}; checkpoint saved in {ckpt}")
+        if monitor.diverged_at is not None:
+            break
+        if stage.index < len(stages) - 1:
+            if trainer.is_global_zero:
+                finish_stage(run_dir, stage.index)
+            trainer.strategy.barrier()
     if resumed_from is not None and not any(e.kind == "resumed" and e.step == resumed_from for e in monitor.events):
         monitor.events.append(Event(kind="resumed", step=resumed_from))  # the checkpoint was at the last step
 
+    final = stage.config
+    model, precision, heldout = trained.model, trained.precision, trained.heldout
+    gpu = torch.cuda.is_available()
     status = "diverged" if monitor.diverged_at is not None else "done"
     device = torch.device("cuda", trainer.local_rank) if gpu else torch.device("cpu")
     model.to(device)
-    summary = _train_summary(config, model_cfg, monitor)
+    summary = _train_summary(config, stages, monitor)
     probes = None
     if status == "done" and trainer.is_global_zero:
-        summary.update(_evaluate(config, model, heldout, device, precision))
-        if config.eval.probes and heldout:
-            probes = probe(model, _probe_windows(heldout, config.eval.probe_tokens, dc.seq_len),
-                           hist_bins=config.eval.hist_bins, device=device, precision=precision)
+        summary.update(_evaluate(final, model, heldout, device, precision))
+        if final.eval.probes and heldout:
+            probes = probe(model, _probe_windows(heldout, final.eval.probe_tokens, final.data.seq_len),
+                           hist_bins=final.eval.hist_bins, device=device, precision=precision)
             summary.update(probes.summary())
-        if config.eval.benchmarks:
-            from ablate.runner.tasks import evaluate_tasks
-
-            summary.update(evaluate_tasks(model, tokenizer, list(config.eval.benchmarks), seed=BENCH_SEED,
-                                          device=device))
+        if final.eval.benchmarks:
+            summary.update(benchmark_scores(model, tokenizer, final, seed=BENCH_SEED, device=device))
     for key in ("val_ppl", "gate_score", "f_attn", "m_act"):
         summary.setdefault(key, None)
     wall = monitor.train_wall_s + (time.perf_counter() - t_start - fit_s)
@@ -153,17 +165,72 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     return result
 
 
-def _train_summary(config: RunConfig, model_cfg, monitor: RunMonitor) -> dict[str, float | int | None]:
+def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, resume: bool,
+                 resumed_from: int | None, started: str, on_step: Callable[[dict], None] | None,
+                 stop: threading.Event | None, callbacks: Sequence[L.Callback]) -> _Trained:
+    """Train one stage: resumed from ``last.ckpt``, or started from the previous stage's final checkpoint (stage 0:
+    from the init)."""
+    cfg = stage.config
+    tc, dc = cfg.train, cfg.data
+    model_cfg = apply_variant(cfg.model, cfg.variant)
+    data = load_data(dc, batch_size=tc.batch_size, seed=config.seed, vocab_size=model_cfg.vocab_size,
+                     tokenizer=tokenizer, cache_dir=cache_dir_for(run_dir))
+    heldout = {name: heldout_windows(arr, cfg.eval.heldout_tokens, dc.seq_len) for name, arr in data.heldout.items()}
+
+    gpu = torch.cuda.is_available()
+    precision = tc.precision if tc.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    if tc.batch_size % tc.devices:
+        from ablate.errors import ConfigError
+
+        raise ConfigError(f"batch_size {tc.batch_size} is not divisible by devices {tc.devices}", where="train.batch_size")
+    torch.manual_seed(config.seed)
+    model = build_model(model_cfg)
+    lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"), stage=stage.index)
+
+    ckpt = run_dir / CHECKPOINT
+    trainer = L.Trainer(
+        accelerator="gpu" if gpu else "cpu", devices=tc.devices, strategy=tc.strategy, precision=precision,
+        max_steps=tc.steps, max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
+        default_root_dir=str(run_dir),
+    )
+
+    def val_scores() -> dict[str, float]:
+        dev = lit.device
+        ppl = [perplexity(model, w, batch_size=tc.batch_size, device=dev, precision=precision) for w in heldout.values()]
+        return {"val_ppl": float(np.mean(ppl))} if ppl else {}
+
+    monitor = RunMonitor(cfg, ckpt, on_step=on_step, stop=stop, evaluate=val_scores, step_offset=stage.first_step)
+    monitor.started, monitor.resumed_from = started, resumed_from
+    if stage.index and not resume:  # a later stage: the previous one's final weights and the record so far
+        state, record = stage_start(final_checkpoint(run_dir, stage.index - 1), monitor.state_key)
+        model.load_state_dict(state)
+        if record is not None:
+            monitor.load_state_dict(record)
+        monitor.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)  # a new length moves the loss: new trend
+    trainer.callbacks.append(monitor)
+    trainer.callbacks.extend(callbacks)  # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
+    done = checkpoint_step(ckpt) if resume else 0
+    dataset = StepBatches(data.train, done, tc.steps, trainer.global_rank, trainer.world_size, offset=stage.first_step)
+    loader = DataLoader(dataset, batch_size=None, pin_memory=gpu)
+    t_fit = time.perf_counter()
+    trainer.fit(lit, train_dataloaders=loader, ckpt_path=str(ckpt) if resume else None)
+    return _Trained(model, trainer, monitor, precision, heldout, time.perf_counter() - t_fit)
+
+
+def _train_summary(config: RunConfig, stages: list[Stage], monitor: RunMonitor) -> dict[str, float | int | None]:
     losses = monitor.metrics["loss"]
     tps = [v for v in monitor.metrics["tokens_per_s"] if v is not None]
-    steps = len(monitor.metrics["step"])
+    steps = monitor.metrics["step"]
+    tokens = sum(st.config.train.batch_size * st.config.data.seq_len * sum(st.first_step <= s < st.end for s in steps)
+                 for st in stages)
     return {
-        "steps": steps,
-        "tokens": steps * config.train.batch_size * config.data.seq_len,
+        "steps": len(steps),
+        "tokens": tokens,
         "train_loss": losses[-1] if losses else None,
         "loss_spikes": sum(e.kind == "loss_spike" for e in monitor.events),
         "tokens_per_s": statistics.median(tps) if tps else None,
-        "params": count_params(model_cfg).total,
+        "params": count_params(apply_variant(config.model, config.variant)).total,
         "added_params": added_params(config.model, config.variant),
     }
 

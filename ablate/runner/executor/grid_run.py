@@ -9,6 +9,10 @@
 4. The summary: counts by outcome and by status, and an exit code (0 all done/diverged, 1 some failed, 130 when
    interrupted).
 
+Liveness: this process writes each running job's heartbeat every 2 s (with the step its ``on_step`` last reported)
+while its worker lives. A ``running`` run recorded on this host whose run-directory lock is free was cut off and
+resumes at once; one recorded on another host only once its heartbeat is ``stale_after_s`` old.
+
 Ctrl-C (or SIGTERM) once: running jobs save a checkpoint and go back to ``queued``; nothing new starts. Twice:
 the workers are killed at once; their runs go back to ``queued`` and resume from their last periodic checkpoint.
 """
