@@ -14,7 +14,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 quickstart: setup
-	$(BIN)/ablate variants
+	$(BIN)/ablate run examples/quickstart.yaml --jobs 2
+	$(BIN)/ablate report table1 --grid quickstart
 
 test: setup
 	VENV=$(VENV) scripts/test.sh $(ARGS)
