@@ -183,7 +183,7 @@ def _dotted_stage(stage: dict[str, Any]) -> dict[str, Any]:
             out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             out[str(key)] = value
-    return out
+    return dict(sorted(out.items()))
 
 
 def _check_stage_path(path: str, where: str) -> None:

@@ -5,7 +5,10 @@
 - Table 2: the grid's settings (depth, width, batch size, steps, sequence length), in order of depth then tokens,
   stand for the paper's four settings in theirs; within a setting the learning rates line up from the largest
   down. Runs the paper has no row for become extra rows at the end of their setting.
-- Table 5: the "YaRN Extended" group is the runs with ``model.rope_yarn_factor > 1``.
+- Table 5: "Trained at <len>" reads each run's retrieval scores per length (``len/<L>``, ``tables.py``), named after
+  its final training length (``data.seq_len`` or its last stage's, ``trained_len``); "YaRN Extended" reads the same
+  runs' YaRN-scaled scores (``len/<L>/yarn``, from ``bench/<task>@<L>/yarn``), and the plain scores of runs that
+  were trained or evaluated with ``model.rope_yarn_factor > 1``.
 
 Runs pair with their baseline by ``pair_key``: the same configuration (apart from the variant) and seed.
 """
@@ -81,7 +84,8 @@ def _hashable(v: Any) -> Any:
 
 def context_columns(columns: Any, *, exclude: tuple[str, ...] = ()) -> list[str]:
     """The config columns that make a run's configuration apart from its variant and seed."""
-    cols = [c for c in columns if str(c).startswith(("train.", "data.", "eval.")) or c in SCALE_FIELDS]
+    cols = [c for c in columns
+            if str(c).startswith(("train.", "data.", "eval.")) or c in SCALE_FIELDS or c == "stages"]
     return sorted(c for c in cols if c not in exclude)
 
 
@@ -137,20 +141,44 @@ def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
     return plans, notes
 
 
+def trained_len(r: Any) -> int | None:
+    """The sequence length of a run's last training stage (a row of the runs frame): ``data.seq_len``, unless a
+    later stage (the ``stages`` column, JSON) sets ``data.seq_len``."""
+    length = r.get("data.seq_len")
+    stages = r.get("stages")
+    if isinstance(stages, str) and stages.startswith("["):
+        for stage in json.loads(stages):
+            length = stage.get("data.seq_len", length) if isinstance(stage, dict) else length
+    if length is None or (isinstance(length, float) and math.isnan(length)):
+        return None
+    return int(length)
+
+
 def _split_yarn(plans: list[RowPlan]) -> list[RowPlan]:
+    import pandas as pd
+
     groups = list(dict.fromkeys(p.group for p in plans))
-    trained_len = None
+    lengths: list[int] = []
     for p in plans:
         p.group_index = groups.index(p.group)
         yarn = p.runs["model.rope_yarn_factor"] if "model.rope_yarn_factor" in p.runs else None
-        is_yarn = [False] * len(p.runs) if yarn is None else list(yarn.astype(float).fillna(1.0) > 1.0)
-        p.runs = p.runs.loc[[y == (p.group_index == 1) for y in is_yarn]]
-        if p.group_index == 0 and len(p.runs) and "data.seq_len" in p.runs:
-            trained_len = int(p.runs["data.seq_len"].mode().iloc[0])
-    if trained_len:
+        trained_with = [False] * len(p.runs) if yarn is None else list(yarn.astype(float).fillna(1.0) > 1.0)
+        if p.group_index == 0:
+            p.runs = p.runs.loc[[not y for y in trained_with]]
+            lengths += [n for n in (trained_len(r) for _, r in p.runs.iterrows()) if n]
+        else:  # YaRN-scaled scores stand in the plain columns; runs trained with YaRN keep their own
+            runs = p.runs.copy()
+            scaled = [c for c in runs.columns if str(c).startswith("len/") and str(c).endswith("/yarn")]
+            has = runs[scaled].notna().any(axis=1) if scaled else pd.Series(False, index=runs.index)
+            for c in scaled:
+                plain = c.removesuffix("/yarn")
+                runs[plain] = runs[c].where(has, runs[plain] if plain in runs else None)
+            p.runs = runs.loc[[bool(h) or y for h, y in zip(has, trained_with, strict=True)]]
+    if lengths:
+        common = Counter(lengths).most_common(1)[0][0]
         for p in plans:
             if p.group_index == 0:
-                p.group = f"Trained at {fmt_len(trained_len)}"
+                p.group = f"Trained at {fmt_len(common)}"
     return plans
 
 

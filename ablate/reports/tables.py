@@ -24,7 +24,7 @@ from ablate.reports.cells import (
     fmt_lr,
     summary_cell,
 )
-from ablate.reports.rows import RowPlan, cell_value, finished, pair_key, plan_rows
+from ablate.reports.rows import RowPlan, cell_value, finished, pair_key, plan_rows, trained_len
 from ablate.reports.spec import (
     BENCH_NAMES,
     LABELS,
@@ -41,7 +41,7 @@ from ablate.reports.stats import paired_delta, summarize
 
 log = logging.getLogger(__name__)
 
-LEN_COLUMN = re.compile(r"^bench/(?P<task>.+)@(?P<len>\d+)$")
+LEN_COLUMN = re.compile(r"^bench/(?P<task>.+)@(?P<len>\d+)(?P<yarn>/yarn)?$")
 # Paper columns that are not measurements.
 _NOT_MEASURED = {"row", "group", "method", "setting", "act_func", "score_shape", "added_param_m", "max_lr"}
 
@@ -79,15 +79,21 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
 
 
 def with_length_columns(runs: Any) -> Any:
-    """Add ``len/<L>`` columns: per run, the mean retrieval score over the tasks measured at length L."""
-    by_len: dict[int, list[str]] = {}
+    """Add ``len/<L>`` columns: per run, the mean retrieval score over the tasks measured at length L; likewise
+    ``len/<L>/yarn`` from the YaRN-scaled scores (``bench/<task>@<L>/yarn``); and ``trained_len``, the run's final
+    training length."""
+    by_len: dict[tuple[int, str], list[str]] = {}
     for c in runs.columns:
         m = LEN_COLUMN.match(str(c))
         if m:
-            by_len.setdefault(int(m["len"]), []).append(c)
+            by_len.setdefault((int(m["len"]), m["yarn"] or ""), []).append(c)
     runs = runs.copy()
-    for length, cols in sorted(by_len.items()):
-        runs[f"len/{length}"] = runs[cols].apply(lambda s: s.astype(float)).mean(axis=1, skipna=True)
+    for (length, suffix), cols in sorted(by_len.items()):
+        runs[f"len/{length}{suffix}"] = runs[cols].apply(lambda s: s.astype(float)).mean(axis=1, skipna=True)
+    for length, suffix in by_len:
+        if suffix and f"len/{length}" not in runs:
+            runs[f"len/{length}"] = float("nan")
+    runs["trained_len"] = [trained_len(r) for _, r in runs.iterrows()] if len(runs) else []
     return runs
 
 
@@ -104,7 +110,7 @@ def _measured_keys(spec: TableSpec, plans: list[RowPlan]) -> list[str]:
         return sorted(c for c in keys if runs[c].notna().any())
 
     if spec.number == 5:
-        return sorted(present("len/"), key=lambda k: int(k.split("/")[1]))
+        return sorted((k for k in present("len/") if k.count("/") == 1), key=lambda k: int(k.split("/")[1]))
     return [*spec.extra_measured, *present("ppl/"), "val_ppl", *present("bench/", exclude="@")]
 
 
@@ -124,13 +130,11 @@ def _paper_counterpart(spec: TableSpec, key: str, paper_cols: list[str], plans: 
 
 
 def _trained_len(plans: list[RowPlan]) -> int | None:
-    for p in plans:
-        if p.group_index == 0 and len(p.runs) and "data.seq_len" in p.runs:
-            return int(p.runs["data.seq_len"].mode().iloc[0])
-    return None
+    lengths = [n for p in plans if len(p.runs) and "trained_len" in p.runs for n in p.runs["trained_len"] if n]
+    return Counter(lengths).most_common(1)[0][0] if lengths else None
 
 
-def _label(spec: TableSpec, key: str) -> str:
+def _label(spec: TableSpec, key: str, trained: int | None = None) -> str:
     if key == "val_ppl":
         return spec.ppl_label
     if key.startswith("ppl/"):
@@ -138,8 +142,9 @@ def _label(spec: TableSpec, key: str) -> str:
     if key.startswith("bench/"):
         name = key[6:]
         return BENCH_NAMES.get(name.lower(), name)
-    if key.startswith("len/"):
-        return fmt_len(int(key[4:]))
+    if key.startswith("len/"):  # and its multiple of the training length, as the paper's columns line up
+        length = int(key[4:])
+        return f"{fmt_len(length)} ({length / trained:g}x)" if trained else fmt_len(length)
     return LABELS.get(key, key)
 
 
@@ -152,8 +157,9 @@ def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[str], 
         cols.append(Column(key, LABELS[key], "descriptor"))
         if paper and key in ("added_params", "max_lr"):
             cols.append(Column(f"paper:{PAPER_DESCRIPTOR[key]}", f"{LABELS[key]} (paper)", "paper"))
+    trained = _trained_len(plans) if spec.number == 5 else None
     for key in measured:
-        cols.append(Column(key, _label(spec, key), "measured", better(key)))
+        cols.append(Column(key, _label(spec, key, trained), "measured", better(key)))
         twin = _paper_counterpart(spec, key, paper_cols, plans)
         if paper and twin and twin not in used:
             used.add(twin)
