@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from ablate.ablations.config import ModelConfig
 
@@ -30,7 +30,9 @@ class SourceConfig(_Strict):
     - ``jsonl``: ``path`` (file or glob) of JSON lines; ``field`` holds the text.
     - ``tokens``: ``path`` (file or glob) of flat pre-tokenized binary shards; ``dtype`` uint16 or uint32.
     - ``hf``: ``path`` is a Hugging Face ``datasets`` folder saved with ``save_to_disk``; ``field`` holds the text.
-    - ``task``: ``name`` is an offline benchmark task whose examples are the stream.
+    - ``task``: ``name`` is an offline benchmark task whose examples are the stream. Its training rows start at
+      an example (``[eos] + prompt + answer``, the following examples packed after it up to the row's end) and,
+      with ``loss: answer`` (its default), only the answer tokens count in the loss.
     """
 
     kind: Literal["builtin", "text", "jsonl", "tokens", "hf", "task"] = "builtin"
@@ -39,6 +41,29 @@ class SourceConfig(_Strict):
     field: str = "text"
     dtype: Literal["uint16", "uint32"] = "uint16"
     weight: float = Field(1.0, gt=0, description="mixture weight among the training sources")
+    loss: Literal["all", "answer"] = Field(
+        None,  # type: ignore[assignment]  # resolved by kind in _loss_default
+        description="which tokens of this source's training rows the loss is on: 'all' (every token) or 'answer' "
+                    "(only the answer tokens of task examples, as zoology trains MQAR: the rest of the row is "
+                    "context). Default: 'answer' for a 'task' source, 'all' otherwise; 'answer' needs a 'task' "
+                    "source. Held-out perplexity always scores every token.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loss_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("loss") is None:
+            data = {**data, "loss": "answer" if data.get("kind") == "task" else "all"}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        # "loss: all" on a non-task source is how every source trained before the field existed: leaving it out
+        # keeps the run ids (hashes of the dumped config) of such runs unchanged
+        out = handler(self)
+        if isinstance(out, dict) and self.kind != "task" and self.loss == "all":
+            out.pop("loss", None)
+        return out
 
     @model_validator(mode="after")
     def _needs(self) -> SourceConfig:
@@ -46,6 +71,9 @@ class SourceConfig(_Strict):
             raise ValueError(f"a '{self.kind}' source needs 'name'")
         if self.kind in ("text", "jsonl", "tokens", "hf") and not self.path:
             raise ValueError(f"a '{self.kind}' source needs 'path'")
+        if self.loss == "answer" and self.kind != "task":
+            raise ValueError(f"loss 'answer' needs a 'task' source (a '{self.kind}' source has no answers); "
+                             "use loss 'all'")
         if self.kind == "builtin" and self.name not in BUILTIN_CORPORA:
             from ablate.errors import one_of
 

@@ -189,3 +189,53 @@ def test_unknown_builtin_corpus_is_a_config_error():
 
     with pytest.raises(ValidationError, match=r"unknown built-in corpus 'python-doc' \(did you mean 'python-docs'\?\)"):
         SourceConfig(kind="builtin", name="python-doc")
+
+
+def test_task_rows_start_at_an_example_and_mask_only_its_answer_tokens(tmp_path):
+    import itertools
+
+    from ablate.runner.corpora import STREAM_SEEDS
+    from ablate.runner.tasks import encode_example, task_stream
+
+    tok, length = ByteTokenizer(), 33
+    (tmp_path / "a.txt").write_text("hello world " * 50)
+    task = SourceConfig(kind="task", name="mqar@16,24")
+    assert task.loss == "answer" and SourceConfig(kind="text", path="x").loss == "all"
+    cfg = DataConfig(train=[task, SourceConfig(kind="text", path=str(tmp_path / "a.txt"))], heldout={}, seq_len=32,
+                     stream_tokens=3000)
+    data = load_data(cfg, batch_size=64, seed=0, vocab_size=320, tokenizer=tok, cache_dir=tmp_path / "c")
+    arr = data.train.sources[0]
+    # the stream: whole examples [eos] + prompt + answer back to back, as scoring encodes them
+    encoded = [encode_example(tok, ex) for ex in itertools.islice(task_stream(task.name, seed=STREAM_SEEDS["train"]),
+                                                                  len(arr.starts) + 5)]
+    flat_ids = [i for p, a in encoded for i in p + a]
+    flat_mask = [m for p, a in encoded for m in [False] * len(p) + [True] * len(a)]
+    assert arr.n_windows(length) >= 100 and arr.n_windows(length) <= len(arr.starts)
+    for k in range(arr.n_windows(length)):  # a window starts at example k and packs the following ones after it
+        at = int(arr.starts[k])
+        assert at == sum(len(p) + len(a) for p, a in encoded[:k])
+        assert arr.windows(np.array([k]), length)[0].tolist() == flat_ids[at: at + length]
+        assert arr.mask_windows(np.array([k]), length)[0].tolist() == flat_mask[at: at + length]
+    tokens, mask = data.train.rows(5)
+    again = data.train.rows(5)
+    assert np.array_equal(tokens, again[0]) and np.array_equal(mask, again[1])  # a pure function of (seed, step)
+    assert np.array_equal(tokens, data.train.batch(5)) and mask.shape == (64, 32) and mask.dtype == bool
+    by_row = {tuple(arr.windows(np.array([k]), length)[0]): k for k in range(arr.n_windows(length))}
+    n_task = 0
+    for row, m in zip(tokens, mask, strict=True):
+        if tuple(row) in by_row:  # a task row: the loss is on exactly its answer tokens (targets = row[1:])
+            n_task += 1
+            k = by_row[tuple(row)]
+            expected = arr.mask_windows(np.array([k]), length)[0][1:]
+            assert row[0] == tok.eos_id and m.tolist() == expected.tolist() and 2 <= m.sum() < 32
+            assert all(chr(t).isdigit() for t in row[1:][m])
+        else:  # a text row: every token
+            assert "hello" in tok.decode(row.tolist()) and m.all()
+    assert 16 <= n_task <= 48
+    # loss 'all' on a task source: the same example-aligned rows, every token counts; no mask at all in the batch
+    every = DataConfig(train=[SourceConfig(kind="task", name="mqar@16,24", loss="all")], heldout={}, seq_len=32,
+                       stream_tokens=3000)
+    plain = load_data(every, batch_size=8, seed=0, vocab_size=320, tokenizer=tok, cache_dir=tmp_path / "c")
+    assert plain.train.rows(0)[1] is None and (plain.train.batch(0)[:, 0] == tok.eos_id).all()
+    with pytest.raises(ValueError, match="loss 'answer' needs a 'task' source"):
+        SourceConfig(kind="text", path="x", loss="answer")

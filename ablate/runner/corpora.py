@@ -106,6 +106,14 @@ def documents(src: SourceConfig, split: Split, fraction: float) -> Iterator[str]
     raise ConfigError(f"a '{src.kind}' source has token arrays, not documents", where="data.source.kind")
 
 
+def task_examples_of(src: SourceConfig, split: Split):
+    """A ``task`` source's endless stream of examples (prompt, answer) for ``split``: ``documents`` gives the
+    same examples as text."""
+    from ablate.runner.tasks import task_stream
+
+    return task_stream(src.name, seed=STREAM_SEEDS[split])
+
+
 def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 

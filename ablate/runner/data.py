@@ -6,9 +6,18 @@ function of (seed, t).
 - A ``tokens`` source memory-maps flat ``uint16``/``uint32`` shards: nanoGPT's headerless ``.bin`` files, or
   modded-nanogpt's (a 256 x int32 header: magic 20240520, version, token count, then the tokens).
 - An endless source (arithmetic, a task) is cut at ``data.stream_tokens`` tokens per split.
+- A ``task`` source's training split is a stream of whole examples, each ``[eos] + prompt + answer`` (as
+  ``tasks.scoring.encode_example`` encodes them for scoring), with the positions where examples start and a mask
+  of the answer tokens, cached beside the tokens. Its rows start at an example start (never mid-example); the
+  examples after it are packed into the rest of the row (no padding), the last one cut at the row's end. With
+  ``loss: answer`` only the answer tokens of the row (of every example in it) are loss targets; the held-out
+  split of a task source is plain text, scored on every token.
 - Row b of the batch at step t: the rng seeded with ``(seed, t)`` picks a source by mixture weight, then a
-  window start uniformly among that source's ``seq_len + 1``-token windows. No state is carried from step
-  to step, so a run resumed at step t reads exactly what an uninterrupted run would.
+  window start uniformly among that source's ``seq_len + 1``-token windows (for a task source: among the
+  example starts whose row fits). No state is carried from step to step, so a run resumed at step t reads
+  exactly what an uninterrupted run would.
+- ``Batches.rows(t)`` gives the tokens and, when a source has ``loss: answer``, the ``[B, seq_len]`` loss mask
+  over the targets ``tokens[:, 1:]`` (True everywhere on rows of the other sources).
 - Held-out sets are scored on fixed windows spread evenly over the set (``heldout_windows``).
 """
 
@@ -25,7 +34,7 @@ import numpy as np
 
 from ablate.config import DataConfig, SourceConfig
 from ablate.errors import ConfigError, RunError
-from ablate.runner.corpora import Split, corpus_version, documents, is_stream, user_files
+from ablate.runner.corpora import Split, corpus_version, documents, is_stream, task_examples_of, user_files
 from ablate.runner.tokenizers import ByteTokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -47,19 +56,32 @@ def cache_dir_for(run_dir: Path) -> Path:
 
 
 class TokenArray:
-    """One source's tokens as one or more flat segments (arrays or memory maps), addressed by window."""
+    """One source's tokens as one or more flat segments (arrays or memory maps), addressed by window.
 
-    def __init__(self, segments: list[np.ndarray], label: str):
+    With ``starts`` (one segment only; the sorted positions where examples start) windows start only there; with
+    ``mask`` (bool, as long as the tokens) ``mask_windows`` gives the loss mask of those windows.
+    """
+
+    def __init__(self, segments: list[np.ndarray], label: str, *, starts: np.ndarray | None = None,
+                 mask: np.ndarray | None = None):
         self.segments = [s for s in segments if len(s)]
         self.label = label
         self.n_tokens = int(sum(len(s) for s in self.segments))
+        if starts is not None and len(self.segments) > 1:
+            raise ValueError("example starts need a single segment")
+        self.starts, self.mask = starts, mask
 
     def n_windows(self, length: int) -> int:
         """How many distinct start positions a ``length``-token window has (never crossing a segment end)."""
+        if self.starts is not None:
+            return int(np.searchsorted(self.starts, self.n_tokens - length, side="right"))
         return int(sum(max(0, len(s) - length + 1) for s in self.segments))
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """``[len(starts), length]`` int64 windows; ``starts`` index the ``n_windows(length)`` positions."""
+        if self.starts is not None:
+            pos = self.starts[np.asarray(starts, dtype=np.int64)].astype(np.int64)
+            return self.segments[0][pos[:, None] + np.arange(length)].astype(np.int64)
         counts = np.array([max(0, len(s) - length + 1) for s in self.segments])
         bounds = np.cumsum(counts)
         starts = np.asarray(starts, dtype=np.int64)
@@ -70,6 +92,13 @@ class TokenArray:
             rows = np.flatnonzero(seg_of == seg)
             out[rows] = self.segments[seg][offsets[rows, None] + np.arange(length)]  # (rows, length) gather
         return out
+
+    def mask_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """``[len(starts), length]`` bool: the loss mask of ``windows(starts, length)`` (all True without one)."""
+        if self.mask is None:
+            return np.ones((len(starts), length), dtype=bool)
+        pos = self.starts[np.asarray(starts, dtype=np.int64)].astype(np.int64)
+        return self.mask[pos[:, None] + np.arange(length)].astype(bool)
 
 
 def read_shard(path: Path, dtype: str) -> np.ndarray:
@@ -96,9 +125,12 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
     if src.kind == "tokens":
         return TokenArray([read_shard(p, src.dtype) for p in user_files(src)], label)
     budget = data_cfg.stream_tokens if is_stream(src) else None
-    key = json.dumps([src.model_dump(mode="json", exclude={"weight"}), split, data_cfg.heldout_fraction, tok.name,
-                      budget, corpus_version(src)], sort_keys=True)
+    examples = src.kind == "task" and split == "train"
+    key = json.dumps([src.model_dump(mode="json", exclude={"weight", "loss"}), split, data_cfg.heldout_fraction,
+                      tok.name, budget, corpus_version(src)] + (["examples"] if examples else []), sort_keys=True)
     path = cache_dir / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
+    if examples:
+        return _example_array(src, tok, budget, path, label)
     if not path.is_file():
         arr = _tokenize(documents(src, split, data_cfg.heldout_fraction), tok, budget)
         log.info("tokenized %s (%s): %d tokens -> %s", label, split, len(arr), path)
@@ -141,6 +173,35 @@ def _tokenize(docs, tok: Tokenizer, budget: int | None) -> np.ndarray:
     return arr[:budget] if budget is not None else arr
 
 
+def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: Path, label: str) -> TokenArray:
+    """A task source's training split: whole examples back to back, their starts and answer mask (cached as
+    ``<key>.npy``, ``<key>.starts.npy``, ``<key>.mask.npy``; the tokens are written last)."""
+    from ablate.runner.tasks.scoring import encode_example
+
+    starts_path, mask_path = path.with_suffix(".starts.npy"), path.with_suffix(".mask.npy")
+    if not path.is_file():
+        dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
+        ids: list[int] = []
+        mask: list[bool] = []
+        starts: list[int] = []
+        for ex in task_examples_of(src, "train"):
+            prompt, answer = encode_example(tok, ex)
+            if budget is not None and len(ids) + len(prompt) + len(answer) > budget and starts:
+                break
+            starts.append(len(ids))
+            ids += prompt + answer
+            mask += [False] * len(prompt) + [True] * len(answer)
+        log.info("encoded %s (train): %d examples, %d tokens -> %s", label, len(starts), len(ids), path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for p, arr in ((starts_path, np.asarray(starts, dtype=np.int64)), (mask_path, np.asarray(mask, dtype=bool)),
+                       (path, np.asarray(ids, dtype=dtype))):
+            tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp.npy")
+            np.save(tmp, arr)
+            os.replace(tmp, p)
+    return TokenArray([np.load(path, mmap_mode="r")], label, starts=np.load(starts_path),
+                      mask=np.load(mask_path, mmap_mode="r") if src.loss == "answer" else None)
+
+
 class Batches:
     """The training mixture: ``batch(t)`` is ``[batch_size, seq_len + 1]`` int64, a pure function of (seed, t)."""
 
@@ -154,21 +215,36 @@ class Batches:
             if n < 1:
                 raise ConfigError(f"training source {s.label!r} has {s.n_tokens} tokens, fewer than "
                                   f"seq_len + 1 = {seq_len + 1}", where="data.train")
+        self.masked = any(s.mask is not None for s in sources)  # does any row have a loss mask?
+        for s in sources:
+            if s.mask is not None and s.starts is not None and len(s.starts) > 1:
+                first = int(s.starts[1]) - int(s.starts[0])
+                if first > seq_len + 1:
+                    log.warning("training source %r: an example is %d tokens, longer than seq_len + 1 = %d; rows "
+                                "cut it before its answer, which then carries no loss", s.label, first, seq_len + 1)
 
     def batch(self, step: int) -> np.ndarray:
         """The rows of step ``step``; the same (seed, step) always gives the same rows."""
+        return self.rows(step)[0]
+
+    def rows(self, step: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(tokens [B, seq_len + 1] int64, loss mask [B, seq_len] bool over tokens[:, 1:], or None when every
+        target counts)`` of step ``step``, a pure function of (seed, step)."""
         rng = np.random.default_rng([self.seed, step])
         which = rng.choice(len(self.sources), size=self.batch_size, p=self.p)
         starts = rng.integers(0, self.n_windows[which])
         out = np.empty((self.batch_size, self.seq_len + 1), dtype=np.int64)
-        for i in range(len(self.sources)):
+        mask = np.ones((self.batch_size, self.seq_len + 1), dtype=bool) if self.masked else None
+        for i, src in enumerate(self.sources):
             rows = np.flatnonzero(which == i)
             if len(rows):
-                out[rows] = self.sources[i].windows(starts[rows], self.seq_len + 1)
+                out[rows] = src.windows(starts[rows], self.seq_len + 1)
+                if mask is not None and src.mask is not None:
+                    mask[rows] = src.mask_windows(starts[rows], self.seq_len + 1)
         if out.max() >= self.vocab_size:
             raise RunError(f"step {step}: token id {int(out.max())} >= model.vocab_size {self.vocab_size}; "
                            "the token shards were made with a larger vocabulary")
-        return out
+        return out, (np.ascontiguousarray(mask[:, 1:]) if mask is not None else None)
 
 
 def heldout_windows(arr: TokenArray, n_tokens: int, seq_len: int) -> np.ndarray:

@@ -1,6 +1,11 @@
 """The Lightning module: next-token loss (plus the MoE auxiliary losses), AdamW, warm-up + cosine schedule,
 gradient clipping that also measures the gradient norm.
 
+A batch with a ``"mask"`` (``[B, T]`` bool over the targets; ``loss: answer`` task sources) is scored on the
+masked targets only: the loss is the mean over the masked targets of the whole global batch (on several devices
+each rank's sum is divided by the global count, times the world size, so DDP's gradient mean and the monitor's
+loss mean give exactly that). A batch without a mask is scored on every target.
+
 Weight decay applies to matrices (``ndim >= 2``) except embeddings (and a head tied to them); norms, biases,
 gate biases and embeddings are not decayed, the usual GPT-2/nanoGPT grouping.
 """
@@ -63,7 +68,17 @@ class LitDecoder(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         tokens = batch["tokens"]  # (B, T + 1)
         out = self.step_fn(tokens[:, :-1])
-        loss = F.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten())
+        mask = batch.get("mask")  # (B, T) bool over the targets, or None: every target counts
+        if mask is None:
+            loss = F.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten())
+        else:
+            losses = F.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+            weight = mask.flatten().to(losses.dtype)
+            count = weight.sum()
+            world = self.trainer.world_size if self._trainer is not None else 1
+            if world > 1:  # the global batch's count of masked targets
+                count = self.trainer.strategy.reduce(count.detach().clone(), reduce_op="sum")
+            loss = (losses * weight).sum() * world / count.clamp_min(1)
         self.last_loss = loss.detach()
         return loss + out.aux_loss
 

@@ -56,7 +56,8 @@ BENCH_SEED = 0  # benchmark examples are the same for every run (and every run s
 
 class StepBatches(IterableDataset):
     """Yields ``{"step": offset + t, "tokens": this rank's rows of that batch}`` for t = start .. steps - 1
-    (``offset``: the global number of a later training stage's first step)."""
+    (``offset``: the global number of a later training stage's first step), plus ``"mask"`` (the rows' loss mask
+    over ``tokens[:, 1:]``) when a training source has ``loss: answer``."""
 
     def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1, offset: int = 0):
         self.batches, self.start, self.steps, self.rank, self.world = batches, start, steps, rank, world
@@ -64,8 +65,11 @@ class StepBatches(IterableDataset):
 
     def __iter__(self):
         for t in range(self.offset + self.start, self.offset + self.steps):
-            rows = self.batches.batch(t)[self.rank:: self.world]
-            yield {"step": t, "tokens": torch.from_numpy(rows)}
+            rows, mask = self.batches.rows(t)
+            item = {"step": t, "tokens": torch.from_numpy(rows[self.rank:: self.world])}
+            if mask is not None:
+                item["mask"] = torch.from_numpy(np.ascontiguousarray(mask[self.rank:: self.world]))
+            yield item
 
 
 def checkpoint_step(path: Path) -> int:

@@ -3,7 +3,7 @@
 RULER's needle-in-a-haystack families (``niah-single``, ``niah-multikey``, ``niah-multivalue``,
 ``niah-multiquery``), variable tracking (``vt``) and zoology's multi-query associative recall (``mqar``). A grid
 names them in ``eval.benchmarks`` as specs ``name[@len,...]`` (``"niah-single@256,512"``); a ``kind: task``
-data source streams their examples as training documents. Importing this package does not import torch.
+data source streams their examples as training rows (``task_stream``). Importing this package does not import torch.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from ablate.runner.tasks.registry import (
     parse_task_spec,
     task_documents,
     task_examples,
+    task_stream,
 )
 from ablate.runner.tasks.scoring import benchmark_plan, encode_example, evaluate_tasks, score_examples
 
 __all__ = [
     "TASKS", "Example", "Task", "benchmark_plan", "derive_seed", "encode_example", "evaluate_tasks",
     "parse_task_spec", "score_examples", "task_documents", "task_examples",
+    "task_stream",
 ]

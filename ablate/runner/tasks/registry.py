@@ -95,11 +95,11 @@ def task_examples(name: str, *, seed: int, length: int, n: int, tokenizer: Any =
     return TASKS[name].generate(derive_seed(seed, "eval", name, length), n, length, tokenizer, filler)
 
 
-def task_documents(name: str, *, seed: int, tokenizer: Any = None,
-                   filler: Iterable[str] | None = None) -> Iterator[str]:
-    """An endless stream of training documents (prompt + answer) for a ``kind: task`` data source.
+def task_stream(name: str, *, seed: int, tokenizer: Any = None,
+                filler: Iterable[str] | None = None) -> Iterator[Example]:
+    """An endless stream of training examples for a ``kind: task`` data source.
 
-    ``name`` may carry lengths (``mqar@64,128``); each document takes one of them at random (default: the task's
+    ``name`` may carry lengths (``mqar@64,128``); each example takes one of them at random (default: the task's
     own). Lengths count ``tokenizer`` tokens, or UTF-8 bytes without one. The stream's seeds are disjoint from
     the evaluation examples'.
     """
@@ -110,4 +110,10 @@ def task_documents(name: str, *, seed: int, tokenizer: Any = None,
     count = cached(byte_count if tokenizer is None else (lambda s: len(tokenizer.encode(s))))
     stream = sentences(filler)
     while True:
-        yield task.make(rng, rng.choice(lengths), count, stream).text
+        yield task.make(rng, rng.choice(lengths), count, stream)
+
+
+def task_documents(name: str, *, seed: int, tokenizer: Any = None,
+                   filler: Iterable[str] | None = None) -> Iterator[str]:
+    """``task_stream``'s examples as training documents (prompt + answer)."""
+    return (ex.text for ex in task_stream(name, seed=seed, tokenizer=tokenizer, filler=filler))
