@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ablate.ablations.config import ModelConfig
 
@@ -55,15 +55,6 @@ class SourceConfig(_Strict):
         if isinstance(data, dict) and data.get("loss") is None:
             data = {**data, "loss": "answer" if data.get("kind") == "task" else "all"}
         return data
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        # "loss: all" on a non-task source is how every source trained before the field existed: leaving it out
-        # keeps the run ids (hashes of the dumped config) of such runs unchanged
-        out = handler(self)
-        if isinstance(out, dict) and self.kind != "task" and self.loss == "all":
-            out.pop("loss", None)
-        return out
 
     @model_validator(mode="after")
     def _needs(self) -> SourceConfig:
