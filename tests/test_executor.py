@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -27,21 +28,7 @@ ABLATE = str(Path(sys.executable).parent / "ablate")
 
 
 def grid_text(name: str, seeds: list[int], extra: str = "") -> str:
-    return f"""
-name: {name}
-base:
-  model: {{preset: tiny}}
-  data:
-    seq_len: 32
-    stream_tokens: 20000
-    train: [{{kind: builtin, name: arithmetic}}]
-    heldout: {{arith: {{kind: builtin, name: arithmetic}}}}
-  train: {{steps: 60, batch_size: 4, checkpoint_every: 10}}
-  eval: {{heldout_tokens: 256, probe_tokens: 128}}
-grid:
-  variant: [baseline, sdpa-elementwise]
-  seed: {seeds}
-{extra}"""
+    return tiny_grid(name, seeds=seeds, extra=extra)
 
 
 @pytest.fixture(scope="module")

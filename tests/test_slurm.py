@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -31,20 +32,7 @@ STEPS = 40
 
 
 def grid_text(name: str, variants: list[str], train: str = "") -> str:
-    return f"""
-name: {name}
-base:
-  model: {{preset: tiny}}
-  data:
-    seq_len: 32
-    stream_tokens: 20000
-    train: [{{kind: builtin, name: arithmetic}}]
-    heldout: {{arith: {{kind: builtin, name: arithmetic}}}}
-  train: {{steps: {STEPS}, batch_size: 4, checkpoint_every: 1000{train}}}
-  eval: {{heldout_tokens: 256, probe_tokens: 128}}
-grid:
-  variant: {variants}
-"""
+    return tiny_grid(name, variants=variants, steps=STEPS, checkpoint_every=1000, train_extra=train)
 
 
 def _free_port() -> int:
