@@ -120,7 +120,11 @@ def test_adding_a_seed_trains_only_the_new_runs_and_ctrl_c_requeues(finished, tm
     _, path, home, _ = finished
     before = frame(home, "quick")
     grown = tmp_path / "g.yaml"
-    grown.write_text(grid_text("quick", [0, 1]))
+    # the new seed's runs are long (400 steps) so that Ctrl-C lands mid-run even on a fast, idle machine
+    grown.write_text(grid_text("quick", [0], extra="""include:
+  - {variant: baseline, seed: 1, train.steps: 400}
+  - {variant: sdpa-elementwise, seed: 1, train.steps: 400}
+"""))
     old_ckpts = set((home / "runs").glob("*/checkpoints/last.ckpt"))
     # Ctrl-C at a terminal: SIGINT to the whole process group, once a new run has saved a checkpoint
     proc = subprocess.Popen([ABLATE, "run", str(grown), "--jobs", "1", "--home", str(home), "--no-mlflow"],

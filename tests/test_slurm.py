@@ -28,7 +28,7 @@ from ablate.store import Store
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = 40
+STEPS = 120  # long enough that a signal sent once training is seen lands mid-run on an idle machine
 
 
 def grid_text(name: str, variants: list[str], train: str = "") -> str:
