@@ -110,3 +110,13 @@ def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("ABLATE_STORE", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return home
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """ABLATE_CACHE (tokenized corpora, tokenizers) in a fresh directory shared by one test module's runs."""
+    cache = tmp_path_factory.mktemp("cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ABLATE_CACHE", str(cache))
+    yield cache
+    mp.undo()

@@ -15,11 +15,11 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from store_data import Planned
 
 from ablate.config import RunConfig
 from ablate.reports.cells import fmt_count
@@ -39,15 +39,6 @@ SINGLE = ("v-headwise", 5.79)  # one seed only
 HIGH = {"sdpa-elementwise": 5.90}  # at HIGH_LR; the baseline diverges there
 GATED = {v for v in [*PPL, "v-headwise"] if v not in ("baseline", "switch-v-4top4")}
 N_LAYERS = 2
-
-
-@dataclass(frozen=True)
-class Planned:
-    run_id: str
-    config: RunConfig
-    params: int
-    added_params: int
-    axes: dict[str, Any] = field(default_factory=dict)
 
 
 def _added(variant: str) -> int:

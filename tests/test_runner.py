@@ -18,12 +18,7 @@ from ablate.runner.monitors import DivergenceDetector, SpikeDetector
 STEPS = 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ABLATE_CACHE", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def tiny(**over) -> RunConfig:

@@ -19,12 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 S0, S1 = 6, 6  # steps of stage 0 (seq_len 32, theta 1e4) and stage 1 (seq_len 64, theta 1e5)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ABLATE_CACHE", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def two_stage(**eval_over) -> RunConfig:
