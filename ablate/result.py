@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,20 +65,9 @@ class RunResult(BaseModel):
 
 def write_result(result: RunResult, run_dir: str | os.PathLike[str]) -> Path:
     """Write ``run_dir/result.json`` atomically and return its path."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    final = run_dir / RESULT_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".result.", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(result.model_dump_json(indent=1))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return final
+    from ablate.layout import atomic_write
+
+    return atomic_write(Path(run_dir) / RESULT_FILE, result.model_dump_json(indent=1))
 
 
 def read_result(path: str | os.PathLike[str]) -> RunResult:
@@ -98,3 +86,16 @@ def read_result(path: str | os.PathLike[str]) -> RunResult:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         raise StoreError(f"{path}: invalid result file at '{loc}': {first['msg']}") from None
+
+
+def result_paths(given: list[Path]) -> list[Path]:
+    """What ``ablate ingest`` reads: each path that is a result file or a run directory as it is, and for any
+    other directory the run directories below it that hold a result (a path with neither is kept, so that
+    reading it says what is missing)."""
+    out: list[Path] = []
+    for path in map(Path, given):
+        if path.is_file() or (path / RESULT_FILE).is_file():
+            out.append(path)
+        else:
+            out += sorted(p.parent for p in path.glob(f"*/{RESULT_FILE}")) or [path]
+    return out

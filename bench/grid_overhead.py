@@ -38,7 +38,7 @@ grid:
 
 def overhead(root: Path, steps: int, mlflow: bool) -> None:
     from ablate.result import read_result
-    from ablate.runner.executor import RunOptions, run_grid
+    from ablate.execute import RunOptions, run_grid
 
     path = root / "twelve.yaml"
     path.write_text(GRID.format(name="twelve", steps=steps, variants="[baseline, sdpa-elementwise, sdpa-headwise]",

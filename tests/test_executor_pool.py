@@ -9,10 +9,10 @@ import time
 import pytest
 
 from ablate.errors import RunError
-from ablate.runner.executor.devices import Slot, parse_devices, plan_slots
-from ablate.runner.executor.locks import RunLock, is_locked
-from ablate.runner.executor.pool import PoolEvent, WorkerPool
-from ablate.runner.executor.worker import JobContext, JobInterrupted
+from ablate.execute.devices import Slot, parse_devices, plan_slots
+from ablate.execute.locks import RunLock, is_locked
+from ablate.execute.pool import PoolEvent, WorkerPool
+from ablate.execute.worker import JobContext, JobInterrupted
 
 # ---------------------------------------------------------------- job functions the workers import by name
 

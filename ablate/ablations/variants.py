@@ -192,3 +192,20 @@ def apply_variant(model: ModelConfig, name: str) -> ModelConfig:
             f"variant {name!r} on preset {model.preset!r} gives an invalid model: {err['msg']}",
             where=f"model{'.' + loc if loc else ''}",
         ) from None
+
+
+def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
+    """``ablate variants``: every variant as a JSON-ready dict, with ``added_params`` at ``preset`` when given
+    (None for an MoE-only variant on a dense preset). An unknown preset is a ConfigError naming ``--preset``."""
+    rows = [v.as_dict() for v in VARIANTS.values()]
+    if preset is None:
+        return rows
+    from ablate.ablations.params import added_params
+    from ablate.ablations.presets import PRESETS
+
+    if preset not in PRESETS:
+        raise ConfigError(one_of(preset, PRESETS, what="preset"), where="--preset")
+    base = ModelConfig(preset=preset)
+    for row in rows:
+        row["added_params"] = None if row["requires_moe"] and not base.is_moe else added_params(base, row["name"])
+    return rows

@@ -16,11 +16,10 @@ import torch
 from ablate.ablations import apply_variant, build_model
 from ablate.config import RunConfig, stage_configs
 from ablate.errors import RunError
+from ablate.layout import CHECKPOINT
 from ablate.result import RESULT_FILE, read_result
 from ablate.runner.data import cache_dir_for
 from ablate.runner.tokenizers import Tokenizer, get_tokenizer
-
-CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
 
 def load_run_model(run_dir: str | Path, *, device: Any = "cpu") -> tuple[torch.nn.Module, Tokenizer, RunConfig]:

@@ -34,6 +34,7 @@ import numpy as np
 
 from ablate.config import DataConfig, SourceConfig
 from ablate.errors import ConfigError, RunError
+from ablate.layout import atomic_path
 from ablate.runner.corpora import Split, corpus_version, documents, is_stream, task_examples_of, user_files
 from ablate.runner.tokenizers import ByteTokenizer, Tokenizer
 
@@ -134,10 +135,8 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
     if not path.is_file():
         arr = _tokenize(documents(src, split, data_cfg.heldout_fraction), tok, budget)
         log.info("tokenized %s (%s): %d tokens -> %s", label, split, len(arr), path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
-        np.save(tmp, arr)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            np.save(tmp, arr)
     return TokenArray([np.load(path, mmap_mode="r")], label)
 
 
@@ -192,12 +191,10 @@ def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: 
             ids += prompt + answer
             mask += [False] * len(prompt) + [True] * len(answer)
         log.info("encoded %s (train): %d examples, %d tokens -> %s", label, len(starts), len(ids), path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         for p, arr in ((starts_path, np.asarray(starts, dtype=np.int64)), (mask_path, np.asarray(mask, dtype=bool)),
                        (path, np.asarray(ids, dtype=dtype))):
-            tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp.npy")
-            np.save(tmp, arr)
-            os.replace(tmp, p)
+            with atomic_path(p) as tmp:
+                np.save(tmp, arr)
     return TokenArray([np.load(path, mmap_mode="r")], label, starts=np.load(starts_path),
                       mask=np.load(mask_path, mmap_mode="r") if src.loss == "answer" else None)
 

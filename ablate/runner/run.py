@@ -30,10 +30,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ablate.ablations import added_params, apply_variant, build_model, count_params
 from ablate.config import RunConfig
+from ablate.layout import CHECKPOINT
 from ablate.result import Event, RunResult, write_result
 from ablate.runner import RunInterrupted
 from ablate.runner.callbacks import RunMonitor
-from ablate.runner.checkpoints import CHECKPOINT
 from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data
 from ablate.runner.evaluate import perplexity, probe
 from ablate.runner.module import LitDecoder

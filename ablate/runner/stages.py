@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import RunConfig, stage_configs
-from ablate.runner.checkpoints import CHECKPOINT
+from ablate.layout import CHECKPOINT, atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +108,8 @@ def finish_stage(run_dir: Path, stage: int) -> Path:
     """Keep ``last.ckpt`` (stage ``stage`` at its end) as the stage's final checkpoint, atomically; idempotent."""
     final = final_checkpoint(run_dir, stage)
     if not final.is_file():
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        shutil.copyfile(run_dir / CHECKPOINT, tmp)
-        os.replace(tmp, final)
+        with atomic_path(final) as tmp:
+            shutil.copyfile(run_dir / CHECKPOINT, tmp)
     return final
 
 

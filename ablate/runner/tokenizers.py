@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 from ablate.ablations.config import ModelConfig
 from ablate.config import DataConfig
 from ablate.errors import ConfigError
+from ablate.layout import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,18 @@ class HFTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids))
+
+    def save_pretrained(self, out: str | os.PathLike[str]) -> None:
+        """Write this tokenizer into ``out`` as ``AutoTokenizer.from_pretrained(out)`` reads it."""
+        import tokenizers
+
+        inner = self._tok
+        if isinstance(inner, tokenizers.Tokenizer):
+            from transformers import PreTrainedTokenizerFast
+
+            eos = inner.id_to_token(self.eos_id)
+            inner = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=eos, pad_token=eos)
+        inner.save_pretrained(str(out))
 
 
 def get_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig, cache_dir: str | os.PathLike[str]) -> Tokenizer:
@@ -138,10 +151,8 @@ def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         tok.train_from_iterator(texts(), trainer=trainer)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tok.save(str(tmp))
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tok.save(str(tmp))
     tok = tokenizers.Tokenizer.from_file(str(path))
     return HFTokenizer(f"bpe-{digest}", tok, tok.token_to_id(EOS), tok.get_vocab_size())
 

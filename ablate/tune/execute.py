@@ -23,10 +23,11 @@ from typing import Any
 
 from rich.console import Console
 
+from ablate import layout
+from ablate.execute.devices import Slot
+from ablate.execute.display import STYLE, GridDisplay
+from ablate.execute.pool import PoolEvent, WorkerPool
 from ablate.result import RunResult, read_result
-from ablate.runner.executor.devices import Slot
-from ablate.runner.executor.display import STYLE, GridDisplay
-from ablate.runner.executor.pool import PoolEvent, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class TrialPool:
         self._beats: dict[str, tuple[float, int | None]] = {}
 
     def run_dir(self, run_id: str) -> Path:
-        return self.home / "runs" / run_id
+        return layout.run_dir(self.home, run_id)
 
     def __enter__(self) -> TrialPool:
         return self

@@ -1,6 +1,6 @@
 """The job a tuning trial runs in a pool worker: ``ablate run``'s training job, plus the pruning callback.
 
-The pool (``ablate.runner.executor.pool.WorkerPool``) runs ``train_trial`` with the same workers, locks, logs and
+The pool (``ablate.execute.pool.WorkerPool``) runs ``train_trial`` with the same workers, locks, logs and
 outcomes as ``ablate run``'s ``train``. A job with a ``trial`` entry (``storage`` URL, ``study`` name, ``trial_id``,
 ``pruner`` spec and its resources, ``monitor``) rebuilds the Optuna trial from the shared storage and prunes
 through it; a pruned run ends with ``{"outcome": "pruned", "step", "value"}`` instead of an error. A job without
@@ -13,8 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ablate.runner.executor.job import prepare  # noqa: F401 - the pool calls the job module's prepare(slot)
-from ablate.runner.executor.worker import JobContext
+from ablate.execute.job import prepare  # noqa: F401 - the pool calls the job module's prepare(slot)
+from ablate.execute.worker import JobContext
 
 
 @cache
@@ -39,7 +39,7 @@ def train_trial(job: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Train ``job`` like ``ablate run`` does; with a ``trial``, report to it and stop early when pruned."""
     import optuna
 
-    from ablate.runner.executor.job import train
+    from ablate.execute.job import train
 
     spec = job.get("trial")
     if spec is None:

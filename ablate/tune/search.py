@@ -32,6 +32,7 @@ import yaml
 from rich.console import Console
 
 from ablate.errors import ConfigError
+from ablate.layout import run_dir
 from ablate.tune.execute import PRUNED, Outcome, TrialPool
 from ablate.tune.options import CellResult, TuneOptions, TuneReport
 from ablate.tune.protocol import (
@@ -51,9 +52,9 @@ log = logging.getLogger(__name__)
 
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
+    from ablate.execute.devices import parse_devices, plan_slots
+    from ablate.execute.grid_run import _gpu_count
     from ablate.grid import expand, load_grid
-    from ablate.runner.executor.devices import parse_devices, plan_slots
-    from ablate.runner.executor.grid_run import _gpu_count
     from ablate.store import Store
     from ablate.tune.storage import optuna_storage, parse_pruner
 
@@ -147,7 +148,7 @@ class _Tuner:
         """Per cell: the trials cut off earlier (to resume) and how many new trials to ask for."""
         from optuna.trial import TrialState
 
-        from ablate.runner.executor.locks import is_locked
+        from ablate.execute.locks import is_locked
 
         out = {}
         for cell in self.cells:
@@ -161,7 +162,7 @@ class _Tuner:
                 if rid is None:  # asked, but never made into a run: nothing to resume
                     tell(self.studies[cell.key], t.number, Point(0.0, "failed"), error="never started")
                     taken.remove(t)
-                elif not is_locked(self.opts.home / "runs" / rid):  # else another process trains it now
+                elif not is_locked(run_dir(self.opts.home, rid)):  # else another process trains it now
                     resume.append(t)
             out[cell.key] = (resume, max(0, self.opts.trials - len(taken)))
         return out
@@ -325,7 +326,7 @@ class _Tuner:
 
     # ------------------------------------------------------------ 4. the tuned runs
     def then_run(self) -> None:
-        from ablate.runner.executor import RunOptions, run_grid
+        from ablate.execute import RunOptions, run_grid
         from ablate.tune.tuned import tuned_grid, write_tuned_grid
 
         picks: list[tuple[Any, float | int]] = []

@@ -4,6 +4,6 @@
 Importing this package never imports torch (the workers do).
 """
 
-from ablate.runner.executor.grid_run import GridReport, RunOptions, print_summary, run_grid
+from ablate.execute.grid_run import GridReport, RunOptions, print_summary, run_grid
 
 __all__ = ["GridReport", "RunOptions", "print_summary", "run_grid"]

@@ -31,18 +31,20 @@ from typing import Any
 
 from rich.console import Console
 
+from ablate import layout
+from ablate.execute.devices import Slot, parse_devices, plan_slots
+from ablate.execute.display import GridDisplay, summary_table
+from ablate.execute.locks import is_locked
+from ablate.execute.pool import PoolEvent, WorkerPool
+from ablate.execute.triage import Decision, triage
+from ablate.layout import CHECKPOINT
 from ablate.result import RunResult, read_result
-from ablate.runner.executor.devices import Slot, parse_devices, plan_slots
-from ablate.runner.executor.display import GridDisplay, summary_table
-from ablate.runner.executor.locks import is_locked
-from ablate.runner.executor.pool import PoolEvent, WorkerPool
-from ablate.runner.executor.triage import Decision, triage
 
 log = logging.getLogger(__name__)
 
-TRAIN_JOB = "ablate.runner.executor.job:train"
+TRAIN_JOB = "ablate.execute.job:train"
 HEARTBEAT_EVERY_S = 2.0
-CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
 
 
 @dataclass
@@ -147,7 +149,7 @@ class _Executor:
         self.hard_stop = False
 
     def run_dir(self, run_id: str) -> Path:
-        return self.home / "runs" / run_id
+        return layout.run_dir(self.home, run_id)
 
     # ------------------------------------------------------------ 1. what trains
     def decide(self) -> list[Decision]:

@@ -29,13 +29,14 @@ from typing import Any
 from rich.console import Console
 
 from ablate.errors import ConfigError, RunError
-from ablate.runner.executor.locks import is_locked
-from ablate.runner.executor.slurm_queue import ALIVE, alive, have_slurm, job_states
-from ablate.runner.executor.triage import Decision, triage
+from ablate.execute.locks import is_locked
+from ablate.execute.slurm_queue import ALIVE, alive, have_slurm, job_states
+from ablate.execute.triage import Decision, triage
+from ablate.layout import CHECKPOINT, run_dir
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
 DEFAULT_TIME = "1-00:00:00"
 FINAL = ("done", "diverged", "failed")
 SIGNAL_DELAY_S = 90  # Slurm signals the task this long before its time limit (and on preemption)
@@ -200,7 +201,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOption
 def _decide(name: str, text: str, planned: list[Any], store: Any, home: Path, opts: SlurmOptions,
             report: SlurmReport) -> list[Decision]:
     """The local executor's triage, where a run a live Slurm job holds counts as alive."""
-    from ablate.runner.executor.slurm_queue import grid_slurm_runs
+    from ablate.execute.slurm_queue import grid_slurm_runs
 
     ids = list(dict.fromkeys(p.run_id for p in planned))
     before = store.statuses(run_ids=ids)
@@ -211,13 +212,13 @@ def _decide(name: str, text: str, planned: list[Any], store: Any, home: Path, op
     host = socket.gethostname()
 
     def is_alive(run_id: str) -> bool:
-        if job_of.get(run_id) in live or is_locked(home / "runs" / run_id):
+        if job_of.get(run_id) in live or is_locked(run_dir(home, run_id)):
             return True
         r = running.get(run_id)
         return bool(r) and r.get("host") not in (None, host) and not r.get("stale") and run_id not in job_of
 
     decisions = triage(planned, before, retry_failed=opts.retry_failed, is_alive=is_alive,
-                       has_checkpoint=lambda rid: (home / "runs" / rid / CHECKPOINT).is_file())
+                       has_checkpoint=lambda rid: (run_dir(home, rid) / CHECKPOINT).is_file())
     store.register_grid(name=name, text=text, runs=planned)
     todo = []
     for d in decisions:
@@ -236,7 +237,7 @@ def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmO
             console: Console) -> None:
     import submitit
 
-    from ablate.runner.executor.slurm_task import SlurmTask
+    from ablate.execute.slurm_task import SlurmTask
 
     devices = {d.run.config.train.devices for d in todo}
     if len(devices) > 1:

@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ablate.runner.executor.devices import Slot
+from ablate.execute.devices import Slot
 
 
 class JobInterrupted(Exception):

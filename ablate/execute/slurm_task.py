@@ -1,6 +1,6 @@
 """One task of a Slurm job array: trains one run into ``$ABLATE_HOME/runs/<run_id>`` and records it in the store.
 
-Submitted by ``ablate.runner.executor.slurm`` through submitit (``map_array``); runs inside Slurm, under ``srun``,
+Submitted by ``ablate.execute.slurm`` through submitit (``map_array``); runs inside Slurm, under ``srun``,
 as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank 0 writes the
 store: ``running`` with the job id at the start, heartbeats, the result (or ``failed`` with the traceback) at the
 end.
@@ -25,6 +25,7 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from ablate import layout
 from ablate.result import RESULT_FILE, read_result
 
 log = logging.getLogger(__name__)
@@ -60,13 +61,13 @@ class SlurmTask(Checkpointable):
         """Train ``job``'s run (resuming from its checkpoint); return ``{"outcome", "status", ...}``."""
         import submitit
 
-        from ablate.runner.executor.locks import RunLock
+        from ablate.execute.locks import RunLock
         from ablate.store import Store
 
         env = submitit.JobEnvironment()
         rank, job_id = env.global_rank, env.job_id
         run_id = job["run_id"]
-        run_dir = Path(self.home) / "runs" / run_id
+        run_dir = layout.run_dir(self.home, run_id)
         _use_allocated_cpus()
         if rank != 0:
             return self._train(job, run_dir, None)

@@ -16,13 +16,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ablate.execute.devices import Slot
+from ablate.execute.locks import RunLock
+from ablate.execute.worker import JobContext, JobInterrupted
+from ablate.layout import CHECKPOINT
 from ablate.result import RESULT_FILE, read_result
-from ablate.runner.executor.devices import Slot
-from ablate.runner.executor.locks import RunLock
-from ablate.runner.executor.worker import JobContext, JobInterrupted
 
 STEP_EVERY_S = 0.5  # how often a step is reported to the pool's process (display, heartbeat)
-CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
 
 
 def prepare(slot: Slot) -> None:

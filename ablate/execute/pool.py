@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import RunError
-from ablate.runner.executor.devices import Slot
-from ablate.runner.executor.worker import worker_main
+from ablate.execute.devices import Slot
+from ablate.execute.worker import worker_main
 
 log = logging.getLogger(__name__)
 

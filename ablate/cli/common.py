@@ -1,0 +1,161 @@
+"""What every command group shares: the app, its one-line error rendering, and the options defined once.
+
+Library errors (``AblateError``) become one red line on stderr and their exit status here, and only here; so do
+Click's own usage errors (a bad ``--format``, a missing argument): ``error: --format: unknown format 'xml';
+allowed: json, table`` and exit 2, never a box or a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import click
+import typer
+from pydantic import ValidationError
+from typer._click.exceptions import BadParameter, ClickException, MissingParameter, NoArgsIsHelpError
+from typer.core import TyperGroup
+from typer.exceptions import Abort
+
+from ablate.errors import AblateError, one_of
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def one_line(message: object) -> str:
+    """``message`` folded onto one line."""
+    return " ".join(str(message).split())
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    """Print ``error: message`` as one red line on stderr and return the Exit to raise."""
+    click.secho(f"error: {one_line(message)}", fg="red", err=True)
+    return typer.Exit(code)
+
+
+class OneLineErrors(TyperGroup):
+    """The root group: usage errors as one ``error: ...`` line and exit 2 (Typer would draw a box).
+
+    A ``Literal[...]`` option (``--format``) is a closed set; its error says, as every other error of ablate
+    does, what was given and what is allowed (``--format: unknown format 'xml'; allowed: json, table``).
+    """
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            sys.exit(2)
+        except ClickException as exc:
+            click.secho(f"error: {_usage_message(exc)}", fg="red", err=True)
+            sys.exit(exc.exit_code)
+        except (Abort, click.Abort):
+            click.secho("aborted", fg="red", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_message(exc: ClickException) -> str:
+    param = getattr(exc, "param", None)
+    if not isinstance(exc, BadParameter) or param is None:
+        return one_line(exc.format_message())
+    option = param.param_type_name == "option"
+    name = param.opts[0] if option else (param.metavar or (param.name or "").upper())
+    if isinstance(exc, MissingParameter):
+        return one_line(exc.format_message())
+    desc = getattr(param, "type_descriptor", None)
+    cause = exc.__cause__
+    if desc is not None and desc.is_choice and desc.choices and isinstance(cause, ValidationError):
+        what = param.opts[0].lstrip("-") if option else (exc.ctx.command.name if exc.ctx else "value")
+        given = cause.errors()[0].get("input")
+        return one_line(f"{name}: {one_of(given, [str(c) for c in desc.choices], what=what)}")
+    return one_line(f"{name}: {exc.message}")
+
+
+def handles_errors(fn: F) -> F:
+    """Turn the library's ``AblateError`` into one line and its exit status (2 for the user's input)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AblateError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+app = typer.Typer(
+    name="ablate",
+    cls=OneLineErrors,
+    help="Architecture ablation studies of attention gating: grids -> runs -> a SQL store -> the paper's tables.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="The results store's schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+# ---------------------------------------------------------------- shared options (defined once)
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option("--home", envvar="ABLATE_HOME", help="run directories and default stores [default: ./ablate-runs]"),
+]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", envvar="ABLATE_STORE", help="results store URL [default: sqlite:///$ABLATE_HOME/ablate.db]"),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="override a field of the grid's base: K=V, dotted path, YAML scalar value"),
+]
+GridArg = Annotated[Path, typer.Argument(help="grid file (YAML)", show_default=False)]
+GridNameOpt = Annotated[str | None, typer.Option("--grid", help="only the runs of this grid (by its name)")]
+JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU: they split the cores) [default: 1 "
+                                             "on CPU, one per GPU]")]
+DevicesOpt = Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or a comma list of GPU indices "
+                                                "[default: every GPU, else cpu]")]
+NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
+
+
+def home_dir(home: Path | None) -> Path:
+    """The ABLATE_HOME in force: the option, else the environment, else ./ablate-runs."""
+    return Path(home or os.environ.get("ABLATE_HOME") or "ablate-runs")
+
+
+def open_store(home: Path | None, store: str | None) -> Any:
+    """Open the store, printing its warnings (e.g. SQLite on a network file system) on stderr."""
+    from ablate.store import Store
+
+    opened = Store.open(store, home=home_dir(home))
+    for warning in opened.warnings:
+        warn(warning)
+    return opened
+
+
+def warn(message: str) -> None:
+    """One yellow ``warning: ...`` line on stderr."""
+    click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+def print_wide(renderable: Any) -> None:
+    """Print a rich table on stdout; when piped, at full width rather than the 80 columns rich assumes."""
+    from rich.console import Console
+
+    console = Console()
+    (console if console.is_terminal else Console(width=1000)).print(renderable)
+
+
+def echo_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout."""
+    import json
+
+    typer.echo(json.dumps(data, indent=2, default=str))

@@ -1,0 +1,45 @@
+"""The model zoo: ``ablate variants`` and ``ablate export``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from ablate.cli.common import HomeOpt, app, echo_json, handles_errors, home_dir, print_wide
+
+
+@app.command()
+@handles_errors
+def variants(
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
+    preset: Annotated[
+        str | None, typer.Option("--preset", help="also show the parameters each variant adds at this preset")
+    ] = None,
+) -> None:
+    """The variant catalogue: names, what each changes, and the paper rows it reproduces."""
+    from ablate.ablations.variants import catalogue_rows
+    from ablate.cli.views import variants_table
+
+    rows = catalogue_rows(preset)
+    if fmt == "json":
+        echo_json(rows)
+    else:
+        print_wide(variants_table(rows, preset))
+
+
+@app.command()
+@handles_errors
+def export(
+    run_id: Annotated[str, typer.Argument(help="the run to export (its id, as in `ablate runs`)", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="folder to write", show_default=False)],
+    fmt: Annotated[str, typer.Option("--format", help="output format: hf (the only one)")] = "hf",
+    home: HomeOpt = None,
+) -> None:
+    """A trained checkpoint as a Hugging Face folder (config, safetensors weights, the tokenizer when it is a
+    Hugging Face one). Variants no transformers class can express are refused with the reason (exit 2)."""
+    from ablate.runner.export import export_run
+
+    note = export_run(home_dir(home), run_id, out, fmt=fmt)
+    typer.echo(f"exported {run_id} ({fmt}) to {out}; {note}")

@@ -1,0 +1,52 @@
+"""The paper's tables and figures from the store: ``ablate report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store
+
+ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6", "lr", "figures", "all"]
+
+
+@app.command("report")
+@handles_errors
+def report_cmd(
+    target: Annotated[ReportTarget, typer.Argument(
+        help="table1..table6, lr (ablate tune's table), figures (PNG files) or all (HTML page + files)",
+        show_default=False, metavar="TABLE")],
+    grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's only "
+                                             "grid)")] = None,
+    paper: Annotated[bool, typer.Option("--paper", help="add the paper's own number beside each measured one")]
+    = False,
+    fmt: Annotated[Literal["markdown", "latex", "csv", "html"], typer.Option(
+        "--format", help="markdown, latex, csv or html (tables)")] = "markdown",
+    out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
+                                             "directory for figures/all (if not given: ./report)")] = None,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, deltas with bootstrap CIs)."""
+    from ablate import reports
+
+    with open_store(home, store) as opened:
+        if target in ("figures", "all"):
+            out_dir = out or Path("report")
+            if target == "figures":
+                written = [str(p) for p in reports.report_figures(opened, out_dir, grid=grid).values()]
+            else:
+                written = [str(p) for p in reports.report_all(opened, out_dir, grid=grid, paper=paper).values()]
+            typer.echo(f"wrote {len(written)} files to {out_dir}" + (f": {out_dir / 'report.html'}"
+                                                                    if target == "all" else ""))
+            return
+        text = reports.report_table(opened, target, grid=grid, paper=paper, fmt=fmt)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        from ablate.layout import atomic_write
+
+        atomic_write(out, text)
+        typer.echo(f"wrote {out}", err=True)

@@ -1,0 +1,108 @@
+"""Planning and running grids: ``ablate plan``, ``ablate run`` (local pool or Slurm) and ``ablate ui``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+
+from ablate.cli.common import (
+    DevicesOpt,
+    GridArg,
+    HomeOpt,
+    JobsOpt,
+    NoMlflowOpt,
+    SetOpt,
+    StoreOpt,
+    app,
+    echo_json,
+    handles_errors,
+    home_dir,
+    print_wide,
+)
+
+
+@app.command()
+@handles_errors
+def plan(
+    grid: GridArg,
+    sets: SetOpt = None,
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Expand a grid without running it: run ids, parameter counts, and each run's status in the store."""
+    from ablate.grid import expand, load_grid
+    from ablate.grid.view import plan_json, plan_table, statuses
+
+    spec = load_grid(grid, sets or ())
+    runs = expand(spec)
+    status = statuses([r.run_id for r in runs], store=store, home=home_dir(home))
+    if fmt == "json":
+        echo_json(plan_json(spec.name, runs, status))
+    else:
+        print_wide(plan_table(spec.name, runs, status, matched=spec.match_params))
+
+
+@app.command()
+@handles_errors
+def run(
+    grid: GridArg,
+    sets: SetOpt = None,
+    jobs: JobsOpt = None,
+    devices: DevicesOpt = None,
+    jobs_per_device: Annotated[int, typer.Option("--jobs-per-device", help="small jobs packed onto each GPU")] = 1,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="run failed runs again (from their "
+                                               "last checkpoint)")] = False,
+    no_mlflow: NoMlflowOpt = False,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+    executor: Annotated[str, typer.Option("--executor", help="local (worker pool here) or slurm (one job array)")]
+    = "local",
+    partition: Annotated[str | None, typer.Option("--partition", help="slurm: the partition")] = None,
+    gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="slurm: GPUs per run (= train.devices; "
+                                                     "0 = CPU) [default: train.devices if GPUs here, else 0]")] = None,
+    time_limit: Annotated[str, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, D-HH:MM:SS); "
+                                            "a task out of time checkpoints and is requeued")] = "1-00:00:00",
+    array_parallelism: Annotated[int | None, typer.Option("--array-parallelism", help="slurm: tasks at a time")]
+    = None,
+    slurm_opts: Annotated[list[str] | None, typer.Option("--slurm-opt", help="slurm: K=V, a submitit parameter "
+                                                         "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="slurm: wait until every run has ended")] = False,
+) -> None:
+    """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once)."""
+    if executor != "local":
+        from ablate.cli.slurm import run_slurm
+
+        raise typer.Exit(run_slurm(grid, sets, executor, home=home, store=store, partition=partition,
+                                   gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
+                                   array_parallelism=array_parallelism, slurm_opts=slurm_opts,
+                                   retry_failed=retry_failed))
+    from ablate.execute import RunOptions, print_summary, run_grid
+
+    options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
+                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow)
+    report = run_grid(grid, sets or [], options)
+    print_summary(report)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+@handles_errors
+def ui(
+    port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
+    home: HomeOpt = None,
+) -> None:
+    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C stops it)."""
+    import subprocess
+
+    from ablate.store.mlflow_mirror import ui_command
+
+    cmd = ui_command(home_dir(home), port=port)
+    typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    try:
+        code = subprocess.call(cmd)
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code if code >= 0 else 0)
+

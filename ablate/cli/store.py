@@ -1,0 +1,140 @@
+"""The results store: ``ablate runs``, ``ablate status``, ``ablate ingest`` and ``ablate db upgrade``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import click
+import typer
+
+from ablate.cli.common import (
+    GridNameOpt,
+    HomeOpt,
+    StoreOpt,
+    app,
+    db_app,
+    handles_errors,
+    home_dir,
+    one_line,
+    open_store,
+    warn,
+)
+
+WHERE_HELP = (
+    "keep the runs for which this is true: comparisons (== != < <= > >= in, not in, is None) joined by "
+    "and/or/not over run columns, e.g. \"variant == 'sdpa-elementwise' and train.lr >= 0.004\"; config fields by "
+    "dotted path; names with '/' bare (ppl/code < 20) or as col('bench/arc-e'); a missing value compares false"
+)
+WhereOpt = Annotated[str | None, typer.Option("--where", help=WHERE_HELP)]
+
+
+@app.command("runs")
+@handles_errors
+def runs_cmd(
+    grid: GridNameOpt = None,
+    where: WhereOpt = None,
+    fmt: Annotated[Literal["table", "csv", "json", "markdown"], typer.Option(
+        "--format", help="table, csv, json or markdown (csv/json: every column)")] = "table",
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """One row per run: status, summary numbers, PPL per held-out set, benchmark scores, every config field.
+
+    table and markdown show the measured columns (empty ones dropped); csv and json add the config fields.
+    """
+    from ablate.store import render
+
+    with open_store(home, store) as opened:
+        frame = opened.runs_frame(grid=grid, where=where)
+    if fmt == "json":
+        typer.echo(render.to_json(frame))
+    elif fmt == "csv":
+        typer.echo(frame.to_csv(index=False), nl=False)
+    elif fmt == "markdown":
+        typer.echo(render.to_markdown(frame[render.summary_columns(frame)]))
+    else:
+        from rich.console import Console
+
+        from ablate.cli.views import runs_table
+
+        table, width = runs_table(frame, f"runs{f' of {grid}' if grid else ''}: {len(frame)}")
+        # never squeeze columns into '…': a wide table is wider than the terminal (pipe it to `less -S`)
+        Console(width=max(Console().width, width)).print(table)
+
+
+@app.command("status")
+@handles_errors
+def status_cmd(
+    grid: GridNameOpt = None,
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
+    stale_after: Annotated[
+        float, typer.Option("--stale-after", help="seconds without a heartbeat after which a running run is stale")
+    ] = 300.0,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Runs by status per grid, what is running now, and running runs whose heartbeat went stale."""
+    from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
+
+    with open_store(home, store) as opened:
+        summary = opened.status_summary(grid, stale_after_s=stale_after)
+        summary["slurm"] = slurm_rows(opened, grid)
+    if fmt == "json":
+        import json
+
+        typer.echo(json.dumps(summary, indent=1))
+        return
+    from rich.console import Console
+
+    from ablate.cli.views import status_tables
+    from ablate.store.schema import STATUSES
+
+    console = Console()
+    for table in status_tables(summary, STATUSES):
+        console.print(table)
+    if summary["stale"]:
+        warn(f"{len(summary['stale'])} running run(s) have no heartbeat for over {stale_after:.0f}s "
+             f"(worker gone?): {', '.join(summary['stale'])}")
+
+
+@app.command("ingest")
+@handles_errors
+def ingest_cmd(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="run directories (holding result.json), or directories of them",
+                                   show_default=False)
+    ],
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Read finished runs' result.json into the store (idempotent: ingesting twice changes nothing)."""
+    from ablate.errors import StoreError
+    from ablate.result import result_paths
+
+    failed = 0
+    with open_store(home, store) as opened:
+        for path in result_paths(run_dirs):
+            try:
+                run_id = opened.ingest(path)
+            except StoreError as exc:
+                failed += 1
+                click.secho(f"error: {one_line(exc)}", fg="red", err=True)
+                continue
+            typer.echo(f"ingested {run_id} from {path}")
+    if failed:
+        raise typer.Exit(1)
+
+
+@db_app.command("upgrade")
+@handles_errors
+def db_upgrade_cmd(home: HomeOpt = None, store: StoreOpt = None) -> None:
+    """Apply the store's schema migrations (opening the store does this too)."""
+    from ablate.store.api import upgrade_store
+    from ablate.store.engine import display_url
+
+    url, before, after, warnings = upgrade_store(store, home=home_dir(home))
+    for warning in warnings:
+        warn(warning)
+    change = f"upgraded from {before or 'empty'} to {after}" if before != after else f"already at {after}"
+    typer.echo(f"{display_url(url)}: schema {change}")

@@ -1,0 +1,75 @@
+"""The rich tables the commands print. Pure: each takes plain data and returns a renderable."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
+
+
+def variants_table(rows: list[dict[str, Any]], preset: str | None) -> Table:
+    """``ablate variants``: one row per catalogue entry (and the parameters it adds at ``preset``)."""
+    from rich.table import Table
+
+    table = Table(title="ablate variants")
+    table.add_column("variant", no_wrap=True, style="bold")
+    for col in ("paper rows", "act", "score shape", "description"):
+        table.add_column(col)
+    if preset is not None:
+        table.add_column(f"added @ {preset}", justify="right")
+    for row in rows:
+        cells = [row["name"], " ".join(row["paper"]) or "-", row["act_func"], row["score_shape"], row["description"]]
+        if preset is not None:
+            cells.append("-" if row["added_params"] is None else f"{row['added_params'] / 1e6:,.2f}M")
+        table.add_row(*cells)
+    return table
+
+
+def runs_table(frame: pd.DataFrame, title: str) -> tuple[Table, int]:
+    """``ablate runs``: the measured columns (empty ones dropped); also the width that shows every cell whole."""
+    from pandas.api.types import is_numeric_dtype
+    from rich.table import Table
+
+    from ablate.store import render
+
+    cols = render.summary_columns(frame)
+    cells = [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
+    table = Table(title=title)
+    for c in cols:
+        table.add_column(c, no_wrap=True, justify="right" if is_numeric_dtype(frame[c]) else "left")
+    for row in cells:
+        table.add_row(*row)
+    width = sum(max([len(c), *(len(r[i]) for r in cells)]) + 3 for i, c in enumerate(cols)) + 1
+    return table, width
+
+
+def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Table]:
+    """``ablate status``: runs by status per grid, then the running runs and the runs in Slurm (when any)."""
+    from rich.table import Table
+
+    table = Table(title="runs by status")
+    for col in ("grid", *statuses, "total"):
+        table.add_column(col, justify="left" if col == "grid" else "right")
+    for row in summary["grids"]:
+        table.add_row(row["grid"] or "(no grid)", *(str(row.get(s, 0)) for s in (*statuses, "total")))
+    out = [table]
+    if summary["running"]:
+        table = Table(title="running")
+        for col in ("run_id", "variant", "seed", "host", "device", "step", "heartbeat age"):
+            table.add_column(col)
+        for r in summary["running"]:
+            age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s" + (" STALE" if r["stale"] else "")
+            table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-",
+                          "-" if r["step"] is None else str(r["step"]), age)
+        out.append(table)
+    if summary.get("slurm"):
+        table = Table(title="in Slurm")
+        for col in ("run_id", "grid", "variant", "seed", "status", "slurm job", "slurm state"):
+            table.add_column(col)
+        for r in summary["slurm"]:
+            table.add_row(r["run_id"], r["grid"] or "-", r["variant"], str(r["seed"]), r["status"],
+                          r["slurm_job_id"], r["slurm_state"] or "-")
+        out.append(table)
+    return out

@@ -1,0 +1,60 @@
+"""Where things live in ``ABLATE_HOME``, and how a file is written so that a reader never sees half of it.
+
+Defined once here and called from everywhere else:
+
+- ``run_dir(home, run_id)``: ``$ABLATE_HOME/runs/<run_id>``, a run's directory (checkpoints, ``result.json``,
+  ``train.log``, ``error.txt``).
+- ``CHECKPOINT``: the run directory's resumable checkpoint, ``checkpoints/last.ckpt``.
+- ``atomic_path(final)``: a temporary path beside ``final`` that becomes ``final`` (``os.replace``) only when the
+  block that writes it succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+RUNS_DIR = "runs"
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
+
+def run_dir(home: str | os.PathLike[str], run_id: str) -> Path:
+    """A run's directory under ``home``.
+
+    >>> str(run_dir("ablate-runs", "0123abcd4567"))
+    'ablate-runs/runs/0123abcd4567'
+    """
+    return Path(home) / RUNS_DIR / run_id
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a fresh temporary path in ``final``'s directory (same suffix); rename it onto ``final`` on success.
+
+    >>> import tempfile, numpy as np                                # doctest: +SKIP
+    >>> with atomic_path(Path(d) / "tokens.npy") as tmp:            # doctest: +SKIP
+    ...     np.save(tmp, arr)
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(final: str | os.PathLike[str], data: str | bytes) -> Path:
+    """Write ``data`` to ``final`` atomically (flushed to disk before the rename); return ``final``."""
+    with atomic_path(final) as tmp, open(tmp, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return Path(final)
