@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,15 +18,46 @@ from ablate.errors import StoreError
 RESULT_FILE = "result.json"
 SCHEMA_VERSION = 1
 
-Status = Literal["queued", "running", "done", "diverged", "failed"]
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its lifecycle: the ``runs.status`` column of the store and ``result.json``'s ``status``.
+
+    ``queued`` -> ``running`` -> one of the ends: ``done`` (trained to its last step), ``diverged`` (stopped by the
+    divergence rule: a result, and a finding), ``pruned`` (stopped on purpose by tune's Optuna pruner: no result,
+    not an error) or ``failed`` (crashed: ``error`` says why). A StrEnum, so ``status == "done"`` holds.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    DIVERGED = "diverged"
+    PRUNED = "pruned"
+    FAILED = "failed"
+
+    @property
+    def ended(self) -> bool:
+        """The run stopped for good (until ``--retry-failed`` for ``failed``)."""
+        return self in ENDED
+
+    @property
+    def ok(self) -> bool:
+        """An end that is not an error: exit status 0 when every run ended like this."""
+        return self in ENDED_OK
+
+
+ENDED = (RunStatus.DONE, RunStatus.DIVERGED, RunStatus.PRUNED, RunStatus.FAILED)
+ENDED_OK = (RunStatus.DONE, RunStatus.DIVERGED, RunStatus.PRUNED)
+WITH_RESULT = (RunStatus.DONE, RunStatus.DIVERGED)  # ends that measured something (what the reports read)
+Status = RunStatus  # the name earlier code imported
 
 
 class Event(BaseModel):
     """Something that happened at a step: ``loss_spike`` (loss, trend, size), ``diverged`` (loss, reason),
-    ``resumed`` (the step a restarted run continued from)."""
+    ``resumed`` (the step a restarted run continued from), ``pruned`` (metric, value: what the pruner saw)."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["loss_spike", "diverged", "resumed"]
+    kind: Literal["loss_spike", "diverged", "resumed", "pruned"]
     step: int
     data: dict[str, float | str | None] = Field(default_factory=dict)
 
@@ -48,7 +80,7 @@ class RunResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     config: dict[str, Any]
-    status: Status
+    status: RunStatus
     summary: dict[str, float | int | None] = Field(default_factory=dict)
     metrics: dict[str, list[float | None]] = Field(default_factory=dict)
     probes: dict[str, list[float | None]] = Field(default_factory=dict)

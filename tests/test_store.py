@@ -23,21 +23,19 @@ def test_register_and_lifecycle(store: Store) -> None:
     store.heartbeat(run_id="run000", step=12)
     summary = store.status_summary()
     assert summary["grids"] == [{"grid": "g", "total": 3, "queued": 2, "running": 1, "done": 0, "diverged": 0,
-                                 "failed": 0}]
+                                 "pruned": 0, "failed": 0}]
     (running,) = summary["running"]
     assert (running["run_id"], running["host"], running["device"], running["step"]) == \
         ("run000", "node7", "cuda:1", 12)
     assert running["stale"] is False and summary["stale"] == []
-    assert store.stale_runs(older_than_s=3600) == []
-    assert store.stale_runs(older_than_s=-1) == ["run000"]  # any heartbeat is older than the future
+    assert store.status_summary(stale_after_s=3600)["stale"] == []
+    assert store.status_summary(stale_after_s=-1)["stale"] == ["run000"]  # any heartbeat is older than the future
 
     store.mark_failed(run_id="run000", error="CUDA out of memory")
     store.mark_queued(run_id="run001")
     assert store.statuses(run_ids=["run000", "run001"]) == {"run000": "failed", "run001": "queued"}
     frame = store.runs_frame()
     assert frame.set_index("run_id").loc["run000", "error"] == "CUDA out of memory"
-    assert store.claim(run_id="run001", host="h", device="cpu") is True
-    assert store.claim(run_id="run001", host="h2", device="cpu") is False  # someone has it already
     store.set_mlflow_run_id(run_id="run001", mlflow_run_id="abc123")
     assert store.runs_frame().set_index("run_id").loc["run001", "mlflow_run_id"] == "abc123"
 
@@ -161,3 +159,25 @@ def test_runs_json_is_a_list_of_objects_with_nulls(store: Store) -> None:
     assert done["ppl/code"] == 8.0 and done["train.lr"] == 0.003 and done["gate_score"] is None
     assert queued["ppl/code"] is None and queued["steps"] is None and queued["error"] is None
     assert done["started"] == "2025-01-01T10:00:00" and done["eval.benchmarks"] == "[]"
+
+
+def test_pruned_is_its_own_status(store: Store) -> None:
+    """A run the pruner stopped is ``pruned`` (not failed, no error): its steps, and an event with what the
+    pruner saw; ``ablate status`` counts it in its own column."""
+    from ablate.result import RunStatus
+
+    store.register_grid(name="g", text="g", runs=[planned(0), planned(1)])
+    store.mark_running(run_id="run000", host="h", device="cpu")
+    store.mark_pruned(run_id="run000", step=20, value=812.5, metric="val_ppl")
+    assert store.statuses(run_ids=["run000"]) == {"run000": RunStatus.PRUNED} == {"run000": "pruned"}
+    row = store.runs_frame().set_index("run_id").loc["run000"]
+    assert (row["status"], row["steps"], row["error"]) == ("pruned", 20, None)
+    assert type(row["status"]) is str  # plain strings in frames (and JSON), whatever the column's type
+    events = store.events(run_ids=["run000"])
+    assert events[["kind", "step"]].values.tolist() == [["pruned", 20]]
+    assert events["data"].iloc[0] == {"value": 812.5, "metric": "val_ppl"}
+    store.mark_pruned(run_id="run000", step=30, value=None)  # again (a resumed trial): one event, the latest
+    assert store.events(run_ids=["run000"])[["kind", "step"]].values.tolist() == [["pruned", 30]]
+    (grid,) = store.status_summary()["grids"]
+    assert (grid["pruned"], grid["queued"], grid["failed"]) == (1, 1, 0)
+    assert RunStatus.PRUNED.ok and RunStatus.PRUNED.ended and not RunStatus.FAILED.ok

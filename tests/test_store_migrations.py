@@ -29,10 +29,10 @@ def test_empty_database_upgrades_to_head(store_url: str) -> None:
     try:
         assert set(inspect(engine).get_table_names()) == set()
         assert upgrade(engine) == (None, head_revision())
-        assert head_revision() == "0002"
+        assert head_revision() == "0003"
         assert set(inspect(engine).get_table_names()) == TABLES
         assert _schema_diff(engine) == []  # migrations and schema.py agree
-        assert upgrade(engine) == ("0002", "0002")  # again: nothing to do
+        assert upgrade(engine) == ("0003", "0003")  # again: nothing to do
     finally:
         engine.dispose()
 
@@ -52,7 +52,7 @@ def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
         engine.dispose()
     with Store.open(store_url) as store:  # opening applies the rest
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0002"
+            assert current_revision(conn) == "0003"
         assert "ix_runs_status_heartbeat" in {ix["name"] for ix in inspect(store.engine).get_indexes("runs")}
         assert store.statuses(run_ids=["old1"]) == {"old1": "done"}
         frame = store.runs_frame()
@@ -89,7 +89,38 @@ def test_store_from_a_newer_ablate_is_a_clear_error(store_url: str) -> None:
         upgrade(engine)
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-        with pytest.raises(StoreError, match="from schema revision 0099 to 0002.*another ablate version"):
+        with pytest.raises(StoreError, match="from schema revision 0099 to 0003.*another ablate version"):
             Store.open(store_url)
     finally:
         engine.dispose()
+
+
+def test_pruned_runs_stored_as_failed_become_pruned(store_url: str) -> None:
+    """Migration 0003: a run tune stored as failed with a "pruned:" error is ``pruned``, its step and value kept;
+    a real failure and every child row stay as they were (SQLite recreates ``runs`` without cascading)."""
+    import pandas as pd
+
+    engine, _ = make_engine(store_url)
+    try:
+        upgrade(engine, "0002")
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO runs (run_id, config, variant, seed, status, created, error) VALUES "
+                "('p1', '{}', 'baseline', 0, 'failed', '2024-05-01 12:00:00', "
+                "'pruned: stopped by the Optuna pruner at step 5 (val_ppl 812.3); not a crash'), "
+                "('p2', '{}', 'baseline', 1, 'failed', '2024-05-01 12:00:00', "
+                "'pruned: stopped by the Optuna pruner; not a crash'), "
+                "('f1', '{}', 'baseline', 2, 'failed', '2024-05-01 12:00:00', 'RuntimeError: boom')"))
+            conn.execute(text("INSERT INTO scores (run_id, name, value) VALUES ('f1', 'ppl/code', 9.5)"))
+    finally:
+        engine.dispose()
+    with Store.open(store_url) as store:
+        assert store.statuses(run_ids=["p1", "p2", "f1"]) == {"p1": "pruned", "p2": "pruned", "f1": "failed"}
+        frame = store.runs_frame().set_index("run_id")
+        assert frame.loc["p1", "steps"] == 5 and pd.isna(frame.loc["p1", "error"])
+        assert frame.loc["f1", "error"] == "RuntimeError: boom" and frame.loc["f1", "ppl/code"] == 9.5
+        events = store.events(run_ids=["p1", "p2"])
+        assert events[["run_id", "kind", "step"]].values.tolist() == [["p1", "pruned", 5], ["p2", "pruned", 0]]
+        assert events["data"].tolist() == [{"value": 812.3, "metric": "val_ppl"}, {"value": None}]
+        with pytest.raises(Exception, match="(?i)check"), store.engine.begin() as conn:  # the enum is enforced
+            conn.execute(text("UPDATE runs SET status = 'finished' WHERE run_id = 'f1'"))

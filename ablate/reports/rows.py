@@ -24,8 +24,9 @@ from typing import Any
 
 from ablate.reports.cells import fmt_count, fmt_len
 from ablate.reports.spec import TableSpec, VariantInfo, paper_number, row_refs
+from ablate.result import WITH_RESULT
 
-RESULT_STATUSES = ("done", "diverged")
+RESULT_STATUSES = tuple(s.value for s in WITH_RESULT)  # pruned and failed runs measured nothing to report
 # Model fields that set the scale of a run and that no variant changes: part of a run's configuration context.
 SCALE_FIELDS = ("model.preset", "model.n_layers", "model.d_model", "model.vocab_size", "model.rope_theta",
                 "model.rope_yarn_factor", "model.rope_yarn_original_len")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -99,16 +99,14 @@ class Store:
         """The run started on ``host``/``device``."""
         self._write(lambda s: records.mark_running(s, run_id=run_id, host=host, device=device))
 
-    def claim(self, *, run_id: str, host: str | None = None, device: str | None = None,
-              from_statuses: Iterable[str] = ("queued",)) -> bool:
-        """Atomically mark the run running if its status is in ``from_statuses``; True if this caller won."""
-        froms = list(from_statuses)
-        return self._write(lambda s: records.claim(s, run_id=run_id, host=host, device=device,
-                                                   from_statuses=froms))
-
     def heartbeat(self, *, run_id: str, step: int | None = None) -> None:
         """The run is alive at ``step``."""
         self._write(lambda s: records.heartbeat(s, run_id=run_id, step=step))
+
+    def record_progress(self, progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+        """Running runs' heartbeats and their step rows since the last call (``{run_id: [{"step", "loss", ...}]}``),
+        in one transaction: see ``records.record_progress``."""
+        self._write(lambda s: records.record_progress(s, progress))
 
     def mark_queued(self, *, run_id: str) -> None:
         """Put the run back in the queue."""
@@ -117,6 +115,11 @@ class Store:
     def mark_failed(self, *, run_id: str, error: str) -> None:
         """The run failed with ``error``."""
         self._write(lambda s: records.mark_failed(s, run_id=run_id, error=error))
+
+    def mark_pruned(self, *, run_id: str, step: int | None, value: float | None, metric: str | None = None) -> None:
+        """A pruner stopped the run on purpose at ``step`` after it reported ``value`` (of ``metric``): status
+        ``pruned``, not an error; ``ablate runs`` shows the steps it trained, ``events`` what the pruner saw."""
+        self._write(lambda s: records.mark_pruned(s, run_id=run_id, step=step, value=value, metric=metric))
 
     def set_mlflow_run_id(self, *, run_id: str, mlflow_run_id: str) -> None:
         """Remember the MLflow run mirroring this run."""
@@ -179,10 +182,6 @@ class Store:
     def status_summary(self, grid: str | None = None, *, stale_after_s: float = 300.0) -> dict[str, Any]:
         """Counts by status per grid, the running runs, and which of them have stale heartbeats."""
         return self._read(lambda s: queries.status_summary(s, grid=grid, stale_after_s=stale_after_s))
-
-    def stale_runs(self, *, older_than_s: float) -> list[str]:
-        """Ids of ``running`` runs whose heartbeat is older than ``older_than_s`` seconds."""
-        return self._read(lambda s: queries.stale_runs(s, older_than_s=older_than_s))
 
 
 def upgrade_store(url: str | None = None, *, home: str | os.PathLike[str] | None = None

@@ -11,6 +11,8 @@ the previous one); ``tests/test_store_migrations.py`` checks the migrated schema
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,7 +65,7 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     with engine.execution_options(ablate_read_only=True).connect() as conn:  # the usual case: nothing to do
         if current_revision(conn) == target:
             return target, target
-    with engine.begin() as conn:
+    with engine.connect() as conn, _sqlite_foreign_keys_off(conn), conn.begin():
         if conn.dialect.name == "postgresql":
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_LOCK})")
         before = current_revision(conn)
@@ -74,7 +76,33 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
                 raise StoreError(f"cannot migrate the store from schema revision {before} to {target}: {exc}; "
                                  "if another ablate version made this store, use that version (or a newer one)"
                                  ) from None
+            _check_foreign_keys(conn)
         after = current_revision(conn)
     if before != after:
         log.info("store schema upgraded from %s to %s", before or "empty", after)
     return before, after or ""
+
+
+@contextmanager
+def _sqlite_foreign_keys_off(conn: Connection) -> Iterator[None]:
+    """On SQLite, foreign keys off while migrating (set before the transaction begins: inside one SQLite ignores
+    the pragma). A batch migration recreates a table, and dropping the old ``runs`` would cascade to every
+    child row (scores, curves, events) of every run. Alembic's documented way; ``_check_foreign_keys`` then
+    verifies the result."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys = ON")
+
+
+def _check_foreign_keys(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+        if broken:
+            raise StoreError(f"the migration left {len(broken)} rows pointing at missing rows (first: {broken[0]})")

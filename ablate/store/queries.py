@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -90,11 +89,12 @@ def runs_frame(session: Session, *, grid: str | None = None) -> pd.DataFrame:
 
     names = [*_RUN_FIELDS, "heartbeat_step"]
     frame = pd.DataFrame.from_records([r[:-1] for r in rows], columns=names)
+    frame["status"] = frame["status"].map(str)  # RunStatus -> its value: a frame of plain strings
     frame["grid"] = [grid if grid is not None else (", ".join(grids[r[0]]) or None) for r in rows]
     score_names = sorted({n for s in scores.values() for n in s})
     score_frame = pd.DataFrame([[scores[r[0]].get(n) for n in score_names] for r in rows], columns=score_names,
                                dtype="float64")
-    cfg = pd.DataFrame([r[-1] if r[-1] is not None else _flat_config(session, r[0]) for r in rows])
+    cfg = pd.DataFrame([r[-1] for r in rows])  # config_flat: written with every row (migration 0002 backfilled)
     cfg = cfg.drop(columns=[c for c in ("variant", "seed") if c in cfg.columns])
     ppl = [n for n in score_names if n.startswith("ppl/")]
     bench = [n for n in score_names if n.startswith("bench/")]
@@ -107,11 +107,6 @@ def runs_frame(session: Session, *, grid: str | None = None) -> pd.DataFrame:
     for c in FLOAT_COLUMNS:
         out[c] = out[c].astype("float64")
     return out
-
-
-def _flat_config(session: Session, run_id: str) -> dict[str, Any]:
-    """The flattened config of a row written without one (kept for safety; migration 0002 backfills)."""
-    return flatten(session.scalar(select(Run.config).where(Run.run_id == run_id)) or {})
 
 
 def _in_chunks(session: Session, query: Any, column: Any, run_ids: Sequence[str] | None) -> list[Any]:
@@ -174,20 +169,13 @@ def events(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.Data
 def statuses(session: Session, *, run_ids: Sequence[str]) -> dict[str, str]:
     """``{run_id: status}`` for the given runs the store knows (unknown ones are absent)."""
     q = select(Run.run_id, Run.status)
-    return {r: s for r, s in _in_chunks(session, q, Run.run_id, run_ids)}
-
-
-def stale_runs(session: Session, *, older_than_s: float) -> list[str]:
-    """Runs marked ``running`` whose last heartbeat is older than ``older_than_s`` (or missing)."""
-    cutoff = utcnow() - timedelta(seconds=older_than_s)
-    q = select(Run.run_id).where(Run.status == "running", (Run.heartbeat < cutoff) | Run.heartbeat.is_(None))
-    return list(session.scalars(q.order_by(Run.run_id)))
+    return {r: s.value for r, s in _in_chunks(session, q, Run.run_id, run_ids)}
 
 
 def status_summary(session: Session, *, grid: str | None = None, stale_after_s: float = 300.0) -> dict[str, Any]:
     """What ``ablate status`` shows, JSON-ready.
 
-    ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "failed"}, ...],
+    ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "pruned", "failed"}, ...],
     "running": [{"run_id", "variant", "seed", "host", "device", "step", "heartbeat", "age_s", "stale"}, ...],
     "stale": [run_id, ...]}``; runs in no grid are counted under ``"grid": null``.
     """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,8 +17,8 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from ablate.errors import StoreError
-from ablate.result import RunResult
-from ablate.store.schema import STATUSES, Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
+from ablate.result import RunResult, RunStatus
+from ablate.store.schema import Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
 
 # summary keys stored as columns of ``runs``; every other summary key is a row of ``scores``
 INT_SUMMARY = ("params", "added_params", "steps", "tokens", "loss_spikes")
@@ -106,7 +106,7 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     for planned in runs:
         run_id = str(_field(planned, "run_id"))
         config = _config_dict(_field(planned, "config"))
-        rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config), "status": "queued",
+        rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config), "status": RunStatus.QUEUED,
                         "created": now, "params": _field(planned, "params"),
                         "added_params": _field(planned, "added_params")}
         axes = _field(planned, "axes")
@@ -142,18 +142,8 @@ def _update_run(session: Session, run_id: str, **values: Any) -> None:
 def mark_running(session: Session, *, run_id: str, host: str | None, device: str | None) -> None:
     """The run started (or restarted) on ``host``/``device``: status ``running``, a fresh heartbeat."""
     now = utcnow()
-    _update_run(session, run_id, status="running", started=now, heartbeat=now, finished=None, host=host,
+    _update_run(session, run_id, status=RunStatus.RUNNING, started=now, heartbeat=now, finished=None, host=host,
                 device=device, error=None)
-
-
-def claim(session: Session, *, run_id: str, host: str | None, device: str | None,
-          from_statuses: Iterable[str] = ("queued",)) -> bool:
-    """Mark the run running only if its status is one of ``from_statuses``; True when this caller got it."""
-    now = utcnow()
-    result = session.execute(
-        update(Run).where(Run.run_id == run_id, Run.status.in_(list(from_statuses)))
-        .values(status="running", started=now, heartbeat=now, finished=None, host=host, device=device, error=None))
-    return result.rowcount == 1  # type: ignore[attr-defined]
 
 
 def heartbeat(session: Session, *, run_id: str, step: int | None = None) -> None:
@@ -161,14 +151,51 @@ def heartbeat(session: Session, *, run_id: str, step: int | None = None) -> None
     _update_run(session, run_id, heartbeat=utcnow(), step=step)
 
 
+def record_progress(session: Session, progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """Live records of running runs: for each, a fresh heartbeat, its latest ``step`` (and ``steps``,
+    ``train_loss``, ``tokens_per_s``, ``val_ppl`` as far as the rows tell) on its row, and the rows' points in the
+    step table (upserted, so a resumed run reporting a step again leaves one point). A run that is no longer
+    ``running`` (its ingest came first) is left alone: its ingest replaced the step table with the whole curve."""
+    now = utcnow()
+    for run_id in sorted(progress):  # one lock order for every writer
+        rows = progress[run_id]
+        values: dict[str, Any] = {"heartbeat": now}
+        if rows:
+            last = max(rows, key=lambda r: r["step"])
+            values.update(step=int(last["step"]), steps=int(last["step"]) + 1)
+        for key, column in (("loss", "train_loss"), ("tokens_per_s", "tokens_per_s"), ("val_ppl", "val_ppl")):
+            latest = next((r[key] for r in reversed(rows) if _num(r.get(key), float) is not None), None)
+            if latest is not None:
+                values[column] = float(latest)
+        done = session.execute(update(Run).where(Run.run_id == run_id, Run.status == "running").values(**values))
+        points = {(name, int(r["step"])): _num(v, float) for r in rows for name, v in r.items()
+                  if name != "step" and v is not None}
+        if done.rowcount != 1 or not points:  # type: ignore[attr-defined]
+            continue
+        ins = _upsert(session, Metric.__table__)
+        ins = ins.on_conflict_do_update(index_elements=["run_id", "name", "step"], set_={"value": ins.excluded.value})
+        session.execute(ins, [{"run_id": run_id, "name": n, "step": s, "value": v}
+                              for (n, s), v in sorted(points.items())])
+
+
 def mark_queued(session: Session, *, run_id: str) -> None:
     """Back to the queue (interrupted, or to be retried): clears the heartbeat and the error."""
-    _update_run(session, run_id, status="queued", heartbeat=None, error=None, finished=None)
+    _update_run(session, run_id, status=RunStatus.QUEUED, heartbeat=None, error=None, finished=None)
 
 
 def mark_failed(session: Session, *, run_id: str, error: str) -> None:
     """The run failed with ``error`` (its text is kept for ``ablate runs``)."""
-    _update_run(session, run_id, status="failed", error=error, finished=utcnow())
+    _update_run(session, run_id, status=RunStatus.FAILED, error=error, finished=utcnow())
+
+
+def mark_pruned(session: Session, *, run_id: str, step: int | None, value: float | None,
+                metric: str | None = None) -> None:
+    """The run was stopped on purpose by a pruner at ``step``, having reported ``value`` of ``metric``: status
+    ``pruned`` (no error), ``steps`` = the steps it trained, and one ``pruned`` event holding what the pruner saw."""
+    _update_run(session, run_id, status=RunStatus.PRUNED, error=None, finished=utcnow(), step=step, steps=step)
+    session.execute(delete(Event).where(Event.run_id == run_id, Event.kind == "pruned"))
+    data = {"value": _num(value, float)} | ({"metric": metric} if metric else {})
+    session.execute(insert(Event.__table__), [{"run_id": run_id, "kind": "pruned", "step": step or 0, "data": data}])
 
 
 def set_mlflow_run_id(session: Session, *, run_id: str, mlflow_run_id: str) -> None:
@@ -204,8 +231,6 @@ def ingest(session: Session, result: RunResult) -> str:
     has never seen is created from ``result.config``. Returns the run id.
     """
     run_id = result.run_id
-    if result.status not in STATUSES:
-        raise StoreError(f"result of run {run_id}: unknown status {result.status!r}")
     config = dict(result.config)
     ins = _upsert(session, Run.__table__).values(run_id=run_id, config=config, **config_columns(config),
                                                   status=result.status, created=utcnow())

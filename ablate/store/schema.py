@@ -14,7 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy import Enum as SQLEnum
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from ablate.result import ENDED, RunStatus
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -24,8 +27,15 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-STATUSES = ("queued", "running", "done", "diverged", "failed")
-FINISHED = ("done", "diverged", "failed")
+STATUSES = tuple(s.value for s in RunStatus)
+FINISHED = tuple(s.value for s in ENDED)
+
+
+def status_type() -> SQLEnum:
+    """``runs.status``: RunStatus stored as its value in a VARCHAR(16) with a CHECK constraint (not a native
+    PostgreSQL ENUM, so adding a status is a new CHECK, never an ``ALTER TYPE`` that cannot run in a transaction)."""
+    return SQLEnum(RunStatus, name="run_status", native_enum=False, length=16, create_constraint=True,
+                   values_callable=lambda enum: [m.value for m in enum], validate_strings=True)
 
 
 class Base(DeclarativeBase):
@@ -81,7 +91,7 @@ class Run(Base):
     batch_size: Mapped[int | None]
     seq_len: Mapped[int | None]
     # lifecycle
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[RunStatus] = mapped_column(status_type())
     created: Mapped[datetime]
     started: Mapped[datetime | None]
     finished: Mapped[datetime | None]
