@@ -41,7 +41,7 @@ def plan(
     if fmt == "json":
         echo_json(plan_json(spec.name, runs, status))
     else:
-        print_wide(plan_table(spec.name, runs, status, matched=spec.match_params))
+        print_wide(plan_table(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None))
 
 
 @app.command()

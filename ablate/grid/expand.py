@@ -137,6 +137,10 @@ def expand(grid: Grid) -> list[PlannedRun]:
     runs: dict[str, PlannedRun] = {}
     for values, origins, from_product in _assignments(grid):
         config = _resolve(grid, values, origins)
+        if grid.ladder is not None:
+            from ablate.grid.ladder import budget_steps
+
+            config = budget_steps(config, grid.ladder, f"{grid.source}: ladder")
         dump = config.model_dump(mode="json")
         if from_product and any(_matches(dump, entry) for entry in grid.exclude):
             continue

@@ -34,6 +34,7 @@ from pydantic import (
 
 from ablate.errors import ConfigError
 from ablate.grid.ids import canonical
+from ablate.grid.ladder import LadderSpec, ladder_axis
 from ablate.grid.paths import (
     assign,
     check_path,
@@ -64,6 +65,7 @@ class GridFile(BaseModel):
         default_factory=list, description="drop every run matching all given keys"
     )
     match_params: str | None = Field(None, description="shrink each run's FFN to this variant's parameter count")
+    ladder: LadderSpec | None = Field(None, description="model sizes and a token budget: one more axis (grid/ladder.py)")
 
     @model_validator(mode="before")
     @classmethod
@@ -106,6 +108,7 @@ class Grid:
     source: str = "<grid>"
     text: str = ""
     base_origins: dict[str, str] = field(default_factory=dict)  # dotted path set by --set -> "--set"
+    ladder: LadderSpec | None = None  # its rungs are the first axis; expand sets each run's train.steps from it
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -229,6 +232,10 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
     # the sections' axes in the order the file writes them: the first axis varies slowest
     zip_first = "zip" in raw and "grid" in raw and list(raw).index("zip") < list(raw).index("grid")
     axes = zip_axes + grid_axes if zip_first else grid_axes + zip_axes
+    if spec.ladder is not None:  # the rungs vary slowest
+        paths, rows = ladder_axis(spec.ladder, base, source, axis_paths=[p for a in axes for p in a.paths],
+                                  include=spec.include, base_origins=origins)
+        axes = [Axis(paths, rows, "ladder"), *axes]
     _no_repeated_paths(axes, source)
 
     for i, entry in enumerate(spec.include):
@@ -236,7 +243,7 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
     exclude = tuple(_normalized(entry, where=f"{source}: exclude[{i}]") for i, entry in enumerate(spec.exclude))
     return Grid(
         name=spec.name, base=base, axes=tuple(axes), include=tuple(spec.include), exclude=exclude,
-        match_params=spec.match_params, source=source, text=text, base_origins=origins,
+        match_params=spec.match_params, source=source, text=text, base_origins=origins, ladder=spec.ladder,
     )
 
 

@@ -47,9 +47,17 @@ def statuses(run_ids: Sequence[str], *, store: str | None, home: Path) -> dict[s
     return {rid: found.get(rid, NEW) for rid in run_ids}
 
 
+def compute(run: PlannedRun) -> dict[str, int]:
+    """The training ``tokens`` a run is planned for and the ``flops`` they cost (``ablate.ablations.flops``)."""
+    from ablate.grid.ladder import planned_flops, tokens_per_run
+
+    return {"tokens": tokens_per_run(run.config), "flops": planned_flops(run.config)}
+
+
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
     """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
-    "added_params", "status", "config"}, ...]}``, plus each run's ``axes`` and ``match_residual``."""
+    "added_params", "status", "config"}, ...]}``, plus each run's ``axes``, ``match_residual``, planned
+    ``tokens`` and ``flops``."""
     return {
         "grid": name,
         "runs": [
@@ -57,6 +65,7 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
                 "run_id": r.run_id, "variant": r.config.variant, "seed": r.config.seed, "params": r.params,
                 "added_params": r.added_params, "status": status.get(r.run_id, NEW),
                 "config": r.config.model_dump(mode="json"), "axes": r.axes, "match_residual": r.match_residual,
+                **compute(r),
             }
             for r in runs
         ],
@@ -95,29 +104,43 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, matched: str | None = None) -> Any:
-    """A rich ``Table``: run id, variant, seed, the axes that vary, params, added params, [residual], status."""
+def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, matched: str | None = None,
+               ladder: bool = False) -> Any:
+    """A rich ``Table``: run id, variant, seed, [rung,] the axes that vary, params, added params, [residual],
+    tokens, FLOPs, status. With ``ladder`` the model fields the rungs set show as one ``rung`` column."""
     from rich.table import Table
 
+    from ablate.grid.ladder import rung_label
+
     axes = varying_axes(runs)
+    if ladder:
+        axes = [p for p in axes if not p.startswith("model.") or p in ("model.preset",)]
     table = Table(title=f"grid {name}: {len(runs)} run{'s' * (len(runs) != 1)}")
     table.add_column("run id", no_wrap=True, style="bold")
     table.add_column("variant", no_wrap=True)
     table.add_column("seed", justify="right")
+    if ladder:
+        table.add_column("rung", justify="right")
     for path in axes:
         table.add_column(path, justify="right")
     table.add_column("params", justify="right")
     table.add_column("added", justify="right")
     if matched is not None:
         table.add_column(f"vs {matched}", justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("FLOPs", justify="right")
     table.add_column("status")
     for r in runs:
         dump = r.config.model_dump(mode="json")
         cells = [r.run_id, r.config.variant, str(r.config.seed)]
+        if ladder:
+            cells.append(rung_label(dump["model"]))
         cells += [_cell(get_path(dump, p)[1]) for p in axes]
         cells += [human(r.params), human(r.added_params, sign=True)]
         if matched is not None:
             cells.append("-" if r.match_residual is None else f"{r.match_residual:+.3%}")
+        cost = compute(r)
+        cells += [human(cost["tokens"]), f"{cost['flops']:.2e}"]
         cells.append(status.get(r.run_id, NEW))
         table.add_row(*cells)
     return table
