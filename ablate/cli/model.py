@@ -34,12 +34,13 @@ def variants(
 def export(
     run_id: Annotated[str, typer.Argument(help="the run to export (its id, as in `ablate runs`)", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="folder to write", show_default=False)],
-    fmt: Annotated[str, typer.Option("--format", help="output format: hf (the only one)")] = "hf",
+    fmt: Annotated[Literal["hf"], typer.Option("--format", help="output format: hf (the only one)")] = "hf",
     home: HomeOpt = None,
 ) -> None:
-    """A trained checkpoint as a Hugging Face folder (config, safetensors weights, the tokenizer when it is a
-    Hugging Face one). Variants no transformers class can express are refused with the reason (exit 2)."""
+    """A trained checkpoint as a Hugging Face folder: config and safetensors weights (Qwen3, Qwen3-MoE, or
+    Qwen3-Next for the G1 gate), the run's tokenizer and a model card. Variants no transformers class can
+    express are refused with the reason (exit 2)."""
     from ablate.runner.export import export_run
 
     note = export_run(home_dir(home), run_id, out, fmt=fmt)
-    typer.echo(f"exported {run_id} ({fmt}) to {out}; {note}")
+    typer.echo(f"exported {run_id} ({fmt}) to {out}: {note}")

@@ -1,19 +1,34 @@
-"""``ablate export``: a run directory's checkpoint as a Hugging Face folder, with its tokenizer where it has one."""
+"""``ablate export``: a run directory's checkpoint as a Hugging Face folder: the weights (``ablate.ablations.export``
+picks the transformers class), the tokenizer the run trained with, and a model card (``README.md``) with the
+variant, its config and its measured numbers.
+
+The folder is assembled beside ``--out`` and moved in only when complete, so a refused or failed export leaves
+nothing behind.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ablate import layout
 from ablate.errors import UserInputError, did_you_mean, one_of
 
+CARD = "README.md"
+# result.json summary keys shown first in the card, in this order; every other key follows, sorted
+_CARD_KEYS = ("steps", "tokens", "train_loss", "val_ppl", "loss_spikes", "gate_score", "f_attn", "m_act",
+              "params", "added_params", "tokens_per_s", "wall_s")
+
 
 def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike[str], *, fmt: str = "hf") -> str:
-    """Export run ``run_id`` of ``home`` into ``out`` (``fmt``: hf); return a note on what was written beside
-    the weights."""
+    """Export run ``run_id`` of ``home`` into ``out`` (``fmt``: hf); return a line saying what was written."""
     from ablate.ablations import apply_variant
-    from ablate.ablations.export import export_hf
+    from ablate.ablations.export import export_hf, hf_target
     from ablate.runner.checkpoints import load_run_model
 
     if fmt != "hf":
@@ -24,9 +39,109 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
         known = [p.name for p in parent.glob("*") if p.is_dir()] if parent.is_dir() else []
         raise UserInputError(f"no run {run_id!r} in {parent}{did_you_mean(run_id, known)}")
     model, tokenizer, config = load_run_model(run_dir)
-    export_hf(model, apply_variant(config.model, config.variant), Path(out))
-    save = getattr(tokenizer, "save_pretrained", None)
-    if save is None:
-        return f"no tokenizer written: '{config.data.tokenizer}' is not a Hugging Face tokenizer"
-    save(Path(out))
-    return "with its tokenizer"
+    cfg = apply_variant(config.model, config.variant)
+    target = hf_target(cfg)  # refuses, before anything is written, what no transformers class can express
+    with staged_dir(Path(out)) as tmp:
+        export_hf(model, cfg, tmp, max_positions=config.data.seq_len, eos_id=tokenizer.eos_id)
+        tokenizer.save_pretrained(tmp)
+        (tmp / CARD).write_text(model_card(run_id, config, cfg, target, _summary(run_dir)))
+    return f"{target}, tokenizer '{config.data.tokenizer}', model card {CARD}"
+
+
+@contextlib.contextmanager
+def staged_dir(out: Path) -> Iterator[Path]:
+    """``with staged_dir(out) as tmp``: what is written into ``tmp`` lands in ``out`` only when the block
+    succeeds (``out`` is created, or its same-named files replaced; other files in it are kept)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if not out.exists():
+            os.replace(tmp, out)
+        else:
+            for path in sorted(tmp.iterdir()):
+                os.replace(path, out / path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _summary(run_dir: Path) -> tuple[str, dict[str, Any]] | None:
+    """``(status, summary)`` from the run's ``result.json``; None while it has not finished."""
+    from ablate.result import RESULT_FILE, read_result
+
+    if not (run_dir / RESULT_FILE).is_file():
+        return None
+    result = read_result(run_dir)
+    return result.status, result.summary
+
+
+def _notes(cfg: Any, target: str) -> list[str]:
+    """How the folder's architecture maps ablate's, where it is not a plain renaming."""
+    from ablate.ablations.export import QWEN3_NEXT
+
+    if target != QWEN3_NEXT:
+        return [f"Weights are ablate's under {target}'s names: the same function."]
+    notes = [
+        "The paper's G1 gate is Qwen3-Next's full-attention gate: `q_proj` emits, per head, the query rows then "
+        "the gate rows (`[q_h ; g_h]`), and the attention output is multiplied by `sigmoid(gate)` before "
+        "`o_proj`.",
+        "Every layer is `full_attention` (no linear attention) and `partial_rotary_factor` is 1.0: every "
+        "dimension of a head rotates (transformers would default it to 0.25).",
+        "RMSNorm weights are stored as `w - 1`, because Qwen3-Next's norms scale by `1 + w`.",
+    ]
+    if cfg.gate.granularity == "headwise":
+        notes.append("**Headwise gate written as elementwise:** ablate's gate has one score per head; Qwen3-Next's "
+                     "has one per head and dimension, so each head's gate row is repeated over its "
+                     f"{cfg.head_dim} dimensions. The function is the same; fine-tuning in transformers may let the "
+                     "rows drift apart, and the model is then no longer headwise.")
+    if cfg.gate.shared:
+        notes.append("**Head-shared gate written per head:** ablate averages the heads' gate logits; every head's "
+                     "gate rows here are that average (the same function).")
+    if cfg.is_moe:
+        notes.append("Qwen3-Next's MoE block always has a shared expert: here it is zero-width, so it adds "
+                     "nothing.")
+    return notes
+
+
+def model_card(run_id: str, config: Any, cfg: Any, target: str, summary: tuple[str, dict[str, Any]] | None) -> str:
+    """The folder's ``README.md``: what was trained, how it maps to ``target``, and what it measured."""
+    import yaml
+
+    from ablate.ablations import get_variant
+
+    variant = get_variant(config.variant)
+    lines = [
+        "---", "library_name: transformers", "tags: [ablate, gated-attention]", "---", "",
+        f"# {config.variant} (ablate run `{run_id}`)", "",
+        f"{variant.description}. Trained with ablate, in an ablation study of \"Gated Attention for Large "
+        f"Language Models\" (arXiv 2505.06708): preset `{cfg.preset}`, {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} query / "
+        f"{cfg.n_kv_heads} key-value heads of {cfg.head_dim}, {config.data.seq_len}-token context, seed "
+        f"{config.seed}." + (f" Paper rows: {', '.join(variant.paper)}." if variant.paper else ""), "",
+        f"## Architecture: `{target}`", "", *[f"- {n}" for n in _notes(cfg, target)], "",
+        "## Tokenizer", "",
+        f"`{config.data.tokenizer}`: `AutoTokenizer.from_pretrained` on this folder encodes text to the ids the "
+        "run trained on (no special tokens are added); documents were separated by the end-of-text token.", "",
+        "## Measured", "",
+    ]
+    if summary is None:
+        lines.append("The run had not finished when this was exported: no measured numbers.")
+    else:
+        status, values = summary
+        keys = [k for k in _CARD_KEYS if k in values] + sorted(k for k in values if k not in _CARD_KEYS)
+        lines += [f"Status `{status}`. From the run's `result.json`:", "", "| metric | value |", "| --- | --- |"]
+        lines += [f"| {k} | {_fmt(values[k])} |" for k in keys]
+    lines += ["", "## Run config", "", "```yaml",
+              yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False).rstrip(), "```", "",
+              "## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+              'model = AutoModelForCausalLM.from_pretrained("<this folder>")',
+              'tokenizer = AutoTokenizer.from_pretrained("<this folder>")', "```", "",
+              "`lm_eval --model hf --model_args pretrained=<this folder>` scores it with lm-evaluation-harness.", ""]
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

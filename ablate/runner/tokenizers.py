@@ -61,6 +61,29 @@ class ByteTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
 
+    def save_pretrained(self, out: str | os.PathLike[str]) -> None:
+        """Write this tokenizer into ``out`` as ``tokenizers`` JSON that ``AutoTokenizer.from_pretrained(out)``
+        reads: a byte-level BPE without merges whose id for each byte is the byte's value, ``EOS`` 256. Text that
+        spells ``EOS`` stays bytes (``split_special_tokens``), as here."""
+        import tokenizers
+        from tokenizers import decoders, models, pre_tokenizers
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        vocab = {char: byte for byte, char in bytes_to_unicode().items()} | {EOS: self.eos_id}
+        tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[]))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([tokenizers.AddedToken(EOS, special=True)])
+        _save_fast(tok, EOS, out, split_special_tokens=True)
+
+
+def _save_fast(tok: object, eos: str, out: str | os.PathLike[str], **kwargs: object) -> None:
+    """Save a ``tokenizers.Tokenizer`` as a transformers fast tokenizer (``tokenizer.json`` + its config), with
+    ``eos`` as the end-of-text and padding token."""
+    from transformers import PreTrainedTokenizerFast
+
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos, **kwargs).save_pretrained(str(out))
+
 
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` (a trained BPE) or a ``transformers`` tokenizer, behind the protocol."""
@@ -85,13 +108,10 @@ class HFTokenizer:
         """Write this tokenizer into ``out`` as ``AutoTokenizer.from_pretrained(out)`` reads it."""
         import tokenizers
 
-        inner = self._tok
-        if isinstance(inner, tokenizers.Tokenizer):
-            from transformers import PreTrainedTokenizerFast
-
-            eos = inner.id_to_token(self.eos_id)
-            inner = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=eos, pad_token=eos)
-        inner.save_pretrained(str(out))
+        if isinstance(self._tok, tokenizers.Tokenizer):  # a trained BPE: its tokenizers JSON
+            _save_fast(self._tok, self._tok.id_to_token(self.eos_id), out)
+        else:  # a Hugging Face tokenizer: itself
+            self._tok.save_pretrained(str(out))
 
 
 def get_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig, cache_dir: str | os.PathLike[str]) -> Tokenizer:
