@@ -98,6 +98,14 @@ class DataConfig(_Strict):
     tokenizer: str = Field("byte", description="'byte', 'bpe' (trained on the training split), or 'hf:<name>'")
     bpe_vocab_size: int = Field(0, ge=0, description="BPE vocabulary; 0 = the model's vocab_size")
     seq_len: int = Field(256, ge=8)
+    row_start: Literal["random", "bos", "document"] = Field(
+        "random",
+        description="how a training row and a held-out window begin: 'random' (at any position of the source), "
+                    "'bos' (a fixed first token, the tokenizer's eos id, then seq_len tokens from any position) or "
+                    "'document' (at a document start: the eos before it, then the document and those after it). "
+                    "A fixed first token is what attention sinks form on (Gu et al. 2024). Task sources always "
+                    "start at an example ([eos] + prompt + answer).",
+    )
     heldout_fraction: float = Field(0.1, gt=0, lt=1, description="share of built-in files held out")
     stream_tokens: int = Field(
         2_000_000, ge=1, description="tokens taken per split from an endless source (arithmetic, tasks)"

@@ -16,6 +16,10 @@ function of (seed, t).
   window start uniformly among that source's ``seq_len + 1``-token windows (for a task source: among the
   example starts whose row fits). No state is carried from step to step, so a run resumed at step t reads
   exactly what an uninterrupted run would.
+- ``data.row_start`` says where a row begins (training rows and held-out windows alike; task sources always start
+  at an example): ``random`` anywhere; ``bos`` with a fixed first token (the tokenizer's eos id) followed by a
+  ``seq_len``-token window from anywhere; ``document`` at the eos that precedes a document (the source's example
+  starts are then its eos positions), the following documents packed after it.
 - ``Batches.rows(t)`` gives the tokens and, when a source has ``loss: answer``, the ``[B, seq_len]`` loss mask
   over the targets ``tokens[:, 1:]`` (True everywhere on rows of the other sources).
 - Held-out sets are scored on fixed windows spread evenly over the set (``heldout_windows``).
@@ -124,7 +128,13 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
     """The tokens of ``src`` for ``split``: shards memory-mapped, text tokenized once and cached."""
     label = src.name or src.path or src.kind
     if src.kind == "tokens":
-        return TokenArray([read_shard(p, src.dtype) for p in user_files(src)], label)
+        shards = [read_shard(p, src.dtype) for p in user_files(src)]
+        if data_cfg.row_start == "document":
+            if len(shards) > 1:
+                raise ConfigError(f"row_start 'document' needs one token shard, {label!r} has {len(shards)}; "
+                                  "join them or use row_start 'bos'", where="data.row_start")
+            return TokenArray(shards, label, starts=np.flatnonzero(shards[0] == tok.eos_id))
+        return TokenArray(shards, label)
     budget = data_cfg.stream_tokens if is_stream(src) else None
     examples = src.kind == "task" and split == "train"
     key = json.dumps([src.model_dump(mode="json", exclude={"weight", "loss"}), split, data_cfg.heldout_fraction,
@@ -137,7 +147,10 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
         log.info("tokenized %s (%s): %d tokens -> %s", label, split, len(arr), path)
         with atomic_path(path) as tmp:
             np.save(tmp, arr)
-    return TokenArray([np.load(path, mmap_mode="r")], label)
+    tokens = np.load(path, mmap_mode="r")
+    if data_cfg.row_start == "document":  # rows start at the eos before a document
+        return TokenArray([tokens], label, starts=np.flatnonzero(tokens == tok.eos_id))
+    return TokenArray([tokens], label)
 
 
 def _tokenize(docs, tok: Tokenizer, budget: int | None) -> np.ndarray:
@@ -200,14 +213,17 @@ def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: 
 
 
 class Batches:
-    """The training mixture: ``batch(t)`` is ``[batch_size, seq_len + 1]`` int64, a pure function of (seed, t)."""
+    """The training mixture: ``batch(t)`` is ``[batch_size, seq_len + 1]`` int64, a pure function of (seed, t).
+
+    With ``bos`` (a token id) a row of a source without example starts is ``bos`` then a ``seq_len``-token window.
+    """
 
     def __init__(self, sources: list[TokenArray], weights: list[float], *, seq_len: int, batch_size: int,
-                 seed: int, vocab_size: int):
+                 seed: int, vocab_size: int, bos: int | None = None):
         self.sources, self.seq_len, self.batch_size, self.seed = sources, seq_len, batch_size, seed
-        self.vocab_size = vocab_size
+        self.vocab_size, self.bos = vocab_size, bos
         self.p = np.asarray(weights, dtype=np.float64) / sum(weights)
-        self.n_windows = np.array([s.n_windows(seq_len + 1) for s in sources], dtype=np.int64)
+        self.n_windows = np.array([s.n_windows(self._length(s)) for s in sources], dtype=np.int64)
         for s, n in zip(sources, self.n_windows, strict=True):
             if n < 1:
                 raise ConfigError(f"training source {s.label!r} has {s.n_tokens} tokens, fewer than "
@@ -219,6 +235,10 @@ class Batches:
                 if first > seq_len + 1:
                     log.warning("training source %r: an example is %d tokens, longer than seq_len + 1 = %d; rows "
                                 "cut it before its answer, which then carries no loss", s.label, first, seq_len + 1)
+
+    def _length(self, src: TokenArray) -> int:
+        """The window a row of ``src`` reads: one token shorter when the row begins with ``bos``."""
+        return self.seq_len + 1 - (self.bos is not None and src.starts is None)
 
     def batch(self, step: int) -> np.ndarray:
         """The rows of step ``step``; the same (seed, step) always gives the same rows."""
@@ -235,7 +255,9 @@ class Batches:
         for i, src in enumerate(self.sources):
             rows = np.flatnonzero(which == i)
             if len(rows):
-                out[rows] = src.windows(starts[rows], self.seq_len + 1)
+                out[rows, -self._length(src):] = src.windows(starts[rows], self._length(src))
+                if self._length(src) == self.seq_len:
+                    out[rows, 0] = self.bos
                 if mask is not None and src.mask is not None:
                     mask[rows] = src.mask_windows(starts[rows], self.seq_len + 1)
         if out.max() >= self.vocab_size:
@@ -244,17 +266,26 @@ class Batches:
         return out, (np.ascontiguousarray(mask[:, 1:]) if mask is not None else None)
 
 
-def heldout_windows(arr: TokenArray, n_tokens: int, seq_len: int) -> np.ndarray:
+def heldout_windows(arr: TokenArray, n_tokens: int, seq_len: int, *, bos: int | None = None) -> np.ndarray:
     """``[N, seq_len + 1]`` fixed windows spread evenly over a held-out set, N = ceil(n_tokens / seq_len),
-    at most as many as fit without overlap."""
-    length = seq_len + 1
+    at most as many as fit without overlap; with ``bos`` (and no example starts) each is ``bos`` then a
+    ``seq_len``-token window, as the training rows are."""
+    length = seq_len + 1 - (bos is not None and arr.starts is None)
     fit = arr.n_tokens // length
     if fit < 1 or arr.n_windows(length) < 1:
         raise ConfigError(f"held-out set {arr.label!r} has {arr.n_tokens} tokens, fewer than seq_len + 1 = "
                           f"{length}", where="data.heldout")
     n = min(-(-n_tokens // seq_len), fit)
     starts = np.linspace(0, arr.n_windows(length) - 1, n).astype(np.int64)
-    return arr.windows(starts, length)
+    windows = arr.windows(starts, length)
+    if length == seq_len:
+        windows = np.concatenate([np.full((len(windows), 1), bos, dtype=windows.dtype), windows], axis=1)
+    return windows
+
+
+def row_bos(data_cfg: DataConfig, tokenizer: Tokenizer) -> int | None:
+    """The fixed first token of every row (``row_start: bos``: the tokenizer's eos id), else None."""
+    return tokenizer.eos_id if data_cfg.row_start == "bos" else None
 
 
 @dataclass
@@ -271,6 +302,6 @@ def load_data(data_cfg: DataConfig, *, batch_size: int, seed: int, vocab_size: i
     """Tokenize (or load from the cache) every source of ``data_cfg`` and build the training mixture."""
     train = [token_array(s, "train", tokenizer, data_cfg, cache_dir) for s in data_cfg.train]
     batches = Batches(train, [s.weight for s in data_cfg.train], seq_len=data_cfg.seq_len, batch_size=batch_size,
-                      seed=seed, vocab_size=vocab_size)
+                      seed=seed, vocab_size=vocab_size, bos=row_bos(data_cfg, tokenizer))
     heldout = {name: token_array(s, "heldout", tokenizer, data_cfg, cache_dir) for name, s in data_cfg.heldout.items()}
     return Data(tokenizer, batches, heldout)

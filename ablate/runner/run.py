@@ -34,7 +34,7 @@ from ablate.layout import CHECKPOINT
 from ablate.result import Event, RunResult, write_result
 from ablate.runner import RunInterrupted
 from ablate.runner.callbacks import RunMonitor
-from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data
+from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data, row_bos
 from ablate.runner.evaluate import perplexity, probe
 from ablate.runner.module import LitDecoder
 from ablate.runner.monitors import SpikeDetector
@@ -179,7 +179,9 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
     model_cfg = apply_variant(cfg.model, cfg.variant)
     data = load_data(dc, batch_size=tc.batch_size, seed=config.seed, vocab_size=model_cfg.vocab_size,
                      tokenizer=tokenizer, cache_dir=cache_dir_for(run_dir))
-    heldout = {name: heldout_windows(arr, cfg.eval.heldout_tokens, dc.seq_len) for name, arr in data.heldout.items()}
+    bos = row_bos(dc, tokenizer)
+    heldout = {name: heldout_windows(arr, cfg.eval.heldout_tokens, dc.seq_len, bos=bos)
+               for name, arr in data.heldout.items()}
 
     gpu = torch.cuda.is_available()
     precision = tc.precision if tc.precision != "auto" else ("bf16-mixed" if gpu else "32-true")

@@ -1,0 +1,128 @@
+"""The probes against known answers: decoders with hand-set weights whose attention and residual stream are known.
+
+Every constructed model keeps its residual stream equal to the token embeddings (attention output projections and
+FFN down projections zeroed), so each layer sees the same input and the answers are exact:
+
+- sink heads: the BOS key (token 256 at position 0) and every query meet with a logit of 3600, every other key with
+  0, so a sink head puts all of each query's attention on position 0 (F-Attn 1);
+- uniform heads: zero query weights, so every query spreads its attention evenly over its causal prefix and gives
+  the first token 1/(t+1); over queries 1..T-1 that is (H_T - 1) / (T - 1) (H_T the T-th harmonic number);
+- a planted coordinate: one token's embedding (or one layer's FFN output) holds a huge value, which M-Act (the
+  largest |activation| of the layer's output hidden state) must return.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ablate.ablations import ModelConfig, apply_variant, build_model
+from ablate.runner.evaluate import probe
+
+BOS, T = 256, 16
+CPU = torch.device("cpu")
+
+
+def uniform_share(T: int) -> float:
+    """F-Attn of uniform causal attention over queries 1..T-1: mean of 1/(t+1)."""
+    return float(sum(Fraction(1, t + 1) for t in range(1, T)) / (T - 1))
+
+
+def constructed(variant: str = "baseline", *, sink_heads: int = 4, n_layers: int = 2) -> torch.nn.Module:
+    """The tiny preset (4 query heads, 2 key/value heads, head_dim 16) with ``sink_heads`` sink heads and the
+    rest uniform, in every layer; the residual stream is the embedding (1 on d-dim 0 for BOS, on d-dim 1 otherwise)."""
+    cfg = apply_variant(ModelConfig(preset="tiny", n_layers=n_layers), variant)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    dk = cfg.head_dim
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.embed.weight[:, 1] = 1.0
+        model.embed.weight[BOS] = F.one_hot(torch.tensor(0), cfg.d_model).float()
+        for block in model.blocks:
+            a = block.attn
+            for norm in (block.attn_norm, block.ffn_norm, a.q_norm, a.k_norm):
+                norm.weight.fill_(1.0)
+            # RoPE's slowest pair (7, 15) turns by < 0.005 rad over 16 positions: the logits barely depend on position
+            a.q_norm.weight[dk // 2 - 1] = a.k_norm.weight[dk // 2 - 1] = 30.0
+            stride = a.q_proj.weight.shape[0] // cfg.n_heads  # dk, or dk + the G1 gate's rows when fused into q_proj
+            for h in range(sink_heads):  # every token's query points along dim 7 of the head
+                a.q_proj.weight[h * stride + dk // 2 - 1, :2] = 1.0
+            for j in range(cfg.n_kv_heads):  # BOS's key along dim 7, every other key along dim 0
+                a.kv.k_proj.proj.weight[j * dk + dk // 2 - 1, 0] = 1.0
+                a.kv.k_proj.proj.weight[j * dk, 1] = 1.0
+    return model
+
+
+def windows(n: int = 3, seed: int = 0) -> np.ndarray:
+    """``[n, T + 1]`` rows that start with BOS, then bytes."""
+    rows = np.random.default_rng(seed).integers(0, 256, size=(n, T + 1))
+    rows[:, 0] = BOS
+    return rows
+
+
+@pytest.mark.parametrize("variant", ["baseline", "sdpa-elementwise", "sdpa-headwise"])
+def test_attention_all_on_the_first_token_gives_f_attn_one(variant):
+    model = constructed(variant)
+    attn = model(torch.from_numpy(windows()[:, :-1]), probe=True).probes[0]["attn"]
+    assert torch.equal(attn[..., 0], torch.ones_like(attn[..., 0]))  # the construction: every query on position 0
+    p = probe(model, windows(), hist_bins=10, device=CPU)
+    assert p.layers["f_attn"] == [1.0, 1.0]
+    assert p.summary()["f_attn"] == 1.0
+
+
+def test_uniform_attention_gives_the_closed_form():
+    """Queries 1..T-1 only: query 0 can attend nowhere but position 0, and counting it would add 1/T."""
+    p = probe(constructed(sink_heads=0), windows(), hist_bins=10, device=CPU)
+    expected = uniform_share(T)
+    assert expected == pytest.approx(float((Fraction(sum(Fraction(1, k) for k in range(1, T + 1))) - 1) / (T - 1)))
+    assert p.layers["f_attn"] == pytest.approx([expected, expected], rel=1e-6)
+    assert p.summary()["f_attn"] == pytest.approx(0.1587153, abs=1e-7)  # (H_16 - 1) / 15
+
+
+@pytest.mark.parametrize("sink_heads", [1, 2, 3])
+def test_f_attn_is_the_mean_over_heads(sink_heads):
+    p = probe(constructed(sink_heads=sink_heads), windows(), hist_bins=10, device=CPU)
+    expected = (sink_heads * 1.0 + (4 - sink_heads) * uniform_share(T)) / 4
+    assert p.layers["f_attn"] == pytest.approx([expected, expected], rel=1e-6)
+
+
+def test_f_attn_does_not_depend_on_how_the_windows_are_batched():
+    model = constructed(sink_heads=2)
+    one = probe(model, windows(1), hist_bins=10, device=CPU).layers["f_attn"]
+    many = probe(model, windows(7, seed=3), hist_bins=10, device=CPU).layers["f_attn"]
+    assert one == pytest.approx(many, rel=1e-6)
+
+
+def test_m_act_finds_a_planted_residual_coordinate():
+    model = constructed()
+    with torch.no_grad():
+        model.embed.weight[42, 5] = -1234.5  # a massive activation: negative, on one token
+    rows = windows(4)
+    rows[rows == 42] = 7
+    assert probe(model, rows, hist_bins=10, device=CPU).layers["m_act"] == [1.0, 1.0]  # token 42 absent
+    rows[2, 9] = 42  # once, in the third window, mid-row
+    p = probe(model, rows, hist_bins=10, device=CPU)
+    assert p.layers["m_act"] == [1234.5, 1234.5]
+    assert p.summary()["m_act"] == 1234.5
+
+
+def test_m_act_is_per_layer_output_and_carried_by_the_residual():
+    """A massive FFN output in layer 1 (as the paper's App. A.3 finds in an early layer) enters the residual stream
+    there and stays in every later layer's output: the layers before it do not see it."""
+    model = constructed(n_layers=4)
+    ffn = model.blocks[1].ffn
+    with torch.no_grad():  # non-BOS tokens: ffn_norm(x) = n on d-dim 1 -> 10 silu(n) n on d-dim 3
+        ffn.gate_proj.weight[0, 1] = ffn.up_proj.weight[0, 1] = 1.0
+        ffn.down_proj.weight[3, 0] = 10.0
+    n = torch.tensor(1 / 64 + model.cfg.norm_eps).rsqrt()  # the RMS-normed one-hot: 8, less RMSNorm's eps
+    big = (10.0 * F.silu(n) * n).item()
+    p = probe(model, windows(), hist_bins=10, device=CPU)
+    assert p.layers["m_act"] == pytest.approx([1.0, big, big, big], rel=1e-6)
+    assert p.summary()["m_act"] == pytest.approx((1.0 + 3 * big) / 4, rel=1e-6)
+    assert big == pytest.approx(639.744, abs=1e-3)
