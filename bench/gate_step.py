@@ -2,8 +2,12 @@
 
 Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs) hits
 all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
+An input-dependent G1 gate is computed in the query projection's matmul (the fused form, as Qwen3-Next); the G1
+variants are also timed unfused (``name/unfused``: a separate gate projection), and the last line says what the
+fusion gives for the paper's best gate (target: <= 1.03x the baseline on the small preset on CPU, < 1.02 on a GPU).
 
     .venv/bin/python bench/gate_step.py                       # small preset, CPU
+    .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise   # a busy CPU machine
     .venv/bin/python bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 --batch 8 --seq 2048
 """
 
@@ -17,6 +21,7 @@ import time
 import torch
 
 from ablate.ablations import ModelConfig, apply_variant, build_model, count_params
+from ablate.ablations.gates import fuses_g1
 
 MAIN_VARIANTS = [
     "baseline", "sdpa-elementwise", "sdpa-headwise", "sdpa-head-shared", "v-elementwise", "v-headwise",
@@ -24,13 +29,19 @@ MAIN_VARIANTS = [
 ]
 
 
-def step_fn(name: str, args: argparse.Namespace):
-    """A closure doing one forward+backward of ``name``, synchronised so that wall time is device time."""
+UNFUSED = "/unfused"
+G1 = "sdpa-elementwise"
+
+
+def step_fn(label: str, args: argparse.Namespace):
+    """A closure doing one forward+backward of ``label`` (a variant, ``/unfused`` for its G1 gate's projection
+    apart from the query's), synchronised so that wall time is device time."""
+    name = label.removesuffix(UNFUSED)
     overrides = {"n_layers": args.layers} if args.layers else {}
     cfg = apply_variant(ModelConfig(preset=args.preset, **overrides), name)
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = build_model(cfg, device=device)
+    model = build_model(cfg, device=device, fuse_g1=not label.endswith(UNFUSED))
     idx = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -64,6 +75,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     names = ["baseline", *[n for n in args.variants if n != "baseline"]]
+    names += [n + UNFUSED for n in names if fuses_g1(apply_variant(ModelConfig(preset=args.preset), n).gate)]
     steps, params = {}, {}
     for n in names:
         steps[n], params[n] = step_fn(n, args)
@@ -82,9 +94,12 @@ def main() -> None:
             ratios[n].append(rep[n] / rep["baseline"])
     print(f"# {args.preset} ({args.layers or 'all'} layers), batch {args.batch} x seq {args.seq}, {args.device}, "
           f"{args.reps} interleaved reps; baseline step {statistics.median(base_s) * 1e3:.1f} ms (median)")
-    print(f"{'variant':<22} {'params':>12} {'step / baseline':>16}")
+    print(f"{'variant':<30} {'params':>12} {'step / baseline':>16}")
     for n in names:
-        print(f"{n:<22} {params[n]:>12,} {statistics.median(ratios[n]):>16.3f}")
+        print(f"{n:<30} {params[n]:>12,} {statistics.median(ratios[n]):>16.3f}")
+    if G1 in names:
+        unfused = f", unfused {statistics.median(ratios[G1 + UNFUSED]):.3f}x" if G1 + UNFUSED in names else ""
+        print(f"fused G1 ({G1}) step / baseline: {statistics.median(ratios[G1]):.3f}x{unfused}")
 
 
 if __name__ == "__main__":

@@ -35,15 +35,40 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 }
 
 
+class HeadLinear(nn.Linear):
+    """Input-dependent gate logits ``x W`` as ``[B, T, H, w]`` (an ``nn.Linear``: its weight is ``proj.weight``)."""
+
+    def __init__(self, d_model: int, n_heads: int, width: int, bias: bool):
+        super().__init__(d_model, n_heads * width, bias=bias)
+        self.heads = (n_heads, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).unflatten(-1, self.heads)
+
+
 class IndependentScore(nn.Module):
     """Input-independent gate logits: a learned ``[H, w]`` parameter, zero-initialised (Table 4 row 6)."""
 
     def __init__(self, n_heads: int, width: int):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(n_heads * width))
+        self.heads = (n_heads, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight.to(x.dtype).expand(*x.shape[:-1], -1)
+        return self.weight.to(x.dtype).view(self.heads).expand(*x.shape[:-1], *self.heads)
+
+
+class FusedLogits(nn.Module):
+    """The logits of a gate fused into the query projection (``QueryGateProjection``): they arrive computed, as
+    ``[B, T, H, w]``; only the gate's bias, if it has one, lives here (as ``proj.bias``, its unfused name)."""
+
+    def __init__(self, n_heads: int, width: int, bias: bool):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(n_heads * width)) if bias else None
+        self.heads = (n_heads, width)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits if self.bias is None else logits + self.bias.to(logits.dtype).view(self.heads)
 
 
 class HeadMean(nn.Module):
@@ -56,16 +81,17 @@ class HeadMean(nn.Module):
 class Gate(nn.Module):
     """One gate per ``GateSpec`` on ``n_heads`` heads of ``width`` dims (G5: one "head" of width d_model).
 
-    Elementwise scores are ``[B, T, H, width]``; headwise ``[B, T, H, 1]`` and broadcast over the width.
+    Elementwise scores are ``[B, T, H, width]``; headwise ``[B, T, H, 1]`` and broadcast over the width. A ``fused``
+    gate takes its logits ``[B, T, H, w]`` (from the query projection) instead of the block input.
     """
 
-    def __init__(self, spec: GateSpec, d_model: int, n_heads: int, width: int):
+    def __init__(self, spec: GateSpec, d_model: int, n_heads: int, width: int, *, fused: bool = False):
         super().__init__()
-        self.n_heads = n_heads
         self.per_head = width if spec.granularity == "elementwise" else 1
-        out = n_heads * self.per_head
-        if spec.input == "dependent":
-            self.proj: nn.Module = nn.Linear(d_model, out, bias=spec.bias)
+        if fused:
+            self.proj: nn.Module = FusedLogits(n_heads, self.per_head, spec.bias)
+        elif spec.input == "dependent":
+            self.proj = HeadLinear(d_model, n_heads, self.per_head, spec.bias)
         else:
             self.proj = IndependentScore(n_heads, self.per_head)
         self.reduce = HeadMean() if spec.shared else nn.Identity()
@@ -73,8 +99,7 @@ class Gate(nn.Module):
         self.combine = torch.mul if spec.combine == "multiplicative" else torch.add
 
     def forward(self, y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        s = self.proj(x).unflatten(-1, (self.n_heads, self.per_head))  # (B, T, H, w or 1)
-        s = self.act(self.reduce(s))
+        s = self.act(self.reduce(self.proj(x)))  # (B, T, H, w or 1)
         return self.combine(y, s.to(y.dtype)), s.expand(*y.shape[:-1], s.shape[-1])
 
 
@@ -90,13 +115,83 @@ class FlatGate(nn.Module):
         return y.flatten(-2), s
 
 
-def gate_for(spec: GateSpec | None, position: str, d_model: int, n_heads: int, width: int) -> nn.Module:
+def fuses_g1(spec: GateSpec | None) -> bool:
+    """Is ``spec`` a G1 gate computed in the query projection's matmul? Every input-dependent G1 gate is."""
+    return spec is not None and spec.position == "G1" and spec.input == "dependent"
+
+
+def gate_width(spec: GateSpec, head_dim: int) -> int:
+    """Gate scores per query head: ``head_dim`` (elementwise) or 1 (headwise)."""
+    return head_dim if spec.granularity == "elementwise" else 1
+
+
+def gate_for(spec: GateSpec | None, position: str, d_model: int, n_heads: int, width: int, *,
+             fused: bool = False) -> nn.Module:
     """The module for one gate slot: a ``Gate`` when ``spec`` sits at ``position``, else ``NoGate``."""
     if spec is None or spec.position != position:
         return NoGate()
     if position == "G5":
         return FlatGate(spec, d_model)
-    return Gate(spec, d_model, n_heads, width)
+    return Gate(spec, d_model, n_heads, width, fused=fused)
+
+
+# ---------------------------------------------------------------- the query projection, plain or with G1 fused
+
+
+class QueryProjection(nn.Linear):
+    """``x -> (q [B, T, H, dk], x)``: the plain query projection; the G1 gate (if any) reads the block input."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int):
+        super().__init__(d_model, n_heads * head_dim, bias=False)
+        self.head_dim = head_dim
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(x).unflatten(-1, (-1, self.head_dim)), x
+
+
+class QueryGateProjection(nn.Linear):
+    """The query projection and the G1 gate's projection in one matmul, as Qwen3-Next's ``q_proj`` (and
+    Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``.
+
+    Layout of ``weight`` (``[H * (dk + w), d_model]``), head by head: rows ``h * (dk + w) .. + dk`` are query head
+    h's (the unfused ``q_proj`` rows ``h * dk .. + dk``), the ``w`` rows after them its gate's (the unfused gate
+    ``proj`` rows ``h * w .. + w``); ``w`` = dk (elementwise) or 1 (headwise). For the elementwise sigmoid gate
+    this is exactly transformers' ``Qwen3NextAttention.q_proj``. ``fuse_query_gate`` / ``split_query_gate`` convert.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int, gate_width: int):
+        super().__init__(d_model, n_heads * (head_dim + gate_width), bias=False)
+        self.head_dim, self.gate_width = head_dim, gate_width
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        qg = super().forward(x).unflatten(-1, (-1, self.head_dim + self.gate_width))  # (B, T, H, dk + w)
+        q, g = qg.split((self.head_dim, self.gate_width), dim=-1)
+        return q, g
+
+
+def fuse_query_gate(q_weight: torch.Tensor, gate_weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``[H * dk, d]`` query rows and ``[H * w, d]`` gate rows -> the fused ``[H * (dk + w), d]`` weight.
+
+    >>> fuse_query_gate(torch.zeros(4, 3), torch.ones(2, 3), n_heads=2)[:, 0].tolist()
+    [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    """
+    d = q_weight.shape[-1]
+    return torch.cat([q_weight.view(n_heads, -1, d), gate_weight.view(n_heads, -1, d)], dim=1).reshape(-1, d)
+
+
+def split_query_gate(weight: torch.Tensor, n_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused weight -> ``(query rows [H * dk, d], gate rows [H * w, d])``; the inverse of ``fuse_query_gate``."""
+    d = weight.shape[-1]
+    q, g = weight.view(n_heads, -1, d).split((head_dim, weight.shape[0] // n_heads - head_dim), dim=1)
+    return q.reshape(-1, d), g.reshape(-1, d)
+
+
+def query_projection(gate: GateSpec | None, d_model: int, n_heads: int, head_dim: int, *,
+                     fuse: bool = True) -> nn.Linear:
+    """The query projection: with the G1 gate's projection fused into it when ``fuses_g1(gate)`` (and ``fuse``)."""
+    if fuse and gate is not None and fuses_g1(gate):
+        return QueryGateProjection(d_model, n_heads, head_dim, gate_width(gate, head_dim))
+    return QueryProjection(d_model, n_heads, head_dim)
 
 
 # ---------------------------------------------------------------- key/value projections, plain or switch heads

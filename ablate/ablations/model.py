@@ -14,7 +14,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.ablations.config import ModelConfig
-from ablate.ablations.gates import gate_for, kv_for, sdpa_post_for
+from ablate.ablations.gates import (
+    QueryGateProjection,
+    fuse_query_gate,
+    gate_for,
+    kv_for,
+    query_projection,
+    sdpa_post_for,
+)
 from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope, init_std_for
 
 
@@ -42,13 +49,16 @@ class Attention(nn.Module):
     """GQA with per-head q/k RMSNorm, RoPE, causal SDPA and the five gate slots G1..G5.
 
     Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> SDPA -> SDPA norm/SiLU -> G1 -> W_o -> G5.
+    An input-dependent G1 gate is computed in the query projection's matmul (``fuse_g1``, Qwen3-Next's layout:
+    see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function with a separate gate projection.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
         super().__init__()
         d, nq, nk, dk = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.n_heads, self.n_kv_heads, self.head_dim = nq, nk, dk
-        self.q_proj = nn.Linear(d, nq * dk, bias=False)
+        self.q_proj = query_projection(cfg.gate, d, nq, dk, fuse=fuse_g1)
+        fused = isinstance(self.q_proj, QueryGateProjection)
         self.kv = kv_for(cfg.switch, d, nk, dk)
         self.o_proj = nn.Linear(nq * dk, d, bias=False)
         self.q_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
@@ -58,13 +68,21 @@ class Attention(nn.Module):
         self.gate_k = gate_for(g, "G3", d, nk, dk)
         self.gate_v = gate_for(g, "G2", d, nk, dk)
         self.sdpa_post = sdpa_post_for(cfg.sdpa_norm, cfg.sdpa_silu, nq, dk, cfg.norm_eps)
-        self.gate_sdpa = gate_for(g, "G1", d, nq, dk)
+        self.gate_sdpa = gate_for(g, "G1", d, nq, dk, fused=fused)
         self.gate_out = gate_for(g, "G5", d, nq, dk)
+        if fused:  # a checkpoint written before the fusion has the gate's rows apart: fuse them on load
+            self._register_load_state_dict_pre_hook(self._fuse_unfused_gate)
+
+    def _fuse_unfused_gate(self, state: dict, prefix: str, *args) -> None:
+        gate = state.pop(f"{prefix}gate_sdpa.proj.weight", None)
+        if gate is not None:
+            state[f"{prefix}q_proj.weight"] = fuse_query_gate(state[f"{prefix}q_proj.weight"], gate, self.n_heads)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, probe: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None] | None]:
-        q = self.q_norm(self.q_proj(x).unflatten(-1, (self.n_heads, self.head_dim)))  # (B, T, q, dk)
+        q, g1_in = self.q_proj(x)  # (B, T, q, dk); the G1 gate's input: its logits (B, T, q, w) if fused, else x
+        q = self.q_norm(q)
         k, v, switch_scores = self.kv(x)  # (B, T, k, dk) each
         k = self.k_norm(k)
         q, g4 = self.gate_q(q, x)
@@ -79,7 +97,7 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             attn = None
         y_pre = y.transpose(1, 2)  # (B, T, q, dk)
-        y, g1 = self.gate_sdpa(self.sdpa_post(y_pre), x)
+        y, g1 = self.gate_sdpa(self.sdpa_post(y_pre), g1_in)
         out, g5 = self.gate_out(self.o_proj(y.flatten(-2)), x)  # (B, T, d)
         if not probe:
             return out, None
@@ -90,11 +108,11 @@ class Attention(nn.Module):
 class Block(nn.Module):
     """Pre-norm block: x + out(attn(norm(x))), then x + out(ffn(norm(x))), ``out`` = sandwich norm then clip."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
         super().__init__()
         d, eps = cfg.d_model, cfg.norm_eps
         self.attn_norm = RMSNorm(d, eps)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, fuse_g1=fuse_g1)
         self.attn_out_norm = RMSNorm(d, eps) if cfg.sandwich_norm else nn.Identity()
         self.ffn_norm = RMSNorm(d, eps)
         self.ffn = MoE(cfg) if cfg.is_moe else SwiGLU(d, cfg.ffn_dim)
@@ -114,13 +132,13 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     """Embedding -> blocks -> final RMSNorm -> LM head (tied to the embedding or not)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
         super().__init__()
         self.cfg = cfg
         # _weight skips nn.Embedding's own normal_ init; init_std_for below initialises it (off the meta device).
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, _weight=torch.empty(cfg.vocab_size, cfg.d_model))
         self.rotary = Rotary(cfg)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, fuse_g1=fuse_g1) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(lambda m: init_std_for(m, cfg.init_std))
@@ -142,13 +160,14 @@ class Decoder(nn.Module):
         return ModelOutput(self.lm_head(self.norm(x)), aux, probes)
 
 
-def build_model(cfg: ModelConfig, *, device: torch.device | str | None = None) -> Decoder:
+def build_model(cfg: ModelConfig, *, device: torch.device | str | None = None, fuse_g1: bool = True) -> Decoder:
     """The decoder for ``cfg`` with its N(0, init_std) init; ``device="meta"`` builds without memory.
+    ``fuse_g1=False``: the G1 gate's projection apart from the query's (the same function, for comparison).
 
     >>> build_model(ModelConfig(preset="tiny"))(torch.zeros(1, 8, dtype=torch.long)).logits.shape
     torch.Size([1, 8, 320])
     """
     if device is None:
-        return Decoder(cfg)
+        return Decoder(cfg, fuse_g1=fuse_g1)
     with torch.device(device):
-        return Decoder(cfg)
+        return Decoder(cfg, fuse_g1=fuse_g1)
