@@ -117,11 +117,16 @@ class TrainConfig(_Strict):
 
     Weight decay applies to weight matrices only: embeddings (and a head tied to them), norms and biases are
     not decayed. ``steps`` and every step number count optimizer steps; ``batch_size`` is the global batch
-    (split evenly over ``devices``).
+    (split evenly over ``devices``, and on each device into micro-batches of ``micro_batch_size`` rows whose
+    gradients are accumulated: the step and its loss are the same, only the peak memory changes).
     """
 
     steps: int = Field(300, ge=1)
     batch_size: int = Field(16, ge=1)
+    micro_batch_size: int = Field(
+        0, ge=0, description="rows per device per forward/backward; batch_size / (devices x micro_batch_size) "
+                             "micro-batches are accumulated into one optimizer step (0 = batch_size / devices: none)",
+    )
     lr: float = Field(3e-3, gt=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_frac: float = Field(0.05, ge=0, lt=1, description="share of steps spent warming up")
@@ -141,6 +146,21 @@ class TrainConfig(_Strict):
     spike_sigma: float = Field(6.0, gt=0, description="a spike is a loss above mean + sigma * std of the window")
     diverge_factor: float = Field(2.0, gt=1, description="loss above factor x its best ...")
     diverge_patience: int = Field(50, ge=1, description="... for this many steps ends the run as diverged")
+
+    @model_validator(mode="after")
+    def _batch_splits(self) -> TrainConfig:
+        per_device, rest = divmod(self.batch_size, self.devices)
+        if rest:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by devices {self.devices}")
+        if self.micro_batch_size and per_device % self.micro_batch_size:
+            raise ValueError(f"micro_batch_size {self.micro_batch_size} does not divide the per-device batch "
+                             f"{per_device} (batch_size {self.batch_size} / devices {self.devices})")
+        return self
+
+    @property
+    def accumulate(self) -> int:
+        """Micro-batches per optimizer step on each device (1 = no gradient accumulation)."""
+        return self.batch_size // self.devices // (self.micro_batch_size or self.batch_size // self.devices)
 
 
 class EvalConfig(_Strict):

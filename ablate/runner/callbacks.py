@@ -71,6 +71,8 @@ class RunMonitor(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        if int(batch.get("micro", 0)) + 1 < self.config.train.accumulate:
+            return  # a micro-batch inside the step: its gradient is accumulated, no optimizer step yet
         step = int(batch["step"])
         last = pl_module.last_loss
         if trainer.world_size > 1:  # several devices: the global batch's loss, the same on every rank

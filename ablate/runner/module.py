@@ -1,10 +1,13 @@
 """The Lightning module: next-token loss (plus the MoE auxiliary losses), AdamW, warm-up + cosine schedule,
 gradient clipping that also measures the gradient norm.
 
-A batch with a ``"mask"`` (``[B, T]`` bool over the targets; ``loss: answer`` task sources) is scored on the
-masked targets only: the loss is the mean over the masked targets of the whole global batch (on several devices
-each rank's sum is divided by the global count, times the world size, so DDP's gradient mean and the monitor's
-loss mean give exactly that). A batch without a mask is scored on every target.
+A step's batch may come as several micro-batches (``train.micro_batch_size``): Lightning accumulates their
+gradients, dividing each returned loss by their number, so the step's gradient is that of the whole batch.
+A batch with a ``"mask"`` (``[b, T]`` bool over the targets; ``loss: answer`` task sources) is scored on the
+masked targets only: the loss is the mean over the masked targets of the whole global batch (each micro-batch's
+sum is divided by the global batch's ``"count"``, times the world size and the number of micro-batches, so the
+accumulation's mean, DDP's gradient mean and the monitor's loss mean give exactly that). A batch without a mask
+is scored on every target.
 
 Weight decay applies to matrices (``ndim >= 2``) except embeddings (and a head tied to them); norms, biases,
 gate biases and embeddings are not decayed, the usual GPT-2/nanoGPT grouping.
@@ -66,20 +69,22 @@ class LitDecoder(L.LightningModule):
         self.last_grad_norm: torch.Tensor | None = None
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        tokens = batch["tokens"]  # (B, T + 1)
+        tokens = batch["tokens"]  # (b, T + 1): one micro-batch of this rank's rows
         out = self.step_fn(tokens[:, :-1])
-        mask = batch.get("mask")  # (B, T) bool over the targets, or None: every target counts
+        logits, targets = out.logits.flatten(0, 1).float(), tokens[:, 1:].flatten()
+        mask = batch.get("mask")  # (b, T) bool over the targets, or None: every target counts
         if mask is None:
-            loss = F.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten())
-        else:
-            losses = F.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
-            weight = mask.flatten().to(losses.dtype)
-            count = weight.sum()
+            loss = F.cross_entropy(logits, targets)
+        else:  # the masked targets' sum over the global batch's count, scaled back up by the means taken after it
+            losses = F.cross_entropy(logits, targets, reduction="none")
             world = self.trainer.world_size if self._trainer is not None else 1
-            if world > 1:  # the global batch's count of masked targets
-                count = self.trainer.strategy.reduce(count.detach().clone(), reduce_op="sum")
-            loss = (losses * weight).sum() * world / count.clamp_min(1)
-        self.last_loss = loss.detach()
+            count = batch["count"] if "count" in batch else mask.sum()  # a lone batch: its own count
+            scale = world * self.train_cfg.accumulate / count.clamp_min(1)
+            loss = (losses * mask.flatten().to(losses.dtype)).sum() * scale
+        # the step's loss: the mean over its micro-batches (Lightning divides what is returned by their number)
+        micro = int(batch.get("micro", 0))
+        part = loss.detach() / self.train_cfg.accumulate
+        self.last_loss = part if micro == 0 else self.last_loss + part
         return loss + out.aux_loss
 
     def configure_optimizers(self):

@@ -55,21 +55,28 @@ BENCH_SEED = 0  # benchmark examples are the same for every run (and every run s
 
 
 class StepBatches(IterableDataset):
-    """Yields ``{"step": offset + t, "tokens": this rank's rows of that batch}`` for t = start .. steps - 1
-    (``offset``: the global number of a later training stage's first step), plus ``"mask"`` (the rows' loss mask
-    over ``tokens[:, 1:]``) when a training source has ``loss: answer``."""
+    """Yields, for t = start .. steps - 1, this rank's rows of batch ``offset + t`` as ``accumulate`` micro-batches
+    ``{"step": offset + t, "micro": i, "tokens": [rows / world / accumulate, T + 1]}`` (``offset``: the global number
+    of a later training stage's first step), plus ``"mask"`` (the rows' loss mask over ``tokens[:, 1:]``) and
+    ``"count"`` (the masked targets of the whole global batch) when a training source has ``loss: answer``."""
 
-    def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1, offset: int = 0):
+    def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1, offset: int = 0,
+                 accumulate: int = 1):
         self.batches, self.start, self.steps, self.rank, self.world = batches, start, steps, rank, world
-        self.offset = offset
+        self.offset, self.accumulate = offset, accumulate
 
     def __iter__(self):
         for t in range(self.offset + self.start, self.offset + self.steps):
             rows, mask = self.batches.rows(t)
-            item = {"step": t, "tokens": torch.from_numpy(rows[self.rank:: self.world])}
-            if mask is not None:
-                item["mask"] = torch.from_numpy(np.ascontiguousarray(mask[self.rank:: self.world]))
-            yield item
+            mine = rows[self.rank:: self.world]
+            size = len(mine) // self.accumulate
+            for i in range(self.accumulate):
+                item = {"step": t, "micro": i, "tokens": torch.from_numpy(mine[i * size:(i + 1) * size])}
+                if mask is not None:
+                    part = mask[self.rank:: self.world][i * size:(i + 1) * size]
+                    item["mask"] = torch.from_numpy(np.ascontiguousarray(part))
+                    item["count"] = torch.tensor(float(mask.sum()))
+                yield item
 
 
 def checkpoint_step(path: Path) -> int:
@@ -185,10 +192,6 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
 
     gpu = torch.cuda.is_available()
     precision = tc.precision if tc.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
-    if tc.batch_size % tc.devices:
-        from ablate.errors import ConfigError
-
-        raise ConfigError(f"batch_size {tc.batch_size} is not divisible by devices {tc.devices}", where="train.batch_size")
     torch.manual_seed(config.seed)
     model = build_model(model_cfg)
     lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"), stage=stage.index)
@@ -196,14 +199,15 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
     ckpt = run_dir / CHECKPOINT
     trainer = L.Trainer(
         accelerator="gpu" if gpu else "cpu", devices=tc.devices, strategy=tc.strategy, precision=precision,
-        max_steps=tc.steps, max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        max_steps=tc.steps, max_epochs=-1, accumulate_grad_batches=tc.accumulate, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
         default_root_dir=str(run_dir),
     )
 
     def val_scores() -> dict[str, float]:
         dev = lit.device
-        ppl = [perplexity(model, w, batch_size=tc.batch_size, device=dev, precision=precision) for w in heldout.values()]
+        ppl = [perplexity(model, w, batch_size=eval_rows(tc), device=dev, precision=precision)
+               for w in heldout.values()]
         return {"val_ppl": float(np.mean(ppl))} if ppl else {}
 
     monitor = RunMonitor(cfg, ckpt, on_step=on_step, stop=stop, evaluate=val_scores, step_offset=stage.first_step)
@@ -217,7 +221,8 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
     trainer.callbacks.append(monitor)
     trainer.callbacks.extend(callbacks)  # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
     done = checkpoint_step(ckpt) if resume else 0
-    dataset = StepBatches(data.train, done, tc.steps, trainer.global_rank, trainer.world_size, offset=stage.first_step)
+    dataset = StepBatches(data.train, done, tc.steps, trainer.global_rank, trainer.world_size, offset=stage.first_step,
+                          accumulate=tc.accumulate)
     loader = DataLoader(dataset, batch_size=None, pin_memory=gpu)
     t_fit = time.perf_counter()
     trainer.fit(lit, train_dataloaders=loader, ckpt_path=str(ckpt) if resume else None)
@@ -241,10 +246,15 @@ def _train_summary(config: RunConfig, stages: list[Stage], monitor: RunMonitor) 
     }
 
 
+def eval_rows(tc) -> int:
+    """Rows per forward pass when scoring: a training micro-batch's, which is known to fit in memory."""
+    return tc.micro_batch_size or tc.batch_size // tc.devices
+
+
 def _evaluate(config: RunConfig, model, heldout: dict[str, np.ndarray], device, precision: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, windows in heldout.items():
-        out[f"ppl/{name}"] = perplexity(model, windows, batch_size=config.train.batch_size, device=device,
+        out[f"ppl/{name}"] = perplexity(model, windows, batch_size=eval_rows(config.train), device=device,
                                         precision=precision)
     if heldout:
         vals = [out[f"ppl/{n}"] for n in heldout]
