@@ -35,7 +35,7 @@ def _frame(rows: list[tuple[str, int, float | None, str]], lr: float = LOW_LR) -
 def test_scorecard_verdicts_on_constructed_data() -> None:
     import pandas as pd
 
-    from ablate.reports.scorecard import CLAIMS, HOLDS, REVERSED, UNCLEAR, evaluate_claim
+    from ablate.reports.scorecard import CLAIMS, CONTRADICTED, HOLDS, UNCLEAR, evaluate_claim
     from ablate.reports.spec import catalogue_info
 
     cat = catalogue_info()
@@ -47,7 +47,7 @@ def test_scorecard_verdicts_on_constructed_data() -> None:
     assert v.delta.hi < 0 and v.effect == "Δ PPL -0.19"
     worse = _frame([("baseline", s, 5.8, "done") for s in range(3)]
                    + [("sdpa-elementwise", s, 6.0 + 0.01 * s, "done") for s in range(3)])
-    assert evaluate_claim(g1, worse, cat).verdict == REVERSED
+    assert evaluate_claim(g1, worse, cat).verdict == CONTRADICTED
     mixed = _frame([("baseline", s, 6.0, "done") for s in range(2)]
                    + [("sdpa-elementwise", 0, 5.9, "done"), ("sdpa-elementwise", 1, 6.1, "done")])
     assert evaluate_claim(g1, mixed, cat).verdict == UNCLEAR
@@ -59,7 +59,7 @@ def test_scorecard_verdicts_on_constructed_data() -> None:
     missing = evaluate_claim(next(c for c in CLAIMS if c.key == "g1_beats_g2"), better, cat)
     assert missing.verdict == UNCLEAR and "v-elementwise" in missing.detail
 
-    stable = next(c for c in CLAIMS if c.key == "stable_lr")
+    stable = next(c for c in CLAIMS if c.key == "survives_lr")
     storm = pd.concat([better, _frame([("baseline", s, None, "diverged") for s in range(3)]
                                       + [("sdpa-elementwise", s, 5.9, "done") for s in range(3)], lr=HIGH_LR)])
     sv = evaluate_claim(stable, storm, cat)

@@ -9,21 +9,24 @@ import typer
 
 from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store
 
-ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6", "lr", "figures", "all"]
+ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6", "lr", "scorecard", "figures",
+                       "all"]
 
 
 @app.command("report")
 @handles_errors
 def report_cmd(
     target: Annotated[ReportTarget, typer.Argument(
-        help="table1..table6, lr (ablate tune's table), figures (PNG files) or all (HTML page + files)",
+        help="table1..table6, lr (ablate tune's table), scorecard (the paper's claims: verdicts with CIs), "
+             "figures (PNG files) or all (HTML page + files)",
         show_default=False, metavar="TABLE")],
     grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's only "
                                              "grid)")] = None,
     paper: Annotated[bool, typer.Option("--paper", help="add the paper's own number beside each measured one")]
     = False,
-    fmt: Annotated[Literal["markdown", "latex", "csv", "html"], typer.Option(
-        "--format", help="markdown, latex, csv or html (tables)")] = "markdown",
+    fmt: Annotated[Literal["markdown", "latex", "csv", "html", "json"], typer.Option(
+        "--format", help="markdown, latex, csv or html (tables); markdown, json, csv or html (scorecard)")]
+    = "markdown",
     out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
                                              "directory for figures/all (if not given: ./report)")] = None,
     home: HomeOpt = None,

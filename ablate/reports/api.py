@@ -12,12 +12,12 @@ from ablate.reports.data import GridData, load_grid_data
 from ablate.reports.figures import write_figures
 from ablate.reports.page import report_page
 from ablate.reports.render import FORMATS, SUFFIX, render
-from ablate.reports.scorecard import scorecard, scorecard_markdown
+from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_markdown
 from ablate.reports.spec import TABLES
 from ablate.reports.tables import build_table
 
 log = logging.getLogger(__name__)
-TARGETS = (*(f"table{n}" for n in TABLES), "lr", "figures", "all")  # lr: ablate tune's table (reports/lr.py)
+TARGETS = (*(f"table{n}" for n in TABLES), "lr", "scorecard", "figures", "all")  # lr: ablate tune's (reports/lr.py)
 PAGE = "report.html"
 
 
@@ -40,10 +40,20 @@ def report_table(store: Any, target: str, *, grid: str | None = None, paper: boo
         from ablate.reports.lr import report_lr
 
         return report_lr(store, grid=grid, fmt=fmt)
+    if target == "scorecard":
+        return report_scorecard(store, grid=grid, fmt=fmt)
     number = table_number(target)
     if fmt not in FORMATS:  # before any query
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
     return render(grid_table(load_grid_data(store, grid), number, paper=paper), fmt)
+
+
+def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdown") -> str:
+    """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html)."""
+    if fmt not in SCORECARD_FORMATS:  # before any query
+        raise UserInputError(one_of(fmt, SCORECARD_FORMATS, what="scorecard format") + " (option --format)")
+    data = load_grid_data(store, grid)
+    return SCORECARD_FORMATS[fmt](scorecard(data.runs, data.catalogue))
 
 
 def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None) -> dict[int, Path]:
