@@ -1,12 +1,15 @@
 """Worker slots: which device each worker of the local pool uses, and how many CPU threads it may take.
 
 One worker per CUDA device by default (``jobs_per_device`` packs several small jobs onto one GPU); without a GPU,
-``jobs`` CPU workers split the cores between them. Pure: the caller says how many GPUs and cores there are.
+``jobs`` CPU workers split the cores between them. ``parse_devices`` and ``plan_slots`` are pure: the caller says
+how many GPUs and cores there are (``gpu_count()`` counts them here).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from ablate.errors import ConfigError
 
@@ -23,6 +26,15 @@ class Slot:
     def cuda_visible(self) -> str:
         """The worker's ``CUDA_VISIBLE_DEVICES``: its one GPU, or none at all for a CPU worker."""
         return self.device.split(":", 1)[1] if self.device.startswith("cuda:") else ""
+
+
+def gpu_count() -> int:
+    """Visible CUDA devices, without importing torch in this process when there can be none."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not Path("/proc/driver/nvidia").exists():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def parse_devices(spec: str | None, n_gpus: int) -> list[str]:

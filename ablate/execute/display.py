@@ -1,5 +1,9 @@
-"""What the user sees while a grid runs: overall progress, each active job's step, loss and tokens/s (rich Live),
-a line per run as it ends, and a summary table at the end. Only the executor's process draws."""
+"""What the user sees while a grid runs, and the summary at the end. Only the executor's process draws.
+
+At a terminal: overall progress and each active job's step, loss and tokens/s (rich Live), and a line per run as
+it ends. Without one (nohup, CI, a log file): the same line per run as it ends (variant, seed, time), and every
+``every_s`` seconds one plain progress line: runs ended / total, each running run's step, and an ETA.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,32 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-STYLE = {"done": "green", "diverged": "yellow", "failed": "red", "interrupted": "magenta", "skipped": "dim"}
+PROGRESS_EVERY_S = 30.0
+# how each outcome looks; an outcome missing here is drawn plain (never a markup error)
+STYLE = {"done": "green", "diverged": "yellow", "pruned": "cyan", "failed": "red", "interrupted": "magenta",
+         "skipped": "dim", "reused": "dim", "busy": "dim", "running elsewhere": "dim"}
+LABEL = {"busy": "running elsewhere"}  # an outcome as the user reads it
+
+
+def styled(outcome: str, text: str | None = None) -> Text:
+    """``text`` (default: the outcome's label) in the outcome's style."""
+    return Text(text if text is not None else LABEL.get(outcome, outcome), style=STYLE.get(outcome, ""))
+
+
+def duration(seconds: float) -> str:
+    """A short duration: ``45s``, ``3m20s``, ``1h02m``.
+
+    >>> [duration(s) for s in (45, 200, 3720)]
+    ['45s', '3m20s', '1h02m']
+    """
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 @dataclass
@@ -24,17 +52,24 @@ class _Active:
     loss: float | None = None
     tokens_per_s: float | None = None
     since: float = field(default_factory=time.monotonic)
+    first_step: int | None = None  # the first step it reported (a resumed run starts mid-way)
 
 
 class GridDisplay:
     """Live progress of one ``ablate run``; a context manager (the live area exists while inside)."""
 
-    def __init__(self, grid: str, total: int, console: Console | None = None):
+    def __init__(self, grid: str, total: int, console: Console | None = None, *, workers: int = 1,
+                 every_s: float | None = None):
         self.console = console or Console(stderr=True)
+        self.grid, self.total, self.workers = grid, total, max(1, workers)
+        self.every_s = PROGRESS_EVERY_S if every_s is None else every_s
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=self.console)
         self.task = self.progress.add_task(f"grid {grid}", total=total)
         self.active: dict[str, _Active] = {}
+        self.ended_n = 0
+        self.took: list[float] = []  # seconds of each run that ended after training here
+        self._last_line = time.monotonic()
         self._live = Live(console=self.console, refresh_per_second=4, transient=True,
                           get_renderable=self._render, redirect_stdout=False, redirect_stderr=False)
 
@@ -58,28 +93,83 @@ class GridDisplay:
                           f"{a.tokens_per_s:,.0f}" if a.tokens_per_s else "")
         return Group(self.progress, table) if self.active else self.progress
 
+    def expect(self, n: int) -> None:
+        """``n`` more jobs are coming (tune deals its trials in rounds)."""
+        self.total += n
+        self.progress.update(self.task, total=self.total)
+
     def started(self, run_id: str, *, variant: str, seed: int, device: str, total_steps: int) -> None:
         """A job started training (or resuming)."""
         self.active[run_id] = _Active(f"{variant} {seed}", device, total_steps)
 
     def step(self, run_id: str, data: dict[str, Any]) -> None:
-        """A job reported progress."""
-        if (a := self.active.get(run_id)) is not None:
+        """A job reported progress (its latest step's row)."""
+        if (a := self.active.get(run_id)) is not None and data:
             a.step, a.loss, a.tokens_per_s = data.get("step"), data.get("loss"), data.get("tokens_per_s")
+            if a.first_step is None:
+                a.first_step = a.step
 
     def ended(self, run_id: str, outcome: str, note: str = "") -> None:
-        """A job ended: one line above the live area, and the bar moves on."""
+        """A job ended: one line above the live area (variant, seed, time), and the bar moves on."""
         a = self.active.pop(run_id, None)
-        took = f" in {time.monotonic() - a.since:.1f}s" if a else ""
-        label = f" {a.label}" if a else ""
-        style = STYLE.get(outcome, "")
-        self.console.print(f"[{style}]{outcome:>11}[/] {run_id[:10]}{label}{took}{'  ' + note if note else ''}",
-                           highlight=False)
+        line = Text.assemble(styled(outcome, f"{LABEL.get(outcome, outcome):>11}"), f" {run_id[:10]}")
+        if a is not None:
+            took = time.monotonic() - a.since
+            if outcome in ("done", "diverged"):
+                self.took.append(took)
+            line.append(f" {a.label} in {duration(took)}")
+        if note:
+            line.append(f"  {note}")
+        self.console.print(line, highlight=False)
+        self.ended_n += 1
         self.progress.advance(self.task)
 
     def message(self, text: str) -> None:
-        """A line for the user (interrupts, warnings)."""
+        """A line for the user (start-up, interrupts, warnings; rich markup)."""
         self.console.print(text, highlight=False)
+
+    def tick(self) -> None:
+        """Without a terminal, every ``every_s`` seconds: one plain progress line (``progress_line``)."""
+        if self.console.is_terminal or time.monotonic() - self._last_line < self.every_s:
+            return
+        self._last_line = time.monotonic()
+        self.console.print(self.progress_line(), highlight=False, markup=False)
+
+    def progress_line(self) -> str:
+        """``progress: 3/12 ended; running: baseline 0 step 40/60, ...; ETA 2m10s`` (or "starting workers")."""
+        now = time.monotonic()
+        parts = [f"progress {self.grid}: {self.ended_n}/{self.total} ended"]
+        running = [f"{a.label} step {a.step}/{a.total}" if a.step is not None else f"{a.label} starting"
+                   for a in self.active.values()]
+        parts.append(f"running: {', '.join(running)}" if running else "starting workers" if not self.ended_n
+                     else "running: none")
+        if (eta := self.eta(now)) is not None:
+            parts.append(f"ETA {duration(eta)}")
+        return "; ".join(parts)
+
+    def eta(self, now: float) -> float | None:
+        """Seconds until every expected job has ended, from the runs' pace so far (None before any pace is known).
+
+        A run's time: the mean of those that ended, else what the running ones' steps per second predict; the
+        remaining work (queued runs, and what running runs have left) is shared by the workers.
+        """
+        rates = [((a.step or 0) - (a.first_step or 0)) / (now - a.since) for a in self.active.values()
+                 if a.step is not None and now > a.since and (a.step or 0) > (a.first_step or 0)]
+        per_step = 1.0 / (sum(rates) / len(rates)) if rates else None
+        if self.took:
+            per_run = sum(self.took) / len(self.took)
+        elif per_step is not None:
+            per_run = per_step * max((a.total for a in self.active.values()), default=0)
+        else:
+            return None
+        left = 0.0
+        for a in self.active.values():
+            if per_step is not None and a.step is not None:
+                left += per_step * max(0, a.total - a.step)
+            else:
+                left += per_run
+        queued = max(0, self.total - self.ended_n - len(self.active))
+        return (left + queued * per_run) / self.workers
 
 
 def summary_table(grid: str, counts: dict[str, int], totals: dict[str, int], wall_s: float) -> Table:
@@ -88,12 +178,14 @@ def summary_table(grid: str, counts: dict[str, int], totals: dict[str, int], wal
     table.add_column("")
     table.add_column("this run", justify="right")
     table.add_column("grid", justify="right")
-    rows = [("done", "done"), ("diverged", "diverged"), ("failed", "failed"), ("interrupted", "queued"),
-            ("skipped", None), ("running elsewhere", "running")]
+    rows = [("done", "done"), ("diverged", "diverged"), ("pruned", "pruned"), ("failed", "failed"),
+            ("interrupted", "queued"), ("skipped", None), ("running elsewhere", "running")]
     for outcome, status in rows:
         n, total = counts.get(outcome, 0), totals.get(status, 0) if status else None
         if n or total:
-            label = f"{outcome} / queued" if outcome == "interrupted" else outcome
-            table.add_row(f"[{STYLE.get(outcome, '')}]{label}[/]", str(n), "" if total is None else str(total))
+            label = f"{outcome} / queued" if outcome == "interrupted" else None
+            table.add_row(styled(outcome, label), str(n), "" if total is None else str(total))
+    for outcome in sorted(set(counts) - {o for o, _ in rows}):  # anything else this command did, plainly
+        table.add_row(styled(outcome), str(counts[outcome]), "")
     table.add_row("time", f"{wall_s:.1f}s", "")
     return table

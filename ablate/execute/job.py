@@ -1,29 +1,30 @@
 """The training job a pool worker runs: one run of a grid, from its config to its ``result.json``.
 
 Imported once per worker (``prepare`` pays for torch and Lightning up front, then job after job reuses them).
-The job never touches the store or MLflow: it reports to the pool (``started``, throttled ``step``s, its outcome)
-and the pool's process records. What it leaves is its run directory: checkpoints, ``result.json``, ``train.log``
-and, when it crashes, ``error.txt``.
+The job never touches the store or MLflow: it reports to the pool (``Started``, its step metrics in batches, its
+``JobOutcome``) and the pool's process records them through the run lifecycle. What it leaves is its run
+directory: checkpoints, ``result.json``, ``train.log`` and, when it crashes, ``error.txt``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ablate.execute.devices import Slot
 from ablate.execute.locks import RunLock
+from ablate.execute.messages import Job, JobOutcome
 from ablate.execute.worker import JobContext, JobInterrupted
 from ablate.layout import CHECKPOINT
 from ablate.result import RESULT_FILE, read_result
 
-STEP_EVERY_S = 0.5  # how often a step is reported to the pool's process (display, heartbeat)
-
+STEP_EVERY_S = 0.5  # how often a batch of step metrics goes to the pool's process (display, store, MLflow)
 
 
 def prepare(slot: Slot) -> None:
@@ -51,54 +52,74 @@ def _output_to(path: Path) -> Iterator[None]:
             os.close(f)
 
 
-def _finished_before(run_dir: Path) -> str | None:
-    """The status of a complete ``result.json`` already there (``done``/``diverged``), else None."""
+def finished_result(run_dir: Path) -> Any:
+    """The complete ``result.json`` of a finished (``done``/``diverged``) run already in ``run_dir``, else None."""
     if not (run_dir / RESULT_FILE).is_file():
         return None
     try:
-        status = read_result(run_dir).status
+        result = read_result(run_dir)
     except Exception:  # noqa: BLE001 - a cut-off file is not a result: train again
         return None
-    return status if status in ("done", "diverged") else None
+    return result if result.status in ("done", "diverged") else None
 
 
-def train(job: dict[str, Any], ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
-    """Train ``job["config"]`` into ``job["run_dir"]`` (resuming from its checkpoint); return its outcome.
+class StepBatcher:
+    """``on_step`` for ``run_one``: keeps each step's metrics and hands them to ``send`` every ``every_s``
+    seconds (and at ``flush``), so a report costs the training step one list append most of the time."""
 
-    Outcomes: ``{"outcome": "trained", "status": ...}``, ``{"outcome": "reused", ...}`` (a finished
-    ``result.json`` was already there: nothing to train), ``{"outcome": "busy"}`` (another process holds the run).
+    def __init__(self, send: Callable[[list[dict[str, Any]]], None], every_s: float = STEP_EVERY_S):
+        self.send, self.every_s = send, every_s
+        self.rows: list[dict[str, Any]] = []
+        self.last = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self.rows.append(dict(row))
+        if time.monotonic() - self.last >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what is waiting now."""
+        with self._lock:
+            rows, self.rows = self.rows, []
+        self.last = time.monotonic()
+        if rows:
+            self.send(rows)
+
+
+def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOutcome:
+    """Train ``job.config`` into ``job.run_dir`` (resuming from its checkpoint); return how it ended.
+
+    ``reused``: a finished ``result.json`` was already there (nothing to train); ``busy``: another process holds
+    the run directory.
     """
     from ablate.config import RunConfig
     from ablate.runner import RunInterrupted, run_one
 
-    run_id, run_dir = job["run_id"], Path(job["run_dir"])
+    run_dir = Path(job.run_dir)
     lock = RunLock(run_dir)
     if not lock.acquire():
-        return {"outcome": "busy"}
+        return JobOutcome("busy")
     try:
-        if (status := _finished_before(run_dir)) is not None:
-            return {"outcome": "reused", "status": status}
-        ctx.emit("started", {"pid": os.getpid(), "checkpoint": (run_dir / CHECKPOINT).is_file()})
-        last = [0.0]
-
-        def on_step(m: dict[str, Any]) -> None:
-            now = time.monotonic()
-            if now - last[0] >= STEP_EVERY_S:
-                last[0] = now
-                ctx.emit("step", {k: m.get(k) for k in ("step", "loss", "tokens_per_s")})
-
-        config = RunConfig.model_validate(job["config"])
+        if (done := finished_result(run_dir)) is not None:
+            return JobOutcome("reused", status=str(done.status))
+        ctx.started(resuming=(run_dir / CHECKPOINT).is_file())
+        steps = StepBatcher(ctx.progress)
+        config = RunConfig.model_validate(job.config)
         t0 = time.perf_counter()
         try:
             with _output_to(run_dir / "train.log"):
-                result = run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=ctx.stop,
+                result = run_one(config, run_dir, run_id=job.run_id, on_step=steps, stop=ctx.stop,
                                  callbacks=callbacks)
         except RunInterrupted as exc:
             raise JobInterrupted(str(exc)) from None
         except BaseException:
             (run_dir / "error.txt").write_text(traceback.format_exc())
             raise
-        return {"outcome": "trained", "status": result.status, "resumed_from": result.resumed_from,
-                "run_one_s": time.perf_counter() - t0}
+        finally:
+            steps.flush()
+        return JobOutcome("trained", status=str(result.status), resumed_from=result.resumed_from,
+                          run_one_s=time.perf_counter() - t0)
     finally:
         lock.release()

@@ -59,3 +59,12 @@ def is_locked(run_dir: Path) -> bool:
         lock.release()
         return False
     return True
+
+
+def holder_pid(run_dir: Path) -> int | None:
+    """The pid the holder of ``run_dir``'s lock wrote into it (None when unreadable)."""
+    try:
+        text = (Path(run_dir) / LOCK_FILE).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -1,12 +1,11 @@
 """The local worker pool: long-lived worker processes (spawn), one job each at a time, dead ones replaced.
 
-The pool is generic over its job function (``"module:function"``, see ``worker.py``): ``run`` deals the jobs out
-to idle workers and hands every message back to the caller as a ``PoolEvent``. The caller (the grid executor)
-decides what each event means for the store and the display.
-
-Events: ``started``, ``step``, ``finished``, ``failed`` (``error``, ``traceback``), ``interrupted`` (the job
-stopped on request; its progress is saved), ``died`` (the worker died while running the job: ``exitcode``; the
-worker is replaced), ``killed`` (the pool killed the worker on a second interrupt).
+The pool is generic over its job function (``"module:function"``, see ``worker.py``) and its jobs (any picklable
+object with a ``run_id``): ``run`` deals the jobs out to idle workers and hands every ``JobEvent`` of
+``ablate.execute.messages`` back to the caller (``Started``, ``Progress``, ``Finished``, ``Failed``, ``Interrupted``,
+and from the pool itself ``Died``, the worker died while running the job and is replaced, and ``Killed``, the pool
+killed it on a second interrupt). The caller (an executor, through ``ablate.execute.lifecycle``) decides what each
+event means for the store and the display.
 
 Interrupts: ``interrupt()`` may be called from a signal handler; it only counts. The first asks every running
 job to stop cleanly and starts nothing new; the second kills the workers at once.
@@ -26,21 +25,10 @@ from typing import Any
 
 from ablate.errors import RunError
 from ablate.execute.devices import Slot
+from ablate.execute.messages import ENDS_JOB, Died, Fatal, JobEvent, Killed, Ready, RunJob, Shutdown, StopJob
 from ablate.execute.worker import worker_main
 
 log = logging.getLogger(__name__)
-
-_ENDS_JOB = ("finished", "failed", "interrupted")
-
-
-@dataclass
-class PoolEvent:
-    """One thing that happened in the pool: ``kind``, the worker's slot, the job's run id and data."""
-
-    kind: str
-    slot: Slot
-    run_id: str | None
-    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,7 +37,7 @@ class _Worker:
     process: Any
     conn: Connection
     ready: bool = False
-    job: dict[str, Any] | None = None
+    job: Any = None
     started_at: float = field(default_factory=time.monotonic)
 
 
@@ -89,7 +77,7 @@ class WorkerPool:
                 w.process.kill()  # still importing: nothing to save, and it would only see our None when done
                 continue
             try:
-                w.conn.send(None)
+                w.conn.send(Shutdown())
             except OSError:
                 pass
         deadline = time.monotonic() + timeout
@@ -127,9 +115,9 @@ class WorkerPool:
         return [w.process.pid for w in self._workers]
 
     # ------------------------------------------------------------ the loop
-    def run(self, jobs: Iterable[dict[str, Any]], on_event: Callable[[PoolEvent], None],
-            on_tick: Callable[[], None] | None = None, tick_s: float = 0.25) -> list[dict[str, Any]]:
-        """Run ``jobs`` (each a dict with a ``run_id``) and return those never started (after an interrupt)."""
+    def run(self, jobs: Iterable[Any], on_event: Callable[[JobEvent], None],
+            on_tick: Callable[[], None] | None = None, tick_s: float = 0.25) -> list[Any]:
+        """Run ``jobs`` (each with a ``run_id``) and return those never started (after an interrupt)."""
         pending = deque(jobs)
         while True:
             if self._interrupts >= 2:
@@ -152,44 +140,43 @@ class WorkerPool:
                 on_tick()
         return list(pending)
 
-    def _deal(self, pending: deque[dict[str, Any]]) -> None:
+    def _deal(self, pending: deque[Any]) -> None:
         for w in self._workers:
             if pending and w.ready and w.job is None:
                 job = pending.popleft()
                 try:
-                    w.conn.send(("job", job))
+                    w.conn.send(RunJob(job))
                 except OSError:
                     pending.appendleft(job)  # the worker just died; it is buried below
                     continue
                 w.job = job
 
-    def _drain(self, w: _Worker, on_event: Callable[[PoolEvent], None],
-               pending: deque[dict[str, Any]] | None = None) -> None:
+    def _drain(self, w: _Worker, on_event: Callable[[JobEvent], None], pending: deque[Any] | None = None) -> None:
         while True:
             try:
                 if not w.conn.poll():
                     return
-                kind, run_id, data = w.conn.recv()
+                msg = w.conn.recv()
             except (EOFError, OSError):
                 return
-            if kind == "ready":
+            if isinstance(msg, Ready):
                 w.ready = True
-                log.debug("worker %d ready on %s (pid %s)", w.slot.index, w.slot.device, data.get("pid"))
+                log.debug("worker %d ready on %s (pid %s)", w.slot.index, w.slot.device, msg.pid)
                 continue
-            if kind == "fatal":
+            if isinstance(msg, Fatal):
                 self.close(timeout=2.0)
-                raise RunError(f"the worker processes could not start: {data['error']}\n{data['traceback']}")
-            if kind in _ENDS_JOB:
+                raise RunError(f"the worker processes could not start: {msg.error}\n{msg.traceback}")
+            if isinstance(msg, ENDS_JOB):
                 w.job = None
                 if pending and not self._stopping and not self._interrupts:
                     self._deal(pending)  # the next job first: recording this one (on_event) takes a while
-            on_event(PoolEvent(kind, w.slot, run_id, data))
+            on_event(msg)
 
-    def _bury(self, w: _Worker, on_event: Callable[[PoolEvent], None], *, replace: bool) -> None:
+    def _bury(self, w: _Worker, on_event: Callable[[JobEvent], None], *, replace: bool) -> None:
         w.process.join(1.0)
         code = w.process.exitcode
         if w.job is not None:
-            on_event(PoolEvent("died", w.slot, w.job["run_id"], {"exitcode": code}))
+            on_event(Died(w.job.run_id, exitcode=code))
             w.job = None
         w.conn.close()
         self._workers.remove(w)
@@ -204,18 +191,18 @@ class WorkerPool:
         self._stopping = True
         for w in self._workers:
             try:
-                w.conn.send(("stop",))
+                w.conn.send(StopJob())
             except OSError:
                 pass
 
-    def _kill_all(self, on_event: Callable[[PoolEvent], None]) -> None:
+    def _kill_all(self, on_event: Callable[[JobEvent], None]) -> None:
         for w in self._workers:
             w.process.kill()
         for w in list(self._workers):
             w.process.join()
             self._drain(w, on_event)
             if w.job is not None:
-                on_event(PoolEvent("killed", w.slot, w.job["run_id"], {"exitcode": w.process.exitcode}))
+                on_event(Killed(w.job.run_id, exitcode=w.process.exitcode))
                 w.job = None
             w.conn.close()
         self._workers = []

@@ -1,8 +1,8 @@
 """``ablate run GRID --executor slurm``: the grid's pending runs as one Slurm job array, through submitit.
 
-1. The same triage as the local executor (``triage``): done and diverged runs are skipped, failed ones unless
-   ``--retry-failed``, a run another process (or a live Slurm job) is training is left alone, a cut-off run resumes
-   from its checkpoint. A run still queued in a live Slurm job is not submitted twice.
+1. The same opening as the local executor (``opening.open_grid``): done and diverged runs are skipped, failed ones
+   unless ``--retry-failed``, a run another process (or a live Slurm job) is training is left alone, a cut-off run
+   resumes from its checkpoint. A run still queued in a live Slurm job is not submitted twice.
 2. One array (``map_array``), a task per run, ``--array-parallelism`` at a time; each task trains its run into
    ``$ABLATE_HOME/runs/<run_id>`` and records it in the store itself (``slurm_task.SlurmTask``): the home and
    the store must be reachable from the compute nodes (a shared file system; PostgreSQL for the store).
@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import re
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,10 +28,10 @@ from typing import Any
 from rich.console import Console
 
 from ablate.errors import ConfigError, RunError
-from ablate.execute.locks import is_locked
-from ablate.execute.slurm_queue import ALIVE, alive, have_slurm, job_states
-from ablate.execute.triage import Decision, triage
-from ablate.layout import CHECKPOINT, run_dir
+from ablate.execute.messages import Job
+from ablate.execute.slurm_queue import ALIVE, have_slurm, job_states
+from ablate.execute.triage import Decision
+from ablate.layout import run_dir
 
 log = logging.getLogger(__name__)
 
@@ -167,70 +166,32 @@ def executor_parameters(opts: SlurmOptions, devices: int, grid: str) -> dict[str
 # ------------------------------------------------------------ submit
 def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOptions | None = None) -> SlurmReport:
     """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring)."""
-    from ablate.grid import expand, load_grid
-    from ablate.store import Store
-    from ablate.store.engine import resolve_url
+    from ablate.execute.opening import open_grid
 
     opts = options or SlurmOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    grid = load_grid(path, sets)
-    planned = expand(grid)
     if not have_slurm():
         raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
-    home = Path(opts.home).absolute()
-    url = resolve_url(opts.store, home=home)
-    report = SlurmReport(grid=grid.name)
-    with Store.open(url) as store:
-        report.warnings += store.warnings
+    with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
+                   stale_after_s=opts.stale_after_s, slurm=True) as o:
+        report = SlurmReport(grid=o.name, skipped=dict(o.skipped))
+        report.skipped.update({rid: f"finished ({status}) before: ingested its result" for rid, status
+                               in o.reused.items()})
+        report.warnings += o.store.warnings
+        url = o.store.url
         if url.startswith("sqlite"):
             log.info("SQLite store %s: the Slurm tasks must all see this file (PostgreSQL is the store for "
                      "clusters)", url)
-        todo = _decide(grid.name, grid.text, planned, store, home, opts, report)
-        if todo:
-            _submit(todo, store, home, url, opts, report, console)
+        if o.todo:
+            _submit(o.todo, o.store, o.home, url, opts, report, console)
         else:
-            console.print(f"ablate run {grid.name}: nothing to submit ({len(report.skipped)} skipped)",
+            console.print(f"ablate run {o.name}: nothing to submit ({len(report.skipped)} skipped)",
                           highlight=False)
         if opts.wait and report.jobs:
-            wait_for(store, report, opts, console)
+            wait_for(o.store, report, opts, console)
     report.wall_s = time.monotonic() - t0
     return report
-
-
-def _decide(name: str, text: str, planned: list[Any], store: Any, home: Path, opts: SlurmOptions,
-            report: SlurmReport) -> list[Decision]:
-    """The local executor's triage, where a run a live Slurm job holds counts as alive."""
-    from ablate.execute.slurm_queue import grid_slurm_runs
-
-    ids = list(dict.fromkeys(p.run_id for p in planned))
-    before = store.statuses(run_ids=ids)
-    job_of = {r["run_id"]: r["slurm_job_id"] for r in grid_slurm_runs(store)} if before else {}
-    live = alive(job_of[r] for r in ids if r in job_of)
-    running = {r["run_id"]: r for r in store.status_summary(stale_after_s=opts.stale_after_s)["running"]} \
-        if "running" in before.values() else {}
-    host = socket.gethostname()
-
-    def is_alive(run_id: str) -> bool:
-        if job_of.get(run_id) in live or is_locked(run_dir(home, run_id)):
-            return True
-        r = running.get(run_id)
-        return bool(r) and r.get("host") not in (None, host) and not r.get("stale") and run_id not in job_of
-
-    decisions = triage(planned, before, retry_failed=opts.retry_failed, is_alive=is_alive,
-                       has_checkpoint=lambda rid: (run_dir(home, rid) / CHECKPOINT).is_file())
-    store.register_grid(name=name, text=text, runs=planned)
-    todo = []
-    for d in decisions:
-        if d.action != "skip" and job_of.get(d.run_id) in live:
-            report.skipped[d.run_id] = f"queued in Slurm job {job_of[d.run_id]}"
-        elif d.action == "skip":
-            report.skipped[d.run_id] = d.reason
-        else:
-            if d.status in ("running", "failed"):
-                store.mark_queued(run_id=d.run_id)
-            todo.append(d)
-    return [d for d in todo if d.action == "resume"] + [d for d in todo if d.action == "train"]
 
 
 def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmOptions, report: SlurmReport,
@@ -250,7 +211,7 @@ def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmO
     except ValueError as exc:
         raise ConfigError(str(exc).splitlines()[0], where="--slurm-opt") from None
     task = SlurmTask(home=str(home), store=url, grace_s=max(10.0, params["signal_delay_s"] - 15.0))
-    jobs = [{"run_id": d.run_id, "config": d.run.config.model_dump(mode="json")} for d in todo]
+    jobs = [Job(d.run_id, str(run_dir(home, d.run_id)), d.run.config.model_dump(mode="json")) for d in todo]
     try:
         submitted = executor.map_array(task, jobs)
     except Exception as exc:  # noqa: BLE001 - sbatch's refusal, in the user's words

@@ -2,8 +2,8 @@
 
 Submitted by ``ablate.execute.slurm`` through submitit (``map_array``); runs inside Slurm, under ``srun``,
 as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank 0 writes the
-store: ``running`` with the job id at the start, heartbeats, the result (or ``failed`` with the traceback) at the
-end.
+store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does: ``running`` with the job id
+at the start, heartbeats and step metrics while it trains, the result (or ``failed`` with the traceback) at the end.
 
 Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops the
 job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the training runs in a second
@@ -16,25 +16,22 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from ablate import layout
-from ablate.result import RESULT_FILE, read_result
+from ablate.execute.job import finished_result
+from ablate.execute.lifecycle import Lifecycle
+from ablate.execute.messages import Job
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY_S = 2.0
-
 
 class SlurmTask(Checkpointable):
-    """The callable each array task runs: ``SlurmTask(home=, store=)(job)`` with ``job = {"run_id", "config"}``.
+    """The callable each array task runs: ``SlurmTask(home=, store=)(job)`` with ``job`` a ``messages.Job``.
 
     Only ``home``, ``store`` and ``grace_s`` are pickled; the training thread and its stop event live in the
     running process only.
@@ -45,6 +42,7 @@ class SlurmTask(Checkpointable):
         self._reset()
 
     def _reset(self) -> None:
+        self._lifecycle: Lifecycle | None = None
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
         self._outcome: dict[str, Any] = {}
@@ -57,56 +55,52 @@ class SlurmTask(Checkpointable):
         self._reset()
 
     # ------------------------------------------------------------ the task
-    def __call__(self, job: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, job: Job) -> dict[str, Any]:
         """Train ``job``'s run (resuming from its checkpoint); return ``{"outcome", "status", ...}``."""
         import submitit
 
         from ablate.execute.locks import RunLock
-        from ablate.store import Store
 
         env = submitit.JobEnvironment()
         rank, job_id = env.global_rank, env.job_id
-        run_id = job["run_id"]
-        run_dir = layout.run_dir(self.home, run_id)
+        run_id, run_dir = job.run_id, Path(job.run_dir)
         _use_allocated_cpus()
         if rank != 0:
-            return self._train(job, run_dir, None)
-        store = Store.open(self.store)
+            return self._train(job, None)
+        lifecycle = self._lifecycle = self._open()
         lock = RunLock(run_dir)
         try:
-            status = store.statuses(run_ids=[run_id]).get(run_id)
+            status = lifecycle.store.statuses(run_ids=[run_id]).get(run_id)
             if status in ("done", "diverged"):
                 return {"outcome": "skipped", "status": status}
-            if (finished := _finished_result(run_dir)) is not None:  # trained, but never recorded
-                store.ingest(finished)
-                return {"outcome": "reused", "status": finished.status}
+            if finished_result(run_dir) is not None:  # trained, but never recorded
+                return {"outcome": "reused", "status": lifecycle.finished(run_id).kind}
             if not lock.acquire():
                 return {"outcome": "busy"}  # another process on this node trains it
-            store.mark_running(run_id=run_id, host=socket.gethostname(), device=_device_label(job))
-            store.set_slurm_job_id(run_id=run_id, slurm_job_id=job_id)
-            return self._train(job, run_dir, store)
+            lifecycle.claim(run_id, device=_device_label(job), config=job.config, slurm_job_id=job_id)
+            return self._train(job, lifecycle)
         finally:
             lock.release()
-            store.close()
+            lifecycle.close()
+            lifecycle.store.close()
 
-    def _train(self, job: dict[str, Any], run_dir: Path, store: Any) -> dict[str, Any]:
+    def _open(self) -> Lifecycle:
+        from ablate.store import Store
+
+        return Lifecycle(Store.open(self.store), home=Path(self.home))
+
+    def _train(self, job: Job, lifecycle: Lifecycle | None) -> dict[str, Any]:
         """Run ``run_one`` in a thread (so the main thread can take Slurm's signal) and record its outcome."""
         from ablate.config import RunConfig
         from ablate.runner import RunInterrupted, run_one
 
-        run_id = job["run_id"]
-        config = RunConfig.model_validate(job["config"])
+        run_id, run_dir = job.run_id, Path(job.run_dir)
+        config = RunConfig.model_validate(job.config)
         self._stop, outcome = threading.Event(), self._outcome
-        last = [0.0]
 
         def on_step(m: dict[str, Any]) -> None:
-            now = time.monotonic()
-            if store is not None and now - last[0] >= HEARTBEAT_EVERY_S:
-                last[0] = now
-                try:
-                    store.heartbeat(run_id=run_id, step=m.get("step"))
-                except Exception as exc:  # noqa: BLE001 - a missed heartbeat must not stop training
-                    log.warning("heartbeat of %s failed: %s", run_id, exc)
+            if lifecycle is not None:
+                lifecycle.progress(run_id, [m])
 
         def target() -> None:
             try:
@@ -122,52 +116,40 @@ class SlurmTask(Checkpointable):
         if isinstance(error, RunInterrupted):
             return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)
         if error is not None:
-            if store is not None:
+            if lifecycle is not None:
                 (run_dir / "error.txt").write_text(outcome["traceback"])
-                store.mark_failed(run_id=run_id, error=f"{type(error).__name__}: {error}\n\n{outcome['traceback']}")
+                lifecycle.failed(run_id, f"{type(error).__name__}: {error}", outcome["traceback"])
             raise error
         result = outcome["result"]
-        if store is None:
-            return {"outcome": "trained", "status": result.status}
-        store.ingest(read_result(run_dir))
-        return {"outcome": "trained", "status": result.status, "resumed_from": result.resumed_from,
+        if lifecycle is None:
+            return {"outcome": "trained", "status": str(result.status)}
+        ended = lifecycle.finished(run_id)
+        return {"outcome": "trained", "status": ended.kind, "resumed_from": result.resumed_from,
                 "train_loss": result.summary.get("train_loss")}
 
     # ------------------------------------------------------------ preemption / time-out
-    def checkpoint(self, job: dict[str, Any]) -> DelayedSubmission:
+    def checkpoint(self, job: Job) -> DelayedSubmission:
         """Called by submitit on rank 0 when Slurm's signal arrives: stop the training at the end of its step
         (it saves ``last.ckpt``), put the run back in the queue, and hand back the same task to requeue."""
         thread, stop = self._thread, self._stop
         if thread is not None and stop is not None and thread.is_alive():
-            log.warning("preempted or out of time: saving a checkpoint of %s", job["run_id"])
+            log.warning("preempted or out of time: saving a checkpoint of %s", job.run_id)
             stop.set()
             thread.join(self.grace_s)
             if thread.is_alive():
                 log.error("the training did not stop within %.0f s; the requeued task resumes from the last "
                           "periodic checkpoint", self.grace_s)
         if "result" not in self._outcome:  # it did not finish: back to the queue until the requeued task starts
-            self._mark_queued(job["run_id"])
+            self._requeue(job.run_id)
         return DelayedSubmission(self, job)
 
-    def _mark_queued(self, run_id: str) -> None:
-        from ablate.store import Store
-
+    def _requeue(self, run_id: str) -> None:
         try:
-            with Store.open(self.store) as store:
-                store.mark_queued(run_id=run_id)
+            lifecycle = self._lifecycle or self._open()
+            lifecycle.interrupted(run_id)
+            lifecycle.close(flush_s=5.0)
         except Exception as exc:  # noqa: BLE001 - the requeue matters more than the status
             log.warning("could not mark %s queued: %s", run_id, exc)
-
-
-def _finished_result(run_dir: Path) -> Any:
-    """A complete ``result.json`` of a finished run already in ``run_dir``, else None."""
-    if not (run_dir / RESULT_FILE).is_file():
-        return None
-    try:
-        result = read_result(run_dir)
-    except Exception:  # noqa: BLE001 - a cut-off file is not a result: train again
-        return None
-    return result if result.status in ("done", "diverged") else None
 
 
 def _use_allocated_cpus() -> None:
@@ -179,7 +161,7 @@ def _use_allocated_cpus() -> None:
         torch.set_num_threads(int(cpus))
 
 
-def _device_label(job: dict[str, Any]) -> str:
-    devices = int(job["config"].get("train", {}).get("devices", 1))
+def _device_label(job: Job) -> str:
+    devices = int(job.config.get("train", {}).get("devices", 1))
     kind = "cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") not in (None, "", "-1") else "cpu"
     return kind if devices == 1 else f"{devices}x{kind}"

@@ -1,14 +1,14 @@
 """One long-lived worker process of the local pool: imports its job module once, then runs job after job.
 
-Messages from the pool (over a duplex pipe): ``("job", dict)`` runs a job, ``("stop",)`` asks the running job to
-stop cleanly (it saves a checkpoint) and no further job to start, ``None`` ends the worker. An end-of-file on
-the pipe (the pool's process died) counts as a stop followed by ``None``.
+It speaks the typed messages of ``ablate.execute.messages``: ``RunJob`` runs a job, ``StopJob`` asks the running
+job to stop cleanly (it saves a checkpoint) and no further job to start, ``Shutdown`` ends the worker; an
+end-of-file on the pipe (the pool's process died) counts as a stop followed by a shutdown. It answers ``Ready`` (or
+``Fatal`` when the job module cannot be imported), then per job what the job reports through its ``JobContext``
+(``Started``, ``Progress``) and how it ended (``Finished``, ``Failed``, ``Interrupted``).
 
-Messages to the pool: ``("ready", None, {...})``, ``("fatal", None, {"error"})`` (the job module failed to
-import), then per job ``("started" | "step" | "finished" | "failed" | "interrupted", run_id, {...})``.
-
-The worker ignores SIGINT: at a terminal Ctrl-C reaches the whole process group, and it is the pool's process
-that decides what a Ctrl-C means.
+Messages go out through a sender thread, so a job never waits on the pipe (a training step is never stalled by a
+busy pool process). The worker ignores SIGINT: at a terminal Ctrl-C reaches the whole process group, and it is the
+pool's process that decides what a Ctrl-C means.
 """
 
 from __future__ import annotations
@@ -19,13 +19,25 @@ import queue
 import signal
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from ablate.execute.devices import Slot
+from ablate.execute.messages import (
+    Failed,
+    Fatal,
+    Finished,
+    Interrupted,
+    Progress,
+    Ready,
+    RunJob,
+    Shutdown,
+    Started,
+    StopJob,
+)
 
 
 class JobInterrupted(Exception):
@@ -34,11 +46,22 @@ class JobInterrupted(Exception):
 
 @dataclass
 class JobContext:
-    """What a job function gets besides its job: where it runs, a stop flag and a way to report progress."""
+    """What a job function gets besides its job: its run, where it runs, a stop flag and a way to report."""
 
+    run_id: str
     slot: Slot
     stop: threading.Event
-    emit: Callable[[str, dict[str, Any]], None]
+    send: Callable[[Any], None]
+
+    def started(self, *, resuming: bool = False) -> None:
+        """The job took its run and starts training."""
+        self.send(Started(self.run_id, pid=os.getpid(), device=self.slot.device, resuming=resuming))
+
+    def progress(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Step metrics since the last call (never blocks)."""
+        rows = tuple(rows)
+        if rows:
+            self.send(Progress(self.run_id, rows))
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -50,7 +73,7 @@ def _redirect_output(log_path: Path) -> None:
     os.close(fd)
 
 
-def _load(job_fn: str) -> tuple[Callable[..., dict[str, Any]], Callable[[Slot], None] | None]:
+def _load(job_fn: str) -> tuple[Callable[..., Any], Callable[[Slot], None] | None]:
     """``"package.module:function"`` -> the function, and the module's optional ``prepare(slot)`` hook."""
     module_name, _, fn_name = job_fn.partition(":")
     module = importlib.import_module(module_name)
@@ -67,17 +90,16 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(slot.threads)
 
-    send_lock = threading.Lock()
-
-    def send(kind: str, run_id: str | None, data: dict[str, Any]) -> None:
-        with send_lock:
-            try:
-                conn.send((kind, run_id, data))
-            except (BrokenPipeError, OSError):
-                stop.set()  # the pool is gone: finish cleanly, nobody is listening
-
     stop = threading.Event()
-    inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    inbox: queue.Queue[Any] = queue.Queue()
+    outbox: queue.Queue[Any] = queue.Queue()
+
+    def sender() -> None:
+        while (msg := outbox.get()) is not None:
+            try:
+                conn.send(msg)
+            except OSError:
+                stop.set()  # the pool is gone: finish cleanly, nobody is listening
 
     def read() -> None:
         while True:
@@ -87,35 +109,43 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
                 stop.set()
                 inbox.put(None)
                 return
-            if msg is None:
+            if isinstance(msg, Shutdown):
                 inbox.put(None)
                 return
-            if msg[0] == "stop":
+            if isinstance(msg, StopJob):
                 stop.set()
-            elif msg[0] == "job":
-                inbox.put(msg[1])
+            elif isinstance(msg, RunJob):
+                inbox.put(msg.job)
 
+    out = threading.Thread(target=sender, name="pool-sender")
+    out.start()
     try:
-        fn, prepare = _load(job_fn)
-        if prepare is not None:
-            prepare(slot)
-    except BaseException as exc:  # noqa: BLE001 - reported to the pool, which stops starting workers
-        send("fatal", None, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
-        return
-    threading.Thread(target=read, name="pool-reader", daemon=True).start()
-    send("ready", None, {"pid": os.getpid(), "device": slot.device, "threads": slot.threads})
-
-    while (job := inbox.get()) is not None:
-        run_id = job["run_id"]
-        if stop.is_set():
-            send("interrupted", run_id, {"started": False})
-            continue
-        ctx = JobContext(slot=slot, stop=stop, emit=lambda kind, data, _r=run_id: send(kind, _r, data))
         try:
-            out = fn(job, ctx)
-        except JobInterrupted as exc:
-            send("interrupted", run_id, {"started": True, "message": str(exc)})
-        except BaseException as exc:  # noqa: BLE001 - a failure belongs to its run; the worker goes on
-            send("failed", run_id, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
-        else:
-            send("finished", run_id, out or {})
+            fn, prepare = _load(job_fn)
+            if prepare is not None:
+                prepare(slot)
+        except BaseException as exc:  # noqa: BLE001 - reported to the pool, which stops starting workers
+            outbox.put(Fatal(f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            return
+        threading.Thread(target=read, name="pool-reader", daemon=True).start()
+        outbox.put(Ready(os.getpid(), slot.device, slot.threads))
+        while (job := inbox.get()) is not None:
+            _run(fn, job, JobContext(job.run_id, slot, stop, outbox.put), outbox.put)
+    finally:
+        outbox.put(None)
+        out.join()
+
+
+def _run(fn: Callable[..., Any], job: Any, ctx: JobContext, send: Callable[[Any], None]) -> None:
+    """One job, reported as how it ended."""
+    if ctx.stop.is_set():
+        send(Interrupted(job.run_id, started=False))
+        return
+    try:
+        outcome = fn(job, ctx)
+    except JobInterrupted as exc:
+        send(Interrupted(job.run_id, started=True, message=str(exc)))
+    except BaseException as exc:  # noqa: BLE001 - a failure belongs to its run; the worker goes on
+        send(Failed(job.run_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    else:
+        send(Finished(job.run_id, outcome))

@@ -1,9 +1,9 @@
 """The job a tuning trial runs in a pool worker: ``ablate run``'s training job, plus the pruning callback.
 
 The pool (``ablate.execute.pool.WorkerPool``) runs ``train_trial`` with the same workers, locks, logs and
-outcomes as ``ablate run``'s ``train``. A job with a ``trial`` entry (``storage`` URL, ``study`` name, ``trial_id``,
+outcomes as ``ablate run``'s ``train``. A job with a ``trial`` (``storage`` URL, ``study`` name, ``trial_id``,
 ``pruner`` spec and its resources, ``monitor``) rebuilds the Optuna trial from the shared storage and prunes
-through it; a pruned run ends with ``{"outcome": "pruned", "step", "value"}`` instead of an error. A job without
+through it; a pruned run ends with ``JobOutcome("pruned", step=, value=)`` instead of an error. A job without
 one (a bracketing probe, a tuned run) is a plain training job.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.execute.job import prepare  # noqa: F401 - the pool calls the job module's prepare(slot)
+from ablate.execute.messages import Job, JobOutcome
 from ablate.execute.worker import JobContext
 
 
@@ -35,19 +36,18 @@ def _callback(spec: dict[str, Any]) -> Any:
     return StepPruning(optuna.trial.Trial(study, spec["trial_id"]), monitor=spec["monitor"])
 
 
-def train_trial(job: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+def train_trial(job: Job, ctx: JobContext) -> JobOutcome:
     """Train ``job`` like ``ablate run`` does; with a ``trial``, report to it and stop early when pruned."""
     import optuna
 
     from ablate.execute.job import train
 
-    spec = job.get("trial")
-    if spec is None:
+    if job.trial is None:
         return train(job, ctx)
-    callback = _callback(spec)
+    callback = _callback(job.trial)
     try:
         return train(job, ctx, callbacks=[callback])
     except optuna.TrialPruned:
         # not a crash: the training job wrote its traceback, which would read as one
-        (Path(job["run_dir"]) / "error.txt").unlink(missing_ok=True)
-        return {"outcome": "pruned", "step": callback.last_step, "value": callback.last_value}
+        (Path(job.run_dir) / "error.txt").unlink(missing_ok=True)
+        return JobOutcome("pruned", step=callback.last_step, value=callback.last_value)

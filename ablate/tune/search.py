@@ -32,8 +32,9 @@ import yaml
 from rich.console import Console
 
 from ablate.errors import ConfigError
+from ablate.execute.messages import Job
 from ablate.layout import run_dir
-from ablate.tune.execute import PRUNED, Outcome, TrialPool
+from ablate.tune.execute import Outcome, TrialPool
 from ablate.tune.options import CellResult, TuneOptions, TuneReport
 from ablate.tune.protocol import (
     Bracket,
@@ -52,8 +53,7 @@ log = logging.getLogger(__name__)
 
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
-    from ablate.execute.devices import parse_devices, plan_slots
-    from ablate.execute.grid_run import _gpu_count
+    from ablate.execute.devices import gpu_count, parse_devices, plan_slots
     from ablate.grid import expand, load_grid
     from ablate.store import Store
     from ablate.tune.storage import optuna_storage, parse_pruner
@@ -77,7 +77,7 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     if not planned:
         raise ConfigError("the grid has no runs", where=str(path))
     metric = check_metric(opts.metric, planned[0].config)
-    slots = plan_slots(devices=parse_devices(opts.devices, _gpu_count()), jobs=opts.jobs,
+    slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
                        jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1)
     home = Path(opts.home)
     console = opts.console or Console(stderr=True)
@@ -219,21 +219,21 @@ class _Tuner:
              "params": i.cell.base.params if same_model else None,
              "added_params": i.cell.base.added_params if same_model else None} for i in base.values()])
         status = self.store.statuses(run_ids=list(base))
-        stored = self._stored({rid for rid, s in status.items() if s in ("done", "diverged", "failed")})
+        stored = self._stored({rid for rid, s in status.items() if s in ("done", "diverged", "pruned", "failed")})
         jobs, out = [], []
         for rid, item in base.items():
             row = stored.get(rid)
-            if row is not None and (row["status"] != "failed" or str(row["error"] or "").startswith(PRUNED)):
+            if row is not None and row["status"] != "failed":
                 continue  # reused below
-            job = {"run_id": rid, "run_dir": str(pool.run_dir(rid)), "config": item.config.model_dump(mode="json"),
-                   "label": f"{item.cell.label}  {self.space.param}={item.value:.3g}"}
             every = self.every[item.cell.key] or item.config.eval.every
+            trial = None
             if item.number is not None and every:
-                job["trial"] = {"storage": self.store.url, "study": self.studies[item.cell.key].study_name,
-                                "trial_id": item.trial_id, "pruner": self.pruner, "min_resource": every,
-                                "max_resource": item.config.train.steps,
-                                "monitor": "loss" if self.metric == "train_loss" else "val_ppl"}
-            jobs.append(job)
+                trial = {"storage": self.store.url, "study": self.studies[item.cell.key].study_name,
+                         "trial_id": item.trial_id, "pruner": self.pruner, "min_resource": every,
+                         "max_resource": item.config.train.steps,
+                         "monitor": "loss" if self.metric == "train_loss" else "val_ppl"}
+            jobs.append(Job(rid, str(pool.run_dir(rid)), item.config.model_dump(mode="json"), trial=trial,
+                            label=f"{item.cell.label}  {self.space.param}={item.value:.3g}"))
         outcomes = pool.run(jobs) if jobs else {}
         for item in items:
             src = "trial" if item.number is not None else "probe"
@@ -244,8 +244,7 @@ class _Tuner:
             else:
                 row = stored[item.run_id]
                 self._count("reused")
-                outcome = "pruned" if row["status"] == "failed" else row["status"]
-                out.append((item, result_point(item.value, outcome, _num(row.get(self.metric)), item.run_id,
+                out.append((item, result_point(item.value, row["status"], _num(row.get(self.metric)), item.run_id,
                                                source=src), None))
         return out
 

@@ -1,0 +1,325 @@
+"""The run lifecycle: the one place where a run's life is recorded, for every executor (local pool, tune, Slurm).
+
+    claim ──> progress ... ──> finished (result.json -> store, MLflow) | failed | died | pruned
+                           └─> interrupted (back to ``queued``; the next run resumes it) | busy (held elsewhere)
+
+``Lifecycle(store, home=, grid=, mirror=)`` is that record:
+
+- ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened; its heartbeat and step
+  metrics then go to the store from a background thread (``ablate.execute.live``), never from the training step.
+- ``progress(run_id, rows)``: step metrics (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
+  ``val_ppl``); thread-safe, never blocks.
+- ``finished(run_id)``, ``failed(run_id, error)``, ``died(run_id, exitcode)``, ``pruned(run_id, step=, value=)``,
+  ``interrupted(run_id)``, ``busy(run_id)``: how it ended, each returning an ``Ended`` (what the executor shows and
+  tune tells Optuna). ``record(event, job)`` maps a pool ``JobEvent`` onto these.
+
+The store may go away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept, in
+order, and replayed with backoff (``tick``); heartbeats are skipped meanwhile. Training goes on, and every finished
+run's ``result.json`` is on disk, so nothing is lost. ``store_down_s()`` says for how long it has been away; the
+executor stops cleanly past its patience, and the next ``ablate run`` (or ``ablate ingest``) brings the results in.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ablate import layout
+from ablate.execute.live import LiveWriter
+from ablate.execute.messages import (
+    Died,
+    Failed,
+    Finished,
+    Interrupted,
+    JobEvent,
+    JobOutcome,
+    Killed,
+    Progress,
+    Started,
+)
+from ablate.result import RunResult, read_result
+
+log = logging.getLogger(__name__)
+
+RETRY_MAX_S = 30.0  # the longest wait between two attempts to reach a store that went away
+
+
+@dataclass
+class Ended:
+    """How one run ended in this command: ``kind`` is ``done``, ``diverged``, ``failed``, ``pruned``,
+    ``interrupted`` or ``busy`` (another process holds it); ``note`` is the line the user sees after it."""
+
+    run_id: str
+    kind: str
+    note: str = ""
+    result: RunResult | None = None
+    error: str | None = None
+    step: int | None = None
+    value: float | None = None
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a store error means the database cannot be reached or written now (as opposed to a bad request):
+    a lost connection, a server that is down, a read-only or full disk."""
+    from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+
+    return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError))
+
+
+class Lifecycle:
+    """Records runs' lives in the store (and MLflow through ``mirror``); see the module docstring."""
+
+    def __init__(self, store: Any, *, home: Path, mirror: Any = None, metric: str = "val_ppl",
+                 host: str | None = None, live_every_s: float | None = None):
+        from ablate.store.engine import display_url
+
+        self.store, self.home, self.mirror, self.metric = store, Path(home), mirror, metric
+        self.host = host or socket.gethostname()
+        self.where = display_url(store.url)
+        self._lock = threading.Lock()
+        self._outbox: list[tuple[str, Callable[[Any], Any]]] = []  # writes the store could not take, in order
+        self._down_since: float | None = None
+        self._next_try = 0.0
+        self._backoff = 1.0
+        self._configs: dict[str, dict[str, Any]] = {}
+        kw = {} if live_every_s is None else {"every_s": live_every_s}
+        self.live = LiveWriter(self._write_progress, **kw)
+
+    def run_dir(self, run_id: str) -> Path:
+        return layout.run_dir(self.home, run_id)
+
+    # ------------------------------------------------------------ the run starts
+    def claim(self, run_id: str, *, device: str, config: Mapping[str, Any], slurm_job_id: str | None = None) -> None:
+        """The run starts training here: ``running`` with this host and device (and its Slurm job); heartbeats
+        and step metrics from now on."""
+        self._configs[run_id] = dict(config)
+        self._write(f"mark {run_id} running",
+                    lambda s: s.mark_running(run_id=run_id, host=self.host, device=device))
+        if slurm_job_id is not None:
+            self._write(f"record {run_id}'s Slurm job",
+                        lambda s: s.set_slurm_job_id(run_id=run_id, slurm_job_id=slurm_job_id))
+        self.live.begin(run_id)
+
+    def progress(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Step metrics of a running run (thread-safe; never waits for the store)."""
+        self.live.add(run_id, rows)
+
+    # ------------------------------------------------------------ how it ends
+    def finished(self, run_id: str, *, resumed_from: int | None = None) -> Ended:
+        """The run wrote its ``result.json``: ingest it (and mirror it). A malformed file fails the run."""
+        from ablate.errors import StoreError
+
+        self.live.end(run_id)
+        try:
+            result = read_result(self.run_dir(run_id))
+        except StoreError as exc:
+            return self.failed(run_id, str(exc))
+        self._write(f"ingest {run_id}", lambda s: s.ingest(result), on_bad=lambda exc: self.failed(run_id, str(exc)))
+        if self.mirror is not None:
+            self.mirror.submit(result)
+        note = f"loss {result.summary['train_loss']:.4f}" if result.summary.get("train_loss") is not None else ""
+        if result.resumed_from:
+            note += f"  (resumed from step {result.resumed_from})"
+        return Ended(run_id, result.status, note.strip(), result=result)
+
+    def failed(self, run_id: str, error: str, traceback: str = "") -> Ended:
+        """The run crashed with ``error`` (its first line is what the user sees; the store keeps the traceback)."""
+        self.live.end(run_id)
+        text = f"{error}\n\n{traceback}".rstrip()
+        self._write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
+        if self.mirror is not None and run_id in self._configs:
+            self.mirror.submit(RunResult(run_id=run_id, config=self._configs[run_id], status="failed", error=text,
+                                         host=self.host))
+        return Ended(run_id, "failed", error.splitlines()[0][:200] if error else "", error=error)
+
+    def died(self, run_id: str, exitcode: int | None) -> Ended:
+        """The process training the run died (killed, out of memory): failed, resumable with ``--retry-failed``
+        (requeueing it could kill worker after worker on a run that exhausts memory)."""
+        msg = (f"the worker process died (exit code {exitcode}: killed, or out of memory) while training; "
+               "--retry-failed resumes it from its last checkpoint")
+        return self.failed(run_id, msg)
+
+    def pruned(self, run_id: str, *, step: int | None, value: float | None) -> Ended:
+        """The Optuna pruner stopped the run on purpose at ``step`` (its last reported value ``value``)."""
+        self.live.end(run_id)
+        self._write(f"mark {run_id} pruned",
+                    lambda s: s.mark_pruned(run_id=run_id, step=step, value=value, metric=self.metric))
+        return Ended(run_id, "pruned", f"at step {step}", step=step, value=value)
+
+    def interrupted(self, run_id: str, *, saved: bool = True) -> Ended:
+        """The run stopped on request: back to ``queued``, resumed from its checkpoint by the next run."""
+        self.live.end(run_id)
+        self._write(f"put {run_id} back in the queue", lambda s: s.mark_queued(run_id=run_id))
+        return Ended(run_id, "interrupted", "saved; the next run resumes it" if saved else "")
+
+    def busy(self, run_id: str) -> Ended:
+        """Another process holds the run's directory: nothing is recorded, it records its own run."""
+        return Ended(run_id, "busy", "another process holds its run directory")
+
+    def record(self, event: JobEvent) -> Ended | None:
+        """A pool event, recorded: ``Started`` claims, ``Progress`` streams, the rest end the run (-> ``Ended``)."""
+        rid = event.run_id
+        if isinstance(event, Started):
+            self.claim(rid, device=event.device, config=self._configs.get(rid, {}))
+            return None
+        if isinstance(event, Progress):
+            self.progress(rid, event.rows)
+            return None
+        if isinstance(event, Finished):
+            out: JobOutcome = event.outcome
+            if out.kind == "busy":
+                return self.busy(rid)
+            if out.kind == "pruned":
+                return self.pruned(rid, step=out.step, value=out.value)
+            return self.finished(rid, resumed_from=out.resumed_from)
+        if isinstance(event, Failed):
+            return self.failed(rid, event.error, event.traceback)
+        if isinstance(event, Died):
+            return self.died(rid, event.exitcode)
+        if isinstance(event, (Interrupted, Killed)):
+            return self.interrupted(rid, saved=isinstance(event, Interrupted))
+        raise AssertionError(f"unknown pool event {event!r}")
+
+    def expect(self, run_id: str, config: Mapping[str, Any]) -> None:
+        """The config of a run about to be dealt to a worker (its failure is mirrored with it)."""
+        self._configs[run_id] = dict(config)
+
+    # ------------------------------------------------------------ the store, resilient
+    def _write(self, what: str, fn: Callable[[Any], Any], *, on_bad: Callable[[Exception], Any] | None = None) -> None:
+        """One store write; when the store cannot be reached it is kept (in order) and replayed by ``tick``.
+
+        ``on_bad``: what to do when the store refuses the write itself (e.g. a malformed result): else it raises.
+        """
+        from ablate.errors import StoreError
+
+        with self._lock:
+            if self._outbox:  # the store is away: keep the order of the writes
+                self._outbox.append((what, fn))
+                return
+        try:
+            fn(self.store)
+        except StoreError as exc:
+            if on_bad is None:
+                raise
+            on_bad(exc)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            self._went_away(exc)
+            with self._lock:
+                self._outbox.append((what, fn))
+
+    def _went_away(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                self._next_try = self._down_since + self._backoff
+                log.warning("the store %s is unreachable (%s); training goes on, the results are kept in %s and "
+                            "recorded when it is back", self.where, _first_line(exc), self.home / layout.RUNS_DIR)
+
+    def _came_back(self) -> None:
+        with self._lock:
+            if self._down_since is not None:
+                log.warning("the store %s is back after %.0f s", self.where, time.monotonic() - self._down_since)
+            self._down_since, self._backoff = None, 1.0
+
+    def tick(self) -> None:
+        """Replay the writes kept while the store was away (with backoff), and record MLflow run ids."""
+        with self._lock:
+            due = self._outbox and time.monotonic() >= self._next_try
+        if due:
+            self._replay()
+        if self.mirror is not None:
+            for rid, mlflow_id in self.mirror.logged():
+                self._write(f"record {rid}'s MLflow run",
+                            lambda s, r=rid, m=mlflow_id: s.set_mlflow_run_id(run_id=r, mlflow_run_id=m))
+
+    def _replay(self) -> None:
+        while True:
+            with self._lock:
+                if not self._outbox:
+                    break
+                what, fn = self._outbox[0]
+            try:
+                fn(self.store)
+            except Exception as exc:  # noqa: BLE001 - unreachable again, or a write it now refuses
+                if is_unavailable(exc):
+                    with self._lock:
+                        self._backoff = min(RETRY_MAX_S, self._backoff * 2)
+                        self._next_try = time.monotonic() + self._backoff
+                    return
+                log.warning("could not %s in the store: %s", what, _first_line(exc))
+            with self._lock:
+                self._outbox.pop(0)
+        self._came_back()
+
+    def _write_progress(self, batch: Mapping[str, list[dict[str, Any]]]) -> bool:
+        """The live writer's flush: heartbeats and step rows of running runs (skipped while the store is away)."""
+        with self._lock:
+            if self._outbox:
+                return False
+        try:
+            self.store.record_progress(batch)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            self._went_away(exc)
+            return False
+        self._came_back()
+        return True
+
+    def store_down_s(self) -> float | None:
+        """Seconds since the store went away (None while it answers)."""
+        with self._lock:
+            return None if self._down_since is None else time.monotonic() - self._down_since
+
+    def pending_writes(self) -> int:
+        """Writes still kept for a store that went away."""
+        with self._lock:
+            return len(self._outbox)
+
+    def warnings(self) -> list[str]:
+        """What the user should hear about at the end (MLflow trouble)."""
+        return list(self.mirror.errors) if self.mirror is not None else []
+
+    def close(self, *, flush_s: float = 10.0, mirror_s: float = 300.0) -> None:
+        """Stop the live writer, let the mirror finish (up to ``mirror_s`` seconds), and try, for up to ``flush_s``
+        seconds, to write what was kept for a store that went away."""
+        self.live.close()
+        if self.mirror is not None:
+            self.mirror.close(timeout=mirror_s)
+        deadline = time.monotonic() + flush_s
+        while self.pending_writes() and time.monotonic() < deadline:
+            self._replay()
+            if self.pending_writes():
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        self.tick()
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return text.splitlines()[0] if text else type(orig).__name__
+
+
+def unmirrored(store: Any, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:
+    """Finished runs of ``grid`` among ``run_ids`` that MLflow never got (e.g. the last ``ablate run`` was
+    killed, or ran with ``--no-mlflow``): their results, to mirror now."""
+    wanted = {rid for rid in run_ids if (layout.run_dir(home, rid) / "result.json").is_file()}
+    if not wanted:
+        return []
+    frame = store.runs_frame(grid=grid)
+    out = []
+    for rid, mid in zip(frame["run_id"], frame["mlflow_run_id"], strict=True):
+        if rid in wanted and (mid is None or mid != mid):
+            try:
+                out.append(read_result(layout.run_dir(home, rid)))
+            except Exception:  # noqa: BLE001 - not a result: nothing to mirror
+                continue
+    return out

@@ -1,0 +1,195 @@
+"""What every ``ablate run`` does before anything trains, whatever the executor: the grid is loaded and expanded,
+the store opened, the grid registered, and each run triaged (``ablate.execute.triage``) with the one liveness rule.
+
+``open_grid(path, sets, home=, store=, retry_failed=, stale_after_s=, slurm=)`` -> ``Opened`` (a context manager
+that closes the store): the runs ``todo`` (resumed ones first), what was skipped and why, and who holds the runs
+that another process is training. A run that finished while nobody could record it (its ``result.json`` is
+complete but the store still has it ``queued`` or ``running``: the store was away, or the process recording it was
+killed) is ingested here, not trained again.
+
+Liveness (``Liveness``), the one rule for "is a ``running`` run's process alive", used by the triage and by
+``ablate status``: a run whose directory lock is held on this machine is alive (the lock file names its pid); one
+held by a Slurm job that squeue still lists is alive; one recorded on this host whose lock is free was cut off
+(the kernel dropped the lock with its process); one recorded on another host is alive until its heartbeat is
+``stale_after_s`` old.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate import layout
+from ablate.execute.locks import holder_pid, is_locked
+from ablate.execute.triage import Decision, triage
+from ablate.layout import CHECKPOINT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who trains a run now: a process on this machine (``pid``), a Slurm job, or a process on another host."""
+
+    host: str | None = None
+    pid: int | None = None
+    slurm_job: str | None = None
+
+    def __str__(self) -> str:
+        if self.slurm_job:
+            return f"Slurm job {self.slurm_job}"
+        if self.pid:
+            return f"pid {self.pid}"
+        return f"host {self.host}" if self.host else "another process"
+
+
+class Liveness:
+    """Whether the process of a ``running`` run is alive (see the module docstring).
+
+    ``running``: the store's running rows (``status_summary()["running"]``: ``run_id``, ``host``, ``stale``);
+    ``slurm_jobs``: ``{run_id: job id}`` of runs submitted to Slurm, ``live_jobs`` the ids squeue lists as alive.
+    """
+
+    def __init__(self, home: Path, running: Iterable[Mapping[str, Any]] = (), *, host: str | None = None,
+                 slurm_jobs: Mapping[str, str] | None = None, live_jobs: Iterable[str] = ()):
+        self.home = Path(home)
+        self.host = host or socket.gethostname()
+        self.running = {r["run_id"]: r for r in running}
+        self.slurm_jobs = dict(slurm_jobs or {})
+        self.live_jobs = set(live_jobs)
+
+    def holder(self, run_id: str) -> Holder | None:
+        """Who holds ``run_id`` now, or None when nobody does (a ``running`` record of it was cut off)."""
+        run_dir = layout.run_dir(self.home, run_id)
+        if is_locked(run_dir):
+            return Holder(self.host, holder_pid(run_dir))
+        job = self.slurm_jobs.get(run_id)
+        if job is not None and job in self.live_jobs:
+            return Holder(slurm_job=job)
+        row = self.running.get(run_id)
+        if row is None or job is not None or row.get("host") in (None, self.host):
+            return None  # on this host a free lock means its process is gone; a Slurm job squeue lost is gone
+        return None if row.get("stale") else Holder(row.get("host"))
+
+    def is_alive(self, run_id: str) -> bool:
+        """Whether a live process trains ``run_id`` now."""
+        return self.holder(run_id) is not None
+
+    def mark(self, running: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process is
+        known to be gone at once, on this host or from squeue, not just quiet)."""
+        for row in running:
+            alive = self.is_alive(row["run_id"])
+            row["gone"] = not alive and not row.get("stale")
+            row["stale"] = not alive
+        return running
+
+
+def slurm_liveness(store: Any, home: Path, running: Sequence[Mapping[str, Any]], run_ids: Iterable[str] | None = None
+                   ) -> Liveness:
+    """The liveness rule with the Slurm jobs of ``run_ids`` (all runs when None) asked of squeue."""
+    from ablate.execute.slurm_queue import alive, grid_slurm_runs
+
+    wanted = None if run_ids is None else set(run_ids)
+    jobs = {r["run_id"]: r["slurm_job_id"] for r in grid_slurm_runs(store)
+            if wanted is None or r["run_id"] in wanted}
+    return Liveness(home, running, slurm_jobs=jobs, live_jobs=alive(jobs.values()))
+
+
+@dataclass
+class Opened:
+    """A grid opened for running: its runs, the store (closed with this object), and the triage's answer."""
+
+    name: str
+    text: str
+    planned: list[Any]
+    store: Any
+    home: Path
+    decisions: list[Decision]
+    todo: list[Decision] = field(default_factory=list)  # resumed first, then new
+    skipped: dict[str, str] = field(default_factory=dict)  # run_id -> why
+    held: dict[str, Holder] = field(default_factory=dict)  # run_id -> who trains it now
+    reused: dict[str, str] = field(default_factory=dict)  # run_id -> status of a result found on disk and ingested
+    failed_before: list[str] = field(default_factory=list)  # skipped because they failed (--retry-failed)
+    liveness: Liveness | None = None
+
+    def __enter__(self) -> Opened:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+    def held_line(self) -> str | None:
+        """The one line saying which runs another process trains (None when none)."""
+        if not self.held:
+            return None
+        who = sorted({str(h) for h in self.held.values()})
+        return f"{len(self.held)} running in another process ({', '.join(who)}), skipped"
+
+
+def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: str | None, retry_failed: bool,
+              stale_after_s: float, slurm: bool = False) -> Opened:
+    """Load, expand, open the store, register the grid and triage its runs (see the module docstring)."""
+    from ablate.grid import expand, load_grid
+    from ablate.store import Store
+
+    grid = load_grid(path, sets)
+    planned = expand(grid)
+    home = Path(home).absolute() if slurm else Path(home)
+    opened_store = Store.open(store, home=home)
+    try:
+        opened = Opened(grid.name, grid.text, planned, opened_store, home, [])
+        _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s, slurm=slurm)
+    except BaseException:
+        opened_store.close()
+        raise
+    return opened
+
+
+def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float, slurm: bool) -> None:
+    store = o.store
+    ids = list(dict.fromkeys(p.run_id for p in o.planned))
+    before = store.statuses(run_ids=ids)
+    running = store.status_summary(stale_after_s=stale_after_s)["running"] if "running" in before.values() else []
+    if slurm and before:
+        o.liveness = slurm_liveness(store, o.home, running, ids)
+    else:
+        o.liveness = Liveness(o.home, running)
+    o.decisions = triage(o.planned, before, retry_failed=retry_failed, is_alive=o.liveness.is_alive,
+                         has_checkpoint=lambda rid: (layout.run_dir(o.home, rid) / CHECKPOINT).is_file())
+    store.register_grid(name=o.name, text=o.text, runs=o.planned)
+    todo = []
+    for d in o.decisions:
+        holder = o.liveness.holder(d.run_id) if d.action != "skip" or d.status == "running" else None
+        if holder is not None:  # training (or queued in a Slurm job) elsewhere, whatever the store says
+            o.held[d.run_id] = holder
+            o.skipped[d.run_id] = f"queued in {holder}" if holder.slurm_job else "running in another process"
+            continue
+        if d.action == "skip":
+            o.skipped[d.run_id] = d.reason
+            if d.status == "failed":
+                o.failed_before.append(d.run_id)
+            continue
+        if (status := _ingest_found(store, o.home, d.run_id)) is not None:
+            o.reused[d.run_id] = status
+            continue
+        if d.status in ("running", "failed"):
+            store.mark_queued(run_id=d.run_id)
+        todo.append(d)
+    o.todo = [d for d in todo if d.action == "resume"] + [d for d in todo if d.action == "train"]
+
+
+def _ingest_found(store: Any, home: Path, run_id: str) -> str | None:
+    """Ingest a complete ``result.json`` of a finished run already in its directory; its status, else None."""
+    from ablate.execute.job import finished_result
+
+    result = finished_result(layout.run_dir(home, run_id))
+    if result is None:
+        return None
+    store.ingest(result)
+    log.info("run %s had finished (%s) without being recorded: ingested its result.json", run_id, result.status)
+    return str(result.status)

@@ -1,0 +1,206 @@
+"""The run lifecycle every executor goes through, on a real store (SQLite and PostgreSQL): claim, live heartbeats
+and step metrics, each way a run ends, a pool event mapped onto them, the liveness rule, and the shared opening
+that ingests a result nobody recorded instead of training it again. The executors' own tests (test_executor,
+test_tune, test_slurm) run it end to end."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from store_data import planned, result
+
+from ablate.execute.lifecycle import Lifecycle
+from ablate.execute.locks import RunLock
+from ablate.execute.messages import Died, Failed, Finished, Interrupted, JobOutcome, Killed, Progress, Started
+from ablate.execute.opening import Holder, Liveness, open_grid
+from ablate.layout import run_dir
+from ablate.result import write_result
+
+HOST = socket.gethostname()
+
+
+@pytest.fixture
+def lifecycle(store, tmp_path):
+    store.register_grid(name="g", text="name: g", runs=[planned(i) for i in range(6)])
+    life = Lifecycle(store, home=tmp_path, live_every_s=0.05)
+    yield life
+    life.close()
+
+
+def _row(store, run_id):
+    return store.runs_frame(grid="g").set_index("run_id").loc[run_id]
+
+
+def _rows(n: int, start: int = 0) -> list[dict]:
+    return [{"step": s, "loss": 5.0 - 0.1 * s, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 100.0 + s}
+            for s in range(start, start + n)]
+
+
+def test_a_claimed_run_is_running_and_its_steps_reach_the_store_while_it_trains(lifecycle, store):
+    cfg = planned(0).config.model_dump(mode="json")
+    lifecycle.claim("run000", device="cuda:1", config=cfg)
+    row = _row(store, "run000")
+    assert (row["status"], row["host"], row["device"]) == ("running", HOST, "cuda:1")
+    lifecycle.progress("run000", _rows(10))
+    assert lifecycle.live.flush()
+    row = _row(store, "run000")
+    assert (row["steps"], row["heartbeat_step"], row["train_loss"], row["tokens_per_s"]) == (10, 9, 5.0 - 0.9, 109.0)
+    curves = store.curves(run_ids=["run000"], metrics=["loss"])
+    assert list(curves["step"]) == list(range(10))
+    # a resumed run reports steps 8 and 9 again: still one point per step
+    lifecycle.progress("run000", _rows(5, start=8))
+    lifecycle.live.flush()
+    assert list(store.curves(run_ids=["run000"], metrics=["loss"])["step"]) == list(range(13))
+    assert _row(store, "run000")["steps"] == 13
+
+
+def test_heartbeats_go_on_without_steps_and_stop_when_the_run_ends(lifecycle, store):
+    lifecycle.claim("run001", device="cpu", config={})
+    first = _row(store, "run001")["heartbeat"]
+    time.sleep(1.2)  # the store keeps seconds
+    assert _row(store, "run001")["heartbeat"] > first  # evaluating: no step, still alive
+    lifecycle.interrupted("run001")
+    row = _row(store, "run001")
+    assert row["status"] == "queued" and row["heartbeat"] is None
+    time.sleep(0.2)
+    assert _row(store, "run001")["heartbeat"] is None
+
+
+def test_finished_ingests_the_result_once_whatever_was_streamed(lifecycle, store, tmp_path):
+    lifecycle.claim("run002", device="cpu", config={})
+    lifecycle.progress("run002", _rows(40))
+    lifecycle.live.flush()
+    res = result(2)
+    write_result(res, run_dir(tmp_path, "run002"))
+    ended = lifecycle.finished("run002")
+    assert ended.kind == "done" and ended.result == res and ended.note.startswith("loss ")
+    lifecycle.progress("run002", _rows(3))  # late rows of an ended run are ignored
+    lifecycle.live.flush()
+    row = _row(store, "run002")
+    assert row["status"] == "done" and row["train_loss"] == pytest.approx(res.summary["train_loss"])
+    assert row["tokens_per_s"] == 1000.0  # the result's, not the last live value
+    curves = store.curves(run_ids=["run002"])
+    assert curves.groupby("metric")["step"].agg(lambda s: s.is_unique).all()
+    assert list(curves[curves["metric"] == "loss"]["value"]) == pytest.approx(res.metrics["loss"])
+
+
+def test_each_other_end(lifecycle, store, tmp_path):
+    for rid in ("run001", "run002", "run003", "run004"):
+        lifecycle.claim(rid, device="cpu", config={})
+    ended = lifecycle.failed("run001", "ValueError: bad [thing]", "Traceback ...")
+    assert (ended.kind, ended.note, ended.error) == ("failed", "ValueError: bad [thing]", "ValueError: bad [thing]")
+    assert _row(store, "run001")["error"] == "ValueError: bad [thing]\n\nTraceback ..."
+    ended = lifecycle.died("run002", -9)
+    assert ended.kind == "failed" and "exit code -9" in _row(store, "run002")["error"]
+    assert "--retry-failed resumes it" in ended.error
+    ended = lifecycle.pruned("run003", step=5, value=300.0)
+    row = _row(store, "run003")
+    assert (ended.kind, ended.step, row["status"], row["steps"]) == ("pruned", 5, "pruned", 5)
+    assert pd.isna(row["error"])  # stopped on purpose: not a crash
+    assert lifecycle.busy("run004").kind == "busy" and _row(store, "run004")["status"] == "running"
+    (run_dir(tmp_path, "run004")).mkdir(parents=True)
+    (run_dir(tmp_path, "run004") / "result.json").write_text('{"run_id": "run004", "sta')  # cut off
+    ended = lifecycle.finished("run004")
+    assert ended.kind == "failed" and "not a complete result file" in _row(store, "run004")["error"]
+
+
+def test_pool_events_map_onto_the_lifecycle(lifecycle, store, tmp_path):
+    lifecycle.expect("run000", planned(0).config.model_dump(mode="json"))
+    assert lifecycle.record(Started("run000", pid=1, device="cpu")) is None
+    assert lifecycle.record(Progress("run000", tuple(_rows(3)))) is None
+    write_result(result(0), run_dir(tmp_path, "run000"))
+    assert lifecycle.record(Finished("run000", JobOutcome("trained", status="done"))).kind == "done"
+    assert lifecycle.record(Finished("run001", JobOutcome("busy"))).kind == "busy"
+    assert lifecycle.record(Finished("run002", JobOutcome("pruned", step=3, value=9.0))).kind == "pruned"
+    assert lifecycle.record(Failed("run003", "KeyError: 'x'", "tb")).error == "KeyError: 'x'"
+    assert lifecycle.record(Died("run004", exitcode=-9)).kind == "failed"
+    assert lifecycle.record(Interrupted("run005", started=True)).kind == "interrupted"
+    assert lifecycle.record(Killed("run005", exitcode=-9)).note == ""
+    statuses = store.statuses(run_ids=[f"run00{i}" for i in range(6)])
+    assert statuses == {"run000": "done", "run001": "queued", "run002": "pruned", "run003": "failed",
+                        "run004": "failed", "run005": "queued"}
+
+
+# ---------------------------------------------------------------- liveness
+
+
+def _hold(path: str, ready, release) -> None:  # a spawned process that holds a run directory's lock
+    lock = RunLock(Path(path))
+    assert lock.acquire()
+    ready.set()
+    release.wait(30)
+
+
+def test_liveness_lock_pid_this_host_other_hosts_and_slurm(tmp_path):
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(run_dir(tmp_path, "held")), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with RunLock(run_dir(tmp_path, "cut")) as cut:  # taken and dropped: a lock file nobody holds
+            assert cut.acquire()
+        rows = [{"run_id": r, "host": h, "stale": s} for r, h, s in (
+            ("held", HOST, False), ("cut", HOST, False), ("far", "node7", False), ("quiet", "node7", True),
+            ("job", HOST, False))]
+        live = Liveness(tmp_path, rows, slurm_jobs={"job": "12_3", "lost": "12_4"}, live_jobs={"12_3"})
+        assert live.holder("held") == Holder(HOST, holder.pid)
+        assert str(live.holder("held")) == f"pid {holder.pid}"
+        assert live.holder("cut") is None  # this host, lock free: its process is gone, at once
+        assert live.holder("far") == Holder("node7") and not live.is_alive("quiet")
+        assert str(live.holder("job")) == "Slurm job 12_3" and not live.is_alive("lost")
+        marked = {r["run_id"]: (r["stale"], r["gone"]) for r in live.mark([dict(r) for r in rows])}
+        assert marked == {"held": (False, False), "cut": (True, True), "far": (False, False),
+                          "quiet": (True, False), "job": (False, False)}
+    finally:
+        release.set()
+        holder.join()
+    assert not Liveness(tmp_path, rows).is_alive("held")  # the holder exited: the kernel dropped its lock
+
+
+# ---------------------------------------------------------------- the opening
+
+
+GRID = """
+name: opened
+base:
+  model: {preset: tiny}
+  data: {seq_len: 32, train: [{kind: builtin, name: arithmetic}], heldout: {a: {kind: builtin, name: arithmetic}}}
+  train: {steps: 5, batch_size: 4}
+grid:
+  variant: [baseline, sdpa-elementwise, sdpa-headwise]
+"""
+
+
+def test_the_opening_triages_and_ingests_a_result_nobody_recorded(tmp_path, store_url):
+    path = tmp_path / "g.yaml"
+    path.write_text(GRID)
+    home = tmp_path / "home"
+    with open_grid(path, home=home, store=store_url, retry_failed=False, stale_after_s=300) as o:
+        assert len(o.todo) == 3 and all(d.action == "train" for d in o.todo) and not o.skipped
+        a, b, c = (d.run for d in o.todo)
+        o.store.mark_running(run_id=a.run_id, host=HOST, device="cpu")
+        o.store.mark_running(run_id=b.run_id, host=HOST, device="cpu")
+        o.store.mark_failed(run_id=c.run_id, error="boom")
+    # a finished while the store could not hear it: its result.json is there, complete
+    write_result(result(0).model_copy(update={"run_id": a.run_id, "config": a.config.model_dump(mode="json")}),
+                 run_dir(home, a.run_id))
+    lock = RunLock(run_dir(home, b.run_id))
+    assert lock.acquire()  # b is being trained by a live process of this machine (this one)
+    try:
+        with open_grid(path, home=home, store=store_url, retry_failed=False, stale_after_s=300) as o:
+            assert o.reused == {a.run_id: "done"} and o.store.statuses(run_ids=[a.run_id])[a.run_id] == "done"
+            assert o.held == {b.run_id: Holder(HOST, os.getpid())}
+            assert o.held_line() == f"1 running in another process (pid {os.getpid()}), skipped"
+            assert o.failed_before == [c.run_id] and o.todo == []
+    finally:
+        lock.release()
+    with open_grid(path, home=home, store=store_url, retry_failed=True, stale_after_s=300) as o:
+        assert sorted(d.run_id for d in o.todo) == sorted([b.run_id, c.run_id])  # b was cut off; c retried
+        assert set(o.store.statuses(run_ids=[b.run_id, c.run_id]).values()) == {"queued"}
