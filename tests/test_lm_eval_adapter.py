@@ -1,4 +1,5 @@
-"""The lm-eval adapter, offline: task YAMLs over a local JSONL file; its loglikelihoods equal a direct forward pass."""
+"""The lm-eval adapter, offline: task YAMLs over a local JSONL file; its loglikelihoods equal a direct forward pass
+encoded by lm-eval's rules (a context's trailing spaces join the continuation; an empty context is end-of-text)."""
 
 from __future__ import annotations
 
@@ -42,11 +43,12 @@ def setup(tmp_path_factory):
 
 
 def _direct_logprob(model, tok, context: str, continuation: str) -> float:
-    ids = [tok.eos_id, *tok.encode(context + continuation)]
-    n_ctx = 1 + len(tok.encode(context))
+    cut = len(context.rstrip())  # lm-eval moves the context's trailing spaces into the continuation
+    ctx = tok.encode(context[:cut]) or [tok.eos_id]
+    ids = ctx + tok.encode(context[cut:] + continuation)
     with torch.no_grad():
         logp = model(torch.tensor([ids[:-1]])).logits[0].log_softmax(-1)
-    return sum(float(logp[i - 1, ids[i]]) for i in range(n_ctx, len(ids)))
+    return sum(float(logp[i - 1, ids[i]]) for i in range(len(ctx), len(ids)))
 
 
 def test_loglikelihoods_equal_direct_forward(setup):
@@ -56,7 +58,7 @@ def test_loglikelihoods_equal_direct_forward(setup):
 
     _, model, tok = setup
     lm = make_lm(model, tok, batch_size=2)
-    pairs = [(d["question"], c) for d in DOCS for c in d["choices"]] + [("", "Hello")]
+    pairs = [(d["question"], c) for d in DOCS for c in d["choices"]] + [("", "Hello"), ("It is ", "42")]
     reqs = [Instance("loglikelihood", {}, p, i) for i, p in enumerate(pairs)]
     got = lm.loglikelihood(reqs)
     for (ctx, cont), (lp, greedy) in zip(pairs, got, strict=True):
@@ -97,7 +99,7 @@ def test_generate_until_is_greedy_and_stops(setup):
     _, model, tok = setup
     lm = make_lm(model, tok)
     (text,) = lm.generate_until([Instance("generate_until", {}, ("The sky is", {"max_gen_toks": 5}), 0)])
-    ids = [tok.eos_id, *tok.encode("The sky is")]
+    ids = tok.encode("The sky is")
     with torch.no_grad():
         for _ in range(5):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))

@@ -1,51 +1,53 @@
-"""``ablate export RUN_ID --format hf``: a run directory's checkpoint as a Qwen3 folder that transformers loads with
-the same logits; a gated variant is refused with exit 2. (Interop, beside the lm-eval adapter's tests.)"""
+"""A real client nobody here wrote: lm-eval's own ``hf`` model, pointed at a folder ``ablate export`` wrote, scores
+ablate's offline tasks with the same loglikelihoods (and greedy generations) as the project's adapter on the
+run's checkpoint, request by request. Weights at O(1) scale (tests/export_runs.py)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-from typer.testing import CliRunner
+from export_runs import make_run
 
-from ablate.ablations import apply_variant, build_model
-from ablate.cli import app
-from ablate.config import RunConfig
+TASKS = ["ablate_mqar", "ablate_niah_single", "ablate_vt"]
 
 
-def _fake_run(home, run_id: str, variant: str) -> torch.nn.Module:
-    """A run directory laid out as the runner leaves it: ``checkpoints/last.ckpt`` with ``model.``-prefixed weights
-    and the resolved run config."""
-    config = RunConfig(model={"preset": "tiny"}, variant=variant)
-    torch.manual_seed(0)
-    model = build_model(apply_variant(config.model, config.variant)).eval()
-    ckpt = home / "runs" / run_id / "checkpoints" / "last.ckpt"
-    ckpt.parent.mkdir(parents=True)
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                "run_config": config.model_dump(mode="json")}, ckpt)
-    return model
+def _samples(res: dict) -> dict[tuple[str, int], list]:
+    """``(task, doc_id) -> [response, ...]`` of one lm-eval run with ``log_samples``."""
+    return {(task, s["doc_id"]): [r for r in s["filtered_resps"]] for task, samples in res["samples"].items()
+            for s in samples}
 
 
-def test_export_baseline_loads_in_transformers(tmp_path):
-    model = _fake_run(tmp_path, "abc123", "baseline")
-    out = tmp_path / "hf"
-    res = CliRunner().invoke(app, ["export", "abc123", "--format", "hf", "--out", str(out), "--home", str(tmp_path)])
-    assert res.exit_code == 0, res.output
-    assert "exported abc123 (hf)" in res.output and "no tokenizer written: 'byte'" in res.output
-    from transformers import AutoModelForCausalLM
+@pytest.mark.parametrize("variant", ["sdpa-headwise"])
+def test_lm_eval_hf_model_on_the_export_equals_the_adapter(tmp_path, monkeypatch, variant: str):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import lm_eval
 
-    hf = AutoModelForCausalLM.from_pretrained(out).eval()
-    idx = torch.randint(0, 257, (2, 24))
-    with torch.no_grad():
-        torch.testing.assert_close(hf(idx).logits, model(idx).logits, atol=1e-4, rtol=1e-4)
+    from ablate.layout import run_dir
+    from ablate.runner.export import export_run
+    from ablate.runner.lm_eval_adapter import flat_metrics, lm_eval_class, task_manager
 
-
-@pytest.mark.parametrize("args,match", [
-    (["export", "zzz", "--out", "x"], "no run 'zzz'"),
-    (["export", "gated", "--out", "x", "--format", "gguf"], "unknown export format 'gguf'; allowed: hf"),
-    (["export", "gated", "--out", "x"], "cannot express"),
-], ids=["unknown-run", "unknown-format", "gated-variant"])
-def test_export_refusals(tmp_path, args, match):
-    _fake_run(tmp_path, "gated", "sdpa-elementwise")
-    res = CliRunner().invoke(app, [*args[:3], str(tmp_path / args[3]), *args[4:], "--home", str(tmp_path)])
-    assert res.exit_code == 2
-    assert match in " ".join(res.output.split())
+    rid, _, _ = make_run(tmp_path, variant=variant, data={"seq_len": 256})
+    out = tmp_path / "export"
+    export_run(tmp_path, rid, out)
+    manager = task_manager(TASKS)
+    common = dict(tasks=TASKS, task_manager=manager, limit=2, log_samples=True, bootstrap_iters=0)
+    theirs = lm_eval.simple_evaluate(
+        model="hf", model_args={"pretrained": str(out), "dtype": "float32", "device": "cpu"}, batch_size=4, **common)
+    ours = lm_eval.simple_evaluate(model=lm_eval_class()(pretrained=str(run_dir(tmp_path, rid)), batch_size=4),
+                                   **common)
+    assert theirs["n-samples"] == ours["n-samples"]
+    a, b = _samples(theirs), _samples(ours)
+    assert a.keys() == b.keys() and len(a) == 2 * len(TASKS)
+    compared = 0
+    for key, responses in a.items():
+        for x, y in zip(responses, b[key], strict=True):
+            if isinstance(x, str):  # ablate_vt: the greedy continuation
+                assert x == y, key
+            else:  # (loglikelihood, is_greedy) per choice, or one
+                x, y = (x, y) if isinstance(x, list | tuple) and isinstance(x[0], list | tuple) else ([x], [y])
+                for (lp_x, greedy_x), (lp_y, greedy_y) in zip(x, y, strict=True):
+                    assert lp_x == pytest.approx(lp_y, abs=1e-4, rel=1e-6), key
+                    assert bool(greedy_x) == bool(greedy_y), key
+                    compared += 1
+    assert compared >= 2 * 2  # every choice of every MQAR example, and the needles' loglikelihoods
+    assert flat_metrics(theirs) == pytest.approx(flat_metrics(ours), rel=1e-4)  # perplexity: exp of a sum

@@ -1,9 +1,12 @@
 """lm-evaluation-harness bridge: an ``lm_eval`` model class (registered as ``ablate``) over an ablate model.
 
 ``AblateLM(model=..., tokenizer=...)`` wraps a model in memory; ``AblateLM(pretrained=RUN_DIR)`` loads a run's
-final checkpoint (``lm_eval --model ablate --model_args pretrained=ablate-runs/runs/<id>``). Every text is scored
-after the tokenizer's end-of-text token, as documents start in training. ``evaluate_lm_eval`` runs lm-eval tasks
-(any task lm-eval knows, plus YAML files under ``include_path``) and flattens the metrics to ``bench/<task>/<metric>``.
+final checkpoint (``lm_eval --model ablate --model_args pretrained=ablate-runs/runs/<id>``). It is lm-eval's own
+``TemplateLM``: requests are encoded by lm-eval's rules (trailing spaces of a context move to the continuation, an
+empty context is the end-of-text token, rolling windows start with it), exactly as lm-eval's ``hf`` model encodes
+them for the same model exported by ``ablate export``, so both give the same loglikelihoods.
+``evaluate_lm_eval`` runs lm-eval tasks (any task lm-eval knows, ablate's offline ``ablate_*`` tasks, and YAML
+files under ``include_path``) and flattens the metrics to ``bench/<task>/<metric>``.
 
 lm_eval is imported only when a class or an evaluation is asked for (``lm_eval_class()``), never at import.
 """
@@ -73,16 +76,16 @@ def greedy_generate(model: Any, prompt: list[int], *, max_new: int, device: Any,
 
 @functools.cache
 def lm_eval_class() -> type:
-    """The ``lm_eval.api.model.LM`` subclass for ablate models, registered in lm_eval as ``ablate``."""
+    """The ``lm_eval.api.model.TemplateLM`` subclass for ablate models, registered in lm_eval as ``ablate``."""
     import torch
-    from lm_eval.api.model import LM
+    from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
     @register_model("ablate")
-    class AblateLM(LM):
-        """An ablate model + tokenizer for lm-evaluation-harness: loglikelihood, rolling loglikelihood, greedy
-        generation. Contexts longer than ``max_length`` tokens are cut from the left."""
+    class AblateLM(TemplateLM):
+        """An ablate model + tokenizer for lm-evaluation-harness: loglikelihood (lm-eval's encoding), rolling
+        loglikelihood, greedy generation. Inputs longer than ``max_length`` tokens are cut from the left."""
 
         def __init__(self, model: Any = None, tokenizer: Any = None, *, pretrained: str | None = None,
                      device: str = "cpu", batch_size: int | str = 8, max_length: int | None = None,
@@ -105,16 +108,16 @@ def lm_eval_class() -> type:
         def eot_token_id(self) -> int:
             return self.tok.eos_id
 
-        def tok_encode(self, text: str) -> list[int]:
-            return list(self.tok.encode(text)) if text else []
+        def tok_encode(self, string: str, add_special_tokens: bool | None = None, **_: Any) -> list[int]:
+            return list(self.tok.encode(string)) if string else []  # ablate's tokenizers add no special tokens
 
-        def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-            # Encode the whole so tokens merging across the boundary are scored as the model would see them.
-            ctx = self.tok_encode(context)
-            whole = self.tok_encode(context + continuation)
-            if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
-                return [self.eot_token_id, *ctx], whole[len(ctx):]
-            return [self.eot_token_id, *ctx], self.tok_encode(continuation)
+        def _loglikelihood_tokens(self, requests: list[Any], disable_tqdm: bool = False,
+                                  **_: Any) -> list[tuple[float, bool]]:
+            results = self._score([(c or [self.eot_token_id], t) for _, c, t in requests])
+            for (args, _, _), res in zip(requests, results, strict=True):
+                if args is not None:
+                    self.cache_hook.add_partial("loglikelihood", args, res)
+            return results
 
         def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
             cut = []
@@ -132,25 +135,19 @@ def lm_eval_class() -> type:
                         results[i] = r
             return results
 
-        def loglikelihood(self, requests: list[Any]) -> list[tuple[float, bool]]:
-            results = self._score([self._split(*req.args) for req in requests])
-            for req, res in zip(requests, results, strict=True):
-                self.cache_hook.add_partial("loglikelihood", req.args, res)
-            return results
-
-        def loglikelihood_rolling(self, requests: list[Any]) -> list[float]:
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
             out = []
             for req in requests:
                 (text,) = req.args
                 windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
-                    self.tok_encode(text), prefix_token=self.eot_token_id, max_seq_len=self.max_length,
+                    self.tok_encode(text), prefix_token=self.prefix_token_id, max_seq_len=self.max_length,
                     context_len=1)]
                 total = sum(lp for lp, _ in self._score(windows))
                 self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
                 out.append(total)
             return out
 
-        def generate_until(self, requests: list[Any]) -> list[str]:
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             out = []
             for req in requests:
                 context, kwargs = req.args
@@ -158,7 +155,7 @@ def lm_eval_class() -> type:
                 until = kwargs.get("until") or []
                 until = [until] if isinstance(until, str) else list(until)
                 max_new = int(kwargs.get("max_gen_toks", self.max_gen_toks))
-                prompt = [self.eot_token_id, *self.tok_encode(context)][-max(self.max_length - max_new, 1):]
+                prompt = (self.tok_encode(context) or [self.eot_token_id])[-max(self.max_length - max_new, 1):]
                 with torch.inference_mode():
                     text = greedy_generate(self.model, prompt, max_new=max_new, device=self._device, stop=until,
                                            eos_id=self.eot_token_id, decode=self.tok.decode)
@@ -174,29 +171,88 @@ def make_lm(model: Any, tokenizer: Any, **kwargs: Any) -> Any:
     return lm_eval_class()(model=model, tokenizer=tokenizer, **kwargs)
 
 
+# lm-eval metrics that are fractions of examples: ``bench/<task>`` shows them in %, as ablate's own benchmarks
+FRACTION_METRICS = ("acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "f1")
+
+
 def _metric_name(key: str) -> str:
     metric, _, filt = key.partition(",")
     return metric if filt in ("", "none") else f"{metric}.{filt}"
 
 
-def evaluate_lm_eval(model: Any, tokenizer: Any, tasks: list[str], *, include_path: str | Path | None = None,
-                     limit: int | float | None = None, num_fewshot: int | None = None, device: str = "cpu",
-                     batch_size: int = 8, max_length: int | None = None, seed: int = 0) -> dict[str, float]:
-    """Run lm-evaluation-harness ``tasks`` on ``model``: ``{"bench/<task>/<metric>": value}`` (stderr left out;
-    ``acc,none`` becomes ``acc``, another filter ``metric.filter``). Nothing is downloaded by ablate; a task whose
-    data is not on this machine fails inside lm-eval."""
-    import lm_eval
+def task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str | Path] | None = None) -> Any:
+    """lm-eval's ``TaskManager`` over ablate's offline tasks (``ablate.runner.lm_eval_tasks``) and
+    ``include_path``; lm-eval's own catalogue (thousands of YAMLs, seconds to index) only when a task is in
+    neither. An unknown task or a missing folder is a UserInputError."""
     from lm_eval.tasks import TaskManager
 
+    from ablate.errors import UserInputError, did_you_mean
+    from ablate.runner.lm_eval_tasks import TASKS_DIR
+
+    given = [] if include_path is None else [include_path] if isinstance(include_path, str | Path) else include_path
+    for path in given:
+        if not Path(path).is_dir():
+            raise UserInputError(f"--include-path {path}: not a directory of lm-eval task YAMLs")
+    paths = [str(TASKS_DIR), *map(str, given)]
+    manager = TaskManager(include_path=paths, include_defaults=False)
+    if not all(t in manager.all_tasks for t in tasks):
+        manager = TaskManager(include_path=paths)
+    for task in tasks:
+        if task not in manager.all_tasks:
+            raise UserInputError(f"unknown lm-eval task {task!r}{did_you_mean(task, manager.all_tasks)}: not one "
+                                 "of lm-eval's, ablate's offline ablate_* tasks, or a YAML under --include-path")
+    return manager
+
+
+def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
+                include_path: str | Path | Sequence[str | Path] | None = None, limit: int | float | None = None,
+                num_fewshot: int | None = None, device: str = "cpu", batch_size: int = 8,
+                max_length: int | None = None, seed: int = 0, log_samples: bool = False) -> dict[str, Any]:
+    """lm-evaluation-harness ``tasks`` on ``model``: lm-eval's own results dict (``results``, ``n-samples``,
+    ``higher_is_better``, ``configs``, ...). Nothing is downloaded by ablate; a task whose data is not on this
+    machine fails inside lm-eval."""
+    import lm_eval
+
     lm = make_lm(model, tokenizer, device=device, batch_size=batch_size, max_length=max_length)
-    manager = TaskManager(include_path=str(include_path) if include_path else None)
-    res = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot,
-                                  log_samples=False, random_seed=seed, numpy_random_seed=seed,
-                                  torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=0)
+    res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=task_manager(tasks, include_path),
+                                  limit=limit, num_fewshot=num_fewshot, log_samples=log_samples, random_seed=seed,
+                                  numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+                                  bootstrap_iters=0)
+    return dict(res or {})
+
+
+def flat_metrics(res: dict[str, Any]) -> dict[str, float]:
+    """``{"bench/<task>/<metric>": value}`` from lm-eval's results (stderr left out; ``acc,none`` becomes ``acc``,
+    another filter ``metric.filter``)."""
     out: dict[str, float] = {}
-    for task, metrics in (res or {}).get("results", {}).items():
+    for task, metrics in res.get("results", {}).items():
         for key, value in metrics.items():
             if "," not in key or "_stderr" in key or not isinstance(value, int | float):
                 continue
             out[f"bench/{task}/{_metric_name(key)}"] = float(value)
     return out
+
+
+def primary_scores(res: dict[str, Any]) -> dict[str, tuple[str, float]]:
+    """Per task (and group) of lm-eval's results: ``(metric, score)``, its first higher-is-better metric (in
+    the task's ``metric_list`` order), in % when it is a fraction of examples (``FRACTION_METRICS``)."""
+    out: dict[str, tuple[str, float]] = {}
+    for task, metrics in res.get("results", {}).items():
+        better = res.get("higher_is_better", {}).get(task, {})
+        for key, value in metrics.items():
+            name = key.partition(",")[0]
+            if "," not in key or "_stderr" in key or not isinstance(value, int | float) or not better.get(name):
+                continue
+            out[task] = (_metric_name(key), float(value) * (100.0 if name in FRACTION_METRICS else 1.0))
+            break
+    return out
+
+
+def evaluate_lm_eval(model: Any, tokenizer: Any, tasks: list[str], *, include_path: str | Path | None = None,
+                     limit: int | float | None = None, num_fewshot: int | None = None, device: str = "cpu",
+                     batch_size: int = 8, max_length: int | None = None, seed: int = 0) -> dict[str, float]:
+    """Run lm-evaluation-harness ``tasks`` on ``model``: ``{"bench/<task>/<metric>": value}`` (see
+    ``run_lm_eval`` and ``flat_metrics``)."""
+    return flat_metrics(run_lm_eval(model, tokenizer, tasks, include_path=include_path, limit=limit,
+                                    num_fewshot=num_fewshot, device=device, batch_size=batch_size,
+                                    max_length=max_length, seed=seed))

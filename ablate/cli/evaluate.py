@@ -1,0 +1,79 @@
+"""lm-evaluation-harness on finished runs: ``ablate eval``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from ablate.cli.common import (
+    HomeOpt,
+    StoreOpt,
+    app,
+    echo_json,
+    handles_errors,
+    home_dir,
+    open_store,
+    print_wide,
+)
+
+TASKS_HELP = ("comma list of lm-eval tasks: ablate's offline ablate_mqar, ablate_niah_multikey, ablate_niah_single, "
+              "ablate_vt (all four: ablate), any lm-eval task whose data is on this machine, or a task YAML under "
+              "--include-path")
+
+
+@app.command("eval")
+@handles_errors
+def eval_cmd(
+    tasks: Annotated[str, typer.Option("--tasks", help=TASKS_HELP, show_default=False)],
+    run_ids: Annotated[list[str] | None, typer.Argument(help="runs to score (ids as in `ablate runs`)",
+                                                        show_default=False)] = None,
+    grid: Annotated[str | None, typer.Option("--grid", help="score every finished run of this grid")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N examples per task")] = None,
+    include_path: Annotated[list[Path] | None, typer.Option(
+        "--include-path", help="a folder of lm-eval task YAMLs (repeatable)")] = None,
+    device: Annotated[str, typer.Option("--device", help="where the model runs: cpu, cuda, cuda:1, ...")] = "cpu",
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="requests per forward pass")] = 8,
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Score finished runs with lm-evaluation-harness and store the scores as bench/<task> columns (`ablate runs`,
+    the reports). A rerun scores only what is missing; exit 1 if a run could not be scored."""
+    from ablate.execute.evaluate import RunScores, evaluate_runs, select_runs
+
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notes; failures still show
+    names = [t.strip() for t in tasks.split(",") if t.strip()]
+
+    def report(res: RunScores) -> None:
+        what = f"failed: {res.error}" if res.error else (
+            f"scored {', '.join(res.scored)}" if res.scored else "already scored")
+        typer.echo(f"{res.run_id}: {what}", err=True)
+
+    with open_store(home, store) as opened:
+        chosen = select_runs(opened, run_ids or [], grid)
+        results = evaluate_runs(opened, home_dir(home), chosen, names, limit=limit, include_path=include_path or [],
+                                device=device, batch_size=batch_size, on_run=report)
+    if fmt == "json":
+        echo_json([vars(r) for r in results])
+    else:
+        print_wide(_table(results))
+    raise typer.Exit(1 if any(r.error for r in results) else 0)
+
+
+def _table(results: list[Any]) -> Any:
+    from rich.table import Table
+
+    columns = list(dict.fromkeys(k for r in results for k in r.scores))
+    table = Table(title=f"ablate eval: {len(results)} run{'s' * (len(results) != 1)}")
+    table.add_column("run", no_wrap=True, style="bold")
+    for c in columns:
+        table.add_column(c, justify="right")
+    table.add_column("note")
+    for r in results:
+        cells = ["-" if r.scores.get(c) is None else f"{r.scores[c]:.1f}" for c in columns]
+        note = r.error or ("scored now" if r.scored else "already scored")
+        table.add_row(r.run_id, *cells, note)
+    return table
