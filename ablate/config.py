@@ -1,8 +1,13 @@
 """``RunConfig``: the one complete description of a run (model, data, train, eval, variant, seed).
 
 Everything that changes a run's behaviour is a field here, with a documented default. The resolved config
-(``run.model_dump(mode="json")``) is what the run id hashes, what MLflow records as params and what the store
-keeps. Importing this module never imports torch.
+(``run.model_dump(mode="json")``) is what MLflow records as params and what the store keeps; the run id hashes
+its fields that differ from their defaults, with ``CONFIG_VERSION`` (``ablate/grid/ids.py``). Importing this
+module never imports torch.
+
+Adding a field: give it a default that keeps today's behaviour; no run id changes. Then record it:
+``python -m ablate.grid.defaults --record``. Changing a default's value (or a preset's, or a rule that fills an
+omitted field): bump ``CONFIG_VERSION``, record, and tell users to run ``ablate db rehash``.
 """
 
 from __future__ import annotations
@@ -13,19 +18,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ablate.ablations.config import ModelConfig
 
+# What a field left out of a config means: bumped by hand when a default's value changes (ablate/grid/ids.py)
+CONFIG_VERSION = 1
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-BUILTIN_CORPORA = ("python-code", "python-docs", "arithmetic")
+BUILTIN_CORPORA = ("python-code", "python-docs", "arithmetic", "bigram-backcopy")
 
 
 class SourceConfig(_Strict):
     """One data source.
 
     - ``builtin``: ``name`` is ``python-code`` (the running Python's standard library source), ``python-docs``
-      (its documentation text: pydoc topics and docstrings) or ``arithmetic`` (a synthetic stream).
+      (its documentation text: pydoc topics and docstrings), ``arithmetic`` or ``bigram-backcopy`` (synthetic
+      streams; see ``ablate.runner.corpora``).
     - ``text``: ``path`` is a file, directory or glob of text files.
     - ``jsonl``: ``path`` (file or glob) of JSON lines; ``field`` holds the text.
     - ``tokens``: ``path`` (file or glob) of flat pre-tokenized binary shards; ``dtype`` uint16 or uint32.
@@ -141,7 +150,14 @@ class TrainConfig(_Strict):
     compile: bool = False
     checkpoint_every: int = Field(100, ge=1)
     devices: int = Field(1, ge=1)
-    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
+    strategy: Literal["auto", "ddp", "fsdp"] = Field(
+        "auto", description="'fsdp': parameters, gradients and optimizer state sharded over the devices (FSDP2, "
+                            "one unit per decoder block); 'ddp' or 'auto': replicated"
+    )
+    activation_checkpointing: bool = Field(
+        False, description="keep only each decoder block's input for the backward pass and recompute the rest "
+                           "(less activation memory, about a third more compute)"
+    )
     spike_window: int = Field(50, ge=2, description="trailing steps a loss spike is measured against")
     spike_sigma: float = Field(6.0, gt=0, description="a spike is a loss above mean + sigma * std of the window")
     diverge_factor: float = Field(2.0, gt=1, description="loss above factor x its best ...")
@@ -275,7 +291,7 @@ def stage_configs(config: RunConfig) -> list[RunConfig]:
             section, name = path.split(".")
             current = {**current, section: {**current[section], name: value}}
         try:
-            out.append(RunConfig.model_validate(current))
+            out.append(type(config).model_validate(current))
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             loc = ".".join(str(p) for p in err["loc"])

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ablate.ablations import apply_variant, count_params
-from ablate.config import RunConfig
+from ablate.config import CONFIG_VERSION, RunConfig
 from ablate.errors import ConfigError
 from ablate.grid import canonical_json, expand, load_grid, parse_grid, run_id
 from ablate.grid.ids import canonical
@@ -91,9 +91,10 @@ def test_params_and_added_params_come_from_the_meta_device_count():
 
 # ---------------------------------------------------------------------------------------------------- run ids
 def test_run_id_is_12_hex_of_the_sha256_of_the_canonical_json():
-    config = RunConfig()
+    config = RunConfig(train={"steps": 50})
     text = canonical_json(config)
-    assert json.loads(text)["train"]["steps"] == 300  # defaults filled in
+    # defaults are left out (issue 13: ids survive new defaulted fields); the config version is hashed with it
+    assert json.loads(text) == {"config_version": CONFIG_VERSION, "config": {"train": {"steps": 50}}}
     assert list(json.loads(text)) == sorted(json.loads(text))
     assert run_id(config) == hashlib.sha256(text.encode()).hexdigest()[:12]
     assert len(run_id(config)) == 12 and int(run_id(config), 16) >= 0

@@ -138,3 +138,31 @@ def db_upgrade_cmd(home: HomeOpt = None, store: StoreOpt = None) -> None:
         warn(warning)
     change = f"upgraded from {before or 'empty'} to {after}" if before != after else f"already at {after}"
     typer.echo(f"{display_url(url)}: schema {change}")
+
+
+@db_app.command("rehash")
+@handles_errors
+def db_rehash_cmd(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would move")] = False,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Carry runs stored under ids from an older ablate over to today's ids, without retraining: their run
+    directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one)."""
+    from ablate.store.mlflow_mirror import tracking_uri
+    from ablate.store.rehash import rehash
+
+    root = home_dir(home)
+    with open_store(home, store) as opened:
+        todo, report = rehash(opened, root, mlflow_uri=tracking_uri(root), dry_run=dry_run)
+    if dry_run:
+        for move in todo.moves:
+            typer.echo(f"{move.old} -> {move.new}")
+        typer.echo(f"{len(todo.moves)} run(s) would move; {len(todo.current)} already current")
+        for rid, why in todo.unreadable:
+            warn(f"cannot carry {rid}: {why}")
+        return
+    first, *rest = report.lines()
+    typer.echo(first)
+    for line in rest:
+        warn(line)

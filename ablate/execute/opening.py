@@ -142,6 +142,7 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     home = Path(home).absolute() if slurm else Path(home)
     opened_store = Store.open(store, home=home)
     try:
+        opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [])
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s, slurm=slurm)
     except BaseException:

@@ -1,8 +1,21 @@
-"""Run ids: a short hash of the canonical JSON of the fully resolved ``RunConfig``.
+"""Run ids: a short hash of the config's fields that differ from their defaults, and ``CONFIG_VERSION``.
 
-The same config is the same run on every machine, whatever the grid file looked like: defaults are filled in
-(the config is dumped whole), keys are sorted, and numbers compare by value, so ``lr: 0.003``, ``lr: 3e-3`` and
-an integral ``1.0`` vs ``1`` give one id.
+The same config is the same run on every machine and across upgrades of ablate:
+
+- Keys are sorted and numbers compare by value (``lr: 0.003``, ``lr: 3e-3`` and an integral ``1.0`` vs ``1``
+  give one id).
+- A field that holds the value it would take if it were left out is left out of the hash (recursively: a
+  nested model keeps only its own non-default fields). Adding a new field with a default therefore changes no
+  existing id, and neither does adding a model preset or a variant.
+- "The value it would take if left out" is the field's declared default, except in models whose ``before``
+  validators fill omitted fields from others (a ``preset`` fills the shape fields, a source's ``loss`` follows
+  its ``kind``): there a field is left out only when re-validating without it gives the same model, so
+  ``{preset: small, n_layers: 2}`` never collides with ``{preset: small}``.
+- What an omitted field means is fixed per ``CONFIG_VERSION`` (``ablate/config.py``), which is hashed too:
+  changing a default's value (or a preset's, or a rule that fills a default) needs a bump, and the recorded
+  defaults (``ablate/grid/defaults.py``, checked by the tests) say when one was forgotten.
+
+Stores made under other ids are carried over by ``ablate db rehash`` (``ablate/store/rehash.py``).
 """
 
 from __future__ import annotations
@@ -10,11 +23,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from functools import cache
 from typing import Any
 
-from ablate.config import RunConfig
+from pydantic import BaseModel, ValidationError
+
+from ablate.config import CONFIG_VERSION, RunConfig
 
 ID_LENGTH = 12
+_MINIMAL_CACHE_SIZE = 4096
 
 
 def canonical(value: Any) -> Any:
@@ -23,22 +40,125 @@ def canonical(value: Any) -> Any:
     >>> canonical({"lr": 3e-3, "steps": 300.0, "on": True})
     {'lr': 0.003, 'steps': 300, 'on': True}
     """
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    kind = type(value)  # exact types first: this runs for every field of every run id
+    if kind is str or kind is int or kind is bool or value is None:
         return value
-    if isinstance(value, float):
+    if kind is dict:
+        return {str(k): canonical(v) for k, v in value.items()}
+    if kind is float or isinstance(value, float):
         return int(value) if math.isfinite(value) and value.is_integer() else value
+    if kind is list or isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
     if isinstance(value, dict):
         return {str(k): canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
     return value
 
 
+def _key(value: Any) -> str:
+    return json.dumps(canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@cache
+def _fills_omitted(cls: type[BaseModel]) -> bool:
+    """Does ``cls`` have a ``before``/``wrap`` model validator (which may fill an omitted field from others)?"""
+    validators = cls.__pydantic_decorators__.model_validators.values()
+    return any(v.info.mode in ("before", "wrap") for v in validators)
+
+
+@cache
+def _default_keys(cls: type[BaseModel]) -> dict[str, str | None]:
+    """Each field's declared default as canonical JSON (None for a required field)."""
+    out: dict[str, str | None] = {}
+    for name, info in cls.model_fields.items():
+        if info.is_required():
+            out[name] = None
+            continue
+        default = info.get_default(call_default_factory=True)
+        out[name] = _key(_dump(default))
+    return out
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+def _render(value: Any, dumped: Any, key: str | None = None) -> Any:
+    """A kept field's value for the hash: nested models reduced to their own non-default fields."""
+    if isinstance(value, BaseModel):
+        return _minimal(type(value), value, dumped, key or _key(dumped))
+    if isinstance(value, list):
+        return [_render(v, d) for v, d in zip(value, dumped, strict=True)]
+    if isinstance(value, dict):
+        return {str(k): _render(v, dumped[k]) for k, v in value.items()}
+    return canonical(dumped)
+
+
+def minimal(model: BaseModel) -> dict[str, Any]:
+    """The fields of ``model`` that differ from what they would be if left out, nested models reduced the same
+    way, numbers canonical. Validating the result gives ``model`` back.
+
+    >>> minimal(RunConfig(seed=2, train={"lr": 3e-3, "steps": 50}))
+    {'train': {'steps': 50}, 'seed': 2}
+    """
+    return json.loads(json.dumps(_shared_minimal(model)))  # a copy: the cache's dicts are shared
+
+
+def _shared_minimal(model: BaseModel) -> dict[str, Any]:
+    return _minimal(type(model), model, model.model_dump(mode="json"))
+
+
+def _minimal(cls: type[BaseModel], model: BaseModel, dumped: dict[str, Any], key: str | None = None
+             ) -> dict[str, Any]:
+    """``minimal`` of ``model`` (dumped as ``dumped``). Nested models come with ``key``, their canonical JSON,
+    and are cached by it: a grid's runs share a few model, data, train and eval sections."""
+    if key is not None and (cached := _CACHE.get((cls, key))) is not None:
+        return cached
+    field_keys: dict[str, str] = {}
+    if _fills_omitted(cls):
+        kept = _revalidated(cls, key or _key(dumped), dumped)
+    else:
+        defaults = _default_keys(cls)
+        field_keys = {name: _key(dumped[name]) for name in cls.model_fields}
+        kept = [name for name in cls.model_fields if defaults[name] is None or field_keys[name] != defaults[name]]
+    out = {name: _render(getattr(model, name), dumped[name], field_keys.get(name)) for name in kept}
+    if key is not None:
+        if len(_CACHE) >= _MINIMAL_CACHE_SIZE:
+            _CACHE.clear()
+        _CACHE[(cls, key)] = out
+    return out
+
+
+_CACHE: dict[tuple[type[BaseModel], str], dict[str, Any]] = {}
+
+
+def _revalidated(cls: type[BaseModel], key: str, dumped: dict[str, Any]) -> list[str]:
+    """The fields to keep, dropping in declaration order each one whose absence re-validates to the same model."""
+    raw = dict(dumped)
+    for name in cls.model_fields:
+        trial = {k: v for k, v in raw.items() if k != name}
+        try:
+            same = _key(cls.model_validate(trial).model_dump(mode="json")) == key
+        except (ValidationError, ValueError):
+            same = False
+        if same:
+            raw = trial
+    return [name for name in cls.model_fields if name in raw]
+
+
+def identity(config: RunConfig) -> dict[str, Any]:
+    """What a run id hashes: ``{"config_version": CONFIG_VERSION, "config": minimal(config)}``."""
+    return {"config_version": CONFIG_VERSION, "config": _shared_minimal(config)}
+
+
 def canonical_json(config: RunConfig) -> str:
-    """The resolved config as canonical JSON: all fields, sorted keys, numbers by value, no whitespace."""
-    return json.dumps(
-        canonical(config.model_dump(mode="json")), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    """``identity(config)`` as canonical JSON: sorted keys, numbers by value, no whitespace."""
+    return json.dumps(identity(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def run_id(config: RunConfig) -> str:

@@ -37,13 +37,16 @@ def store_exists(store: str | None, home: Path) -> bool:
 
 
 def statuses(run_ids: Sequence[str], *, store: str | None, home: Path) -> dict[str, str]:
-    """Each run's status in the store, ``new`` for one it has never seen (or when there is no store)."""
+    """Each run's status in the store, ``new`` for one it has never seen (or when there is no store), and
+    ``"<status> as <old id> (ablate db rehash)"`` for one stored under an id from an older ablate."""
     found: dict[str, str] = {}
     if run_ids and store_exists(store, home):
         from ablate.store import Store
 
         with Store.open(store, home=home) as db:
             found = dict(db.statuses(run_ids=list(run_ids)))
+            found.update({new: f"{status} as {old} (ablate db rehash)"
+                          for new, (old, status) in db.outdated(run_ids).items()})
     return {rid: found.get(rid, NEW) for rid in run_ids}
 
 

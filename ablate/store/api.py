@@ -129,6 +129,11 @@ class Store:
         """Remember the Slurm job running this run."""
         self._write(lambda s: records.set_slurm_job_id(s, run_id=run_id, slurm_job_id=slurm_job_id))
 
+    def set_scores(self, *, run_id: str, scores: Mapping[str, float | None]) -> None:
+        """Set named scores of a run (``bench/<task>`` from ``ablate eval``); its other scores are kept."""
+        values = dict(scores)
+        self._write(lambda s: records.set_scores(s, run_id=run_id, scores=values))
+
     def ingest(self, result: RunResult | str | os.PathLike[str]) -> str:
         """Record a RunResult, a ``result.json`` or a run directory (idempotent); return the run id.
 
@@ -139,7 +144,45 @@ class Store:
         res = result
         return self._write(lambda s: records.ingest(s, res))
 
+    def move_run(self, move: Any) -> str | None:
+        """Re-key one run to today's id (``ablate.store.rehash.Move``); None when done, else why it was left."""
+        from ablate.store import rehash
+
+        return self._write(lambda s: rehash.move_rows(s, move))
+
+    def mark_ids_current(self, run_ids: Sequence[str]) -> None:
+        """Record that these runs' ids are today's (``runs.config_version``)."""
+        ids = list(run_ids)
+        if ids:
+            self._write(lambda s: records.mark_ids_current(s, run_ids=ids))
+
     # reads
+    def rehash_plan(self, *, only_outdated: bool = True) -> Any:
+        """Today's id of each run recorded under an older id scheme (``ablate.store.rehash.RehashPlan``)."""
+        from ablate.store import rehash
+
+        return self._read(lambda s: rehash.plan(s, only_outdated=only_outdated))
+
+    def outdated(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """Runs of ``run_ids`` that the store holds under an id from an older scheme: ``{id: (old id, status)}``
+        (empty at once when every stored id is current). ``ablate db rehash`` carries them over."""
+        from ablate.store import rehash
+
+        return self._read(lambda s: rehash.outdated(s, run_ids))
+
+    def require_current_ids(self, run_ids: Sequence[str]) -> None:
+        """Raise UserInputError when runs of ``run_ids`` are stored under older ids: training them again would
+        redo finished work (``ablate db rehash`` first)."""
+        from ablate.errors import UserInputError
+
+        found = self.outdated(run_ids)
+        if found:
+            new, (old, status) = next(iter(found.items()))
+            raise UserInputError(
+                f"{len(found)} run(s) of this grid are in the store {display_url(self.url)} under ids from an older "
+                f"ablate (e.g. {new} is {old}, {status}); run `ablate db rehash` to carry them over (run "
+                "directories, rows and MLflow tags follow; nothing retrains)")
+
     def statuses(self, *, run_ids: Sequence[str]) -> dict[str, str]:
         """``{run_id: status}`` for the runs the store knows."""
         return self._read(lambda s: queries.statuses(s, run_ids=run_ids))

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from ablate.config import CONFIG_VERSION
 from ablate.errors import StoreError
 from ablate.result import RunResult, RunStatus
 from ablate.store.schema import Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
@@ -88,6 +89,20 @@ def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def id_version(run_id: str, config: Mapping[str, Any]) -> int | None:
+    """``CONFIG_VERSION`` when ``run_id`` is today's id of ``config``, else None (an id from an older scheme, or
+    a config this version cannot read: ``ablate db rehash`` says which)."""
+    from pydantic import ValidationError
+
+    from ablate.config import RunConfig
+    from ablate.grid.ids import run_id as make_id
+
+    try:
+        return CONFIG_VERSION if make_id(RunConfig.model_validate(dict(config))) == run_id else None
+    except (ValidationError, ValueError):
+        return None
+
+
 def _field(obj: Any, name: str, default: Any = None) -> Any:
     return obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
 
@@ -107,7 +122,7 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
         run_id = str(_field(planned, "run_id"))
         config = _config_dict(_field(planned, "config"))
         rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config), "status": RunStatus.QUEUED,
-                        "created": now, "params": _field(planned, "params"),
+                        "config_version": CONFIG_VERSION, "created": now, "params": _field(planned, "params"),
                         "added_params": _field(planned, "added_params")}
         axes = _field(planned, "axes")
         members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None}
@@ -198,6 +213,13 @@ def mark_pruned(session: Session, *, run_id: str, step: int | None, value: float
     session.execute(insert(Event.__table__), [{"run_id": run_id, "kind": "pruned", "step": step or 0, "data": data}])
 
 
+def mark_ids_current(session: Session, *, run_ids: Sequence[str]) -> None:
+    """These runs' ids are today's: ``config_version`` = ``CONFIG_VERSION``."""
+    ids = list(run_ids)
+    for i in range(0, len(ids), 500):
+        session.execute(update(Run).where(Run.run_id.in_(ids[i:i + 500])).values(config_version=CONFIG_VERSION))
+
+
 def set_mlflow_run_id(session: Session, *, run_id: str, mlflow_run_id: str) -> None:
     """Remember the MLflow run that mirrors this run."""
     _update_run(session, run_id, mlflow_run_id=mlflow_run_id)
@@ -206,6 +228,18 @@ def set_mlflow_run_id(session: Session, *, run_id: str, mlflow_run_id: str) -> N
 def set_slurm_job_id(session: Session, *, run_id: str, slurm_job_id: str | None) -> None:
     """Remember the Slurm job (array task) running this run."""
     _update_run(session, run_id, slurm_job_id=slurm_job_id)
+
+
+def set_scores(session: Session, *, run_id: str, scores: Mapping[str, float | None]) -> None:
+    """Set named scores of a run (``bench/<task>`` from ``ablate eval``), replacing those of the same names; the
+    run's other scores are kept. A run the store does not know is a StoreError."""
+    if session.get(Run, run_id) is None:
+        raise StoreError(f"no run {run_id!r} in the store; `ablate ingest` its directory first")
+    rows = [{"run_id": run_id, "name": k, "value": _num(v, float)} for k, v in sorted(scores.items())]
+    if rows:
+        stmt = _upsert(session, Score.__table__)
+        session.execute(stmt.on_conflict_do_update(index_elements=["run_id", "name"],
+                                                   set_={"value": stmt.excluded.value}), rows)
 
 
 def _time(value: str | None, what: str) -> datetime | None:
@@ -233,7 +267,8 @@ def ingest(session: Session, result: RunResult) -> str:
     run_id = result.run_id
     config = dict(result.config)
     ins = _upsert(session, Run.__table__).values(run_id=run_id, config=config, **config_columns(config),
-                                                  status=result.status, created=utcnow())
+                                                  status=result.status, created=utcnow(),
+                                                  config_version=id_version(run_id, config))
     session.execute(ins.on_conflict_do_nothing())
     # lock the run's row: a concurrent ingest of the same run waits here instead of mixing its child rows in
     session.execute(select(Run.run_id).where(Run.run_id == run_id).with_for_update(key_share=True))

@@ -81,6 +81,8 @@ class Run(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     # the config as {dotted.path: value}, computed on write so the runs table need not flatten 10,000 configs
     config_flat: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # the CONFIG_VERSION run_id was computed under; None: an older scheme (``ablate db rehash`` carries it over)
+    config_version: Mapped[int | None]
     variant: Mapped[str] = mapped_column(String(100), index=True)
     seed: Mapped[int]
     model_preset: Mapped[str | None] = mapped_column(String(100))

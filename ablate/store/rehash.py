@@ -1,0 +1,251 @@
+"""``ablate db rehash``: carry a store made under older run ids over to today's, without retraining anything.
+
+A run id is a hash of the config (``ablate/grid/ids.py``); when that scheme or ``CONFIG_VERSION`` changes, the
+same config gets a new id. Every row keeps its full resolved config, so the new id of each stored run can be
+computed; what follows it:
+
+1. its run directory, ``runs/<old>`` -> ``runs/<new>`` under ABLATE_HOME, and the ``run_id`` in its
+   ``result.json`` (rewritten atomically);
+2. its rows: ``runs`` (with the config re-resolved by today's code), and every row keyed by it (grid membership,
+   scores, curves, probes, histograms, events), plus the ``run_id`` user attribute of tune's Optuna trials in
+   the same database; one transaction per run;
+3. the ``run_id`` tag of its MLflow run (when the tracking store exists).
+
+Each step is idempotent and the directory moves first, so an interrupted rehash is finished by running it again.
+A run whose new id is already taken by a run that has started is left as it is and reported (two copies of one
+config: the user chooses); one whose config today's code cannot read is reported with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, insert, select, update
+
+from ablate.config import CONFIG_VERSION
+from ablate.store.records import _upsert, config_columns
+from ablate.store.schema import Event, GridRun, Histogram, Metric, Probe, Run, Score
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+
+_CHILDREN = (Score, Metric, Probe, Histogram, Event)
+_OPTUNA_ATTRS = "trial_user_attributes"
+
+
+@dataclass(frozen=True)
+class Move:
+    """One run to carry over: its id now, its id under today's scheme, and its re-resolved config."""
+
+    old: str
+    new: str
+    config: dict[str, Any]
+
+
+@dataclass
+class RehashPlan:
+    """What a rehash would do: the moves, runs already at today's id, and runs it cannot carry (id, reason)."""
+
+    moves: list[Move] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    def new_ids(self) -> dict[str, str]:
+        """``{new id: old id}``."""
+        return {m.new: m.old for m in self.moves}
+
+
+@dataclass
+class RehashReport:
+    """What a rehash did."""
+
+    moved: list[Move] = field(default_factory=list)
+    dirs: int = 0
+    mlflow_tags: int = 0
+    conflicts: list[tuple[str, str, str]] = field(default_factory=list)  # (old, new, why left)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    current: int = 0
+
+    def lines(self) -> list[str]:
+        """One line per outcome, for the CLI."""
+        out = [f"{len(self.moved)} run(s) carried over to today's ids ({self.dirs} run directories moved, "
+               f"{self.mlflow_tags} MLflow runs retagged); {self.current} already current"]
+        out += [f"left {old}: {why}" for old, _new, why in self.conflicts]
+        out += [f"cannot carry {rid}: {why}" for rid, why in self.unreadable]
+        return out
+
+
+def plan(session: Session, *, only_outdated: bool = True) -> RehashPlan:
+    """Today's id of every stored run (of those not recorded at today's ``CONFIG_VERSION`` when
+    ``only_outdated``), from its stored config."""
+    from pydantic import ValidationError
+
+    from ablate.config import RunConfig
+    from ablate.grid.ids import run_id
+
+    q = select(Run.run_id, Run.config).order_by(Run.run_id)
+    if only_outdated:
+        q = q.where((Run.config_version.is_(None)) | (Run.config_version != CONFIG_VERSION))
+    out = RehashPlan()
+    for old, config in session.execute(q):
+        try:
+            cfg = RunConfig.model_validate(config or {})
+        except (ValidationError, ValueError) as exc:
+            first = exc.errors(include_url=False)[0] if isinstance(exc, ValidationError) else None
+            why = (f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc))
+            out.unreadable.append((old, f"its config is not valid today ({why})"))
+            continue
+        new = run_id(cfg)
+        if new == old:
+            out.current.append(old)
+        else:
+            out.moves.append(Move(old, new, cfg.model_dump(mode="json")))
+    return out
+
+
+def outdated(session: Session, run_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """``{today's id: (stored id, status)}`` for the runs of ``run_ids`` stored under an older id."""
+    from sqlalchemy import func
+
+    stale = (Run.config_version.is_(None)) | (Run.config_version != CONFIG_VERSION)
+    if not session.scalar(select(func.count()).select_from(Run).where(stale)):
+        return {}
+    wanted = set(run_ids)
+    statuses = dict(session.execute(select(Run.run_id, Run.status).where(stale)).all())
+    return {m.new: (m.old, str(statuses[m.old])) for m in plan(session).moves if m.new in wanted}
+
+
+def _status(session: Session, run_id: str) -> str | None:
+    status = session.scalar(select(Run.status).where(Run.run_id == run_id))
+    return None if status is None else str(status)
+
+
+def conflict(move: Move, status: str) -> str:
+    """Why ``move`` is left: its new id is already a run that started."""
+    return (f"its new id {move.new} is already a {status} run (two copies of one config, both kept); "
+            "remove one of them, then rehash again")
+
+
+def move_rows(session: Session, move: Move) -> str | None:
+    """Re-key one run's rows from ``move.old`` to ``move.new``; None when done, else why it was left.
+
+    A ``queued`` run already at the new id (a grid registered after the upgrade, never started) gives way to
+    the old run's rows; one that has started is a conflict."""
+    taken = _status(session, move.new)
+    if taken is not None and taken != "queued":
+        return conflict(move, taken)
+    members = []
+    if taken == "queued":  # the grid was registered anew and never started: its memberships join the old run's
+        members = session.execute(select(GridRun.grid_id, GridRun.axes).where(GridRun.run_id == move.new)).all()
+        session.execute(delete(GridRun).where(GridRun.run_id == move.new))
+        session.execute(delete(Run).where(Run.run_id == move.new))
+    row = session.execute(select(Run.__table__).where(Run.run_id == move.old)).mappings().one()
+    values = {**row, "run_id": move.new, "config": move.config, **config_columns(move.config),
+              "config_version": CONFIG_VERSION}
+    session.execute(insert(Run.__table__).values(**values))
+    for table in (*_CHILDREN, GridRun):
+        session.execute(update(table).where(table.run_id == move.old).values(run_id=move.new))
+    if members:
+        session.execute(_upsert(session, GridRun.__table__).on_conflict_do_nothing(),
+                        [{"grid_id": g, "run_id": move.new, "axes": axes} for g, axes in members])
+    _move_optuna_attrs(session, move)
+    session.execute(delete(Run).where(Run.run_id == move.old))
+    return None
+
+
+def _move_optuna_attrs(session: Session, move: Move) -> None:
+    """tune keeps each trial's run id as the Optuna user attribute ``run_id`` (JSON text) in the same database;
+    a finished trial cannot be updated through Optuna's API, so its row is updated here."""
+    from sqlalchemy import inspect, text
+
+    if not inspect(session.connection()).has_table(_OPTUNA_ATTRS):
+        return
+    session.execute(text(f"UPDATE {_OPTUNA_ATTRS} SET value_json = :new WHERE key = 'run_id' AND value_json = :old"),
+                    {"new": json.dumps(move.new), "old": json.dumps(move.old)})
+
+
+def move_dir(home: Path, move: Move) -> bool:
+    """``runs/<old>`` -> ``runs/<new>`` and its ``result.json``'s ``run_id``; True if anything changed.
+
+    Idempotent: a directory already moved is only checked. Both present: left alone (the store decides)."""
+    from ablate import layout
+    from ablate.result import RESULT_FILE, read_result, write_result
+
+    old, new = layout.run_dir(home, move.old), layout.run_dir(home, move.new)
+    changed = False
+    if old.is_dir() and not new.exists():
+        old.rename(new)
+        changed = True
+    if new.is_dir() and (new / RESULT_FILE).is_file():
+        result = read_result(new)
+        if result.run_id == move.old:
+            write_result(result.model_copy(update={"run_id": move.new, "config": move.config}), new)
+            changed = True
+    return changed
+
+
+def retag_mlflow(uri: str, moves: list[Move]) -> int:
+    """Set the ``run_id`` tag of each moved run's MLflow runs to its new id; how many runs were retagged."""
+    from mlflow import MlflowClient
+
+    from ablate.store.mlflow_mirror import ROLE_TAG
+
+    client = MlflowClient(uri)
+    new_of = {m.old: m.new for m in moves}
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    count = 0
+    for start in range(0, len(experiments), 100):
+        token = None
+        while True:
+            page = client.search_runs(experiments[start:start + 100], filter_string=f"tags.`{ROLE_TAG}` = 'run'",
+                                      max_results=1000, page_token=token)
+            for run in page:
+                new = new_of.get(run.data.tags.get("run_id", ""))
+                if new is not None:
+                    client.set_tag(run.info.run_id, "run_id", new)
+                    count += 1
+            token = page.token
+            if not token:
+                break
+    return count
+
+
+def rehash(store: Any, home: Path, *, mlflow_uri: str | None = None, dry_run: bool = False
+           ) -> tuple[RehashPlan, RehashReport]:
+    """Carry every outdated run of ``store`` (and its directory under ``home``, and its MLflow runs at
+    ``mlflow_uri``) over to today's id. ``dry_run``: only the plan."""
+    todo = store.rehash_plan()
+    report = RehashReport(unreadable=list(todo.unreadable), current=len(todo.current))
+    if dry_run:
+        return todo, report
+    taken = store.statuses(run_ids=[m.new for m in todo.moves])
+    for move in todo.moves:
+        if taken.get(move.new, "queued") != "queued":  # checked before the directory moves
+            report.conflicts.append((move.old, move.new, conflict(move, taken[move.new])))
+            continue
+        if move_dir(home, move):
+            report.dirs += 1
+        why = store.move_run(move)
+        if why is None:
+            report.moved.append(move)
+        else:
+            report.conflicts.append((move.old, move.new, why))
+    if report.moved and mlflow_uri and _tracking_store_exists(mlflow_uri):
+        report.mlflow_tags = retag_mlflow(mlflow_uri, report.moved)
+    store.mark_ids_current([rid for rid in todo.current])
+    return todo, report
+
+
+def _tracking_store_exists(uri: str) -> bool:
+    """A local SQLite tracking store that was never created is not created by a rehash."""
+    from ablate.store.engine import sqlite_path
+
+    path = sqlite_path(uri) if uri.startswith("sqlite") else None
+    return path is None or path.is_file()
