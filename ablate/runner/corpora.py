@@ -8,6 +8,11 @@ A source yields documents (strings) for a split, ``train`` or ``heldout``:
 - ``python-docs``: English prose from the same installation: each ``pydoc`` topic, and each file's module,
   class and function docstrings (one document per file).
 - ``arithmetic``: an endless stream of small sums, differences and products (``"417 + 86 = 503"``).
+- ``bigram-backcopy``: an endless stream of the Bigram-Backcopy task (Guo et al. 2024, "Active-dormant attention
+  heads"): letters drawn from a fixed bigram table, except that after a trigger digit (``0``, ``1``, ``2``; 8% of
+  positions) the next letter copies the one before the trigger. Only that copy needs attention; at every other
+  position a head has nothing to fetch and, in softmax attention, must park its attention somewhere: the first
+  token, given a fixed one (``data.row_start: bos``). A setting where attention sinks form within minutes.
 - user ``text``/``jsonl``/``hf`` sources are read whole for whichever split names them (give held-out sets
   their own files); a saved ``DatasetDict`` gives its ``train`` split to training and its ``validation``
   (else ``test``) split to held-out sets.
@@ -41,8 +46,8 @@ STREAM_SEEDS: dict[str, int] = {"train": 7_919_000_001, "heldout": 7_919_000_002
 
 
 def is_stream(src: SourceConfig) -> bool:
-    """True for an endless source (the arithmetic stream, a benchmark task), which is cut at a token budget."""
-    return src.kind == "task" or (src.kind == "builtin" and src.name == "arithmetic")
+    """True for an endless source (the synthetic streams, a benchmark task), which is cut at a token budget."""
+    return src.kind == "task" or (src.kind == "builtin" and src.name in ("arithmetic", "bigram-backcopy"))
 
 
 def is_heldout(key: str, fraction: float) -> bool:
@@ -92,6 +97,8 @@ def documents(src: SourceConfig, split: Split, fraction: float) -> Iterator[str]
             return _python_docs(split, fraction)
         if src.name == "arithmetic":
             return _arithmetic(random.Random(STREAM_SEEDS[split]))
+        if src.name == "bigram-backcopy":
+            return _bigram_backcopy(random.Random(STREAM_SEEDS[split]))
         raise ConfigError(one_of(src.name, BUILTIN_CORPORA, what="built-in corpus"), where="data.source.name")
     if src.kind == "text":
         return (_read(p) for p in user_files(src))
@@ -144,6 +151,40 @@ def _arithmetic(rng: random.Random) -> Iterator[str]:
             c = a + b if op == "+" else a - b if op == "-" else a * b
             lines.append(f"{a} {op} {b} = {c}")
         yield "\n".join(lines)
+
+
+LETTERS, TRIGGERS = "abcdefghijklmnopqrstuvwxyz", "012"
+BACKCOPY_TRIGGER_P = 0.08
+BACKCOPY_DOC_LEN = 512
+_BIGRAM_SEED = 20241017  # the bigram table is part of the task: the same for both splits and every run
+
+
+def bigram_table() -> dict[str, tuple[str, list[float]]]:
+    """The Bigram-Backcopy task's fixed transition table: each letter's 4 likely successors (weights 8:4:2:1) and,
+    rarely, any other letter."""
+    rng = random.Random(_BIGRAM_SEED)
+    table = {}
+    for c in LETTERS:
+        likely = rng.sample(LETTERS, 4)
+        weights = [8.0 if x == likely[0] else 4.0 if x == likely[1] else 2.0 if x == likely[2] else
+                   1.0 if x == likely[3] else 0.05 for x in LETTERS]
+        table[c] = (LETTERS, weights)
+    return table
+
+
+def _bigram_backcopy(rng: random.Random) -> Iterator[str]:
+    table = bigram_table()
+    while True:
+        out, prev = [], rng.choice(LETTERS)
+        out.append(prev)
+        while len(out) < BACKCOPY_DOC_LEN:
+            if rng.random() < BACKCOPY_TRIGGER_P:
+                out += [rng.choice(TRIGGERS), prev]  # the trigger, then the letter before it again
+            else:
+                letters, weights = table[prev]
+                prev = rng.choices(letters, weights)[0]
+                out.append(prev)
+        yield "".join(out)
 
 
 def user_files(src: SourceConfig) -> list[Path]:
