@@ -13,7 +13,7 @@ from ablate.errors import UserInputError
 
 log = logging.getLogger(__name__)
 
-INSTALL = "pip install optuna-dashboard"
+INSTALL = "pip install 'ablate[dashboard]'"  # the extra pins optuna-dashboard (constraints.txt)
 
 
 def dashboard_module() -> Any:
@@ -21,8 +21,9 @@ def dashboard_module() -> Any:
     try:
         import optuna_dashboard
     except ImportError:
-        raise UserInputError(f"optuna-dashboard is not installed; install it with `{INSTALL}` (in ablate's "
-                             "environment), then run `ablate tune --dashboard` again") from None
+        raise UserInputError(f"optuna-dashboard is not installed; install it with `{INSTALL}` (or `pip install "
+                             "optuna-dashboard`, in ablate's environment), then run `ablate tune --dashboard` "
+                             "again") from None
     return optuna_dashboard
 
 
