@@ -55,12 +55,13 @@ def test_every_variant_exports_with_equal_logits_or_is_refused(tmp_path, monkeyp
     assert diff < 1e-4
 
 
-@pytest.mark.parametrize("preset,name,tie", [
-    ("tiny", "sdpa-elementwise", False), ("tiny-moe", "baseline", True), ("tiny-moe", "sdpa-elementwise", True),
-    ("tiny-moe", "sdpa-headwise", False),
-], ids=["dense-g1-untied", "moe-baseline", "moe-g1-elementwise", "moe-g1-headwise-untied"])
-def test_moe_and_untied_round_trip(tmp_path, preset: str, name: str, tie: bool) -> None:
-    cfg = apply_variant(ModelConfig(preset=preset, tie_embeddings=tie), name)
+@pytest.mark.parametrize("preset,name,extra", [
+    ("tiny", "sdpa-elementwise", {"tie_embeddings": False}), ("tiny-moe", "baseline", {}),
+    ("tiny-moe", "sdpa-elementwise", {}), ("tiny-moe", "sdpa-headwise", {"tie_embeddings": False}),
+    ("tiny", "sdpa-elementwise", {"rope_yarn_factor": 4.0, "rope_yarn_original_len": 8}),
+], ids=["dense-g1-untied", "moe-baseline", "moe-g1-elementwise", "moe-g1-headwise-untied", "dense-g1-yarn"])
+def test_moe_untied_and_yarn_round_trip(tmp_path, preset: str, name: str, extra: dict) -> None:
+    cfg = apply_variant(ModelConfig(preset=preset, **extra), name)
     hf, diff = _round_trip(cfg, tmp_path, seed=1)
     assert diff < 1e-4
     assert type(hf).__name__ == ("Qwen3MoeForCausalLM" if name == "baseline" else "Qwen3NextForCausalLM")
