@@ -9,9 +9,9 @@ import json
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ablate.errors import StoreError
 
@@ -52,6 +52,16 @@ WITH_RESULT = (RunStatus.DONE, RunStatus.DIVERGED)  # ends that measured somethi
 Status = RunStatus  # the name earlier code imported
 
 
+def _declared(summary: dict[str, float | int | None]) -> dict[str, float | int | None]:
+    from ablate.metrics import metric
+
+    unknown = [k for k in summary if metric(k) is None or not metric(k).in_summary]  # type: ignore[union-attr]
+    if unknown:
+        raise ValueError(f"summary keys {unknown} are not declared summary metrics; declare them in "
+                         "ablate/metrics.py (SUMMARY)")
+    return summary
+
+
 class Event(BaseModel):
     """Something that happened at a step: ``loss_spike`` (loss, trend, size), ``diverged`` (loss, reason),
     ``resumed`` (the step a restarted run continued from), ``pruned`` (metric, value: what the pruner saw)."""
@@ -65,9 +75,9 @@ class Event(BaseModel):
 class RunResult(BaseModel):
     """The complete record of one finished (``done``/``diverged``) or ``failed`` run.
 
-    - ``summary``: the ``ablate runs`` columns of CLI.md that a run measures: ``steps``, ``tokens``,
-      ``train_loss``, ``val_ppl``, ``ppl/<set>``, ``loss_spikes``, ``gate_score``, ``f_attn``, ``m_act``,
-      ``bench/<task>``, ``tokens_per_s``, ``wall_s``, ``params``, ``added_params`` (None where not measured).
+    - ``summary``: the summary metrics the run measured, each declared in ``ablate.metrics.SUMMARY`` (``steps``,
+      ``train_loss``, ``ppl/<set>``, ``bench/<task>``, ...; None where not measured). A key that is not declared
+      there is refused: declare a new metric first, and every layer picks it up.
     - ``metrics``: step-indexed curves, ``{"step": [...], "loss": [...], "lr": [...], "grad_norm": [...],
       "tokens_per_s": [...], ...}``, all lists the same length as ``step`` (``val_ppl`` curves may be sparse and
       then use their own ``"val_step"`` list).
@@ -81,7 +91,7 @@ class RunResult(BaseModel):
     run_id: str
     config: dict[str, Any]
     status: RunStatus
-    summary: dict[str, float | int | None] = Field(default_factory=dict)
+    summary: Annotated[dict[str, float | int | None], AfterValidator(_declared)] = Field(default_factory=dict)
     metrics: dict[str, list[float | None]] = Field(default_factory=dict)
     probes: dict[str, list[float | None]] = Field(default_factory=dict)
     histograms: dict[str, list[list[float]]] = Field(default_factory=dict)

@@ -125,8 +125,9 @@ def test_changing_a_default_without_bumping_config_version_fails_the_check() -> 
     # the two configs would share an id (both leave lr out): exactly what config_version must prevent
     assert minimal(_RunLowerLr()) == minimal(RunConfig()) == {}
     # bumped: the check now asks to record the new defaults
-    (problem,) = defaults.check(_RunLowerLr, version=CONFIG_VERSION + 1)
-    assert f"recorded at CONFIG_VERSION {CONFIG_VERSION}, the code is at {CONFIG_VERSION + 1}" in problem
+    problems = defaults.check(_RunLowerLr, version=CONFIG_VERSION + 1)
+    assert f"recorded at CONFIG_VERSION {CONFIG_VERSION}, the code is at {CONFIG_VERSION + 1}" in problems[0]
+    assert not any("changed from" in p for p in problems)
 
 
 def test_changing_a_preset_is_a_changed_default(monkeypatch: pytest.MonkeyPatch) -> None:

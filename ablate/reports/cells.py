@@ -17,13 +17,39 @@ Kind = Literal["descriptor", "measured", "paper", "delta"]
 
 @dataclass(frozen=True)
 class Column:
-    """``key`` is the store column (``val_ppl``, ``ppl/prose``, ``bench/niah``), ``paper:<col>`` for the paper's
-    number, ``delta:<metric>`` for the paired difference to the baseline, or a descriptor name."""
+    """One column of a report table. What it shows is in typed fields, never parsed back out of ``key``:
+
+    - ``measured``: ``metric``, the runs-table column summarized over seeds (``val_ppl``, ``ppl/prose``,
+      ``bench/niah``, Table 5's ``len/<L>``);
+    - ``paper``: ``paper``, the column of the paper's packaged CSV (``avg_ppl``, ``len_32k``);
+    - ``delta``: ``metric``, whose paired difference to the baseline it shows;
+    - ``descriptor``: ``key`` names it (``act_func``, ``score_shape``, ``added_params``, ``max_lr``).
+
+    ``key`` is only the column's name in the table (its cells' key and its CSV header): the metric for a measured
+    column, ``paper:<col>``, ``delta:<metric>``; build columns with ``measured``, ``of_paper`` and ``delta``.
+    """
 
     key: str
     label: str
     kind: Kind
     better: str | None = None  # "lower" / "higher": which value is best (bold in LaTeX and HTML)
+    metric: str | None = None
+    paper: str | None = None
+
+    @classmethod
+    def measured(cls, metric: str, label: str, better: str | None = None) -> Column:
+        """The mean over seeds of the runs-table column ``metric``."""
+        return cls(metric, label, "measured", better, metric=metric)
+
+    @classmethod
+    def of_paper(cls, paper: str, label: str, better: str | None = None) -> Column:
+        """The paper's number from column ``paper`` of its CSV."""
+        return cls(f"paper:{paper}", label, "paper", better, paper=paper)
+
+    @classmethod
+    def delta(cls, metric: str, label: str) -> Column:
+        """The paired difference of ``metric`` to the table's baseline, with its CI."""
+        return cls(f"delta:{metric}", label, "delta", metric=metric)
 
 
 @dataclass(frozen=True)

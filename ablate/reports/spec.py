@@ -39,6 +39,7 @@ class TableSpec:
     paper_ppl: str | None = "avg_ppl"         # the paper column beside val_ppl
     primary: str | None = "val_ppl"           # the metric of the delta column
     fallback: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # row label or number -> refs
+    paper_trained_len: int | None = None      # the paper's training length, where its columns are lengths
 
 
 _T1 = "table1"
@@ -62,6 +63,7 @@ SPECS: dict[int, TableSpec] = {
     5: TableSpec(
         5, "Retrieval past the training length (paper Table 5)", (), paper_ppl=None, primary=None,
         fallback={"Baseline": (f"{_T1}:1",), "SDPA-Gate": (f"{_T1}:5",)},
+        paper_trained_len=32 * 1024,  # its rows: "Trained at 32k", then YaRN-extended to 64k and 128k
     ),
     6: TableSpec(
         6, "Switch heads (paper Table 6)", ("added_params",), ppl_label="PPL", paper_ppl="ppl",
@@ -116,6 +118,26 @@ def paper_rows(number: int) -> list[dict[str, str]]:
 
         raise UserInputError(one_of(f"table{number}", [f"table{n}" for n in TABLES], what="table"))
     return [dict(r) for r in _paper_rows(number)]
+
+
+def paper_length(column: str) -> int | None:
+    """The context length of a paper CSV column named after one (``len_4k`` -> 4096); None for any other.
+
+    >>> paper_length("len_32k"), paper_length("avg_ppl")
+    (32768, None)
+    """
+    if not column.startswith("len_"):
+        return None
+    size = column.removeprefix("len_")
+    return int(size[:-1]) * 1024 if size.endswith("k") else int(size)
+
+
+def paper_label(column: str) -> str:
+    """How the paper names one of its columns: its length (``32k``), its benchmark's name, or a label."""
+    length = paper_length(column)
+    if length is not None:
+        return f"{length // 1024}k" if length % 1024 == 0 else str(length)
+    return BENCH_NAMES.get(column, LABELS.get(column, column))
 
 
 def paper_number(text: str | None) -> float | None:

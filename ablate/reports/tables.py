@@ -11,8 +11,10 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from ablate.metrics import metric
 from ablate.reports.cells import (
     Cell,
     Column,
@@ -34,6 +36,8 @@ from ablate.reports.spec import (
     VariantInfo,
     better,
     digits,
+    paper_label,
+    paper_length,
     paper_number,
     paper_rows,
 )
@@ -41,9 +45,36 @@ from ablate.reports.stats import paired_delta, summarize
 
 log = logging.getLogger(__name__)
 
-LEN_COLUMN = re.compile(r"^bench/(?P<task>.+)@(?P<len>\d+)(?P<yarn>/yarn)?$")
+LEN_COLUMN = re.compile(r"^bench/(?P<task>.+)@(?P<len>\d+)(?P<yarn>/yarn)?$")  # the store's names of them
+LEN = "len/"  # Table 5's columns: the mean retrieval score at one length (with_length_columns)
 # Paper columns that are not measurements.
 _NOT_MEASURED = {"row", "group", "method", "setting", "act_func", "score_shape", "added_param_m", "max_lr"}
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A measured quantity a table can show: the runs-frame column ``key``, its family (a declared family of
+    ``ablate.metrics``, ``ppl/`` or ``bench/``, or ``len/``) with the member it names (a held-out set, a task),
+    and for ``len/`` the context length and whether it is YaRN-scaled."""
+
+    key: str
+    family: str | None = None
+    member: str = ""
+    length: int | None = None
+    yarn: bool = False
+
+
+def measure(key: str) -> Measure:
+    """What a runs-frame column measures (``ppl/code`` -> family ``ppl/``, member ``code``)."""
+    m = metric(key)
+    if m is not None and m.family:
+        return Measure(key, m.name, key.removeprefix(m.name))
+    return Measure(key)
+
+
+def length_measure(length: int, yarn: bool = False) -> Measure:
+    """Table 5's column at ``length`` (``len/<L>``, ``len/<L>/yarn``)."""
+    return Measure(f"{LEN}{length}{'/yarn' if yarn else ''}", LEN, "", length, yarn)
 
 
 def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *, grid: str = "",
@@ -63,7 +94,7 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
         for p in plans:
             if p.group_index in settings and p.group != settings[p.group_index]:
                 p.group = f"{p.group} (paper: {settings[p.group_index]})"
-    measured = _measured_keys(spec, plans)
+    measured = _measured(spec, plans)
     columns = _columns(spec, prows, measured, paper, plans)
     usual_n = _usual_n(plans)
     ref_plans = [p for p in plans if p.is_reference]
@@ -82,49 +113,60 @@ def with_length_columns(runs: Any) -> Any:
     """Add ``len/<L>`` columns: per run, the mean retrieval score over the tasks measured at length L; likewise
     ``len/<L>/yarn`` from the YaRN-scaled scores (``bench/<task>@<L>/yarn``); and ``trained_len``, the run's final
     training length."""
-    by_len: dict[tuple[int, str], list[str]] = {}
-    for c in runs.columns:
-        m = LEN_COLUMN.match(str(c))
-        if m:
-            by_len.setdefault((int(m["len"]), m["yarn"] or ""), []).append(c)
+    by_len = _by_length(runs.columns)
     runs = runs.copy()
-    for (length, suffix), cols in sorted(by_len.items()):
-        runs[f"len/{length}{suffix}"] = runs[cols].apply(lambda s: s.astype(float)).mean(axis=1, skipna=True)
-    for length, suffix in by_len:
-        if suffix and f"len/{length}" not in runs:
-            runs[f"len/{length}"] = float("nan")
+    for (length, yarn), cols in sorted(by_len.items()):
+        runs[length_measure(length, yarn).key] = runs[cols].apply(lambda s: s.astype(float)).mean(axis=1,
+                                                                                                  skipna=True)
+    for length, yarn in by_len:
+        if yarn and length_measure(length).key not in runs:
+            runs[length_measure(length).key] = float("nan")
     runs["trained_len"] = [trained_len(r) for _, r in runs.iterrows()] if len(runs) else []
     return runs
 
 
-def _measured_keys(spec: TableSpec, plans: list[RowPlan]) -> list[str]:
+def _measured(spec: TableSpec, plans: list[RowPlan]) -> list[Measure]:
+    """The table's measured columns that some of its runs have: Table 5's plain per-length scores, by length;
+    the others' extra columns, PPL per set, the mean PPL, then benchmark scores (not those at a length)."""
     import pandas as pd
 
     frames = [p.runs for p in plans if len(p.runs)]
     runs = pd.concat(frames) if frames else None
-
-    def present(prefix: str, *, exclude: str | None = None) -> list[str]:
-        if runs is None:
-            return []
-        keys = [c for c in runs.columns if str(c).startswith(prefix) and not (exclude and exclude in str(c))]
-        return sorted(c for c in keys if runs[c].notna().any())
-
+    if runs is None:
+        return []
     if spec.number == 5:
-        return sorted((k for k in present("len/") if k.count("/") == 1), key=lambda k: int(k.split("/")[1]))
-    return [*spec.extra_measured, *present("ppl/"), "val_ppl", *present("bench/", exclude="@")]
+        lengths = sorted({length for length, _yarn in _by_length(runs.columns)})
+        return [m for m in map(length_measure, lengths) if m.key in runs and runs[m.key].notna().any()]
+    have = [measure(str(c)) for c in runs.columns if runs[c].notna().any()]
+    ppl = sorted((m for m in have if m.family == "ppl/"), key=lambda m: m.key)
+    bench = sorted((m for m in have if m.family == "bench/" and not LEN_COLUMN.match(m.key)), key=lambda m: m.key)
+    return [*map(Measure, spec.extra_measured), *ppl, Measure("val_ppl"), *bench]
 
 
-def _paper_counterpart(spec: TableSpec, key: str, paper_cols: list[str], plans: list[RowPlan]) -> str | None:
-    if key == "val_ppl":
+def _by_length(columns: Any) -> dict[tuple[int, bool], list[str]]:
+    """The store's per-length benchmark columns (``bench/<task>@<L>[/yarn]``) by ``(L, yarn)``."""
+    by_len: dict[tuple[int, bool], list[str]] = {}
+    for c in columns:
+        m = LEN_COLUMN.match(str(c))
+        if m:
+            by_len.setdefault((int(m["len"]), bool(m["yarn"])), []).append(str(c))
+    return by_len
+
+
+def _paper_counterpart(spec: TableSpec, m: Measure, paper_cols: list[str], plans: list[RowPlan]) -> str | None:
+    """The paper's column beside a measured one: the same metric, the same benchmark, or (Table 5) the length
+    at the same multiple of the training length."""
+    if m.key == "val_ppl":
         return spec.paper_ppl
-    if key in paper_cols:
-        return key
-    if key.startswith("bench/") and key[6:].lower() in paper_cols:
-        return key[6:].lower()
-    if key.startswith("len/"):
+    if m.key in paper_cols:
+        return m.key
+    if m.family == "bench/" and m.member.lower() in paper_cols:
+        return m.member.lower()
+    if m.family == LEN and spec.paper_trained_len:
         trained = _trained_len(plans)
         for c in paper_cols:
-            if trained and c.startswith("len_") and int(c[4:-1]) * 1024 / 32768 == int(key[4:]) / trained:
+            length = paper_length(c)
+            if trained and length is not None and length / spec.paper_trained_len == m.length / trained:
                 return c
     return None
 
@@ -134,18 +176,16 @@ def _trained_len(plans: list[RowPlan]) -> int | None:
     return Counter(lengths).most_common(1)[0][0] if lengths else None
 
 
-def _label(spec: TableSpec, key: str, trained: int | None = None) -> str:
-    if key == "val_ppl":
+def _label(spec: TableSpec, m: Measure, trained: int | None = None) -> str:
+    if m.key == "val_ppl":
         return spec.ppl_label
-    if key.startswith("ppl/"):
-        return f"PPL {key[4:]}"
-    if key.startswith("bench/"):
-        name = key[6:]
-        return BENCH_NAMES.get(name.lower(), name)
-    if key.startswith("len/"):  # and its multiple of the training length, as the paper's columns line up
-        length = int(key[4:])
-        return f"{fmt_len(length)} ({length / trained:g}x)" if trained else fmt_len(length)
-    return LABELS.get(key, key)
+    if m.family == "ppl/":
+        return f"PPL {m.member}"
+    if m.family == "bench/":
+        return BENCH_NAMES.get(m.member.lower(), m.member)
+    if m.family == LEN and m.length is not None:  # and its multiple of the training length, as the paper's
+        return f"{fmt_len(m.length)} ({m.length / trained:g}x)" if trained else fmt_len(m.length)
+    return LABELS.get(m.key, m.key)
 
 
 def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[str], paper: bool,
@@ -156,22 +196,22 @@ def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[str], 
     for key in spec.descriptors:
         cols.append(Column(key, LABELS[key], "descriptor"))
         if paper and key in ("added_params", "max_lr"):
-            cols.append(Column(f"paper:{PAPER_DESCRIPTOR[key]}", f"{LABELS[key]} (paper)", "paper"))
+            cols.append(Column.of_paper(PAPER_DESCRIPTOR[key], f"{LABELS[key]} (paper)"))
     trained = _trained_len(plans) if spec.number == 5 else None
-    for key in measured:
-        cols.append(Column(key, _label(spec, key, trained), "measured", better(key)))
-        twin = _paper_counterpart(spec, key, paper_cols, plans)
+    for m in measured:
+        cols.append(Column.measured(m.key, _label(spec, m, trained), better(m.key)))
+        twin = _paper_counterpart(spec, m, paper_cols, plans)
         if paper and twin and twin not in used:
             used.add(twin)
-            plabel = twin[4:] if twin.startswith("len_") else _label(spec, key)
-            cols.append(Column(f"paper:{twin}", f"{plabel} (paper)", "paper", better(key)))
+            plabel = paper_label(twin) if paper_length(twin) is not None else _label(spec, m)
+            cols.append(Column.of_paper(twin, f"{plabel} (paper)", better(m.key)))
     if paper:
         for c in paper_cols:
             if c not in used:
-                label = BENCH_NAMES.get(c, c.replace("len_", "") if c.startswith("len_") else LABELS.get(c, c))
-                cols.append(Column(f"paper:{c}", f"{label} (paper)", "paper", better(c if c != "ppl" else "val_ppl")))
+                cols.append(Column.of_paper(c, f"{paper_label(c)} (paper)", better(c if c != "ppl" else "val_ppl")))
     if spec.primary and any(p.is_reference for p in plans):
-        cols.append(Column(f"delta:{spec.primary}", f"Δ {_label(spec, spec.primary)} vs baseline [95% CI]", "delta"))
+        label = _label(spec, measure(spec.primary))
+        cols.append(Column.delta(spec.primary, f"Δ {label} vs baseline [95% CI]"))
     return cols
 
 
@@ -184,23 +224,24 @@ def _cell(spec: TableSpec, col: Column, plan: RowPlan, refs: list[RowPlan], runs
           catalogue: Mapping[str, VariantInfo], added_params: Callable[[str], int | None] | None,
           usual_n: int) -> Cell:
     if col.kind == "paper":
-        text = (plan.paper or {}).get(col.key[6:], "")
+        text = (plan.paper or {}).get(col.paper or "", "")
         return Cell(text, paper_number(text))
     if col.kind == "descriptor":
         return _descriptor(col.key, plan, catalogue, added_params)
+    assert col.metric is not None
     if col.kind == "delta":
-        return _delta(col.key[6:], plan, refs, runs, usual_n)
+        return _delta(col.metric, plan, refs, runs, usual_n)
     values, div = [], 0
     for _, r in plan.runs.iterrows():
         if r.get("status") == "diverged":
             div += 1
         else:
-            values.append(cell_value(r, col.key))
+            values.append(cell_value(r, col.metric))
     if not values and not div:
         return Cell()
     if values and all(v is None for v in values) and not div:
         return Cell()
-    return summary_cell(summarize(values, diverged=div), digits(col.key), usual_n)
+    return summary_cell(summarize(values, diverged=div), digits(col.metric), usual_n)
 
 
 def _descriptor(key: str, plan: RowPlan, catalogue: Mapping[str, VariantInfo],

@@ -16,21 +16,22 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ablate.errors import UserInputError, one_of
+from ablate.metrics import COLUMNS, SUMMARY, metric
+from ablate.metrics import order as summary_order
 from ablate.store.records import flatten, utcnow
 from ablate.store.schema import STATUSES, Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# CLI.md's `runs` columns, in order; ppl/<set> go after val_ppl and bench/<task> after m_act
-HEAD = ["run_id", "grid", "variant", "seed", "status", "params", "added_params", "steps", "tokens", "train_loss",
-        "val_ppl"]
-MIDDLE = ["loss_spikes", "resumed_from", "gate_score", "f_attn", "m_act"]
-TAIL = ["tokens_per_s", "wall_s", "error"]
+# CLI.md's `runs` columns, in order: who the run is, its summary metrics in their declared order (ablate.metrics;
+# a family such as ppl/<set> where it is declared), then the error; then the lifecycle's extras
+IDENTITY = ["run_id", "grid", "variant", "seed", "status"]
+METRIC_COLUMNS = [m.name for m in COLUMNS]
 EXTRA = ["host", "device", "started", "finished", "heartbeat", "heartbeat_step", "mlflow_run_id", "slurm_job_id"]
-INT_COLUMNS = ["seed", "params", "added_params", "steps", "tokens", "loss_spikes", "resumed_from", "heartbeat_step"]
-FLOAT_COLUMNS = ["train_loss", "val_ppl", "gate_score", "f_attn", "m_act", "tokens_per_s", "wall_s"]
-_RUN_FIELDS = [c for c in HEAD + MIDDLE + TAIL + EXTRA if c not in ("grid", "heartbeat_step")]
+INT_COLUMNS = ["seed", "heartbeat_step", *(m.name for m in COLUMNS if m.kind is int)]
+FLOAT_COLUMNS = [m.name for m in COLUMNS if m.kind is float]
+_RUN_FIELDS = [c for c in [*IDENTITY, *METRIC_COLUMNS, "error", *EXTRA] if c not in ("grid", "heartbeat_step")]
 IN_CHUNK = 500  # run ids per IN (...) list
 
 
@@ -47,7 +48,7 @@ def config_fields() -> tuple[str, ...]:
 
 def known_columns(frame: pd.DataFrame | None = None) -> list[str]:
     """Columns a ``--where`` may name: the runs table's own, every config field, and those of ``frame``."""
-    cols = [*HEAD, *MIDDLE, *TAIL, *EXTRA, *config_fields()]
+    cols = [*IDENTITY, *(m.name for m in SUMMARY if not m.family), "error", *EXTRA, *config_fields()]
     if frame is not None:
         cols += list(frame.columns)
     return list(dict.fromkeys(cols))
@@ -96,17 +97,22 @@ def runs_frame(session: Session, *, grid: str | None = None) -> pd.DataFrame:
                                dtype="float64")
     cfg = pd.DataFrame([r[-1] for r in rows])  # config_flat: written with every row (migration 0002 backfilled)
     cfg = cfg.drop(columns=[c for c in ("variant", "seed") if c in cfg.columns])
-    ppl = [n for n in score_names if n.startswith("ppl/")]
-    bench = [n for n in score_names if n.startswith("bench/")]
-    other = [n for n in score_names if n not in ppl and n not in bench]
+    declared = [n for n in summary_order([*METRIC_COLUMNS, *score_names]) if metric(n) is not None]
+    other = [n for n in score_names if metric(n) is None]
     out = pd.concat([frame, score_frame, cfg], axis=1)
-    order = [*HEAD, *ppl, *MIDDLE, *bench, *TAIL, *EXTRA, *other, *cfg.columns]
-    out = out[order]
-    for c in INT_COLUMNS:
-        out[c] = out[c].astype("Int64")
-    for c in FLOAT_COLUMNS:
-        out[c] = out[c].astype("float64")
+    out = out[[*IDENTITY, *declared, "error", *EXTRA, *other, *cfg.columns]]
+    for c in ["seed", "heartbeat_step", *declared]:
+        m = metric(c)
+        out[c] = _typed(out[c], "Int64" if m is None else m.dtype)
     return out
+
+
+def _typed(column: pd.Series, dtype: str) -> pd.Series:
+    """``column`` as its declared dtype; an int metric stored as a score too large for Int64 stays float."""
+    try:
+        return column.astype(dtype)
+    except (TypeError, ValueError, OverflowError):
+        return column.astype("float64")
 
 
 def _in_chunks(session: Session, query: Any, column: Any, run_ids: Sequence[str] | None) -> list[Any]:
@@ -177,7 +183,9 @@ def status_summary(session: Session, *, grid: str | None = None, stale_after_s: 
 
     ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "pruned", "failed"}, ...],
     "running": [{"run_id", "variant", "seed", "host", "device", "step", "heartbeat", "age_s", "stale"}, ...],
-    "stale": [run_id, ...]}``; runs in no grid are counted under ``"grid": null``.
+    "stale": [run_id, ...]}``; runs in no grid are counted under ``"grid": null``. A running row also carries what
+    its live records say: ``total_steps``, ``train_loss`` (latest), ``tokens_per_s`` (latest) and ``eta_s`` (the
+    steps left at that pace; None until known).
     """
     members = _grid_filter(session, grid)
     q = (select(Grid.name, Run.status, func.count()).select_from(Run)
@@ -190,16 +198,21 @@ def status_summary(session: Session, *, grid: str | None = None, stale_after_s: 
         counts.setdefault(name, dict.fromkeys(STATUSES, 0))[status] = n
     grids = [{"grid": name, "total": sum(c.values()), **c}
              for name, c in sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))]
-    rq = select(Run.run_id, Run.variant, Run.seed, Run.host, Run.device, Run.step, Run.heartbeat).where(
+    rq = select(Run.run_id, Run.variant, Run.seed, Run.host, Run.device, Run.step, Run.heartbeat, Run.train_steps,
+                Run.train_loss, Run.tokens_per_s, Run.batch_size, Run.seq_len).where(
         Run.status == "running").order_by(Run.run_id)
     if members is not None:
         rq = rq.where(Run.run_id.in_(members))
     now = utcnow()
     running = []
-    for run_id, variant, seed, host, device, step, beat in session.execute(rq):
+    for run_id, variant, seed, host, device, step, beat, total, loss, tps, batch, seq in session.execute(rq):
         age = (now - beat).total_seconds() if beat is not None else None
+        eta = None
+        if step is not None and total and tps and batch and seq:
+            eta = round(max(0, total - step - 1) * batch * seq / tps, 1)
         running.append({"run_id": run_id, "variant": variant, "seed": seed, "host": host, "device": device,
                         "step": step, "heartbeat": beat.isoformat(timespec="seconds") if beat else None,
                         "age_s": round(age, 1) if age is not None else None,
-                        "stale": age is None or age > stale_after_s})
+                        "stale": age is None or age > stale_after_s, "total_steps": total,
+                        "train_loss": loss, "tokens_per_s": tps, "eta_s": eta})
     return {"grids": grids, "running": running, "stale": [r["run_id"] for r in running if r["stale"]]}

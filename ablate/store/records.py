@@ -18,12 +18,12 @@ from sqlalchemy.orm import Session
 
 from ablate.config import CONFIG_VERSION
 from ablate.errors import StoreError
+from ablate.metrics import COLUMNS
 from ablate.result import RunResult, RunStatus
 from ablate.store.schema import Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
 
-# summary keys stored as columns of ``runs``; every other summary key is a row of ``scores``
-INT_SUMMARY = ("params", "added_params", "steps", "tokens", "loss_spikes")
-FLOAT_SUMMARY = ("train_loss", "val_ppl", "gate_score", "f_attn", "m_act", "tokens_per_s", "wall_s")
+# summary keys stored as columns of ``runs`` (ablate.metrics: column=True); every other one is a row of ``scores``
+COLUMN_SUMMARY = tuple(m for m in COLUMNS if m.in_summary)
 CHUNK = 5000  # rows per executemany batch
 
 
@@ -273,8 +273,7 @@ def ingest(session: Session, result: RunResult) -> str:
     # lock the run's row: a concurrent ingest of the same run waits here instead of mixing its child rows in
     session.execute(select(Run.run_id).where(Run.run_id == run_id).with_for_update(key_share=True))
     summary = dict(result.summary)
-    values: dict[str, Any] = {k: _num(summary.pop(k, None), int) for k in INT_SUMMARY}
-    values.update({k: _num(summary.pop(k, None), float) for k in FLOAT_SUMMARY})
+    values: dict[str, Any] = {m.name: _num(summary.pop(m.name, None), m.kind) for m in COLUMN_SUMMARY}
     scores = {k: _num(v, float) for k, v in summary.items()}
     if values["val_ppl"] is None:
         sets = [v for k, v in scores.items() if k.startswith("ppl/") and v is not None]

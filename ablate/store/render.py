@@ -8,7 +8,9 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from ablate.store.queries import HEAD, MIDDLE, TAIL
+from ablate.metrics import metric
+from ablate.metrics import order as summary_order
+from ablate.store.queries import IDENTITY
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,13 +44,10 @@ def to_json(frame: pd.DataFrame) -> str:
 
 
 def summary_columns(frame: pd.DataFrame) -> list[str]:
-    """The ``ablate runs`` columns a terminal shows: CLI.md's, without config fields, without all-empty ones."""
-    scores = [c for c in frame.columns if c.startswith(("ppl/", "bench/"))]
-    wanted = [c for c in HEAD + MIDDLE + TAIL if c in frame.columns]
-    at = wanted.index("val_ppl") + 1 if "val_ppl" in wanted else len(wanted)
-    wanted[at:at] = [c for c in scores if c.startswith("ppl/")]
-    at = wanted.index("m_act") + 1 if "m_act" in wanted else len(wanted)
-    wanted[at:at] = [c for c in scores if c.startswith("bench/")]
+    """The ``ablate runs`` columns a terminal shows: who the run is, its summary metrics (ablate.metrics, in
+    their declared order) and its error, without config fields and without all-empty columns."""
+    metrics = [c for c in summary_order(list(frame.columns)) if metric(c) is not None]
+    wanted = [c for c in [*IDENTITY, *metrics, "error"] if c in frame.columns]
     return [c for c in wanted if c in ("run_id", "status") or frame[c].notna().any()]
 
 
