@@ -6,13 +6,16 @@ Defined once here and called from everywhere else:
   ``train.log``, ``error.txt``).
 - ``CHECKPOINT``: the run directory's resumable checkpoint, ``checkpoints/last.ckpt``.
 - ``atomic_path(final)``: a temporary path beside ``final`` that becomes ``final`` (``os.replace``) only when the
-  block that writes it succeeds.
+  block that writes it succeeds; ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
+  folder of files (an export).
+- ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +24,18 @@ RUNS_DIR = "runs"
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
 
+def runs_dir(home: str | os.PathLike[str]) -> Path:
+    """The directory holding every run directory of ``home``."""
+    return Path(home) / RUNS_DIR
+
+
 def run_dir(home: str | os.PathLike[str], run_id: str) -> Path:
     """A run's directory under ``home``.
 
     >>> str(run_dir("ablate-runs", "0123abcd4567"))
     'ablate-runs/runs/0123abcd4567'
     """
-    return Path(home) / RUNS_DIR / run_id
+    return runs_dir(home) / run_id
 
 
 @contextlib.contextmanager
@@ -58,3 +66,21 @@ def atomic_write(final: str | os.PathLike[str], data: str | bytes) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     return Path(final)
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """``with atomic_dir(out) as tmp``: what is written into ``tmp`` lands in ``out`` only when the block
+    succeeds (``out`` is created, or its same-named files replaced; other files in it are kept)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if not out.exists():
+            os.replace(tmp, out)
+        else:
+            for path in sorted(tmp.iterdir()):
+                os.replace(path, out / path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

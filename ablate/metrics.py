@@ -70,7 +70,8 @@ SUMMARY: tuple[SummaryMetric, ...] = (
                   "without a gate)", "runner (probes)", column=True),
     SummaryMetric("f_attn", float, "attention to the first token, mean over layers and heads (Table 4's F-Attn)",
                   "runner (probes)", column=True, better="lower"),
-    SummaryMetric("m_act", float, "largest hidden-state activation, max over layers (Table 4's M-Act)",
+    SummaryMetric("m_act", float, "massive activation (Table 4's M-Act): each layer's largest hidden-state "
+                  "magnitude, mean over layers",
                   "runner (probes)", column=True, better="lower"),
     SummaryMetric("bench/", float, "benchmark score in percent, bench/<task>[@<len>][/yarn]",
                   "runner (offline tasks), ablate eval (lm-eval)", better="higher"),

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from ablate import layout
 from ablate.execute.devices import gpu_count, parse_devices, plan_slots
 from ablate.execute.display import LABEL, summary_table
 from ablate.execute.lifecycle import Lifecycle, unmirrored
@@ -214,7 +215,7 @@ def print_summary(report: GridReport, console: Console | None = None) -> None:
     for warning in report.warnings:
         line("yellow", "warning:", warning)
     if report.store_error is not None:
-        runs = report.home / "runs" if report.home else "$ABLATE_HOME/runs"
+        runs = layout.runs_dir(report.home) if report.home else "$ABLATE_HOME/runs"
         line("red", "error:", f"{report.store_error}; finished runs are kept in {runs}: when the store is back, run "
              f"the same command again (or `ablate ingest {runs}`)")
     elif report.interrupted:

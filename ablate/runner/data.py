@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ablate import layout
 from ablate.config import DataConfig, SourceConfig
 from ablate.errors import ConfigError, RunError
 from ablate.layout import atomic_path
@@ -53,7 +54,7 @@ def cache_dir_for(run_dir: Path) -> Path:
     laid out as ``<home>/runs/<run_id>``, else ``$ABLATE_HOME/cache``, else ``run_dir/cache``."""
     if os.environ.get("ABLATE_CACHE"):
         return Path(os.environ["ABLATE_CACHE"])
-    if run_dir.parent.name == "runs":
+    if run_dir.parent.name == layout.RUNS_DIR:
         return run_dir.parent.parent / "cache"
     if os.environ.get("ABLATE_HOME"):
         return Path(os.environ["ABLATE_HOME"]) / "cache"

@@ -8,11 +8,7 @@ nothing behind.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,28 +37,11 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
     model, tokenizer, config = load_run_model(run_dir)
     cfg = apply_variant(config.model, config.variant)
     target = hf_target(cfg)  # refuses, before anything is written, what no transformers class can express
-    with staged_dir(Path(out)) as tmp:
+    with layout.atomic_dir(Path(out)) as tmp:
         export_hf(model, cfg, tmp, max_positions=config.data.seq_len, eos_id=tokenizer.eos_id)
         tokenizer.save_pretrained(tmp)
         (tmp / CARD).write_text(model_card(run_id, config, cfg, target, _summary(run_dir)))
     return f"{target}, tokenizer '{config.data.tokenizer}', model card {CARD}"
-
-
-@contextlib.contextmanager
-def staged_dir(out: Path) -> Iterator[Path]:
-    """``with staged_dir(out) as tmp``: what is written into ``tmp`` lands in ``out`` only when the block
-    succeeds (``out`` is created, or its same-named files replaced; other files in it are kept)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield tmp
-        if not out.exists():
-            os.replace(tmp, out)
-        else:
-            for path in sorted(tmp.iterdir()):
-                os.replace(path, out / path.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _summary(run_dir: Path) -> tuple[str, dict[str, Any]] | None:
