@@ -1,6 +1,7 @@
 """Statistics over seeds: a cell's mean and spread, and paired deltas with a bootstrap confidence interval.
 
-Pure numpy, deterministic: the bootstrap draws from a fixed seed, so a report regenerated from the same store is
+The intervals are ``scipy.stats.bootstrap``'s BCa (bias-corrected and accelerated), resampling the pairs
+together; deterministic: the resampling draws from a fixed seed, so a report regenerated from the same store is
 the same report.
 """
 
@@ -73,9 +74,10 @@ class Delta:
 
 def bootstrap_ci(diffs: Iterable[float], *, level: float = CI_LEVEL, draws: int = BOOTSTRAP_DRAWS,
                  seed: int = BOOTSTRAP_SEED) -> tuple[float | None, float | None]:
-    """Percentile bootstrap CI of the mean of ``diffs`` (resampling them with replacement).
+    """BCa bootstrap CI of the mean of ``diffs`` (``scipy.stats.bootstrap``, ``draws`` resamples from ``seed``).
 
-    Fewer than two values give ``(None, None)``: one pair says nothing about the spread.
+    Fewer than two values give ``(None, None)``: one pair says nothing about the spread. Values that are all
+    equal give that value twice (no spread; BCa's acceleration is undefined there).
 
     >>> bootstrap_ci([1.0, 1.0, 1.0])
     (1.0, 1.0)
@@ -83,13 +85,23 @@ def bootstrap_ci(diffs: Iterable[float], *, level: float = CI_LEVEL, draws: int 
     import numpy as np
 
     x = np.asarray(list(diffs), dtype=float)
-    if x.size < 2:
+    return _bca((x,), lambda d, axis: np.mean(d, axis=axis), level=level, draws=draws, seed=seed)
+
+
+def _bca(samples: tuple, statistic: object, *, level: float, draws: int, seed: int
+         ) -> tuple[float | None, float | None]:
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    first = samples[0]
+    if first.size < 2:
         return None, None
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(draws, x.size))].mean(axis=1)
-    tail = (1.0 - level) / 2.0
-    lo, hi = np.quantile(means, [tail, 1.0 - tail])
-    return float(lo), float(hi)
+    observed = float(statistic(*samples, axis=-1))  # type: ignore[operator]
+    if np.ptp(first - samples[1] if len(samples) > 1 else first) == 0:  # no spread to estimate
+        return observed, observed
+    res = bootstrap(samples, statistic, paired=len(samples) > 1, vectorized=True, method="BCa",
+                    confidence_level=level, n_resamples=draws, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def paired_delta(treatment: Mapping[object, float | None], reference: Mapping[object, float | None]) -> Delta:
@@ -100,13 +112,18 @@ def paired_delta(treatment: Mapping[object, float | None], reference: Mapping[ob
     >>> paired_delta({0: 5.0, 1: 5.2}, {0: 6.0, 1: 6.0, 2: 6.1}).mean
     -0.9
     """
-    diffs = []
+    import numpy as np
+
+    pairs = []
     for key in sorted(set(treatment) & set(reference), key=repr):
         a, b = treatment[key], reference[key]
         if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
             continue
-        diffs.append(float(a) - float(b))
-    if not diffs:
+        pairs.append((float(a), float(b)))
+    if not pairs:
         return Delta(None, None, None, 0)
-    lo, hi = bootstrap_ci(diffs)
-    return Delta(round(sum(diffs) / len(diffs), 12), lo, hi, len(diffs), tuple(diffs))
+    treat, ref = np.array(pairs).T
+    lo, hi = _bca((treat, ref), lambda t, r, axis: np.mean(t - r, axis=axis), level=CI_LEVEL,
+                  draws=BOOTSTRAP_DRAWS, seed=BOOTSTRAP_SEED)
+    diffs = tuple(a - b for a, b in pairs)
+    return Delta(round(sum(diffs) / len(diffs), 12), lo, hi, len(diffs), diffs)
