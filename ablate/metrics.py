@@ -75,6 +75,9 @@ SUMMARY: tuple[SummaryMetric, ...] = (
                   "runner (probes)", column=True, better="lower"),
     SummaryMetric("bench/", float, "benchmark score in percent, bench/<task>[@<len>][/yarn]",
                   "runner (offline tasks), ablate eval (lm-eval)", better="higher"),
+    SummaryMetric("flops", float, "training compute in FLOPs: per stage, its tokens x (6N + 12·L·H·Q·T) per token, "
+                  "N the model's active matmul weights, gates included (ablate.ablations.flops)",
+                  "runner (training loop)"),
     SummaryMetric("tokens_per_s", float, "training throughput, the median over steps", "runner (training loop)",
                   column=True, better="higher"),
     SummaryMetric("wall_s", float, "wall time of the run: data, training, evaluation and probes",

@@ -9,8 +9,8 @@ import typer
 
 from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store
 
-ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6", "lr", "scorecard", "figures",
-                       "all"]
+ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6", "lr", "scorecard", "ladder",
+                       "figures", "all"]
 
 
 @app.command("report")
@@ -18,7 +18,7 @@ ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6
 def report_cmd(
     target: Annotated[ReportTarget, typer.Argument(
         help="table1..table6, lr (ablate tune's table), scorecard (the paper's claims: verdicts with CIs), "
-             "figures (PNG files) or all (HTML page + files)",
+             "ladder (a scaling ladder's fits and predictions), figures (PNG files) or all (HTML page + files)",
         show_default=False, metavar="TABLE")],
     grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's only "
                                              "grid)")] = None,
@@ -28,7 +28,11 @@ def report_cmd(
         "--format", help="markdown, latex, csv or html (tables); markdown, json, csv or html (scorecard)")]
     = "markdown",
     out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
-                                             "directory for figures/all (if not given: ./report)")] = None,
+                                             "directory for figures/all (if not given: ./report) and for ladder "
+                                             "(the report and its figure; if not given: stdout, no figure)")] = None,
+    ladder_target: Annotated[str, typer.Option("--target", help="ladder: where to predict: paper (1.7B dense at "
+                                               "400B and 3.5T tokens, 15B-A2.5B MoE at 3.5T) or FLOPs, "
+                                               "comma-separated")] = "paper",
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -36,6 +40,15 @@ def report_cmd(
     from ablate import reports
 
     with open_store(home, store) as opened:
+        if target == "ladder":  # a directory: the report in --format and its figure
+            from ablate.reports.ladder import report_ladder
+
+            text, written = report_ladder(opened, grid=grid, target=ladder_target, fmt=fmt, out=out)
+            if out is None:
+                typer.echo(text, nl=False)
+            else:
+                typer.echo(f"wrote {', '.join(str(p) for p in written)}", err=True)
+            return
         if target in ("figures", "all"):
             out_dir = out or Path("report")
             if target == "figures":

@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ablate.ablations import added_params, apply_variant, build_model, count_params
+from ablate.ablations.flops import flops_per_token
 from ablate.config import RunConfig
 from ablate.layout import CHECKPOINT
 from ablate.result import Event, RunResult, write_result
@@ -233,11 +234,14 @@ def _train_summary(config: RunConfig, stages: list[Stage], monitor: RunMonitor) 
     losses = monitor.metrics["loss"]
     tps = [v for v in monitor.metrics["tokens_per_s"] if v is not None]
     steps = monitor.metrics["step"]
-    tokens = sum(st.config.train.batch_size * st.config.data.seq_len * sum(st.first_step <= s < st.end for s in steps)
-                 for st in stages)
+    tokens = [st.config.train.batch_size * st.config.data.seq_len * sum(st.first_step <= s < st.end for s in steps)
+              for st in stages]
+    model = apply_variant(config.model, config.variant)
     return {
         "steps": len(steps),
-        "tokens": tokens,
+        "tokens": sum(tokens),
+        "flops": float(sum(n * flops_per_token(model, st.config.data.seq_len) for n, st in zip(tokens, stages,
+                                                                                                strict=True))),
         "train_loss": losses[-1] if losses else None,
         "loss_spikes": sum(e.kind == "loss_spike" for e in monitor.events),
         "tokens_per_s": statistics.median(tps) if tps else None,

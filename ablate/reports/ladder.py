@@ -1,0 +1,287 @@
+"""``ablate report ladder``: does a variant's win grow or shrink with scale? Per variant, the power law
+L(C) = E + A * C^(-alpha) fitted to the final held-out loss of every run of a scaling ladder (``ladder:`` in a
+grid), its loss predicted at target compute budgets, and the predicted difference to the baseline there, with
+intervals from a bootstrap over seeds (``ablate.reports.fit``).
+
+- The loss of a run is its final held-out loss: the mean over its held-out sets of ln(PPL) (nats per token).
+- Its compute is the ``flops`` it recorded (``ablate.ablations.flops``: 6N + 12·L·H·Q·T per token, the gate's
+  matmuls included), so a gated variant and its baseline are compared at equal compute, not at equal steps.
+- A series is a variant at one configuration apart from the ladder (learning rate, batch, ...); a variant pairs
+  with the baseline series at the same configuration.
+- A fit is unreliable with too few rungs, a ladder whose loss does not fall rung by rung, alpha <= 0 or an alpha
+  interval that reaches 0; then no prediction is given. A predicted difference whose interval holds zero is
+  reported as unresolved, with its interval and no point value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import UserInputError
+from ablate.reports.fit import (
+    MIN_RUNGS,
+    Interval,
+    PowerLaw,
+    SeedBootstrap,
+    crossover,
+    fit_power_law,
+    interval_of,
+    percentile,
+)
+from ablate.reports.rows import RESULT_STATUSES, cell_value, context_columns
+
+LADDER_COLUMNS = ("model.preset", "model.n_layers", "model.d_model", "train.steps")
+METRIC = "final held-out loss: mean ln(PPL) over the held-out sets (nats/token)"
+PAPER_SEQ_LEN = 4096  # the paper's context length (Sec. 3.1): the attention term of the targets' FLOPs
+
+
+@dataclass(frozen=True)
+class Target:
+    """A compute budget to predict at: ``flops``, and the model and tokens it stands for (when named)."""
+
+    name: str
+    flops: float
+    preset: str | None = None
+    tokens: float | None = None
+
+
+def paper_targets() -> list[Target]:
+    """The paper's scales: the 1.7B dense model at 400B and 3.5T tokens, the 15B-A2.5B MoE at 3.5T tokens (its
+    active-parameter compute), at the paper's 4096-token context."""
+    from ablate.ablations import ModelConfig
+    from ablate.ablations.flops import flops_per_token
+
+    out = []
+    for name, preset, tokens in (("1.7B dense, 400B tokens", "paper-dense-1.7b", 400e9),
+                                 ("1.7B dense, 3.5T tokens", "paper-dense-1.7b", 3.5e12),
+                                 ("15B-A2.5B MoE, 3.5T tokens", "paper-moe-15a2b", 3.5e12)):
+        per_token = flops_per_token(ModelConfig(preset=preset), PAPER_SEQ_LEN)
+        out.append(Target(name, per_token * tokens, preset, tokens))
+    return out
+
+
+def parse_targets(spec: str) -> list[Target]:
+    """``paper`` (the default targets) or compute budgets in FLOPs, comma-separated (``1e21,3e22``)."""
+    if spec.strip() == "paper":
+        return paper_targets()
+    out = []
+    for item in spec.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            value = float("nan")
+        if not math.isfinite(value) or value <= 0:
+            raise UserInputError(f"--target: expected 'paper' or compute budgets in FLOPs like '1e21,3e22', "
+                                 f"got {item.strip()!r}")
+        out.append(Target(f"{value:.2e} FLOPs", value))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- the points
+def run_loss(r: Any) -> float | None:
+    """A run's final held-out loss (mean over its held-out sets of ln PPL); ln(val_ppl) when it has no sets."""
+    sets = [cell_value(r, k) for k in r.index if str(k).startswith("ppl/")]
+    sets = [v for v in sets if v is not None and v > 0]
+    if sets:
+        return sum(math.log(v) for v in sets) / len(sets)
+    ppl = cell_value(r, "val_ppl")
+    return math.log(ppl) if ppl is not None and ppl > 0 else None
+
+
+def run_flops(r: Any) -> float | None:
+    """A run's training FLOPs: the recorded ``flops``; for a run stored before runs recorded it, its tokens at
+    the FLOPs per token of its model and sequence length."""
+    flops = cell_value(r, "flops")
+    if flops is not None:
+        return flops
+    tokens = cell_value(r, "tokens")
+    if tokens is None:
+        return None
+    from ablate.ablations import ModelConfig, apply_variant
+    from ablate.ablations.flops import flops_per_token
+    from ablate.errors import AblateError
+    from ablate.grid.paths import nest_dotted
+
+    fields = {str(k)[len("model."):]: (v.item() if hasattr(v, "item") else v)
+              for k, v in r.items() if str(k).startswith("model.")}
+    fields = {k: v for k, v in fields.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    try:
+        model = apply_variant(ModelConfig(**nest_dotted(fields)), str(r["variant"]))
+        return tokens * flops_per_token(model, int(r["data.seq_len"]))
+    except (AblateError, ValueError, TypeError, KeyError):
+        return None
+
+
+def ladder_points(runs: Any) -> tuple[Any, list[str]]:
+    """One row per finished run: ``series``, ``variant``, ``context``, ``seed``, ``rung``, ``flops``, ``loss``;
+    and notes on the runs left out (diverged, unfinished, unmeasured)."""
+    import pandas as pd
+
+    from ablate.grid.ladder import rung_label
+
+    notes: list[str] = []
+    if not len(runs):
+        return pd.DataFrame(columns=["series", "variant", "context", "seed", "rung", "flops", "loss"]), notes
+    ctx_cols = context_columns(runs.columns, exclude=LADDER_COLUMNS)
+    varying = [c for c in ctx_cols if runs[c].astype(str).nunique() > 1]
+    rows = []
+    skipped = {"diverged": 0, "unfinished": 0, "unmeasured": 0}
+    for _, r in runs.iterrows():
+        if r["status"] not in RESULT_STATUSES:
+            skipped["unfinished"] += 1
+            continue
+        if r["status"] == "diverged":
+            skipped["diverged"] += 1
+            continue
+        loss, flops = run_loss(r), run_flops(r)
+        if loss is None or flops is None:
+            skipped["unmeasured"] += 1
+            continue
+        context = ", ".join(f"{c}={r[c]}" for c in varying)
+        rows.append({"series": f"{r['variant']} ({context})" if context else str(r["variant"]),
+                     "variant": str(r["variant"]), "context": context, "seed": r["seed"],
+                     "rung": rung_label({"n_layers": int(r["model.n_layers"]), "d_model": int(r["model.d_model"])}),
+                     "flops": float(flops), "loss": float(loss)})
+    notes += [f"{n} {what} run(s) left out of the fits" for what, n in skipped.items() if n]
+    return pd.DataFrame(rows, columns=["series", "variant", "context", "seed", "rung", "flops", "loss"]), notes
+
+
+# ---------------------------------------------------------------------------------------------------- the analysis
+def _rungs(points: Any) -> Any:
+    """Per rung of one series: mean compute, loss mean and std over seeds, runs; in order of compute."""
+    g = points.groupby("rung")
+    out = g.agg(flops=("flops", "mean"), loss_mean=("loss", "mean"), loss_std=("loss", "std"), n=("loss", "size"))
+    return out.sort_values("flops").reset_index()
+
+
+def _problems(rungs: Any, law: PowerLaw | None, alpha: Interval) -> list[str]:
+    """Why a series' fit cannot be trusted (empty when it can)."""
+    problems = []
+    if len(rungs) < MIN_RUNGS:
+        problems.append(f"too few rungs ({len(rungs)} < {MIN_RUNGS})")
+    means = list(rungs["loss_mean"])
+    for i in range(1, len(means)):
+        if means[i] >= means[i - 1]:
+            problems.append(f"non-monotone ladder: the loss at {rungs['rung'][i]} ({means[i]:.4f}) is not below "
+                            f"{rungs['rung'][i - 1]}'s ({means[i - 1]:.4f})")
+            break
+    if law is None:
+        problems.append("the fit did not converge")
+    elif law.alpha <= 0:
+        problems.append(f"alpha <= 0 ({law.alpha:.3g}): the loss does not fall with compute")
+    elif alpha.low is not None and alpha.low <= 0:
+        problems.append(f"alpha's interval reaches {alpha.low:.3g} <= 0")
+    return problems
+
+
+def _fit_dict(law: PowerLaw | None, fits: list[PowerLaw | None]) -> dict[str, Interval]:
+    if law is None:
+        return {k: Interval(None, None, None) for k in ("E", "A", "alpha")}
+    return {k: interval_of(fits, law, lambda f, k=k: getattr(f, k)) for k in ("E", "A", "alpha")}
+
+
+def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", grid: str = "") -> dict[str, Any]:
+    """The whole ladder report as plain data (what ``--format json`` prints)."""
+    points, notes = ladder_points(runs)
+    if not len(points):
+        raise UserInputError(f"grid {grid!r} has no finished runs with a held-out loss to fit: run it first "
+                             "(`ablate run GRID`)")
+    boot = SeedBootstrap(sorted(set(points["seed"])))
+    if boot.distinct < 10:
+        notes.append(f"{len(boot.seeds)} seed(s): the intervals rest on {boot.distinct} distinct resample(s) of "
+                     "the seeds and understate the uncertainty")
+    top = float(points["flops"].max())
+    series: dict[str, dict[str, Any]] = {}
+    for name, pts in points.groupby("series", sort=False):
+        per_seed = {s: (list(p["flops"]), list(p["loss"])) for s, p in pts.groupby("seed")}
+        law = fit_power_law(pts["flops"], pts["loss"])
+        fits = boot.fits(str(name), per_seed, start=law)
+        params = _fit_dict(law, fits)
+        rungs = _rungs(pts)
+        problems = _problems(rungs, law, params["alpha"])
+        series[str(name)] = {"variant": pts["variant"].iloc[0], "context": pts["context"].iloc[0],
+                             "seeds": sorted(per_seed), "law": law, "fits": fits, "rungs": rungs,
+                             "points": pts, "problems": problems, "per_seed": per_seed}
+    out: dict[str, Any] = {"grid": grid, "baseline": baseline, "metric": METRIC,
+                           "targets": [{"name": t.name, "flops": t.flops, "preset": t.preset, "tokens": t.tokens}
+                                       for t in targets],
+                           "measured_flops": [float(points["flops"].min()), top], "variants": {}, "notes": notes}
+    for name, s in series.items():
+        base = next((b for b in series.values() if b["variant"] == baseline and b["context"] == s["context"]), None)
+        if base is None and s["variant"] != baseline:
+            notes.append(f"{name}: no {baseline!r} runs at the same configuration: no differences")
+        out["variants"][name] = _series_json(s, base if s["variant"] != baseline else None, targets, top)
+    return out
+
+
+def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[Target], top: float) -> dict[str, Any]:
+    from ablate.reports.stats import paired_delta
+
+    law, fits, reliable = s["law"], s["fits"], not s["problems"]
+    params = _fit_dict(law, fits)
+    base_ok = base is not None and not base["problems"]
+    rungs = []
+    for _, r in s["rungs"].iterrows():
+        row = {"rung": r["rung"], "flops": float(r["flops"]), "loss_mean": float(r["loss_mean"]),
+               "loss_std": None if math.isnan(r["loss_std"]) else float(r["loss_std"]), "n": int(r["n"])}
+        if base is not None:
+            mine = s["points"][s["points"]["rung"] == r["rung"]]
+            theirs = base["points"][base["points"]["rung"] == r["rung"]]
+            d = paired_delta(dict(zip(mine["seed"], mine["loss"], strict=True)),
+                             dict(zip(theirs["seed"], theirs["loss"], strict=True)))
+            row["delta"] = {"value": d.mean, "low": d.lo, "high": d.hi, "n": d.n}
+        rungs.append(row)
+    predictions = []
+    for t in targets:
+        pred: dict[str, Any] = {"target": t.name, "flops": t.flops, "loss": None, "low": None, "high": None,
+                                "resolved": None, "delta": None}
+        if reliable:
+            iv = interval_of(fits, law, lambda f, c=t.flops: float(f(c)))
+            gain = float(law(top)) - iv.value  # what the fit says scaling up from the largest rung buys
+            pred.update(loss=iv.value, low=iv.low, high=iv.high,
+                        resolved=iv.low is not None and (iv.high - iv.low) < abs(gain))
+        if base is not None and reliable and base_ok:
+            draws = [float(f(t.flops) - g(t.flops)) for f, g in zip(fits, base["fits"], strict=True)
+                     if f is not None and g is not None]  # the same seeds in both: paired
+            iv = percentile(draws, float(law(t.flops) - base["law"](t.flops)))
+            pred["delta"] = {**iv.as_dict(), "resolved": iv.excludes_zero}
+        elif base is not None:
+            pred["delta"] = {"value": None, "low": None, "high": None, "resolved": False}
+        predictions.append(pred)
+    cross = None
+    if base is not None and reliable and base_ok:
+        lo, hi = float(s["rungs"]["flops"].min()), max([top, *(t.flops for t in targets)]) * 10
+        c = crossover(law, base["law"], lo, hi)
+        cross = None if c is None else {"flops": c, "extrapolated": c > top}
+    return {"variant": s["variant"], "context": s["context"], "seeds": [int(x) for x in s["seeds"]],
+            "n_runs": len(s["points"]), "rungs": rungs,
+            "fit": {**{k: v.as_dict() for k, v in params.items()}, "reliable": reliable, "problems": s["problems"]},
+            "predictions": predictions, "crossover": cross,
+            "_law": law, "_fits": fits}
+
+
+def report_ladder(store: Any, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",
+                  out: str | Path | None = None, baseline: str = "baseline") -> tuple[str, list[Path]]:
+    """``ablate report ladder``: the report as text in ``fmt``; with ``out`` (a directory) also written there as
+    ``ladder.<md|json|csv>`` with its figure ``ladder.png``. Returns the text and the files written."""
+    from ablate.errors import one_of
+    from ablate.reports.data import resolve_grid
+    from ablate.reports.ladder_render import FIGURE, FORMATS, SUFFIX, ladder_figure, render_ladder
+
+    if fmt not in FORMATS:  # before any query
+        raise UserInputError(one_of(fmt, FORMATS, what="format for the ladder report") + " (option --format)")
+    targets = parse_targets(target)
+    name = resolve_grid(list(store.grids()), grid)
+    report = analyse(store.runs_frame(grid=name), targets, baseline=baseline, grid=name)
+    text = render_ladder(report, fmt)
+    written: list[Path] = []
+    if out is not None:
+        from ablate.layout import atomic_write
+
+        out = Path(out)
+        written.append(atomic_write(out / f"ladder{SUFFIX[fmt]}", text))
+        written.append(ladder_figure(report, out / FIGURE))
+    return text, written

@@ -1,0 +1,218 @@
+"""The ladder report (``ablate.reports.ladder.analyse``'s data) as markdown, CSV or JSON, and its figure.
+
+No number from an unreliable fit is printed: its predictions read "unreliable" with the reasons, and a predicted
+difference whose interval holds zero reads "unresolved" with the interval only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("markdown", "json", "csv")
+SUFFIX = {"markdown": ".md", "json": ".json", "csv": ".csv"}
+FIGURE = "ladder.png"
+
+
+def public(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without its in-memory fits (keys starting with ``_``): what ``--format json`` prints."""
+    return {**report, "variants": {k: {f: v for f, v in s.items() if not f.startswith("_")}
+                                   for k, s in report["variants"].items()}}
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _sci(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _iv(d: dict[str, Any], fmt=_sci) -> str:
+    if d.get("value") is None:
+        return "-"
+    if d.get("low") is None:
+        return fmt(d["value"])
+    return f"{fmt(d['value'])} [{fmt(d['low'])}, {fmt(d['high'])}]"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}"
+
+
+def _prediction(p: dict[str, Any], fit_ok: bool) -> str:
+    if not fit_ok:
+        return "unreliable fit"
+    text = _iv({"value": p["loss"], "low": p["low"], "high": p["high"]}, _num)
+    return text if p["resolved"] else f"{text} (unresolved: interval wider than the gain over the ladder)"
+
+
+def _delta(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return ""
+    if d["low"] is None and d["value"] is None:
+        return "- (unreliable fit)"
+    if d["low"] is None:
+        return "- (no interval)"
+    if not d["resolved"]:
+        return f"unresolved [{_signed(d['low'])}, {_signed(d['high'])}]"
+    return f"{_signed(d['value'])} [{_signed(d['low'])}, {_signed(d['high'])}]"
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """Fits, measured rungs, predictions at the targets, crossovers and notes, as markdown."""
+    series = report["variants"]
+    lo, hi = report["measured_flops"]
+    far = max((t["flops"] for t in report["targets"]), default=hi)
+    lines = [f"**Scaling ladder, grid '{report['grid']}'**: L(C) = E + A·C^(-alpha), loss = {report['metric']}; "
+             f"C = training FLOPs (6N + 12·L·H·Q·T per token). Measured from {lo:.2e} to {hi:.2e} FLOPs; the "
+             f"farthest target is {far / hi:.1e} times the largest rung.", "",
+             "| variant | runs | rungs | seeds | E | A | alpha | fit |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, s in series.items():
+        f = s["fit"]
+        values = [_iv(f[k]) for k in ("E", "A", "alpha")] if f["reliable"] else ["-", "-", "-"]
+        verdict = "ok" if f["reliable"] else "unreliable: " + "; ".join(f["problems"])
+        lines.append(f"| {name} | {s['n_runs']} | {len(s['rungs'])} | {len(s['seeds'])} | {' | '.join(values)} | "
+                     f"{verdict} |")
+    lines += ["", f"Measured final loss per rung (mean ± std over seeds), and the difference to "
+                  f"{report['baseline']} (paired over seeds, 95% bootstrap CI):", ""]
+    rungs = list(dict.fromkeys(r["rung"] for s in series.values() for r in s["rungs"]))
+    head = ["rung", "FLOPs"]
+    for name, s in series.items():
+        head += [name] + (["Δ"] if any("delta" in r for r in s["rungs"]) else [])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rung in rungs:
+        cells = [rung, ""]
+        for s in series.values():
+            r = next((x for x in s["rungs"] if x["rung"] == rung), None)
+            cells[1] = cells[1] or (f"{r['flops']:.2e}" if r else "")
+            has_delta = any("delta" in x for x in s["rungs"])
+            if r is None:
+                cells += ["-"] + (["-"] if has_delta else [])
+                continue
+            std = f" ± {r['loss_std']:.4f}" if r["loss_std"] is not None else ""
+            cells.append(f"{r['loss_mean']:.4f}{std}")
+            if has_delta:
+                d = r.get("delta") or {}
+                cells.append("-" if d.get("value") is None else (
+                    _signed(d["value"]) + (f" [{_signed(d['low'])}, {_signed(d['high'])}]" if d["low"] is not None
+                                           else "")))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Predicted loss at each target (95% interval over seed resamples) and the difference to "
+                  f"{report['baseline']} at equal compute:", ""]
+    head = ["target", "FLOPs"]
+    for name, s in series.items():
+        head += [name] + (["Δ"] if s["predictions"] and s["predictions"][0]["delta"] is not None else [])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, t in enumerate(report["targets"]):
+        cells = [t["name"], f"{t['flops']:.2e}"]
+        for s in series.values():
+            p = s["predictions"][i]
+            cells.append(_prediction(p, s["fit"]["reliable"]))
+            if p["delta"] is not None:
+                cells.append(_delta(p["delta"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    crossings = [(n, s["crossover"]) for n, s in series.items() if s["variant"] != report["baseline"]]
+    if crossings:
+        lines.append("")
+        for name, c in crossings:
+            if c is None:
+                lines.append(f"- {name} vs {report['baseline']}: no crossover (or no reliable pair of fits).")
+            else:
+                where = "extrapolated" if c["extrapolated"] else "within the measured range"
+                lines.append(f"- {name} vs {report['baseline']}: the fitted curves cross at {c['flops']:.2e} FLOPs "
+                             f"({where}).")
+    if report["notes"]:
+        lines += [""] + [f"*{n}*" for n in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(report: dict[str, Any]) -> str:
+    """One row per (series, target): prediction, difference to the baseline, the fit; unreliable ones empty."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    params = [f"{k}{s}" for k in ("E", "A", "alpha") for s in ("", "_low", "_high")]
+    w.writerow(["series", "variant", "target", "flops", "loss", "low", "high", "delta", "delta_low",
+                "delta_high", "delta_resolved", *params, "reliable", "problems"])
+    for name, s in report["variants"].items():
+        f, ok = s["fit"], s["fit"]["reliable"]
+        fit = [f[k][s2] if ok else None for k in ("E", "A", "alpha") for s2 in ("value", "low", "high")]
+        for p in s["predictions"]:
+            d = p["delta"] or {}
+            show = d.get("resolved")
+            w.writerow([name, s["variant"], p["target"], p["flops"], p["loss"], p["low"], p["high"],
+                        d.get("value") if show else None, d.get("low"), d.get("high"), d.get("resolved"),
+                        *fit, ok, "; ".join(f["problems"])])
+    return buf.getvalue()
+
+
+def render_ladder(report: dict[str, Any], fmt: str) -> str:
+    """``report`` as ``markdown``, ``json`` or ``csv`` text."""
+    if fmt == "json":
+        return json.dumps(public(report), indent=1, default=float) + "\n"
+    if fmt == "csv":
+        return to_csv(report)
+    return to_markdown(report)
+
+
+def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
+    """Loss against compute on log axes: each rung's mean ± std over seeds, the fitted curves, the extrapolation
+    band (95% over seed resamples) out to the targets, and the targets marked. An unreliable fit is drawn dotted
+    over the measured range only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    lo, hi = report["measured_flops"]
+    far = max([hi, *(t["flops"] for t in report["targets"])])
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=100)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ys: list[float] = []
+    for i, (name, s) in enumerate(report["variants"].items()):
+        color = colors[i % len(colors)]
+        c = np.array([r["flops"] for r in s["rungs"]])
+        m = np.array([r["loss_mean"] for r in s["rungs"]])
+        e = np.array([r["loss_std"] or 0.0 for r in s["rungs"]])
+        ax.errorbar(c, m, yerr=e, fmt="o", color=color, ms=4, capsize=2, label=f"{name} (measured)")
+        ys += list(m)
+        law, ok = s["_law"], s["fit"]["reliable"]
+        if law is None:
+            continue
+        xs = np.logspace(math.log10(lo / 2), math.log10((far if ok else hi) * 2), 200)
+        if ok:
+            curves = np.array([f(xs) for f in s["_fits"] if f is not None])
+            if len(curves):
+                band_lo, band_hi = np.quantile(curves, [0.025, 0.975], axis=0)
+                ax.fill_between(xs, band_lo, band_hi, color=color, alpha=0.15, lw=0)
+            ax.plot(xs, law(xs), color=color, lw=1.2, label=f"{name}: alpha={law.alpha:.3f}")
+            ys += list(law(xs))
+        else:
+            ax.plot(xs, law(xs), ":", color=color, lw=1.2, label=f"{name}: fit unreliable")
+    for t in report["targets"]:
+        ax.axvline(t["flops"], color="0.4", ls="--", lw=0.8)
+        ax.text(t["flops"], 0.98, " " + t["name"], rotation=90, va="top", ha="right", fontsize=7, color="0.3",
+                transform=ax.get_xaxis_transform())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    finite = [y for y in ys if math.isfinite(y) and y > 0]
+    if finite:
+        ax.set_ylim(min(finite) * 0.95, max(finite) * 1.05)
+    ax.set_xlabel("training compute C (FLOPs)")
+    ax.set_ylabel("final held-out loss (nats/token)")
+    ax.set_title(f"Scaling ladder '{report['grid']}': L(C) = E + A·C^(-alpha)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    fig.tight_layout()
+    path = Path(path)
+    from ablate.layout import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return path
