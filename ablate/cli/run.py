@@ -21,6 +21,19 @@ from ablate.cli.common import (
     print_wide,
 )
 
+DeviceMemoryOpt = Annotated[str | None, typer.Option(
+    "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything starts "
+                            "if a run's estimated peak does not fit, naming the cheapest fix [run, on a GPU: its "
+                            "memory]")]
+
+
+def check_memory(runs, status: dict[str, str], available: float, where: str) -> None:
+    """Refuse (one line, exit 2) the runs still to train whose estimated peak memory does not fit ``available``."""
+    from ablate.ablations.memory import check_fit, gpu_here
+
+    todo = [(r.run_id, r.config.variant, r.config) for r in runs if status.get(r.run_id) not in ("done", "diverged")]
+    check_fit(todo, available, gpu=gpu_here(), where=where)
+
 
 @app.command()
 @handles_errors
@@ -30,14 +43,20 @@ def plan(
     fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
     home: HomeOpt = None,
     store: StoreOpt = None,
+    device_memory: DeviceMemoryOpt = None,
 ) -> None:
-    """Expand a grid without running it: run ids, parameter counts, and each run's status in the store."""
+    """Expand a grid without running it: run ids, parameter counts, estimated peak memory per device, and each
+    run's status in the store."""
     from ablate.grid import expand, load_grid
     from ablate.grid.view import plan_json, plan_table, statuses
 
     spec = load_grid(grid, sets or ())
     runs = expand(spec)
     status = statuses([r.run_id for r in runs], store=store, home=home_dir(home))
+    if device_memory is not None:
+        from ablate.ablations.memory import parse_memory
+
+        check_memory(runs, status, parse_memory(device_memory), "--device-memory")
     if fmt == "json":
         echo_json(plan_json(spec.name, runs, status))
     else:
@@ -69,8 +88,10 @@ def run(
     slurm_opts: Annotated[list[str] | None, typer.Option("--slurm-opt", help="slurm: K=V, a submitit parameter "
                                                          "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="slurm: wait until every run has ended")] = False,
+    device_memory: DeviceMemoryOpt = None,
 ) -> None:
     """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once)."""
+    _check_run_memory(grid, sets, device_memory, local=executor == "local", home=home, store=store)
     if executor != "local":
         from ablate.cli.slurm import run_slurm
 
@@ -85,6 +106,24 @@ def run(
     report = run_grid(grid, sets or [], options)
     print_summary(report)
     raise typer.Exit(report.exit_code)
+
+
+def _check_run_memory(grid, sets, device_memory: str | None, *, local: bool, home, store) -> None:
+    """``--device-memory``, or on a local GPU its real memory: every run still to train must fit."""
+    from ablate.ablations.memory import device_memory as gpu_memory
+    from ablate.ablations.memory import fmt_gb, gpu_here, parse_memory
+
+    if device_memory is not None:
+        available, where = parse_memory(device_memory), "--device-memory"
+    elif local and gpu_here() and (available := gpu_memory()) is not None:
+        where = f"GPU memory ({fmt_gb(available)}; --device-memory overrides)"
+    else:
+        return
+    from ablate.grid import expand, load_grid
+    from ablate.grid.view import statuses
+
+    runs = expand(load_grid(grid, sets or ()))
+    check_memory(runs, statuses([r.run_id for r in runs], store=store, home=home_dir(home)), available, where)
 
 
 @app.command()

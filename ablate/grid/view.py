@@ -57,10 +57,18 @@ def compute(run: PlannedRun) -> dict[str, int]:
     return {"tokens": tokens_per_run(run.config), "flops": planned_flops(run.config)}
 
 
+def memory(run: PlannedRun) -> dict[str, Any]:
+    """The run's estimated peak ``memory_gb`` per device and its items (``ablate.ablations.memory``)."""
+    from ablate.ablations.memory import gpu_here, run_memory
+
+    est = run_memory(run.config, gpu=gpu_here())
+    return {"memory_gb": round(est.gb, 4), "memory": est.itemised_gb()}
+
+
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
     """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
     "added_params", "status", "config"}, ...]}``, plus each run's ``axes``, ``match_residual``, planned
-    ``tokens`` and ``flops``."""
+    ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items."""
     return {
         "grid": name,
         "runs": [
@@ -68,7 +76,7 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
                 "run_id": r.run_id, "variant": r.config.variant, "seed": r.config.seed, "params": r.params,
                 "added_params": r.added_params, "status": status.get(r.run_id, NEW),
                 "config": r.config.model_dump(mode="json"), "axes": r.axes, "match_residual": r.match_residual,
-                **compute(r),
+                **compute(r), **memory(r),
             }
             for r in runs
         ],
@@ -110,9 +118,10 @@ def _cell(value: Any) -> str:
 def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, matched: str | None = None,
                ladder: bool = False) -> Any:
     """A rich ``Table``: run id, variant, seed, [rung,] the axes that vary, params, added params, [residual],
-    tokens, FLOPs, status. With ``ladder`` the model fields the rungs set show as one ``rung`` column."""
+    tokens, FLOPs, estimated peak memory per device, status. With ``ladder`` the model fields the rungs set show as one ``rung`` column."""
     from rich.table import Table
 
+    from ablate.ablations.memory import GiB, fmt_gb
     from ablate.grid.ladder import rung_label
 
     axes = varying_axes(runs)
@@ -132,6 +141,7 @@ def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *,
         table.add_column(f"vs {matched}", justify="right")
     table.add_column("tokens", justify="right")
     table.add_column("FLOPs", justify="right")
+    table.add_column("memory", justify="right")
     table.add_column("status")
     for r in runs:
         dump = r.config.model_dump(mode="json")
@@ -143,7 +153,7 @@ def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *,
         if matched is not None:
             cells.append("-" if r.match_residual is None else f"{r.match_residual:+.3%}")
         cost = compute(r)
-        cells += [human(cost["tokens"]), f"{cost['flops']:.2e}"]
+        cells += [human(cost["tokens"]), f"{cost['flops']:.2e}", fmt_gb(memory(r)["memory_gb"] * GiB)]
         cells.append(status.get(r.run_id, NEW))
         table.add_row(*cells)
     return table

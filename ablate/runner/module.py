@@ -52,6 +52,15 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def checkpoint_blocks(model: nn.Module) -> None:
+    """Activation checkpointing per decoder block (``train.activation_checkpointing``): a block keeps only its
+    input for the backward pass, which recomputes the rest. The state dict's keys do not change."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+
+
 class LitDecoder(L.LightningModule):
     """Trains ``model`` on ``{"step", "tokens": [B, T + 1]}`` batches; keeps the last loss and gradient norm as
     tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled mid-step)."""
