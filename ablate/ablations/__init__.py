@@ -26,11 +26,11 @@ def build_model(cfg: ModelConfig, *, device: Any = None, fuse_g1: bool = True) -
     return _build(cfg, device=device, fuse_g1=fuse_g1)
 
 
-def export_hf(model: Any, cfg: ModelConfig, out_dir: str | Path) -> Path:
-    """Write ``model`` as a transformers ``Qwen3ForCausalLM`` folder (see ``ablate.ablations.export``)."""
+def export_hf(model: Any, cfg: ModelConfig, out_dir: str | Path, **kwargs: Any) -> Path:
+    """Write ``model`` as a transformers folder: Qwen3, Qwen3-MoE or Qwen3-Next (see ``ablate.ablations.export``)."""
     from ablate.ablations.export import export_hf as _export
 
-    return _export(model, cfg, out_dir)
+    return _export(model, cfg, out_dir, **kwargs)
 
 
 __all__ = [
