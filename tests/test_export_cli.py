@@ -99,9 +99,12 @@ def test_inexpressible_arms_are_refused_and_nothing_is_written(tmp_path, variant
 @pytest.mark.parametrize("args,match", [
     (["export", "zzz", "--out", "x"], "no run 'zzz'"),
     (["export", "RID", "--out", "x", "--format", "gguf"], "--format: unknown format 'gguf'; allowed: hf"),
-], ids=["unknown-run", "unknown-format"])
+    (["export", "RID", "--out", "afile"], "afile: exists and is not a folder"),
+], ids=["unknown-run", "unknown-format", "out-is-a-file"])
 def test_bad_input_is_one_line(tmp_path, args, match):
     rid, _, _ = make_run(tmp_path)
+    (tmp_path / "afile").write_text("keep me")
     args = [a.replace("RID", rid) for a in args]
     res = CliRunner().invoke(app, [*args[:3], str(tmp_path / args[3]), *args[4:], "--home", str(tmp_path)])
     assert res.exit_code == 2 and match in " ".join(res.output.split())
+    assert (tmp_path / "afile").read_text() == "keep me" and not (tmp_path / "x").exists()

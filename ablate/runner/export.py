@@ -29,6 +29,8 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
 
     if fmt != "hf":
         raise UserInputError(one_of(fmt, ["hf"], what="export format"))
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UserInputError(f"--out {out}: exists and is not a folder")
     run_dir = layout.run_dir(home, run_id)
     if not run_dir.is_dir():
         parent = run_dir.parent
