@@ -30,6 +30,11 @@ class StoreError(AblateError):
     """The results store could not do what was asked (unreachable, wrong schema, bad result file)."""
 
 
+class StoreUnavailableError(StoreError, UserInputError):
+    """The store cannot be opened at all (a bad or unsupported URL, a missing driver, a server that does not
+    answer, a home that cannot hold it): exit status 2, as for any input that cannot work; nothing ran."""
+
+
 class RunError(AblateError):
     """A run could not be trained or evaluated."""
 

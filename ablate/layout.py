@@ -8,7 +8,8 @@ Defined once here and called from everywhere else:
 - ``atomic_path(final)``: a temporary path beside ``final`` that becomes ``final`` (``os.replace``) only when the
   block that writes it succeeds; ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
   folder of files (an export).
-- ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives.
+- ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives; ``usable_home(home)`` checks,
+  before anything starts, that it can hold them (one line, exit 2, otherwise).
 """
 
 from __future__ import annotations
@@ -27,6 +28,27 @@ CHECKPOINT = Path("checkpoints") / "last.ckpt"
 def runs_dir(home: str | os.PathLike[str]) -> Path:
     """The directory holding every run directory of ``home``."""
     return Path(home) / RUNS_DIR
+
+
+def usable_home(home: str | os.PathLike[str]) -> Path:
+    """``home``, with its ``runs`` directory created and proven writable (a file is made and removed there);
+    a ``UserInputError`` naming the folder and the reason when it is a file, or cannot be created or written."""
+    from ablate.errors import UserInputError
+
+    home = Path(home)
+    runs = runs_dir(home)
+    if home.exists() and not home.is_dir():
+        raise UserInputError(f"ABLATE_HOME {home} is a file, not a directory: point --home (or ABLATE_HOME) at a "
+                             "directory for run directories and the default stores")
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=runs)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserInputError(f"ABLATE_HOME {home} cannot hold run directories ({runs}: {exc.strerror or exc}): "
+                             "use a writable --home (or ABLATE_HOME)") from None
+    return home
 
 
 def run_dir(home: str | os.PathLike[str], run_id: str) -> Path:

@@ -78,7 +78,8 @@ def _result(variant: str, seed: int, lr: float, ppl: float | None, *, status: st
         histogram_edges=[0.0, 0.25, 0.5, 0.75, 1.0] if hist else [],
         events=[{"kind": "loss_spike", "step": 12, "data": {"loss": 4.0, "trend": 2.0}}],
     )
-    return Planned(rid, config, summary["params"], summary["added_params"]), result
+    axes = {"variant": variant, "seed": seed, "train.lr": lr}  # what the grid varies, as expand records it
+    return Planned(rid, config, summary["params"], summary["added_params"], axes), result
 
 
 def _arms() -> list[tuple[Planned, RunResult]]:

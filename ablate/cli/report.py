@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store
+from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store, warn
 
 ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6", "lr", "scorecard", "ladder",
                        "figures", "all"]
@@ -30,6 +30,10 @@ def report_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
                                              "directory for figures/all (if not given: ./report) and for ladder "
                                              "(the report and its figure; if not given: stdout, no figure)")] = None,
+    where: Annotated[str | None, typer.Option("--where", help="report only the runs for which this is true (the "
+                                              "expression language of `ablate runs --where`); a grid with runs at "
+                                              "several configurations shows the one with the most finished runs, "
+                                              "then the latest, and says on stderr what it left out")] = None,
     ladder_target: Annotated[str, typer.Option("--target", help="ladder: where to predict: paper (1.7B dense at "
                                                "400B and 3.5T tokens, 15B-A2.5B MoE at 3.5T) or FLOPs, "
                                                "comma-separated")] = "paper",
@@ -52,13 +56,15 @@ def report_cmd(
         if target in ("figures", "all"):
             out_dir = out or Path("report")
             if target == "figures":
-                written = [str(p) for p in reports.report_figures(opened, out_dir, grid=grid).values()]
+                written = [str(p) for p in reports.report_figures(opened, out_dir, grid=grid, where=where,
+                                                                  warn=warn).values()]
             else:
-                written = [str(p) for p in reports.report_all(opened, out_dir, grid=grid, paper=paper).values()]
+                written = [str(p) for p in reports.report_all(opened, out_dir, grid=grid, paper=paper, where=where,
+                                                              warn=warn).values()]
             typer.echo(f"wrote {len(written)} files to {out_dir}" + (f": {out_dir / 'report.html'}"
                                                                     if target == "all" else ""))
             return
-        text = reports.report_table(opened, target, grid=grid, paper=paper, fmt=fmt)
+        text = reports.report_table(opened, target, grid=grid, paper=paper, fmt=fmt, where=where, warn=warn)
     if out is None:
         typer.echo(text, nl=False)
     else:

@@ -19,6 +19,7 @@ from ablate.cli.common import (
     handles_errors,
     home_dir,
     print_wide,
+    warn,
 )
 
 DeviceMemoryOpt = Annotated[str | None, typer.Option(
@@ -47,11 +48,17 @@ def plan(
 ) -> None:
     """Expand a grid without running it: run ids, parameter counts, estimated peak memory per device, and each
     run's status in the store."""
+    from ablate.errors import ConfigError
     from ablate.grid import expand, load_grid
     from ablate.grid.view import plan_json, plan_table, statuses
+    from ablate.runner.preflight import check_data
 
     spec = load_grid(grid, sets or ())
     runs = expand(spec)
+    try:  # planning a cluster's grid where its data is not: say so, as `ablate run` would refuse it
+        check_data(runs, source=spec.source)
+    except ConfigError as exc:
+        warn(f"{exc} (`ablate run` stops here)")
     status = statuses([r.run_id for r in runs], store=store, home=home_dir(home))
     if device_memory is not None:
         from ablate.ablations.memory import parse_memory

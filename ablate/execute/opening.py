@@ -135,11 +135,13 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
               stale_after_s: float, slurm: bool = False) -> Opened:
     """Load, expand, open the store, register the grid and triage its runs (see the module docstring)."""
     from ablate.grid import expand, load_grid
+    from ablate.runner.preflight import check_data
     from ablate.store import Store
 
     grid = load_grid(path, sets)
     planned = expand(grid)
-    home = Path(home).absolute() if slurm else Path(home)
+    check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
+    home = layout.usable_home(Path(home).absolute() if slurm else Path(home))
     opened_store = Store.open(store, home=home)
     try:
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs

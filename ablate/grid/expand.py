@@ -135,6 +135,7 @@ def expand(grid: Grid) -> list[PlannedRun]:
     value) for any run whose config is invalid or whose variant does not fit its model.
     """
     runs: dict[str, PlannedRun] = {}
+    excluded = 0
     for values, origins, from_product in _assignments(grid):
         config = _resolve(grid, values, origins)
         if grid.ladder is not None:
@@ -143,6 +144,7 @@ def expand(grid: Grid) -> list[PlannedRun]:
             config = budget_steps(config, grid.ladder, f"{grid.source}: ladder")
         dump = config.model_dump(mode="json")
         if from_product and any(_matches(dump, entry) for entry in grid.exclude):
+            excluded += 1
             continue
         where = f"{grid.source}: {_blame('variant', origins, grid)}"
         reference = _count(config.model, where)
@@ -155,4 +157,7 @@ def expand(grid: Grid) -> list[PlannedRun]:
         if rid not in runs:
             axes = {path: get_path(final, path)[1] for path in values}
             runs[rid] = PlannedRun(rid, config, axes, params, params - reference, residual)
+    if not runs and excluded:
+        raise ConfigError(f"exclude removes every run of the grid (all {excluded}); nothing would run: narrow the "
+                          "exclude entries", where=f"{grid.source}: exclude")
     return list(runs.values())

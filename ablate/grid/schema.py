@@ -237,6 +237,7 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
                                   include=spec.include, base_origins=origins)
         axes = [Axis(paths, rows, "ladder"), *axes]
     _no_repeated_paths(axes, source)
+    _no_set_on_axes(origins, axes, source)
 
     for i, entry in enumerate(spec.include):
         _check_entry(entry, where=f"{source}: include[{i}]")
@@ -254,6 +255,16 @@ def _no_repeated_paths(axes: Iterable[Axis], source: str) -> None:
             if path in seen:
                 raise ConfigError(f"'{path}' is varied twice, in {seen[path]} and in {axis.origin}", where=source)
             seen[path] = axis.origin
+
+
+def _no_set_on_axes(origins: dict[str, str], axes: Iterable[Axis], source: str) -> None:
+    """``--set`` changes the base, which an axis overrides in every run: setting an axis would do nothing."""
+    for key in origins:
+        for axis in axes:
+            for path in axis.paths:
+                if key == path or key.startswith(path + ".") or path.startswith(key + "."):
+                    raise ConfigError(f"{path} is a grid axis (in {axis.origin} of {source}), so --set {key}=... "
+                                      "would change nothing; use --where or edit the grid", where="--set")
 
 
 def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ablate.reports.tables import build_table
 log = logging.getLogger(__name__)
 TARGETS = (*(f"table{n}" for n in TABLES), "lr", "scorecard", "figures", "all")  # lr: ablate tune's (reports/lr.py)
 PAGE = "report.html"
+Warn = Callable[[str], None]
 
 
 def table_number(target: str) -> int:
@@ -34,31 +36,34 @@ def grid_table(data: GridData, number: int, *, paper: bool = False) -> Table:
 
 
 def report_table(store: Any, target: str, *, grid: str | None = None, paper: bool = False,
-                 fmt: str = "markdown") -> str:
-    """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html)."""
+                 fmt: str = "markdown", where: str | None = None, warn: Warn | None = None) -> str:
+    """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html), of the runs that
+    satisfy ``where``, at one configuration (``warn`` gets the line naming what was left out)."""
     if target == "lr":
         from ablate.reports.lr import report_lr
 
         return report_lr(store, grid=grid, fmt=fmt)
     if target == "scorecard":
-        return report_scorecard(store, grid=grid, fmt=fmt)
+        return report_scorecard(store, grid=grid, fmt=fmt, where=where, warn=warn)
     number = table_number(target)
     if fmt not in FORMATS:  # before any query
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
-    return render(grid_table(load_grid_data(store, grid), number, paper=paper), fmt)
+    return render(grid_table(load_grid_data(store, grid, where=where, warn=warn), number, paper=paper), fmt)
 
 
-def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdown") -> str:
+def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdown", where: str | None = None,
+                     warn: Warn | None = None) -> str:
     """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html)."""
     if fmt not in SCORECARD_FORMATS:  # before any query
         raise UserInputError(one_of(fmt, SCORECARD_FORMATS, what="scorecard format") + " (option --format)")
-    data = load_grid_data(store, grid)
+    data = load_grid_data(store, grid, where=where, warn=warn)
     return SCORECARD_FORMATS[fmt](scorecard(data.runs, data.catalogue))
 
 
-def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None) -> dict[int, Path]:
+def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
+                   warn: Warn | None = None) -> dict[int, Path]:
     """``ablate report figures``: Figures 1-7 as PNG files in ``out_dir``."""
-    return write_figures(load_grid_data(store, grid), out_dir)
+    return write_figures(load_grid_data(store, grid, where=where, warn=warn), out_dir)
 
 
 def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
@@ -88,12 +93,13 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
     return written
 
 
-def report_all(store: Any, out_dir: str | Path, *, grid: str | None = None, paper: bool = False) -> dict[str, Path]:
+def report_all(store: Any, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
+               where: str | None = None, warn: Warn | None = None) -> dict[str, Path]:
     """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when the
     grid has tuning studies."""
     from ablate.reports.lr import write_lr_report
 
-    data = load_grid_data(store, grid)
+    data = load_grid_data(store, grid, where=where, warn=warn)
     lr_files, lr_section = write_lr_report(store, data.grid, out_dir)
     written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else ())
     written.update(lr_files)

@@ -53,10 +53,21 @@ def resolve_grid(grids: list[str], grid: str | None) -> str:
     raise UserInputError(f"the store has {len(grids)} grids; name one with --grid: {', '.join(sorted(grids))}")
 
 
-def load_grid_data(store: Any, grid: str | None = None) -> GridData:
-    """Read one grid's runs and their curves, probes, histograms and events from ``store`` (an ablate Store)."""
+def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = None,
+                   warn: Callable[[str], None] | None = None) -> GridData:
+    """Read one grid's runs and their curves, probes, histograms and events from ``store`` (an ablate Store).
+
+    ``where``: a ``--where`` expression the runs must satisfy. The runs are then restricted to one configuration
+    (``reports.configs``); ``warn`` gets the one line saying what was left out, if anything was."""
+    from ablate.reports.configs import one_configuration
+
     name = resolve_grid(list(store.grids()), grid)
-    runs = store.runs_frame(grid=name)
+    runs = store.runs_frame(grid=name, where=where)
+    runs, left_out = one_configuration(runs, store.grid_axes(name), grid=name)
+    if left_out is not None:
+        log.info(left_out)
+        if warn is not None:
+            warn(left_out)
     done = list(runs.loc[runs["status"].isin(RESULT_STATUSES), "run_id"])
     data = GridData(
         grid=name, runs=runs,

@@ -107,7 +107,12 @@ def _modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, li
     keys = [context_key(r, exclude=exclude) for _, r in runs.iterrows()]
     counts = Counter(keys)
     done = Counter(k for k, st in zip(keys, runs["status"], strict=True) if st == "done")
-    best = max(counts, key=lambda k: (counts[k], done[k], repr(k)))
+    from ablate.reports.configs import finish_times
+
+    latest: dict[tuple, str] = {}
+    for k, when in zip(keys, finish_times(runs), strict=True):
+        latest[k] = max(latest.get(k, ""), when)
+    best = max(counts, key=lambda k: (counts[k], done[k], latest.get(k, ""), repr(k)))  # most runs, then latest
     if len(counts) == 1:
         return runs, []
     mask = [k == best for k in keys]

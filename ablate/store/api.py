@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ablate.errors import StoreError
+from ablate.errors import StoreUnavailableError
 from ablate.result import RunResult, read_result
 from ablate.store import queries, records
 from ablate.store.engine import display_url, make_engine, resolve_url
@@ -43,17 +43,19 @@ class Store:
     def open(cls, url: str | None = None, *, home: str | os.PathLike[str] | None = None,
              migrate: bool = True) -> Store:
         """Open (creating if needed) the store at ``url`` (default: ``ABLATE_STORE``, else
-        ``sqlite:///$ABLATE_HOME/ablate.db``) and bring its schema up to date."""
-        from sqlalchemy.exc import OperationalError
+        ``sqlite:///$ABLATE_HOME/ablate.db``) and bring its schema up to date. A store that cannot be opened
+        (bad URL, missing driver, no answer, read-only file) is a StoreUnavailableError (exit 2)."""
+        from sqlalchemy.exc import DBAPIError
 
         url = resolve_url(url, home=home)
         engine, warnings = make_engine(url)
         if migrate:
             try:
                 _retry(lambda: upgrade(engine))
-            except OperationalError as exc:
+            except DBAPIError as exc:
                 engine.dispose()
-                raise StoreError(f"cannot open the store {display_url(url)}: {exc.orig or exc}") from None
+                raise StoreUnavailableError(f"cannot open the store {display_url(url)}: "
+                                            f"{_reason(exc)}") from None
         return cls(engine, url=url, warnings=warnings)
 
     def close(self) -> None:
@@ -191,6 +193,10 @@ class Store:
         """The registered grids' names."""
         return self._read(queries.grid_names)
 
+    def grid_axes(self, grid: str) -> list[str]:
+        """The config paths ``grid`` varies on purpose (its runs' axes)."""
+        return self._read(lambda s: queries.grid_axes(s, grid))
+
     def runs_frame(self, grid: str | None = None, where: str | None = None) -> pd.DataFrame:
         """One row per run with CLI.md's ``runs`` columns and every config field by dotted path.
 
@@ -230,14 +236,14 @@ class Store:
 def upgrade_store(url: str | None = None, *, home: str | os.PathLike[str] | None = None
                   ) -> tuple[str, str | None, str, list[str]]:
     """Apply the migrations to the store at ``url``: (url, revision before, revision after, warnings)."""
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DBAPIError
 
     url = resolve_url(url, home=home)
     engine, warnings = make_engine(url)
     try:
         before, after = _retry(lambda: upgrade(engine))
-    except OperationalError as exc:
-        raise StoreError(f"cannot open the store {display_url(url)}: {exc.orig or exc}") from None
+    except DBAPIError as exc:
+        raise StoreUnavailableError(f"cannot open the store {display_url(url)}: {_reason(exc)}") from None
     finally:
         engine.dispose()
     return url, before, after, warnings
@@ -256,6 +262,11 @@ def _retry(fn: Callable[[], T]) -> T:
             log.info("store busy (%s); retrying", exc.orig)
             time.sleep(0.05 * 2 ** attempt)
     raise AssertionError("unreachable")
+
+
+def _reason(exc: Any) -> str:
+    """A database error's reason on one line (the driver's message, without SQLAlchemy's SQL and links)."""
+    return " ".join(str(exc.orig or exc).split())
 
 
 def _transient(exc: Any) -> bool:

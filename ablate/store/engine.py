@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ablate.errors import StoreError
+from ablate.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DB_FILE = "ablate.db"
+BACKENDS = ("sqlite", "postgresql")
+EXAMPLES = "e.g. sqlite:///runs/ablate.db or postgresql+psycopg://user@host/db"
 BUSY_TIMEOUT_S = 60.0
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "fuse.sshfs", "ceph",
               "fuse.ceph", "glusterfs", "fuse.glusterfs", "9p", "afs", "panfs", "wekafs", "fuse.s3fs")
@@ -93,16 +95,24 @@ def sqlite_path(url: str) -> Path | None:
 def make_engine(url: str) -> tuple[Engine, list[str]]:
     """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
     from sqlalchemy import create_engine, event
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     warnings: list[str] = []
     try:
+        backend = make_url(url).get_backend_name()
         path = sqlite_path(url)
     except ArgumentError as exc:
-        raise StoreError(f"not a database URL: {url!r} ({exc}); e.g. sqlite:///runs/ablate.db or "
-                         "postgresql+psycopg://user@host/db") from None
+        raise StoreUnavailableError(f"not a database URL: {display_url(url)!r} ({exc}); {EXAMPLES}") from None
+    if backend not in BACKENDS:
+        raise StoreUnavailableError(f"unsupported store {display_url(url)!r}: ablate's store runs on "
+                                    f"{' and '.join(BACKENDS)}; {EXAMPLES}")
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot create the store's folder {path.parent}: "
+                                        f"{exc.strerror or exc}") from None
         fs = network_fs_type(path.parent)
         if fs:
             msg = (f"the store {path} is on a network file system ({fs}): SQLite's locking is not safe there; "
@@ -116,7 +126,10 @@ def make_engine(url: str) -> tuple[Engine, list[str]]:
         else:
             engine = create_engine(url, pool_pre_ping=True)
     except (ArgumentError, NoSuchModuleError) as exc:
-        raise StoreError(f"cannot use store URL {url!r}: {exc}") from None
+        raise StoreUnavailableError(f"cannot use store URL {display_url(url)!r}: {exc}") from None
+    except ImportError as exc:  # the dialect is known but its driver is not installed
+        raise StoreUnavailableError(f"the store {display_url(url)!r} needs the database driver "
+                                    f"{exc.name or exc}, which is not installed; {EXAMPLES}") from None
     return engine, warnings
 
 

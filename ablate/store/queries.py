@@ -59,6 +59,13 @@ def grid_names(session: Session) -> list[str]:
     return list(session.scalars(select(Grid.name).order_by(Grid.name)))
 
 
+def grid_axes(session: Session, grid: str) -> list[str]:
+    """The config paths the grid varies on purpose: its runs' axes (from the grid file's ``grid``, ``zip`` and
+    ``include`` keys), sorted."""
+    q = select(GridRun.axes).join(Grid).where(Grid.name == grid)
+    return sorted({k for axes in session.scalars(q) if axes for k in axes})
+
+
 def _grid_filter(session: Session, grid: str | None) -> Any:
     if grid is None:
         return None

@@ -71,8 +71,8 @@ class Where:
             terms = [self._value(node.left), *(self._value(c) for c in node.comparators)]
             return ("cmp", [(type(op), terms[i], terms[i + 1]) for i, op in enumerate(node.ops)])
         value = self._value(node)
-        if isinstance(value, Col):  # a bare boolean column, e.g. `model.qk_norm`
-            return ("cmp", [(ast.Eq, value, True)])
+        if isinstance(value, Col):  # a bare boolean column, e.g. `model.qk_norm` (checked when evaluated)
+            return ("bare", value)
         raise _error(self.text, f"{ast.unparse(node)!r} is not a comparison; write e.g. column == value")
 
     def _value(self, node: ast.AST) -> Any:
@@ -123,10 +123,27 @@ class Where:
             return out
         if kind == "not":
             return ~self._eval(arg, frame)
+        if kind == "bare":
+            return self._bare(arg, frame)
         out = pd.Series(True, index=frame.index)
         for op, left, right in arg:
             out &= self._compare(op, left, right, frame)
         return out
+
+    def _bare(self, col: Col, frame: pd.DataFrame) -> pd.Series:
+        """A column alone is a condition only when it holds True/False (a missing value is false); anything
+        else would filter by truthiness, which selects some columns' runs and none of others'."""
+        import pandas as pd
+
+        values = frame[col.name].dropna() if col.name in frame.columns else pd.Series(dtype=object)
+        boolean = all(isinstance(v, bool) or type(v).__name__ == "bool_" for v in values) if len(values) \
+            else _bool_field(col.name)
+        if not boolean:
+            raise _error(self.text, f"{col.name!r} alone is not a condition ({col.name} is not a true/false "
+                                    f"column); compare it, e.g. {col.name} == ... or {col.name} is not None")
+        if not len(values):
+            return pd.Series(False, index=frame.index)
+        return frame[col.name].map(lambda v: v is True or (type(v).__name__ == "bool_" and bool(v))).astype(bool)
 
     def _compare(self, op: type, left: Any, right: Any, frame: pd.DataFrame) -> pd.Series:
         import pandas as pd
@@ -163,6 +180,16 @@ class Where:
             if isinstance(s, pd.Series):
                 result &= s.notna().to_numpy()
         return result
+
+
+def _bool_field(name: str) -> bool:
+    """Is ``name`` a config field of type bool (for a column no run has a value in yet)?"""
+    from ablate.grid.paths import field_type, unwrap_optional
+
+    try:
+        return unwrap_optional(field_type(name)) is bool
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def describe(columns: Collection[str]) -> str:

@@ -1,0 +1,111 @@
+"""Data that cannot work, found before anything trains: ``check_data(runs, source=)``.
+
+``ablate plan`` and ``ablate run`` resolve every data source of every run (each training stage's too) up front,
+without tokenizing anything: a named task or corpus exists; a user's path matches files, and they are readable;
+and each source holds at least ``seq_len + 1`` tokens for its split (one training row, one held-out window).
+The token count is exact for token shards, and for text under the byte tokenizer (its ids are the UTF-8 bytes,
+plus one end-of-document token per document); for a learned tokenizer, whose tokens each cover one byte or more,
+the file sizes give an upper bound, so what fails here cannot work, and what passes may still be too short for a
+tokenizer that packs many bytes per token (the run then fails and says so).
+
+A failure is one ``ConfigError``: the grid file, the source's field path, the value, what would work.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ablate.config import DataConfig, RunConfig, SourceConfig, stage_configs
+from ablate.errors import ConfigError
+
+_STREAMS = ("arithmetic", "bigram-backcopy")
+
+
+def check_data(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> None:
+    """Raise ``ConfigError`` for the first data source of ``runs`` (PlannedRuns or RunConfigs) that cannot work.
+
+    Each distinct data config is checked once, so a 10,000-run grid costs what its few data configs cost.
+    """
+    seen: set[str] = set()
+    for run in runs:
+        config: RunConfig = getattr(run, "config", run)
+        for i, stage in enumerate(stage_configs(config) if config.stages else [config]):
+            key = stage.data.model_dump_json()
+            if key in seen:
+                continue
+            seen.add(key)
+            _check(stage.data, where=f"{source}: " if source else "", stage=i)
+
+
+def _check(data: DataConfig, *, where: str, stage: int) -> None:
+    at = f" (training stage {stage})" if stage else ""
+    for i, src in enumerate(data.train):
+        _source(src, "train", data, f"{where}data.train.{i}", at)
+    for name, src in data.heldout.items():
+        _source(src, "heldout", data, f"{where}data.heldout.{name}", at)
+
+
+def _source(src: SourceConfig, split: str, data: DataConfig, where: str, at: str) -> None:
+    need = data.seq_len + 1
+    if src.kind == "task":
+        from ablate.runner.tasks import parse_task_spec
+
+        try:
+            parse_task_spec(str(src.name))
+        except ConfigError as exc:
+            raise ConfigError(str(exc).removeprefix(f"{exc.where}: "), where=f"{where}.name") from None
+        tokens, exact = data.stream_tokens, True
+        what = f"task {src.name!r} is cut at data.stream_tokens = {data.stream_tokens} tokens"
+    elif src.kind == "builtin" and src.name in _STREAMS:
+        tokens, exact = data.stream_tokens, True
+        what = f"the {src.name!r} stream is cut at data.stream_tokens = {data.stream_tokens} tokens"
+    elif src.kind == "builtin":
+        # python-code under the byte tokenizer is its bytes; python-docs is a part of the same files
+        tokens, exact = _stdlib_bytes(split, data.heldout_fraction), data.tokenizer == "byte" and src.name == "python-code"
+        what = f"the {split} split of {src.name!r} holds {'' if exact else 'at most '}{tokens} tokens"
+    else:
+        files = _files(src, where)
+        tokens, exact = _user_tokens(src, files, data)
+        what = (f"{src.path!r} ({len(files)} file{'s' * (len(files) != 1)}) holds "
+                f"{'' if exact else 'at most '}{tokens} tokens")
+    if tokens < need:
+        raise ConfigError(f"{what}{at}, fewer than data.seq_len + 1 = {need} (one row of seq_len tokens and its "
+                          "next token): use a smaller data.seq_len or more data", where=where)
+
+
+def _files(src: SourceConfig, where: str) -> list[Path]:
+    from ablate.runner.corpora import user_files
+
+    try:
+        files = user_files(src)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).removeprefix(f"{exc.where}: "), where=f"{where}.path") from None
+    for path in files:
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"{str(path)!r} is not readable (permissions)", where=f"{where}.path")
+    return files
+
+
+def _user_tokens(src: SourceConfig, files: list[Path], data: DataConfig) -> tuple[int, bool]:
+    """(tokens, exact) of a user's source, from the files' sizes alone."""
+    if src.kind == "tokens":
+        from ablate.runner.data import read_shard
+
+        return sum(len(read_shard(p, src.dtype)) for p in files), True
+    size = sum(p.stat().st_size for p in files)
+    if src.kind == "text":  # one document per file, each ended by an end-of-document token
+        return size + len(files), data.tokenizer == "byte"
+    return size, False  # JSON lines and saved datasets: their text is at most the bytes that hold it
+
+
+@cache
+def _stdlib_bytes(split: str, fraction: float) -> int:
+    """Bytes of the standard library's files in ``split``: the built-in corpora's size (``python-docs`` is a
+    part of the same files, so this bounds it too)."""
+    from ablate.runner.corpora import stdlib_files
+
+    return sum(path.stat().st_size + 1 for _, path in stdlib_files(split, fraction))  # type: ignore[arg-type]

@@ -1,0 +1,204 @@
+"""Bad input never crashes (issue 14): broken grids, data that cannot work, bad homes and stores through `ablate run`
+(not only `plan`) get exit status 2, one to three lines on stderr, no traceback, and nothing recorded; silent
+no-ops (--set on an axis, a bare non-boolean --where, an exclude that removes everything) are errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from tiny_grids import tiny_grid
+from typer.testing import CliRunner
+
+from ablate.cli import app
+
+runner = CliRunner()
+GOOD = tiny_grid("bad-input", steps=2)
+
+
+def run(*args: str, home: Path, store: str | None = None, env: dict[str, str | None] | None = None):  # noqa: ANN201
+    extra = ["--store", store] if store else []
+    return runner.invoke(app, ["run", *args, "--home", str(home), "--no-mlflow", *extra],
+                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, **(env or {})})
+
+
+def assert_refused(result, pattern: str) -> None:  # noqa: ANN001
+    """Exit 2; one to three lines on stderr, the first an error matching ``pattern``; no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr, result.exception)
+    lines = result.stderr.splitlines()
+    assert 1 <= len(lines) <= 3 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output and "Traceback" not in result.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def assert_nothing_recorded(home: Path) -> None:
+    assert not (home / "ablate.db").exists() and not (home / "runs").exists() and not (home / "mlflow.db").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- the corpus
+def _grid(base: str = "", rest: str = "") -> str:
+    return GOOD.replace("base:\n", f"base:\n{base}", 1) + rest
+
+
+CORPUS: dict[str, tuple[str | bytes | None, str]] = {
+    "yaml-error": ("name: x\ngrid: {seed: [0, 1}\n", r"line 2: malformed YAML"),
+    "tabs": ("name: x\nbase:\n\ttrain: {steps: 2}\n", r"malformed YAML: found character '\\t'"),
+    "variant-typo": (GOOD.replace("sdpa-elementwise", "sdpa-elementwize"),
+                     r"unknown variant 'sdpa-elementwize' \(did you mean 'sdpa-elementwise'\?\)"),
+    "key-typo": (GOOD.replace("batch_size: 4", "bach_size: 4"),
+                 r"unknown key 'train.bach_size' \(did you mean 'train.batch_size'\?\)"),
+    "wrong-type": (GOOD.replace("steps: 2", "steps: two"), r"train.steps: Input should be a valid integer.*'two'"),
+    "negative-value": (GOOD.replace("batch_size: 4", "batch_size: -4"),
+                       r"train.batch_size: Input should be greater than or equal to 1, got -4"),
+    "zero-value": (GOOD.replace("seq_len: 32", "seq_len: 0"), r"data.seq_len: Input should be greater than"),
+    "unequal-zip": (GOOD + "zip: [{train.lr: [1.0e-3, 2.0e-3], seed: [0]}]\n",
+                    r"zip\[0\]: the lists of a zip group must have equal length"),
+    "bad-include": (GOOD + "include: [{train.lrr: 0.1}]\n",
+                    r"include\[0\]: unknown key 'train.lrr' \(did you mean 'train.lr'\?\)"),
+    "missing-data": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
+                                  "train: [{kind: text, path: /no/such/file}]"),
+                     r"data.train.0.path: no files match '/no/such/file'"),
+    "impossible-seq_len": (GOOD.replace("seq_len: 32", "seq_len: 1000000000"),
+                           r"data.train.0: the 'arithmetic' stream is cut at data.stream_tokens = 20000 tokens, "
+                           r"fewer than data.seq_len \+ 1 = 1000000001"),
+    "duplicate-keys": (GOOD + "name: again\n", r"malformed YAML: key 'name' appears twice"),
+    "non-utf8": (b"name: caf\xe9\ngrid: {seed: [0]}\n", r"cannot read the grid file: 'utf-8' codec"),
+    "empty-file": ("", r"a grid file is a mapping with at least 'name', got NoneType"),
+    "a-directory": (None, r"cannot read the grid file: \[Errno 21\] Is a directory"),
+    "list-top-level": ("- name: x\n- grid: {seed: [0]}\n", r"a grid file is a mapping with at least 'name', got list"),
+    "bad-preset": (GOOD.replace("preset: tiny", "preset: tinyy"), r"unknown preset 'tinyy' \(did you mean 'tiny'"),
+    "indivisible-heads": (GOOD.replace("preset: tiny}", "preset: tiny, n_kv_heads: 3}"),
+                          r"n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
+    "axis-not-a-list": (GOOD.replace("variant: ['baseline', 'sdpa-elementwise']", "variant: baseline"),
+                        r"grid.variant: Input should be a valid list, got 'baseline'"),
+    "unknown-task-source": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
+                                         "train: [{kind: task, name: mqr}]"),
+                            r"data.train.0.name: unknown benchmark task 'mqr' \(did you mean 'mqar'\?\)"),
+}
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=list(CORPUS))
+def test_a_broken_grid_through_ablate_run(case: str, tmp_path: Path) -> None:
+    content, pattern = CORPUS[case]
+    path = tmp_path / "grid.yaml"
+    if content is None:
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    home = tmp_path / "home"
+    result = run(str(path), home=home)
+    assert_refused(result, pattern)
+    assert str(path) in result.stderr
+    assert_nothing_recorded(home)
+
+
+def test_data_too_short_for_seq_len_is_found_before_training(tmp_path: Path) -> None:
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("x" * 20)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
+                                 f"train: [{{kind: text, path: '{corpus}'}}]"))
+    home = tmp_path / "home"
+    assert_refused(run(str(grid), home=home), r"data.train.0: '.*tiny.txt' \(1 file\) holds 21 tokens, fewer than "
+                                              r"data.seq_len \+ 1 = 33 .*use a smaller data.seq_len or more data")
+    assert_nothing_recorded(home)
+    # plan says the same, as a warning: planning a cluster's grid where its data is not is fine
+    out = runner.invoke(app, ["plan", str(grid), "--home", str(home)], env={"ABLATE_STORE": None})
+    assert out.exit_code == 0 and "holds 21 tokens" in out.stderr and "`ablate run` stops here" in out.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- homes, stores
+def test_a_home_that_is_a_file(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD)
+    home = tmp_path / "home"
+    home.write_text("not a directory")
+    assert_refused(run(str(grid), home=home), r"ABLATE_HOME .*home is a file, not a directory")
+    out = runner.invoke(app, ["runs", "--home", str(home)], env={"ABLATE_STORE": None})
+    assert_refused(out, r"cannot create the store's folder .*home")
+    assert home.read_text() == "not a directory"
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):  # noqa: ANN201
+    """A real read-only directory: permissions for a user; for root (whom permissions do not stop), a read-only
+    bind mount of it."""
+    path = tmp_path / "ro"
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        yield path
+        path.chmod(0o755)
+        return
+    mount = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"root cannot make a read-only directory here (no mount): {mount.stderr.strip()}")
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_read_only_home_with_a_writable_store(read_only_dir: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD)
+    store = f"sqlite:///{tmp_path / 'writable' / 'ablate.db'}"
+    assert_refused(run(str(grid), home=read_only_dir, store=store),
+                   r"ABLATE_HOME .*ro cannot hold run directories \(.*ro/runs: Read-only file system|Permission")
+    assert not (tmp_path / "writable").exists() and list(read_only_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("url, pattern", [
+    ("mysql://user@localhost/ablate", r"unsupported store 'mysql://user@localhost/ablate': ablate's store runs on "
+                                      r"sqlite and postgresql"),
+    ("postgresql+pg8000://user@localhost/ablate", r"needs the database driver pg8000, which is not installed"),
+    ("postgresql+psycopg://postgres@127.0.0.1:9/ablate", r"cannot open the store postgresql\+psycopg://.*:9/ablate: "
+                                                        r".*(refused|connect)"),
+    ("not a url", r"not a database URL: 'not a url'"),
+], ids=["mysql", "missing-driver", "unreachable", "not-a-url"])
+def test_a_store_that_cannot_be_opened(url: str, pattern: str, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD)
+    home = tmp_path / "home"
+    assert_refused(run(str(grid), home=home, store=url), pattern)
+    assert_refused(runner.invoke(app, ["runs", "--store", url, "--home", str(home)]), pattern)
+    assert not (home / "ablate.db").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- silent no-ops
+def test_set_on_a_grid_axis_is_an_error(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD)
+    for cmd in ("run", "plan"):
+        out = runner.invoke(app, [cmd, str(grid), "--set", "variant=baseline", "--home", str(tmp_path / "h")],
+                            env={"ABLATE_STORE": None})
+        assert_refused(out, r"--set: variant is a grid axis \(in grid of .*grid.yaml\), so --set variant=\.\.\. would "
+                            r"change nothing; use --where or edit the grid")
+    assert not (tmp_path / "h").exists()
+
+
+def test_an_exclude_that_removes_every_run_is_an_error(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD + "exclude: [{train.steps: 2}]\n")
+    assert_refused(run(str(grid), home=tmp_path / "h"), r"exclude: exclude removes every run of the grid \(all 2\)")
+    assert_nothing_recorded(tmp_path / "h")
+
+
+def test_a_bare_name_in_where_must_be_a_boolean_column(store) -> None:  # noqa: ANN001
+    from store_data import planned, result
+
+    from ablate.errors import UserInputError
+
+    store.register_grid(name="g", text="g", runs=[planned(i) for i in range(3)])
+    store.ingest(result(0))
+    assert len(store.runs_frame(where="model.qk_norm")) == 3  # a true/false field: fine
+    assert len(store.runs_frame(where="not model.sandwich_norm")) == 3
+    for name in ("variant", "val_ppl", "ppl/code", "model.gate"):
+        with pytest.raises(UserInputError, match=rf"{re.escape(name)!s}' alone is not a condition .* compare it"):
+            store.runs_frame(where=name)
