@@ -193,18 +193,39 @@ class Store:
         """The registered grids' names."""
         return self._read(queries.grid_names)
 
+    def resolve_run(self, ref: str) -> str:
+        """The run id that ``ref`` is, or the one run id it begins (as git does with commits); a UserInputError
+        naming the candidates otherwise."""
+        from ablate.errors import UserInputError
+
+        ref = ref.strip()
+        found = self._read(lambda s: queries.run_ids_like(s, ref)) if ref else []
+        if ref in found:
+            return ref
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise UserInputError(f"run {ref!r} is ambiguous: it begins {', '.join(found)}; give more of the id")
+        raise UserInputError(f"no run {ref!r} in the store {display_url(self.url)} (see `ablate runs`)")
+
+    def run_config(self, run_id: str) -> dict[str, Any]:
+        """A run's stored config."""
+        return self._read(lambda s: queries.run_config(s, run_id))
+
     def grid_axes(self, grid: str) -> list[str]:
         """The config paths ``grid`` varies on purpose (its runs' axes)."""
         return self._read(lambda s: queries.grid_axes(s, grid))
 
-    def runs_frame(self, grid: str | None = None, where: str | None = None) -> pd.DataFrame:
+    def runs_frame(self, grid: str | None = None, where: str | None = None, *,
+                   run_ids: Sequence[str] | None = None) -> pd.DataFrame:
         """One row per run with CLI.md's ``runs`` columns and every config field by dotted path.
 
         ``where``: a ``--where`` expression (see ``ablate.store.where``); an unknown column is a UserInputError.
+        ``run_ids``: only these runs.
         """
         from ablate.store.where import Where
 
-        frame = self._read(lambda s: queries.runs_frame(s, grid=grid))
+        frame = self._read(lambda s: queries.runs_frame(s, grid=grid, run_ids=run_ids))
         if where is not None and where.strip():
             empty = [p for p in ("ppl/", "bench/") if not any(c.startswith(p) for c in frame.columns)]
             cond = Where(where, queries.known_columns(frame), open_prefixes=empty)

@@ -59,6 +59,18 @@ def grid_names(session: Session) -> list[str]:
     return list(session.scalars(select(Grid.name).order_by(Grid.name)))
 
 
+def run_ids_like(session: Session, prefix: str, *, limit: int = 10) -> list[str]:
+    """Run ids that start with ``prefix`` (at most ``limit``), sorted."""
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    q = select(Run.run_id).where(Run.run_id.like(f"{escaped}%", escape="\\")).order_by(Run.run_id).limit(limit)
+    return list(session.scalars(q))
+
+
+def run_config(session: Session, run_id: str) -> dict[str, Any]:
+    """The run's stored config (as resolved when it was registered or ingested)."""
+    return dict(session.scalar(select(Run.config).where(Run.run_id == run_id)) or {})
+
+
 def grid_axes(session: Session, grid: str) -> list[str]:
     """The config paths the grid varies on purpose: its runs' axes (from the grid file's ``grid``, ``zip`` and
     ``include`` keys), sorted."""
@@ -75,8 +87,10 @@ def _grid_filter(session: Session, grid: str | None) -> Any:
     return select(GridRun.run_id).join(Grid).where(Grid.name == grid)
 
 
-def runs_frame(session: Session, *, grid: str | None = None) -> pd.DataFrame:
-    """One row per run (of ``grid``, or all): CLI.md's ``runs`` columns, then extras, then config fields."""
+def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[str] | None = None
+               ) -> pd.DataFrame:
+    """One row per run (of ``grid``, or all; only ``run_ids`` when given): CLI.md's ``runs`` columns, then
+    extras, then config fields."""
     import pandas as pd
 
     members = _grid_filter(session, grid)
@@ -87,6 +101,9 @@ def runs_frame(session: Session, *, grid: str | None = None) -> pd.DataFrame:
     if members is not None:
         q, sq, gq = (x.where(col.in_(members)) for x, col in ((q, t.run_id), (sq, Score.run_id),
                                                                   (gq, GridRun.run_id)))
+    if run_ids is not None:  # a few runs (`ablate show`, `ablate diff`)
+        ids = list(run_ids)
+        q, sq, gq = (x.where(col.in_(ids)) for x, col in ((q, t.run_id), (sq, Score.run_id), (gq, GridRun.run_id)))
     rows = session.execute(q).all()
     grids: dict[str, list[str]] = defaultdict(list)
     for run_id, name in session.execute(gq):

@@ -1,0 +1,108 @@
+"""One run, or two side by side, as ``ablate show`` and ``ablate diff`` print them. Reads only; JSON-ready.
+
+- ``show(store, ref)``: the run's identity and lifecycle (with its progress while it trains), its config as the
+  fields that differ from the defaults (what its id hashes), its summary metrics, its events (loss spikes,
+  resumptions, divergence, pruning) and its loss curve, whose points fill in live while the run trains.
+- ``diff(store, a, b)``: the config fields whose values differ between two runs (each config re-read by today's
+  code, so a field added since one of them ran compares at its default), and their results side by side.
+
+``ref`` is a run id or the start of one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ablate.metrics import metric
+from ablate.metrics import order as summary_order
+from ablate.store.records import flatten, utcnow
+from ablate.store.render import _cell
+
+LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "finished", "heartbeat",
+             "heartbeat_step", "resumed_from", "mlflow_run_id", "slurm_job_id", "error")
+
+
+def _resolved(store: Any, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """``(row, flat config, RunConfig or None)`` of one run; the config re-read by today's code when it can be."""
+    from pydantic import ValidationError
+
+    from ablate.config import RunConfig
+
+    frame = store.runs_frame(run_ids=[run_id])
+    row = {c: _cell(v) for c, v in frame.iloc[0].items()}
+    stored = store.run_config(run_id)
+    try:
+        config = RunConfig.model_validate(stored)
+    except (ValidationError, ValueError):
+        return row, flatten(stored), None
+    return row, flatten(config.model_dump(mode="json")), config
+
+
+def _results(row: dict[str, Any]) -> dict[str, Any]:
+    keys = [k for k in summary_order(list(row)) if metric(k) is not None]
+    return {k: row[k] for k in keys if row.get(k) is not None}
+
+
+def show(store: Any, ref: str, *, curve_points: int | None = None) -> dict[str, Any]:
+    """Everything ``ablate show`` prints about one run (see the module docstring)."""
+    from ablate.grid.ids import minimal
+
+    run_id = store.resolve_run(ref)
+    row, flat, config = _resolved(store, run_id)
+    changed = flatten(minimal(config)) if config is not None else flat
+    events = store.events(run_ids=[run_id])
+    curves = store.curves(run_ids=[run_id], metrics=["loss"])
+    curve = [(int(s), float(v)) for s, v in zip(curves["step"], curves["value"], strict=True) if _finite(v)]
+    if curve_points and len(curve) > curve_points:  # evenly thinned, the last point kept
+        stride = len(curve) / curve_points
+        curve = [curve[int(i * stride)] for i in range(curve_points - 1)] + [curve[-1]]
+    out = {"run_id": run_id, **{k: row.get(k) for k in LIFECYCLE}, "config": changed,
+           "results": _results(row),
+           "events": [{"kind": k, "step": int(s), "data": d} for k, s, d in
+                      zip(events["kind"], events["step"], events["data"], strict=True)],
+           "curve": {"metric": "loss", "points": curve}}
+    if row.get("status") == "running" and config is not None:
+        out["progress"] = _progress(row, curve, config.train.steps)
+    return out
+
+
+def _progress(row: dict[str, Any], curve: list[tuple[int, float]], total: int) -> dict[str, Any]:
+    """Where a running run is: its step of ``total`` (the latest of its heartbeat and its curve), and an ETA
+    from its pace since it (re)started."""
+    from datetime import datetime
+
+    step = max([row.get("heartbeat_step") or 0, *(s + 1 for s, _ in curve[-1:])])
+    started = row.get("started")
+    eta = None
+    if started and step:
+        elapsed = (utcnow() - datetime.fromisoformat(str(started))).total_seconds()
+        first = row.get("resumed_from") or 0
+        if step > first and elapsed > 0:
+            eta = round(elapsed / (step - first) * max(total - step, 0), 1)
+    return {"step": step, "total": total, "eta_s": eta}
+
+
+def diff(store: Any, a: str, b: str) -> dict[str, Any]:
+    """The config fields that differ between two runs, and their results side by side (see the module docstring)."""
+    ids = [store.resolve_run(a), store.resolve_run(b)]
+    (row_a, flat_a, _), (row_b, flat_b, _) = (_resolved(store, rid) for rid in ids)
+    fields = sorted(k for k in {*flat_a, *flat_b} if flat_a.get(k) != flat_b.get(k))
+    results = []
+    for key in [k for k in summary_order(list({*_results(row_a), *_results(row_b)}))]:
+        va, vb = row_a.get(key), row_b.get(key)
+        delta = vb - va if _number(va) and _number(vb) else None
+        results.append({"metric": key, "a": va, "b": vb, "b_minus_a": delta})
+    return {"a": ids[0], "b": ids[1],
+            "lifecycle": [{"field": k, "a": row_a.get(k), "b": row_b.get(k)} for k in ("status", "grid", "error")
+                          if row_a.get(k) is not None or row_b.get(k) is not None],
+            "config": [{"field": k, "a": flat_a.get(k), "b": flat_b.get(k)} for k in fields],
+            "results": results}
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and math.isfinite(float(v))

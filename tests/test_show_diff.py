@@ -1,0 +1,87 @@
+"""`ablate show RUN_ID` (one run: config that differs from the defaults, results, events, loss curve; live while it
+trains) and `ablate diff RUN_A RUN_B` (config fields that differ, results side by side), on both backends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from store_data import planned, result
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.errors import UserInputError
+from ablate.store import Store
+from ablate.store.inspect import diff, show
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def filled(store: Store) -> Store:
+    store.register_grid(name="g", text="g", runs=[planned(i) for i in range(3)] + [planned(7, lr=4e-3)])
+    store.ingest(result(0))
+    store.ingest(result(7, lr=4e-3))
+    return store
+
+
+def test_show_a_finished_run(filled: Store) -> None:
+    view = show(filled, "run000")
+    assert (view["run_id"], view["status"], view["variant"], view["grid"]) == ("run000", "done", "baseline", "g")
+    assert view["config"] == {"train.steps": 40}  # only what differs from the defaults (baseline, seed 0 are)
+    assert view["results"]["val_ppl"] == 10.0 and view["results"]["ppl/code"] == 8.0
+    assert list(view["results"])[:4] == ["params", "added_params", "steps", "tokens"]  # the declared order
+    assert view["events"] == [{"kind": "loss_spike", "step": 7, "data": {"loss": 3.5, "trend": 2.1}}]
+    assert [s for s, _ in view["curve"]["points"]] == list(range(40)) and "progress" not in view
+    assert show(filled, "run007")["config"] == {"train.steps": 40, "train.lr": 0.004,
+                                                 "variant": "sdpa-elementwise", "seed": 2}
+
+
+def test_show_a_running_run_from_its_live_metrics(filled: Store) -> None:
+    filled.mark_running(run_id="run001", host="node1", device="cpu")
+    filled.record_progress({"run001": [{"step": s, "loss": 5.0 - 0.1 * s, "lr": 3e-3} for s in range(12)]})
+    view = show(filled, "run001")
+    assert view["status"] == "running" and view["host"] == "node1"
+    assert view["progress"]["step"] == 12 and view["progress"]["total"] == 40
+    assert len(view["curve"]["points"]) == 12 and view["curve"]["points"][-1] == (11, pytest.approx(3.9))
+    out = runner.invoke(app, ["show", "run001", "--store", filled.url])
+    assert out.exit_code == 0, out.output
+    assert "step 12 / 40" in out.stdout and "loss by step" in out.stdout
+    assert any(ch in out.stdout for ch in "▀▄▖▗▘▝▚▞▌▐")  # the curve, drawn
+
+
+def test_show_table_and_json(filled: Store) -> None:
+    out = runner.invoke(app, ["show", "run007", "--store", filled.url])
+    assert out.exit_code == 0, out.output
+    for text in ("run run007", "train.lr", "0.004", "val_ppl", "loss_spike", "loss by step"):
+        assert text in out.stdout, text
+    data = json.loads(runner.invoke(app, ["show", "run007", "--store", filled.url, "--format", "json"]).stdout)
+    assert data["run_id"] == "run007" and data["results"]["bench/arith"] == pytest.approx(0.32)
+
+
+def test_run_ids_by_prefix(filled: Store) -> None:
+    assert filled.resolve_run("run007") == "run007" and filled.resolve_run(" run007 ") == "run007"
+    filled.register_grid(name="h", text="h", runs=[planned(42)])
+    assert filled.resolve_run("run04") == "run042"  # a unique beginning is enough
+    with pytest.raises(UserInputError, match=r"run 'run00' is ambiguous: it begins run000, run001, run002, run007"):
+        filled.resolve_run("run00")
+    with pytest.raises(UserInputError, match=r"no run 'nope' in the store .*ablate runs"):
+        filled.resolve_run("nope")
+    out = runner.invoke(app, ["show", "zz%", "--store", filled.url])  # LIKE wildcards are plain characters
+    assert out.exit_code == 2 and out.stderr.startswith("error: no run 'zz%'")
+
+
+def test_diff_two_runs(filled: Store) -> None:
+    d = diff(filled, "run000", "run007")
+    assert {r["field"]: (r["a"], r["b"]) for r in d["config"]} == {
+        "seed": (0, 2), "train.lr": (0.003, 0.004), "variant": ("baseline", "sdpa-elementwise")}
+    results = {r["metric"]: r for r in d["results"]}
+    assert results["val_ppl"]["a"] == 10.0 and results["val_ppl"]["b"] == 17.0 and results["val_ppl"]["b_minus_a"] == 7
+    assert [r["metric"] for r in d["results"]][:3] == ["params", "added_params", "steps"]
+    out = runner.invoke(app, ["diff", "run000", "run007", "--store", filled.url])
+    assert out.exit_code == 0, out.output
+    assert "config fields that differ" in out.stdout and "train.lr" in out.stdout and "+7" in out.stdout
+    same = diff(filled, "run001", "run001")
+    assert same["config"] == [] and all(r["b_minus_a"] in (0, None) for r in same["results"])
+    bad = runner.invoke(app, ["diff", "run000", "nope", "--store", filled.url])
+    assert bad.exit_code == 2 and "no run 'nope'" in bad.stderr
