@@ -168,6 +168,9 @@ class TrainConfig(_Strict):
         per_device, rest = divmod(self.batch_size, self.devices)
         if rest:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by devices {self.devices}")
+        if self.strategy == "fsdp" and self.precision == "16-mixed":
+            raise ValueError("precision '16-mixed' cannot shard (FSDP2 has no fp16 loss scaling here); use "
+                             "'bf16-mixed' or '32-true' with strategy 'fsdp'")
         if self.micro_batch_size and per_device % self.micro_batch_size:
             raise ValueError(f"micro_batch_size {self.micro_batch_size} does not divide the per-device batch "
                              f"{per_device} (batch_size {self.batch_size} / devices {self.devices})")

@@ -33,7 +33,7 @@ def measured_peak(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = Fal
     torch.manual_seed(0)
     model = build_model(cfg)
     if checkpointing:
-        from ablate.runner.module import checkpoint_blocks
+        from ablate.runner.parallel import checkpoint_blocks
 
         checkpoint_blocks(model)
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)

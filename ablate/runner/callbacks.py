@@ -121,8 +121,15 @@ class RunMonitor(L.Callback):
             self._t_last = time.perf_counter()
 
     def save(self, trainer: L.Trainer) -> None:
-        """Write ``last.ckpt`` atomically (a temporary file, then a rename)."""
+        """Write ``last.ckpt`` atomically (a temporary file, then a rename); a sharded run writes its shards to a
+        folder first, which ``last.ckpt`` then names (``ablate.runner.parallel``)."""
+        from ablate.runner.parallel import is_sharded, save_sharded
+
         self.ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+        if is_sharded(self.config.train, trainer.world_size):
+            stage = getattr(trainer.lightning_module, "stage", 0)
+            save_sharded(trainer, self.ckpt_path, f"sharded-{stage}-{trainer.global_step:08d}")
+            return
         tmp = self.ckpt_path.with_name(f".{self.ckpt_path.name}.{os.getpid()}.tmp")
         trainer.save_checkpoint(tmp)
         if trainer.is_global_zero:

@@ -19,6 +19,7 @@ from ablate.errors import RunError
 from ablate.layout import CHECKPOINT
 from ablate.result import RESULT_FILE, read_result
 from ablate.runner.data import cache_dir_for
+from ablate.runner.parallel import decoder_state
 from ablate.runner.tokenizers import Tokenizer, get_tokenizer
 
 
@@ -39,7 +40,6 @@ def load_run_model(run_dir: str | Path, *, device: Any = "cpu") -> tuple[torch.n
         config = stage_configs(config)[int(ckpt["stage"])]
     model_cfg = apply_variant(config.model, config.variant)
     model = build_model(model_cfg)
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    model.load_state_dict(state)
+    model.load_state_dict(decoder_state(path, model))  # a sharded checkpoint is read without a process group
     tokenizer = get_tokenizer(config.data, model_cfg, cache_dir_for(run_dir))
     return model.to(device).eval(), tokenizer, config

@@ -52,30 +52,39 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def checkpoint_blocks(model: nn.Module) -> None:
-    """Activation checkpointing per decoder block (``train.activation_checkpointing``): a block keeps only its
-    input for the backward pass, which recomputes the rest. The state dict's keys do not change."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
-
-    for i, block in enumerate(model.blocks):
-        model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-
-
 class LitDecoder(L.LightningModule):
     """Trains ``model`` on ``{"step", "tokens": [B, T + 1]}`` batches; keeps the last loss and gradient norm as
     tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled mid-step)."""
 
     def __init__(self, model: nn.Module, train_cfg: TrainConfig, *, compile: bool = False,
-                 run_config: dict | None = None, stage: int = 0):
+                 run_config: dict | None = None, stage: int = 0, precision: str = "32-true"):
         super().__init__()
         self.run_config = run_config  # saved in every checkpoint, so a run directory loads on its own
         self.stage = stage  # the training stage (ablate.runner.stages) the checkpoints belong to
         self.model = model
-        # a bound method, not a module attribute: the compiled wrapper must not enter the state dict twice
-        self.step_fn = torch.compile(model.forward) if compile else model.forward
+        self.compile, self.precision = compile, precision
+        self.step_fn = model.forward  # configure_model compiles it (or, sharded, each block)
         self.train_cfg = train_cfg
         self.last_loss: torch.Tensor | None = None
         self.last_grad_norm: torch.Tensor | None = None
+        self._configured = False
+
+    def configure_model(self) -> None:
+        """Activation checkpointing, then (sharded runs) FSDP2 per block and on the root, and compilation; once."""
+        from ablate.runner.parallel import checkpoint_blocks, is_sharded, shard_model
+
+        if self._configured:
+            return
+        self._configured = True
+        if self.train_cfg.activation_checkpointing:
+            checkpoint_blocks(self.model)
+        if is_sharded(self.train_cfg, self.trainer.world_size):
+            shard_model(self.model, self.device_mesh["data_parallel"], precision=self.precision,
+                        compile=self.compile)
+            self.step_fn = self.model.__call__  # through the module: FSDP's hooks gather the root's parameters
+        elif self.compile:
+            # a bound method, not a module attribute: the compiled wrapper must not enter the state dict twice
+            self.step_fn = torch.compile(self.model.forward)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         tokens = batch["tokens"]  # (b, T + 1): one micro-batch of this rank's rows
@@ -92,6 +101,8 @@ class LitDecoder(L.LightningModule):
             loss = (losses * mask.flatten().to(losses.dtype)).sum() * scale
         # the step's loss: the mean over its micro-batches (Lightning divides what is returned by their number)
         micro = int(batch.get("micro", 0))
+        if hasattr(self.model, "set_requires_gradient_sync"):  # sharded: reduce-scatter once, after the last one
+            self.model.set_requires_gradient_sync(micro + 1 == self.train_cfg.accumulate)
         part = loss.detach() / self.train_cfg.accumulate
         self.last_loss = part if micro == 0 else self.last_loss + part
         return loss + out.aux_loss
@@ -105,7 +116,12 @@ class LitDecoder(L.LightningModule):
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         max_norm = self.train_cfg.grad_clip or math.inf  # 0 = no clipping, but the norm is still measured
-        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if hasattr(norm, "full_tensor"):  # sharded gradients: each rank's partial norm, reduced over the ranks
+            norm = norm.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+        self.last_grad_norm = norm
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.run_config is not None:

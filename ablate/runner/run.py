@@ -37,8 +37,10 @@ from ablate.runner import RunInterrupted
 from ablate.runner.callbacks import RunMonitor
 from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data, row_bos
 from ablate.runner.evaluate import perplexity, probe
+from ablate.runner.launch import node_count
 from ablate.runner.module import LitDecoder
 from ablate.runner.monitors import SpikeDetector
+from ablate.runner.parallel import full_state, is_sharded, resume_path, strategy_for
 from ablate.runner.stages import (
     Stage,
     benchmark_scores,
@@ -110,7 +112,21 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
 
     With ``config.stages`` the stages train one after the other, each from the previous one's final weights;
     step numbers are global across stages, and evaluation follows the last stage (``ablate.runner.stages``).
+
+    ``train.devices > 1``: one process per device. Started here (``ablate.runner.launch``: this process is rank 0)
+    unless a launcher started them (Slurm's ``srun``, torchrun); only rank 0 writes ``result.json``.
     """
+    from ablate.runner.launch import local_ranks, ranks_exist
+
+    if config.train.devices > 1 and not ranks_exist():
+        with local_ranks(config.train.devices, Path(run_dir), {"run_id": run_id, "config": config.model_dump(mode="json")}):
+            return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
+    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
+
+
+def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
+             on_step: Callable[[dict], None] | None, stop: threading.Event | None,
+             callbacks: Sequence[L.Callback]) -> RunResult:
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     run_dir = Path(run_dir)
@@ -146,6 +162,11 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
 
     final = stage.config
     model, precision, heldout = trained.model, trained.precision, trained.heldout
+    if is_sharded(final.train, trainer.world_size):  # evaluated whole, on rank 0
+        state = full_state(model)  # collective: every rank takes part, rank 0 receives
+        if trainer.is_global_zero:
+            model = build_model(apply_variant(final.model, final.variant))
+            model.load_state_dict(state)
     gpu = torch.cuda.is_available()
     status = "diverged" if monitor.diverged_at is not None else "done"
     device = torch.device("cuda", trainer.local_rank) if gpu else torch.device("cpu")
@@ -193,16 +214,19 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
 
     gpu = torch.cuda.is_available()
     precision = tc.precision if tc.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    nodes = node_count()
+    strategy, trainer_precision = strategy_for(tc.model_copy(update={"precision": precision}), nodes=nodes)
     torch.manual_seed(config.seed)
     model = build_model(model_cfg)
-    lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"), stage=stage.index)
+    lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"), stage=stage.index,
+                     precision=precision)
 
     ckpt = run_dir / CHECKPOINT
     trainer = L.Trainer(
-        accelerator="gpu" if gpu else "cpu", devices=tc.devices, strategy=tc.strategy, precision=precision,
-        max_steps=tc.steps, max_epochs=-1, accumulate_grad_batches=tc.accumulate, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
-        default_root_dir=str(run_dir),
+        accelerator="gpu" if gpu else "cpu", devices=tc.devices // nodes, num_nodes=nodes, strategy=strategy,
+        precision=trainer_precision, max_steps=tc.steps, max_epochs=-1, accumulate_grad_batches=tc.accumulate,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, use_distributed_sampler=False, default_root_dir=str(run_dir),
     )
 
     def val_scores() -> dict[str, float]:
@@ -214,7 +238,7 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
     monitor = RunMonitor(cfg, ckpt, on_step=on_step, stop=stop, evaluate=val_scores, step_offset=stage.first_step)
     monitor.started, monitor.resumed_from = started, resumed_from
     if stage.index and not resume:  # a later stage: the previous one's final weights and the record so far
-        state, record = stage_start(final_checkpoint(run_dir, stage.index - 1), monitor.state_key)
+        state, record = stage_start(final_checkpoint(run_dir, stage.index - 1), monitor.state_key, model)
         model.load_state_dict(state)
         if record is not None:
             monitor.load_state_dict(record)
@@ -226,7 +250,7 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
                           accumulate=tc.accumulate)
     loader = DataLoader(dataset, batch_size=None, pin_memory=gpu)
     t_fit = time.perf_counter()
-    trainer.fit(lit, train_dataloaders=loader, ckpt_path=str(ckpt) if resume else None)
+    trainer.fit(lit, train_dataloaders=loader, ckpt_path=str(resume_path(ckpt)) if resume else None)
     return _Trained(model, trainer, monitor, precision, heldout, time.perf_counter() - t_fit)
 
 

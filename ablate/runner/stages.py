@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ablate.config import RunConfig, stage_configs
-from ablate.layout import CHECKPOINT, atomic_path
+from ablate.layout import CHECKPOINT
 
 log = logging.getLogger(__name__)
 
@@ -105,21 +104,25 @@ def start_point(run_dir: Path, stages: list[Stage]) -> tuple[int, bool]:
 
 
 def finish_stage(run_dir: Path, stage: int) -> Path:
-    """Keep ``last.ckpt`` (stage ``stage`` at its end) as the stage's final checkpoint, atomically; idempotent."""
+    """Keep ``last.ckpt`` (stage ``stage`` at its end) as the stage's final checkpoint, atomically (a sharded
+    checkpoint keeps its shards too); idempotent."""
+    from ablate.runner.parallel import copy_checkpoint
+
     final = final_checkpoint(run_dir, stage)
     if not final.is_file():
-        with atomic_path(final) as tmp:
-            shutil.copyfile(run_dir / CHECKPOINT, tmp)
+        copy_checkpoint(run_dir / CHECKPOINT, final)
     return final
 
 
-def stage_start(path: Path, monitor_key: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """``(decoder state dict, the run monitor's state)`` saved in a stage's final checkpoint."""
+def stage_start(path: Path, monitor_key: str, model: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(decoder state dict, the run monitor's state)`` saved in a stage's final checkpoint (a sharded one is
+    read into ``model``'s tensors)."""
     import torch
 
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    return state, (ckpt.get("callbacks") or {}).get(monitor_key)
+    from ablate.runner.parallel import decoder_state
+
+    ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    return decoder_state(path, model), (ckpt.get("callbacks") or {}).get(monitor_key)
 
 
 # ---------------------------------------------------------------- retrieval past the training length
