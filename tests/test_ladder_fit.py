@@ -65,19 +65,23 @@ def frame(spec: dict[str, dict], seeds: int = 3, noise: float = 0.003) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-TARGETS = [Target("near", 1e16), Target("far", 1e20)]
+TARGETS = [Target("near", 1e16), Target("farther", 1e17), Target("too far", 1e20)]  # the ladder ends at 1e15
 
 
-def test_analyse_predicts_and_resolves_a_growing_win() -> None:
-    # the gated arm's loss is lower by a constant factor of A: its win in loss shrinks with compute but stays
+def test_analyse_predicts_a_win_that_shrinks_with_scale() -> None:
+    # the gated arm's A is 10% lower: its win in loss shrinks with compute but stays
     report = analyse(frame({"baseline": TRUE, "sdpa-elementwise": {**TRUE, "A": 27.0}}), TARGETS, grid="g")
     base, gated = report["variants"]["baseline"], report["variants"]["sdpa-elementwise"]
     assert base["fit"]["reliable"] and gated["fit"]["reliable"]
     assert base["fit"]["alpha"]["value"] == pytest.approx(0.12, abs=0.02)
     assert {"E", "A", "alpha"} <= set(base["fit"]) and {"value", "low", "high"} == set(base["fit"]["E"])
-    for p in gated["predictions"]:
-        assert p["low"] <= p["loss"] <= p["high"]
+    for p in gated["predictions"][:2]:
+        assert p["low"] <= p["loss"] <= p["high"] and p["refused"] is None
         assert p["delta"]["high"] < 0 and p["delta"]["resolved"]
+    # five decades past the ladder: no number, and the reason
+    far = gated["predictions"][2]
+    assert far["loss"] is None and far["delta"]["value"] is None
+    assert far["refused"] == "1.0e+05 x the largest rung's compute (the limit is 1e+03 x)"
     # one decade past the ladder the predicted difference is close to the truth (baseline - gated = 3 C^-0.12),
     # and inside its interval
     near, truth = gated["predictions"][0]["delta"], -3.0 * 1e16 ** -0.12
@@ -85,6 +89,10 @@ def test_analyse_predicts_and_resolves_a_growing_win() -> None:
     assert base["predictions"][0]["delta"] is None  # the baseline has no difference to itself
     assert [r["rung"] for r in gated["rungs"]] == [f"L{n}·d64" for n in range(2, 7)]
     assert all(r["delta"]["value"] < 0 for r in gated["rungs"])
+    # measured, without the law: the win (baseline - gated = 3 C^-0.12) shrinks by a known amount per decade
+    trend = gated["delta_trend"]["per_decade"]
+    truth = np.polyfit(np.log10(RUNGS), -3.0 * RUNGS ** -0.12, 1)[0]
+    assert trend["value"] == pytest.approx(truth, abs=0.003) and trend["low"] > 0 and gated["delta_trend"]["resolved"]
 
 
 def test_unreliable_fits_get_no_prediction() -> None:
@@ -94,6 +102,11 @@ def test_unreliable_fits_get_no_prediction() -> None:
     assert not bad["fit"]["reliable"]
     assert any("alpha <= 0" in p or "non-monotone" in p for p in bad["fit"]["problems"])
     assert all(p["loss"] is None and p["delta"]["value"] is None for p in bad["predictions"])
+    assert bad["predictions"][0]["refused"] == "unreliable fit"
+    # a ladder that shows no floor: a straight line in log-log, E at its bound 0
+    straight = analyse(frame({"baseline": {"E": 0.0, "A": 30.0, "alpha": 0.1}}), TARGETS)["variants"]["baseline"]
+    assert straight["fit"]["problems"] == [
+        "the loss floor E is not identified (the fit puts it at 0): the ladder's losses do not bend towards a floor"]
     # three rungs are too few
     few = frame({"baseline": TRUE})
     few = few[few["model.n_layers"] <= 4]
@@ -103,5 +116,5 @@ def test_unreliable_fits_get_no_prediction() -> None:
 
 def test_an_effect_inside_its_interval_is_unresolved() -> None:
     report = analyse(frame({"baseline": TRUE, "sdpa-elementwise": TRUE}, noise=0.02), TARGETS)
-    d = report["variants"]["sdpa-elementwise"]["predictions"][1]["delta"]
+    d = report["variants"]["sdpa-elementwise"]["predictions"][0]["delta"]
     assert d["low"] < 0 < d["high"] and d["resolved"] is False

@@ -50,13 +50,21 @@ def report(url: str, *args: str):
     return CliRunner().invoke(app, ["report", "ladder", "--grid", "lad", "--store", url, *args])
 
 
-def test_json_has_fit_and_predictions_per_variant(store_url: str) -> None:
+def test_the_paper_targets_are_refused_this_far_from_the_ladder(store_url: str) -> None:
     res = report(store_url, "--format", "json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert [t["name"] for t in out["targets"]] == ["1.7B dense, 400B tokens", "1.7B dense, 3.5T tokens",
                                                    "15B-A2.5B MoE, 3.5T tokens"]
     assert out["targets"][0]["flops"] == pytest.approx(4.5e21, rel=0.01)  # 11.27 GFLOPs/token x 400B
+    for p in out["variants"]["sdpa-elementwise"]["predictions"]:
+        assert p["loss"] is None and "x the largest rung's compute (the limit is 1e+03 x)" in p["refused"]
+
+
+def test_json_has_fit_and_predictions_per_variant(store_url: str) -> None:
+    res = report(store_url, "--format", "json", "--target", "1e12,1e13")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
     base, gated = out["variants"]["baseline"], out["variants"]["sdpa-elementwise"]
     for v in (base, gated):
         assert v["fit"]["reliable"], v["fit"]["problems"]
@@ -70,11 +78,14 @@ def test_json_has_fit_and_predictions_per_variant(store_url: str) -> None:
 
 
 def test_targets_given_as_flops_and_csv(store_url: str) -> None:
-    res = report(store_url, "--format", "csv", "--target", "1e15,1e17")
+    res = report(store_url, "--format", "csv", "--target", "1e12,1e17")
     assert res.exit_code == 0, res.output
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith("series,variant,target,flops,loss,low,high,delta,delta_low,delta_high")
     assert len(lines) == 1 + 2 * 2 and "1.00e+17 FLOPs" in lines[-1]
+    near, far = (dict(zip(lines[0].split(","), line.split(","), strict=True)) for line in lines[3:5])
+    assert float(near["loss"]) > 1.0 and float(near["delta"]) < 0 and near["reliable"] == "True"
+    assert far["loss"] == "" and far["delta"] == ""  # refused: 1e6 x past the ladder
 
 
 def test_markdown_and_figure_in_a_directory(store_url: str, tmp_path: Path) -> None:
@@ -82,7 +93,7 @@ def test_markdown_and_figure_in_a_directory(store_url: str, tmp_path: Path) -> N
     assert res.exit_code == 0, res.output
     text = (tmp_path / "rep" / "ladder.md").read_text()
     assert "L(C) = E + A·C^(-alpha)" in text and "| baseline | 15 | 5 | 3 |" in text
-    assert "1.7B dense, 3.5T tokens" in text and "L4·d32" in text
+    assert "1.7B dense, 3.5T tokens" in text and "L4·d32" in text and "none: 6.4e+09 x the largest rung" in text
     png = (tmp_path / "rep" / "ladder.png").read_bytes()
     assert png.startswith(b"\x89PNG") and 5_000 < len(png) < 400_000
 

@@ -9,8 +9,11 @@ intervals from a bootstrap over seeds (``ablate.reports.fit``).
 - A series is a variant at one configuration apart from the ladder (learning rate, batch, ...); a variant pairs
   with the baseline series at the same configuration.
 - A fit is unreliable with too few rungs, a ladder whose loss does not fall rung by rung, alpha <= 0 or an alpha
-  interval that reaches 0; then no prediction is given. A predicted difference whose interval holds zero is
-  reported as unresolved, with its interval and no point value.
+  interval that reaches 0, or a loss floor E the ladder does not identify (the fit puts it at 0, so it would
+  extrapolate the loss to zero); then no prediction is given. Nor is one given more than ``MAX_EXTRAPOLATION``
+  times past the largest rung's compute. Each refused prediction says why (``refused``).
+- A predicted loss whose interval is wider than the gain the fit predicts over the ladder's largest rung, and a
+  predicted difference whose interval holds zero, are unresolved: shown with their interval, no point value.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from ablate.reports.rows import RESULT_STATUSES, cell_value, context_columns
 LADDER_COLUMNS = ("model.preset", "model.n_layers", "model.d_model", "train.steps")
 METRIC = "final held-out loss: mean ln(PPL) over the held-out sets (nats/token)"
 PAPER_SEQ_LEN = 4096  # the paper's context length (Sec. 3.1): the attention term of the targets' FLOPs
+MAX_EXTRAPOLATION = 1e3  # no prediction more than three decades past the largest rung's compute
+FLOOR_AT_ZERO = 1e-3  # an E below this share of the lowest loss is the fit's bound, not a measured floor
 
 
 @dataclass(frozen=True)
@@ -157,8 +162,9 @@ def _rungs(points: Any) -> Any:
     return out.sort_values("flops").reset_index()
 
 
-def _problems(rungs: Any, law: PowerLaw | None, alpha: Interval) -> list[str]:
+def _problems(rungs: Any, law: PowerLaw | None, params: dict[str, Interval]) -> list[str]:
     """Why a series' fit cannot be trusted (empty when it can)."""
+    alpha, floor = params["alpha"], params["E"]
     problems = []
     if len(rungs) < MIN_RUNGS:
         problems.append(f"too few rungs ({len(rungs)} < {MIN_RUNGS})")
@@ -174,6 +180,10 @@ def _problems(rungs: Any, law: PowerLaw | None, alpha: Interval) -> list[str]:
         problems.append(f"alpha <= 0 ({law.alpha:.3g}): the loss does not fall with compute")
     elif alpha.low is not None and alpha.low <= 0:
         problems.append(f"alpha's interval reaches {alpha.low:.3g} <= 0")
+    if law is not None and min(v for v in (floor.value, floor.low) if v is not None) <= FLOOR_AT_ZERO * min(means):
+        # E at its bound: the ladder shows no floor, and the fit extrapolates a loss that falls to zero
+        problems.append("the loss floor E is not identified (the fit puts it at 0): the ladder's losses do not "
+                        "bend towards a floor")
     return problems
 
 
@@ -195,16 +205,19 @@ def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", gri
                      "the seeds and understate the uncertainty")
     top = float(points["flops"].max())
     series: dict[str, dict[str, Any]] = {}
-    for name, pts in points.groupby("series", sort=False):
+    order = sorted(points["series"].unique(), key=lambda n: (points.loc[points["series"] == n, "variant"].iloc[0]
+                                                             != baseline, n))
+    for name in order:
+        pts = points[points["series"] == name]
         per_seed = {s: (list(p["flops"]), list(p["loss"])) for s, p in pts.groupby("seed")}
         law = fit_power_law(pts["flops"], pts["loss"])
         fits = boot.fits(str(name), per_seed, start=law)
         params = _fit_dict(law, fits)
         rungs = _rungs(pts)
-        problems = _problems(rungs, law, params["alpha"])
+        problems = _problems(rungs, law, params)
         series[str(name)] = {"variant": pts["variant"].iloc[0], "context": pts["context"].iloc[0],
                              "seeds": sorted(per_seed), "law": law, "fits": fits, "rungs": rungs,
-                             "points": pts, "problems": problems, "per_seed": per_seed}
+                             "points": pts, "problems": problems, "per_seed": per_seed, "boot": boot}
     out: dict[str, Any] = {"grid": grid, "baseline": baseline, "metric": METRIC,
                            "targets": [{"name": t.name, "flops": t.flops, "preset": t.preset, "tokens": t.tokens}
                                        for t in targets],
@@ -236,31 +249,65 @@ def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[T
         rungs.append(row)
     predictions = []
     for t in targets:
+        too_far = t.flops > MAX_EXTRAPOLATION * top
+        refused = ("unreliable fit" if not reliable else
+                   f"{t.flops / top:.1e} x the largest rung's compute (the limit is {MAX_EXTRAPOLATION:.0e} x)"
+                   if too_far else None)
         pred: dict[str, Any] = {"target": t.name, "flops": t.flops, "loss": None, "low": None, "high": None,
-                                "resolved": None, "delta": None}
-        if reliable:
+                                "resolved": None, "delta": None, "refused": refused}
+        if reliable and not too_far:
             iv = interval_of(fits, law, lambda f, c=t.flops: float(f(c)))
             gain = float(law(top)) - iv.value  # what the fit says scaling up from the largest rung buys
             pred.update(loss=iv.value, low=iv.low, high=iv.high,
                         resolved=iv.low is not None and (iv.high - iv.low) < abs(gain))
-        if base is not None and reliable and base_ok:
+        if base is not None and reliable and base_ok and not too_far:
             draws = [float(f(t.flops) - g(t.flops)) for f, g in zip(fits, base["fits"], strict=True)
                      if f is not None and g is not None]  # the same seeds in both: paired
             iv = percentile(draws, float(law(t.flops) - base["law"](t.flops)))
             pred["delta"] = {**iv.as_dict(), "resolved": iv.excludes_zero}
         elif base is not None:
-            pred["delta"] = {"value": None, "low": None, "high": None, "resolved": False}
+            pred["delta"] = {"value": None, "low": None, "high": None, "resolved": False,
+                             "refused": refused or "the baseline's fit is unreliable"}
         predictions.append(pred)
     cross = None
     if base is not None and reliable and base_ok:
-        lo, hi = float(s["rungs"]["flops"].min()), max([top, *(t.flops for t in targets)]) * 10
-        c = crossover(law, base["law"], lo, hi)
+        c = crossover(law, base["law"], float(s["rungs"]["flops"].min()), MAX_EXTRAPOLATION * top)
         cross = None if c is None else {"flops": c, "extrapolated": c > top}
     return {"variant": s["variant"], "context": s["context"], "seeds": [int(x) for x in s["seeds"]],
             "n_runs": len(s["points"]), "rungs": rungs,
             "fit": {**{k: v.as_dict() for k, v in params.items()}, "reliable": reliable, "problems": s["problems"]},
             "predictions": predictions, "crossover": cross,
+            "delta_trend": None if base is None else delta_trend(s["points"], base["points"], s["boot"]),
             "_law": law, "_fits": fits}
+
+
+def delta_trend(mine: Any, theirs: Any, boot: SeedBootstrap) -> dict[str, Any] | None:
+    """How the measured difference to the baseline changes with scale, without the power law: the slope of the
+    paired per-rung difference against log10(compute), per decade, with its interval over the same seed
+    resamples as the fits. None with fewer than two rungs."""
+    import numpy as np
+
+    pairs = mine.merge(theirs, on=["seed", "rung"], suffixes=("", "_base"))
+    if pairs["rung"].nunique() < 2:
+        return None
+    pairs = pairs.assign(x=np.log10((pairs["flops"] + pairs["flops_base"]) / 2), d=pairs["loss"] - pairs["loss_base"])
+    by_seed = {s: p for s, p in pairs.groupby("seed")}
+
+    def slope(frame: Any) -> float | None:
+        return float(np.polyfit(frame["x"], frame["d"], 1)[0]) if frame["x"].nunique() >= 2 else None
+
+    draws = []
+    for sample in boot.samples:
+        chosen = [by_seed[boot.seeds[i]] for i in sample if boot.seeds[i] in by_seed]
+        draws.append(slope(pd_concat(chosen)) if chosen else None)
+    iv = percentile(draws, slope(pairs))
+    return {"per_decade": iv.as_dict(), "resolved": iv.excludes_zero}
+
+
+def pd_concat(frames: list[Any]) -> Any:
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True)
 
 
 def report_ladder(store: Any, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",

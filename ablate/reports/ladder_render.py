@@ -44,9 +44,9 @@ def _signed(x: float) -> str:
     return f"{x:+.4f}"
 
 
-def _prediction(p: dict[str, Any], fit_ok: bool) -> str:
-    if not fit_ok:
-        return "unreliable fit"
+def _prediction(p: dict[str, Any]) -> str:
+    if p["refused"]:
+        return f"none: {p['refused']}"
     text = _iv({"value": p["loss"], "low": p["low"], "high": p["high"]}, _num)
     return text if p["resolved"] else f"{text} (unresolved: interval wider than the gain over the ladder)"
 
@@ -54,13 +54,18 @@ def _prediction(p: dict[str, Any], fit_ok: bool) -> str:
 def _delta(d: dict[str, Any] | None) -> str:
     if d is None:
         return ""
-    if d["low"] is None and d["value"] is None:
-        return "- (unreliable fit)"
+    if d.get("refused"):
+        return f"none: {d['refused']}"
     if d["low"] is None:
         return "- (no interval)"
     if not d["resolved"]:
         return f"unresolved [{_signed(d['low'])}, {_signed(d['high'])}]"
     return f"{_signed(d['value'])} [{_signed(d['low'])}, {_signed(d['high'])}]"
+
+
+def _mean_delta(s: dict[str, Any]) -> float:
+    deltas = [r["delta"]["value"] for r in s["rungs"] if r.get("delta") and r["delta"]["value"] is not None]
+    return sum(deltas) / len(deltas) if deltas else 0.0
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -102,6 +107,22 @@ def to_markdown(report: dict[str, Any]) -> str:
                     _signed(d["value"]) + (f" [{_signed(d['low'])}, {_signed(d['high'])}]" if d["low"] is not None
                                            else "")))
         lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, s in series.items():
+        t = s.get("delta_trend")
+        if t is None or t["per_decade"]["value"] is None:
+            continue
+        d = t["per_decade"]
+        if d["low"] is None:
+            verdict = "no interval"
+        elif not t["resolved"]:
+            verdict = "no resolved trend: the interval holds zero"
+        else:
+            shrinks = (d["value"] > 0) == (_mean_delta(s) < 0)
+            verdict = "the difference shrinks with scale" if shrinks else "the difference grows with scale"
+        lines.append(f"- {name} − {report['baseline']}, measured: {_signed(d['value'])} per decade of compute"
+                     + (f" [{_signed(d['low'])}, {_signed(d['high'])}]" if d["low"] is not None else "")
+                     + f" ({verdict}).")
     lines += ["", "Predicted loss at each target (95% interval over seed resamples) and the difference to "
                   f"{report['baseline']} at equal compute:", ""]
     head = ["target", "FLOPs"]
@@ -112,7 +133,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         cells = [t["name"], f"{t['flops']:.2e}"]
         for s in series.values():
             p = s["predictions"][i]
-            cells.append(_prediction(p, s["fit"]["reliable"]))
+            cells.append(_prediction(p))
             if p["delta"] is not None:
                 cells.append(_delta(p["delta"]))
         lines.append("| " + " | ".join(cells) + " |")
