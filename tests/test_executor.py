@@ -197,25 +197,27 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
 
 def test_a_crashing_run_fails_alone_then_retry_failed(finished, tmp_path):
     _, _, home, _ = finished
-    corpus = tmp_path / "corpus.txt"
+    # a corpus that is there (a missing one is refused before anything runs) but breaks while it is read
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("not json, line after line\n" * 20)
     crashy = tmp_path / "crashy.yaml"
     crashy.write_text(grid_text("crashy", [2], extra=f"""
 exclude: [{{variant: sdpa-elementwise}}]
 include:
-  - {{variant: baseline, seed: 0, data.train: [{{kind: text, path: "{corpus}"}}]}}
+  - {{variant: baseline, seed: 0, data.train: [{{kind: jsonl, path: "{corpus}"}}]}}
 """))
     result = invoke("run", str(crashy), "--jobs", "2", "--home", str(home))
     assert result.exit_code == 1, result.output
     runs = frame(home, "crashy")
     assert sorted(runs["status"]) == ["done", "failed"]
     failed = runs[runs["status"] == "failed"].iloc[0]
-    assert "no files match" in failed["error"] and "Traceback" in failed["error"]
+    assert "not JSON" in failed["error"] and "Traceback" in failed["error"]
     assert f"failed {failed.name}: ConfigError" in " ".join(result.output.split())
 
     again = invoke("run", str(crashy), "--home", str(home))  # failed runs are skipped without --retry-failed
     assert again.exit_code == 1 and "worker" not in again.output
 
-    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    corpus.write_text('{"text": "the quick brown fox jumps over the lazy dog."}\n' * 400)
     retried = invoke("run", str(crashy), "--retry-failed", "--jobs", "2", "--home", str(home))
     assert retried.exit_code == 0, retried.output
     assert "1 to run (0 resuming), 1 skipped; 1 worker(s)" in retried.output
