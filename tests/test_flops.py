@@ -55,3 +55,31 @@ def test_attention_term_grows_with_context() -> None:
     cfg = ModelConfig(preset="paper-dense-1.7b")
     assert attention_flops_per_token(cfg, 4096) == 12 * 28 * 16 * 128 * 4096
     assert flops_per_token(cfg, 4096) - flops_per_token(cfg, 2048) == 12 * 28 * 16 * 128 * 2048
+
+
+@pytest.mark.parametrize(("preset", "variant"), [
+    ("tiny", "baseline"), ("tiny", "sdpa-elementwise"), ("tiny", "sdpa-headwise"), ("tiny", "dense-output"),
+    ("tiny", "sdpa-input-independent"), ("tiny-moe", "baseline"), ("tiny", "switch-v-8top2"),
+], ids=lambda x: x)
+def test_the_count_is_what_torch_counts_in_a_training_step(preset: str, variant: str) -> None:
+    """torch's FlopCounterMode over one forward + backward (explicit attention, so its matmuls are counted) is
+    flops_per_token per token, plus the LM head's 6·d·V that the count leaves out with the vocabulary."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ablate.ablations import build_model
+
+    cfg = apply_variant(ModelConfig(preset=preset), variant)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    batch, seq = 2, 64
+    with FlopCounterMode(display=False) as counter:
+        out = model(torch.randint(0, cfg.vocab_size, (batch, seq)), probe=True)
+        (out.logits.float().sum() + out.aux_loss).backward()
+    expected = flops_per_token(cfg, seq) + 6 * cfg.d_model * cfg.vocab_size
+    if cfg.switch is not None:
+        # switch heads are computed densely here (every expert, then weighted): the count keeps the top_k
+        # selected experts' share, as a sparse implementation spends
+        d, k, dk, e = cfg.d_model, cfg.n_kv_heads, cfg.head_dim, cfg.switch.n_experts
+        expected += 6 * cfg.n_layers * d * k * dk * (e - cfg.switch.top_k)
+    assert counter.get_total_flops() == batch * seq * expected

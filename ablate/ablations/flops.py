@@ -9,13 +9,15 @@ Per token of training (forward and backward, PaLM's appendix B convention)::
   projection (``X W_theta``) is a matmul, so it is in ``N``: a gated variant costs more compute than its
   baseline by exactly its gate. Weights that multiply elementwise (RMSNorm scales, an input-independent gate's
   per-head logits) are not matmuls and are left out. In a mixture of experts only the ``moe_top_k`` routed
-  experts (and, for switch heads, the ``top_k`` selected ones) are counted: active-parameter compute.
+  experts (and, for switch heads, the ``top_k`` selected ones) are counted: active-parameter compute, what a
+  sparse implementation spends (ablate's switch heads compute every expert and weight them, so they spend more).
 - ``12 * L * H * Q * T``: the attention scores and the weighted sum (``QK^T`` and ``PV``, forward and backward)
   for ``L`` layers of ``H`` query heads of dimension ``Q`` over a context of ``T`` tokens, counted over the full
   ``T x T`` square as PaLM does (causal masking is not subtracted).
 
 Counting walks the model built on the meta device, so it follows the model as built (a fused projection, a new
-gate) without a second description of its shapes. Importing this module never imports torch.
+gate) without a second description of its shapes; tests/test_flops.py checks it against torch's FlopCounterMode
+over a real training step. Importing this module never imports torch.
 """
 
 from __future__ import annotations
