@@ -1,8 +1,9 @@
 """Training throughput of the runner (Lightning, ``ablate.runner.run_one``) against a hand-written PyTorch loop on
-the same model and batches, and each main gated variant's step time over the baseline's, measured side by side.
+the same model and batches, the compiled runner (``train.compile``) against the eager one, and each main gated
+variant's step time over the baseline's, measured side by side.
 
-Every round runs, in a shuffled order: the runner on the baseline, the plain loop on the baseline, and the runner
-on each variant. A measurement is the steady-state time per step (steps ``warmup`` .. ``steps - 1``, from the
+Every round runs, in a shuffled order: the runner on the baseline (eager and compiled), the plain loop on the
+baseline, and the runner on each variant. The compiled runs compile in their first steps, which are not timed. A measurement is the steady-state time per step (steps ``warmup`` .. ``steps - 1``, from the
 per-step callback), so process start-up, data loading, checkpoints and evaluation are not counted; the plain loop
 does the same work per step (AdamW with the runner's parameter groups and schedule, gradient clipping, one
 ``loss.item()`` and one gradient-norm read per step). Figures are medians over rounds of per-round ratios.
@@ -35,11 +36,12 @@ from ablate.runner.tokenizers import get_tokenizer
 MAIN_VARIANTS = ["sdpa-elementwise", "sdpa-headwise", "sdpa-head-shared", "v-elementwise"]
 
 
-def config(args: argparse.Namespace, variant: str) -> RunConfig:
+def config(args: argparse.Namespace, variant: str, compile: bool = False) -> RunConfig:
     return RunConfig.model_validate({
         "model": {"preset": args.preset}, "variant": variant,
         "data": {"seq_len": args.seq_len},
-        "train": {"steps": args.steps, "batch_size": args.batch_size, "checkpoint_every": args.steps},
+        "train": {"steps": args.steps, "batch_size": args.batch_size, "checkpoint_every": args.steps,
+                  "compile": compile},
         "eval": {"heldout_tokens": args.seq_len, "probes": False},
     })
 
@@ -98,6 +100,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--variants", default=",".join(MAIN_VARIANTS))
+    p.add_argument("--no-compile", action="store_true", help="leave out the compiled runner")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall time, or this process's CPU time (steadier on a busy CPU-only machine, with --threads 1)")
@@ -114,18 +117,23 @@ def main() -> None:
     cache = Path(args.cache)
     time_plain_loop(base, 1, cache)  # tokenize and cache the corpora once, outside the measurements
     tokens = args.batch_size * args.seq_len
-    runner, plain, var = [], [], {v: [] for v in variants}
+    runner, plain, compiled, var = [], [], [], {v: [] for v in variants}
     for r in range(args.rounds):
         jobs = [("runner", None), ("plain", None), *((v, v) for v in variants)]
+        jobs += [("compiled", None)] if not args.no_compile else []
         random.Random(r).shuffle(jobs)
         times = {}
         for name, variant in jobs:
             if name == "plain":
                 times[name] = time_plain_loop(base, args.warmup, cache)
+            elif name == "compiled":
+                times[name] = time_runner(config(args, "baseline", compile=True), args.warmup)
             else:
                 times[name] = time_runner(config(args, variant) if variant else base, args.warmup)
         runner.append(times["runner"])
         plain.append(times["plain"])
+        if "compiled" in times:
+            compiled.append(times["runner"] / times["compiled"])
         for v in variants:
             var[v].append(times[v] / times["runner"])
         print(f"round {r + 1}: runner {tokens / times['runner']:,.0f} tok/s, plain loop {tokens / times['plain']:,.0f}"
@@ -137,6 +145,9 @@ def main() -> None:
     print(f"runner tokens/s over plain loop: {statistics.median(ratios):.3f}x (rounds: "
           f"{', '.join(f'{x:.3f}' for x in ratios)}); runner {tokens / statistics.median(runner):,.0f} tok/s, "
           f"plain {tokens / statistics.median(plain):,.0f} tok/s")
+    if compiled:
+        print(f"compiled runner tokens/s over eager runner: {statistics.median(compiled):.3f}x (rounds: "
+              f"{', '.join(f'{x:.3f}' for x in compiled)})")
     for v in variants:
         print(f"{v:>20} step time / baseline: {statistics.median(var[v]):.3f}x")
 
