@@ -190,9 +190,11 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from ablate.reports.ladder import MAX_EXTRAPOLATION
+
     lo, hi = report["measured_flops"]
-    far = max([hi, *(t["flops"] for t in report["targets"])])
-    fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=100)
+    far = min(max([hi, *(t["flops"] for t in report["targets"])]), hi * MAX_EXTRAPOLATION)
+    fig, ax = plt.subplots(figsize=(9.0, 4.6), dpi=100)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ys: list[float] = []
     for i, (name, s) in enumerate(report["variants"].items()):
@@ -201,7 +203,7 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
         m = np.array([r["loss_mean"] for r in s["rungs"]])
         e = np.array([r["loss_std"] or 0.0 for r in s["rungs"]])
         ax.errorbar(c, m, yerr=e, fmt="o", color=color, ms=4, capsize=2, label=f"{name} (measured)")
-        ys += list(m)
+        ys += list(m - e) + list(m + e)
         law, ok = s["_law"], s["fit"]["reliable"]
         if law is None:
             continue
@@ -215,19 +217,29 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
             ys += list(law(xs))
         else:
             ax.plot(xs, law(xs), ":", color=color, lw=1.2, label=f"{name}: fit unreliable")
-    for t in report["targets"]:
+    if far > hi:
+        ax.axvspan(hi, far, color="0.5", alpha=0.06, lw=0)  # where the fit extrapolates
+    placed: list[float] = []
+    for t in sorted(report["targets"], key=lambda t: t["flops"]):
         ax.axvline(t["flops"], color="0.4", ls="--", lw=0.8)
-        ax.text(t["flops"], 0.98, " " + t["name"], rotation=90, va="top", ha="right", fontsize=7, color="0.3",
-                transform=ax.get_xaxis_transform())
+        near = sum(abs(math.log10(t["flops"] / x)) < 0.6 for x in placed)  # stagger labels of close targets
+        placed.append(t["flops"])
+        ax.text(t["flops"], 0.98 - 0.4 * near, t["name"] + " ", rotation=90, va="top", ha="right", fontsize=7,
+                color="0.3", transform=ax.get_xaxis_transform())
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import LogLocator, ScalarFormatter
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
     finite = [y for y in ys if math.isfinite(y) and y > 0]
     if finite:
         ax.set_ylim(min(finite) * 0.95, max(finite) * 1.05)
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel("final held-out loss (nats/token)")
     ax.set_title(f"Scaling ladder '{report['grid']}': L(C) = E + A·C^(-alpha)", fontsize=10)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     fig.tight_layout()
     path = Path(path)
