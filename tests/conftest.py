@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh results store per test on SQLite and on PostgreSQL, and a temporary ABLATE_HOME.
+"""Shared fixtures: a fresh results store per test on SQLite and on PostgreSQL, a temporary ABLATE_HOME, and a real
+one-node Slurm cluster for the session (``slurm_cluster``: scripts/slurm.sh).
 
 PostgreSQL: the server at ``ABLATE_TEST_PG_URL`` (scripts/test.sh starts one with scripts/postgres.sh); when
 that is unset, one session-wide throwaway server is started here with the same script (on a free port) and
@@ -120,3 +121,29 @@ def module_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     mp.setenv("ABLATE_CACHE", str(cache))
     yield cache
     mp.undo()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A running one-node Slurm cluster (SLURM_CONF exported for this session), stopped by PID afterwards."""
+    # scripts/system-deps.sh (make test) installs Slurm, and scripts/slurm.sh installs it when it is missing:
+    # these tests run on every machine, never skipped
+    root = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "ABLATE_SLURMCTLD_PORT": str(_free_port()), "ABLATE_SLURMD_PORT": str(_free_port())}
+    script = str(ROOT / "scripts" / "slurm.sh")
+    proc = subprocess.run([script, "start", str(root)], env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        subprocess.run([script, "stop", str(root)], env=env, capture_output=True, timeout=60)
+        pytest.fail(f"scripts/slurm.sh could not start a cluster: {proc.stderr[-2000:]}")
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "ABLATE_CACHE")}
+    os.environ["SLURM_CONF"] = proc.stdout.strip().splitlines()[-1]
+    os.environ["ABLATE_CACHE"] = str(tmp_path_factory.mktemp("cache"))  # the jobs inherit it (sbatch)
+    try:
+        yield root
+    finally:
+        subprocess.run([script, "stop", str(root)], env=env, capture_output=True, timeout=60)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -32,38 +30,6 @@ STEPS = 120  # long enough that a signal sent once training is seen lands mid-ru
 
 def grid_text(name: str, variants: list[str], train: str = "") -> str:
     return tiny_grid(name, variants=variants, steps=STEPS, checkpoint_every=1000, train_extra=train)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    """A running one-node Slurm cluster (SLURM_CONF exported for this session), stopped by PID afterwards."""
-    # scripts/system-deps.sh (make test) installs Slurm, and scripts/slurm.sh installs it when it is missing:
-    # these tests run on every machine, never skipped
-    root = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "ABLATE_SLURMCTLD_PORT": str(_free_port()), "ABLATE_SLURMD_PORT": str(_free_port())}
-    script = str(ROOT / "scripts" / "slurm.sh")
-    proc = subprocess.run([script, "start", str(root)], env=env, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        subprocess.run([script, "stop", str(root)], env=env, capture_output=True, timeout=60)
-        pytest.fail(f"scripts/slurm.sh could not start a cluster: {proc.stderr[-2000:]}")
-    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "ABLATE_CACHE")}
-    os.environ["SLURM_CONF"] = proc.stdout.strip().splitlines()[-1]
-    os.environ["ABLATE_CACHE"] = str(tmp_path_factory.mktemp("cache"))  # the jobs inherit it (sbatch)
-    try:
-        yield root
-    finally:
-        subprocess.run([script, "stop", str(root)], env=env, capture_output=True, timeout=60)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def invoke(*args: str):

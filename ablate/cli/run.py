@@ -95,9 +95,19 @@ def run(
     slurm_opts: Annotated[list[str] | None, typer.Option("--slurm-opt", help="slurm: K=V, a submitit parameter "
                                                          "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="slurm: wait until every run has ended")] = False,
+    nodes: Annotated[int | None, typer.Option("--nodes", help="slurm: nodes per run (its train.devices processes "
+                                              "spread evenly over them)")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", help="slurm: GPUs per node (= processes "
+                                                      "per node; nodes x this = train.devices)")] = None,
     device_memory: DeviceMemoryOpt = None,
 ) -> None:
     """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once)."""
+    if executor == "local" and (nodes is not None or gpus_per_node is not None):
+        from ablate.errors import ConfigError
+
+        flag = "--nodes" if nodes is not None else "--gpus-per-node"
+        raise ConfigError("only the Slurm executor spans nodes; add --executor slurm (a local run uses "
+                          "train.devices processes on this machine)", where=flag)
     _check_run_memory(grid, sets, device_memory, local=executor == "local", home=home, store=store)
     if executor != "local":
         from ablate.cli.slurm import run_slurm
@@ -105,7 +115,7 @@ def run(
         raise typer.Exit(run_slurm(grid, sets, executor, home=home, store=store, partition=partition,
                                    gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
                                    array_parallelism=array_parallelism, slurm_opts=slurm_opts,
-                                   retry_failed=retry_failed))
+                                   retry_failed=retry_failed, nodes=nodes or 1, gpus_per_node=gpus_per_node))
     from ablate.execute import RunOptions, print_summary, run_grid
 
     options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,

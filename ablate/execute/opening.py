@@ -158,7 +158,7 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float, slurm: bool)
     ids = list(dict.fromkeys(p.run_id for p in o.planned))
     before = store.statuses(run_ids=ids)
     running = store.status_summary(stale_after_s=stale_after_s)["running"] if "running" in before.values() else []
-    if slurm and before:
+    if before:  # a run held by a live Slurm job is never trained here, whichever executor asks
         o.liveness = slurm_liveness(store, o.home, running, ids)
     else:
         o.liveness = Liveness(o.home, running)

@@ -9,8 +9,10 @@
 3. The runs get their Slurm job ids (``<array>_<index>``) in the store; the command returns the array id, or with
    ``wait`` follows the array until every run has ended.
 
-Multi-device runs (``train.devices`` > 1) get one Slurm task per device (``--ntasks-per-node``) and
-``--gpus-per-job`` GPUs; Lightning reads each process's rank from Slurm.
+Multi-device runs (``train.devices`` > 1) get one Slurm task per device, ``srun`` starting them on ``--nodes``
+nodes (``--ntasks-per-node`` = devices / nodes, ``--gpus-per-node`` GPUs each; ``--gpus-per-job`` on one node);
+Lightning reads each process's rank and node from Slurm, and only rank 0 records. A GPU count above what the
+partition's nodes have (``sinfo``) is refused before anything is submitted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 import math
 import os
 import re
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +52,8 @@ class SlurmOptions:
     store: str | None = None
     partition: str | None = None
     gpus_per_job: int | None = None  # default: train.devices when CUDA is visible here, else 0
+    nodes: int = 1  # nodes per run: its train.devices processes are spread evenly over them
+    gpus_per_node: int | None = None  # with nodes: GPUs (= processes) per node; default as gpus_per_job's
     time: str = DEFAULT_TIME  # Slurm's time format: MM, HH:MM:SS, D-HH[:MM[:SS]]
     array_parallelism: int | None = None
     slurm_opts: Sequence[str] = ()  # K=V: a submitit SlurmExecutor parameter, else a raw sbatch flag
@@ -134,23 +139,64 @@ def _gpus_here() -> bool:
     return os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and Path("/proc/driver/nvidia").exists()
 
 
-def executor_parameters(opts: SlurmOptions, devices: int, grid: str) -> dict[str, Any]:
-    """The submitit SlurmExecutor parameters of the array: one task per device, the GPUs, time, options."""
-    params, raw = parse_slurm_opts(opts.slurm_opts)
-    gpus = opts.gpus_per_job
+def partition_gpus(partition: str | None) -> int | None:
+    """The most GPUs a node of ``partition`` (default: Slurm's default partition) has, from ``sinfo``'s GRES;
+    None when sinfo does not know the partition."""
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%P|%G"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    most = None
+    for line in proc.stdout.splitlines():
+        name, _, gres = line.strip().partition("|")
+        if (partition is None and name.endswith("*")) or name.rstrip("*") == partition:
+            counts = [int(n) for n in re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres)]
+            most = max([most or 0, *counts])
+    return most
+
+
+def _tasks_per_node(opts: SlurmOptions, devices: int) -> tuple[int, int]:
+    """``(processes per node, GPUs per node)`` of a run of ``devices`` processes on ``opts.nodes`` nodes."""
+    nodes = opts.nodes
+    if nodes < 1:
+        raise ConfigError(f"{nodes} nodes; allowed: 1 or more", where="--nodes")
+    if opts.gpus_per_node is not None and opts.gpus_per_job is not None:
+        raise ConfigError("give --gpus-per-node (with --nodes) or --gpus-per-job, not both", where="--gpus-per-node")
+    if devices % nodes:
+        raise ConfigError(f"train.devices = {devices} processes do not split evenly over {nodes} nodes: set "
+                          f"train.devices to a multiple of {nodes}", where="--nodes")
+    tasks = devices // nodes
+    gpus = opts.gpus_per_node if opts.gpus_per_node is not None else opts.gpus_per_job
+    flag = "--gpus-per-node" if opts.gpus_per_node is not None else "--gpus-per-job"
     if gpus is None:
-        gpus = devices if _gpus_here() else 0
+        gpus = tasks if _gpus_here() else 0
     if gpus < 0:
-        raise ConfigError(f"{gpus} GPUs per job; allowed: 0 (CPU) or more", where="--gpus-per-job")
-    if gpus and gpus != devices:
+        raise ConfigError(f"{gpus} GPUs; allowed: 0 (CPU) or more", where=flag)
+    if gpus and flag == "--gpus-per-job" and nodes == 1 and gpus != devices:
         raise ConfigError(f"{gpus} GPUs per job for runs with train.devices = {devices}; a run uses one GPU per "
-                          f"device: add --set train.devices={gpus} or ask for --gpus-per-job {devices}",
-                          where="--gpus-per-job")
+                          f"device: add --set train.devices={gpus} or ask for --gpus-per-job {devices}", where=flag)
+    if gpus and gpus != tasks:
+        raise ConfigError(f"{nodes} node(s) x {gpus} GPUs = {nodes * gpus} GPUs for runs with train.devices = "
+                          f"{devices}; a run uses one GPU per device: add --set train.devices={nodes * gpus}",
+                          where=flag)
+    return tasks, gpus
+
+
+def executor_parameters(opts: SlurmOptions, devices: int, grid: str) -> dict[str, Any]:
+    """The submitit SlurmExecutor parameters of the array: ``nodes`` nodes per task, one process per device
+    spread evenly over them (``srun`` starts them; Lightning reads the ranks from Slurm), the GPUs, time,
+    options."""
+    params, raw = parse_slurm_opts(opts.slurm_opts)
+    tasks, gpus = _tasks_per_node(opts, devices)
+    if gpus and (most := partition_gpus(opts.partition)) is not None and gpus > most:
+        where = f"partition {opts.partition!r}" if opts.partition else "the default partition"
+        raise ConfigError(f"{gpus} GPUs per node asked for, but {where} has at most {most} per node (sinfo)",
+                          where="--gpus-per-node" if opts.gpus_per_node is not None else "--gpus-per-job")
     if opts.array_parallelism is not None and opts.array_parallelism < 1:
         raise ConfigError(f"{opts.array_parallelism} tasks at a time; allowed: 1 or more",
                           where="--array-parallelism")
-    out: dict[str, Any] = {"job_name": f"ablate-{grid}", "time": parse_time(opts.time), "nodes": 1,
-                           "ntasks_per_node": devices, "signal_delay_s": SIGNAL_DELAY_S}
+    out: dict[str, Any] = {"job_name": f"ablate-{grid}", "time": parse_time(opts.time), "nodes": opts.nodes,
+                           "ntasks_per_node": tasks, "signal_delay_s": SIGNAL_DELAY_S}
     if gpus:
         out["gpus_per_node"] = gpus
     if opts.partition:
