@@ -202,3 +202,12 @@ def test_a_bare_name_in_where_must_be_a_boolean_column(store) -> None:  # noqa: 
     for name in ("variant", "val_ppl", "ppl/code", "model.gate"):
         with pytest.raises(UserInputError, match=rf"{re.escape(name)!s}' alone is not a condition .* compare it"):
             store.runs_frame(where=name)
+
+
+def test_a_seq_len_beyond_the_builtin_corpora(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: big\nbase: {data: {seq_len: 100000000}}\n")  # the default corpora: the stdlib's files
+    assert_refused(run(str(grid), home=tmp_path / "h"),
+                   r"data.train.0: the train split of 'python-docs' holds at most \d+ tokens, fewer than "
+                   r"data.seq_len \+ 1 = 100000001")
+    assert_nothing_recorded(tmp_path / "h")
