@@ -17,7 +17,17 @@ from store_data import planned, result
 
 from ablate.execute.lifecycle import Lifecycle
 from ablate.execute.locks import RunLock
-from ablate.execute.messages import Died, Failed, Finished, Interrupted, JobOutcome, Killed, Progress, Started
+from ablate.execute.messages import (
+    Died,
+    Failed,
+    Finished,
+    Interrupted,
+    Job,
+    JobOutcome,
+    Killed,
+    Progress,
+    Started,
+)
 from ablate.execute.opening import Holder, Liveness, open_grid
 from ablate.layout import run_dir
 from ablate.result import write_result
@@ -111,7 +121,7 @@ def test_each_other_end(lifecycle, store, tmp_path):
 
 
 def test_pool_events_map_onto_the_lifecycle(lifecycle, store, tmp_path):
-    lifecycle.expect("run000", planned(0).config.model_dump(mode="json"))
+    lifecycle.expect(Job("run000", str(run_dir(tmp_path, "run000")), planned(0).config.model_dump(mode="json")))
     assert lifecycle.record(Started("run000", pid=1, device="cpu")) is None
     assert lifecycle.record(Progress("run000", tuple(_rows(3)))) is None
     write_result(result(0), run_dir(tmp_path, "run000"))
@@ -188,7 +198,9 @@ def test_the_opening_triages_and_ingests_a_result_nobody_recorded(tmp_path, stor
         o.store.mark_running(run_id=a.run_id, host=HOST, device="cpu")
         o.store.mark_running(run_id=b.run_id, host=HOST, device="cpu")
         o.store.mark_failed(run_id=c.run_id, error="boom")
-    # a finished while the store could not hear it: its result.json is there, complete
+    # a finished while the store could not hear it: its worker took and dropped its lock, its result.json is there
+    with RunLock(run_dir(home, a.run_id)) as worker:
+        assert worker.acquire()
     write_result(result(0).model_copy(update={"run_id": a.run_id, "config": a.config.model_dump(mode="json")}),
                  run_dir(home, a.run_id))
     lock = RunLock(run_dir(home, b.run_id))

@@ -1,14 +1,23 @@
-"""MLflow mirroring of finished runs: one nested run per run under the grid's parent run, from result.json."""
+"""MLflow mirroring: one nested run per run under the grid's (or a study's) parent run, opened when the run starts,
+its step metrics logged as it trains, completed from result.json; a new tracking store opened by several processes."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+from pathlib import Path
 
 import pytest
 
 from ablate.config import RunConfig
 from ablate.result import RunResult
 from ablate.store.mlflow_mirror import MirrorThread, MlflowMirror, flatten, tracking_uri
+
+
+@pytest.fixture(autouse=True)
+def _home_tracking_store(monkeypatch):
+    """Every mirror here uses its home's tracking store, whatever the environment says."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
 def _result(run_id: str, seed: int, status: str = "done") -> RunResult:
@@ -82,3 +91,95 @@ def test_an_unreachable_tracking_store_is_a_warning_not_a_failure(tmp_path, monk
     thread.close()
     assert thread.logged() == []
     assert len(thread.errors) == 1 and thread.errors[0].startswith("MLflow at sqlite:///")
+
+
+# ---------------------------------------------------------------- live: one MLflow run per ablate run, as it trains
+
+
+def _rows(steps) -> list[dict]:
+    return [{"step": s, "loss": 5.0 - 0.01 * s, "lr": 1e-3, "grad_norm": None, "tokens_per_s": 100.0} for s in steps]
+
+
+def _history(client, rid: str, key: str = "loss") -> list[int]:
+    return [m.step for m in sorted(client.get_metric_history(rid, key), key=lambda m: (m.step, m.timestamp))]
+
+
+def test_a_run_is_mirrored_live_and_resumes_into_the_same_mlflow_run(tmp_path):
+    home = tmp_path / "home"
+    res = _result("ccc", 0)
+    res = res.model_copy(update={"metrics": {"step": list(range(8)), "loss": [5.0 - 0.01 * s for s in range(8)]}})
+    mirror = MlflowMirror(home=home, grid="live")
+    client = mirror.client
+    rid = mirror.start("ccc", res.config)
+    run = client.get_run(rid)
+    assert run.info.status == "RUNNING" and run.data.tags["status"] == "running"
+    assert run.data.params["train.lr"] == "0.003" and run.data.tags["mlflow.parentRunId"] == mirror.parent_id
+    mirror.log_steps("ccc", _rows(range(3)))
+    assert _history(client, rid) == [0, 1, 2]
+    mirror.log_steps("ccc", _rows(range(3, 5)))
+    assert _history(client, rid) == [0, 1, 2, 3, 4]  # the history grows while it trains
+    mirror.end("ccc", "interrupted")
+    assert client.get_run(rid).info.status == "KILLED"
+
+    # a later process resumes it from step 3: the same MLflow run, RUNNING again, no step logged twice
+    again = MlflowMirror(home=home, grid="live")
+    assert again.start("ccc", res.config) == rid and client.get_run(rid).info.status == "RUNNING"
+    again.log_steps("ccc", _rows(range(3, 6)))
+    assert again.log_result(res) == rid
+    finished = client.get_run(rid)
+    assert finished.info.status == "FINISHED" and finished.data.tags["status"] == "done"
+    assert _history(client, rid) == list(range(8))  # up to the last step, each once
+    assert finished.data.metrics["train_loss"] == 2.5
+    runs = client.search_runs([mirror.experiment_id], filter_string="tags.`ablate.role` = 'run'")
+    assert [r.info.run_id for r in runs] == [rid]
+
+
+def test_trials_nest_under_their_study_and_a_pruned_one_says_where(tmp_path):
+    home = tmp_path / "home"
+    thread = MirrorThread(home=home, grid="g/tune")
+    cfg = _result("t1", 0).config
+    for rid, trial in (("t1", 0), ("t2", 1)):
+        thread.start(rid, cfg, parent="g-study", tags={"study": "g-study", "trial_id": str(trial)})
+        thread.steps(rid, _rows(range(5)))
+    thread.end("t2", "pruned", tags={"pruned_at_step": 5, "pruned_val_ppl": 300.0})
+    thread.submit(_result("t1", 0), parent="g-study")
+    thread.close()
+    assert thread.errors == []
+    mirror = MlflowMirror(home=home, grid="g/tune")
+    client = mirror.client
+    study = client.search_runs([mirror.experiment_id], filter_string="tags.`ablate.parent` = 'g-study'")
+    assert len(study) == 1 and study[0].data.tags["ablate.role"] == "study"
+    runs = {r.data.tags["run_id"]: r for r in
+            client.search_runs([mirror.experiment_id], filter_string="tags.`ablate.role` = 'run'")}
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs.values()} == {study[0].info.run_id}
+    pruned = runs["t2"]
+    assert pruned.info.status == "FINISHED" and pruned.data.tags["status"] == "pruned"
+    assert pruned.data.tags["pruned_at_step"] == "5" and pruned.data.tags["trial_id"] == "1"
+    assert _history(client, pruned.info.run_id) == list(range(5))
+    assert runs["t1"].data.tags["status"] == "done"
+
+
+def _first_mirror(home: str, grid: str, barrier) -> None:  # one of several processes opening a new home at once
+    barrier.wait(60)
+    thread = MirrorThread(home=Path(home), grid=grid)
+    thread.submit(_result(f"r-{grid}", 0))
+    thread.close()
+    if thread.errors or len(thread.logged()) != 1:
+        raise SystemExit(f"{grid}: {thread.errors}")
+
+
+def test_processes_opening_a_new_tracking_store_together_all_log(tmp_path, monkeypatch):
+    """MLflow's first-time schema migration raced when two `ablate run` started on a new home; a file lock now
+    serializes the creation (without it, some of these processes fail: 'table _alembic_tmp_latest_metrics already
+    exists', 'duplicate column name: step', 'Online migration expected to match one row')."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(3)
+    procs = [ctx.Process(target=_first_mirror, args=(str(tmp_path / "home"), f"g{i}", barrier)) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    client = MlflowMirror(home=tmp_path / "home", grid="g0").client
+    assert sorted(e.name for e in client.search_experiments() if e.name != "Default") == ["g0", "g1", "g2"]

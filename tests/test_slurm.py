@@ -81,6 +81,17 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
     for run_id in frame.index:
         assert (home / "runs" / run_id / "result.json").is_file()
     assert f"submitted 2 run(s) as Slurm job array {array}" in result.output
+    # each task mirrored its run into MLflow, live, through the same lifecycle as the local pool (the two tasks
+    # opened the new tracking store together)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    exp = client.get_experiment_by_name("arr")
+    nested = client.search_runs([exp.experiment_id], filter_string="tags.`ablate.role` = 'run'")
+    assert sorted(r.data.tags["run_id"] for r in nested) == sorted(frame.index)
+    for r in nested:
+        assert r.info.status == "FINISHED" and frame.loc[r.data.tags["run_id"], "mlflow_run_id"] == r.info.run_id
+        assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "loss")) == list(range(STEPS))
 
 
 def test_a_rerun_submits_nothing(arrayed):
@@ -131,6 +142,14 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
     assert list(curves["step"]) == list(range(STEPS)) == list(ref["step"])
     assert list(curves["value"]) == pytest.approx(list(ref["value"]), rel=1e-6)
     assert frame.loc[run_id, "train_loss"] == pytest.approx(runs(ref_home).loc[run_id, "train_loss"], rel=1e-6)
+    # MLflow: the requeued task continued the same run (KILLED at the preemption, then FINISHED), each step once
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    (nested,) = client.search_runs([client.get_experiment_by_name("pre").experiment_id],
+                                   filter_string="tags.`ablate.role` = 'run'")
+    assert nested.info.status == "FINISHED" and nested.info.run_id == frame.loc[run_id, "mlflow_run_id"]
+    assert sorted(m.step for m in client.get_metric_history(nested.info.run_id, "loss")) == list(range(STEPS))
 
 
 def test_status_shows_the_jobs_and_cancel_puts_the_runs_back_in_the_queue(slurm_cluster, tmp_path):

@@ -83,7 +83,7 @@ def tuned(tmp_path_factory):
     path, home = root / "g.yaml", root / "home"
     path.write_text(GRID)
     name = enqueue(home, path, 1e-2, 1e-6)
-    first = tune(path, [], options(home))
+    first = tune(path, [], options(home, mlflow=True))  # the trials as MLflow runs, under their study
     snapshot = [(t.number, t.state, t.params["train.lr"]) for t in study_of(home, name).trials]
     again = tune(path, [], options(home))
     enqueue(home, path, 50.0, 1e-2)
@@ -106,6 +106,28 @@ def test_a_study_runs_and_prunes_a_hopeless_trial(tuned):
     assert frame.loc[good.user_attrs["run_id"], "val_ppl"] == pytest.approx(good.value)
     pruned = frame.loc[hopeless.user_attrs["run_id"]]
     assert pruned["status"] == "pruned" and pruned["steps"] == 5 and pd.isna(pruned["error"])  # not a crash
+
+
+def test_trials_are_mlflow_runs_under_their_study_with_the_pruning_decision(tuned):
+    from mlflow import MlflowClient
+
+    home, name = tuned["home"], tuned["name"]
+    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    exp = client.get_experiment_by_name("lrg/tune")
+    (study,) = client.search_runs([exp.experiment_id], filter_string=f"tags.`ablate.parent` = '{name}'")
+    trials = study_of(home, name).trials
+    by_run = {r.data.tags["run_id"]: r for r in
+              client.search_runs([exp.experiment_id], filter_string="tags.`ablate.role` = 'run'")}
+    good, hopeless = (by_run[t.user_attrs["run_id"]] for t in trials[:2])
+    for run, trial in ((good, trials[0]), (hopeless, trials[1])):
+        assert run.data.tags["mlflow.parentRunId"] == study.info.run_id
+        assert run.data.tags["trial_id"] == str(trial._trial_id) and run.data.tags["study"] == name
+        assert float(run.data.params["train.lr"]) == trial.params["train.lr"]
+    assert good.info.status == "FINISHED" and good.data.tags["status"] == "done"
+    assert hopeless.info.status == "FINISHED" and hopeless.data.tags["status"] == "pruned"
+    assert hopeless.data.tags["pruned_at_step"] == "5"
+    assert float(hopeless.data.tags["pruned_val_ppl"]) == pytest.approx(trials[1].intermediate_values[5])
+    assert [m.step for m in client.get_metric_history(good.info.run_id, "val_ppl")] == [4, 9, 14]
 
 
 def test_a_rerun_adds_no_trial_and_no_study(tuned):

@@ -94,7 +94,8 @@ def run(
     = None,
     slurm_opts: Annotated[list[str] | None, typer.Option("--slurm-opt", help="slurm: K=V, a submitit parameter "
                                                          "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="slurm: wait until every run has ended")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for runs another process is training, then run what "
+                                       "they leave (slurm: wait until every run has ended)")] = False,
     nodes: Annotated[int | None, typer.Option("--nodes", help="slurm: nodes per run (its train.devices processes "
                                               "spread evenly over them)")] = None,
     gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", help="slurm: GPUs per node (= processes "
@@ -115,11 +116,12 @@ def run(
         raise typer.Exit(run_slurm(grid, sets, executor, home=home, store=store, partition=partition,
                                    gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
                                    array_parallelism=array_parallelism, slurm_opts=slurm_opts,
-                                   retry_failed=retry_failed, nodes=nodes or 1, gpus_per_node=gpus_per_node))
+                                   retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
+                                   gpus_per_node=gpus_per_node))
     from ablate.execute import RunOptions, print_summary, run_grid
 
     options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
-                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow)
+                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait)
     report = run_grid(grid, sets or [], options)
     print_summary(report)
     raise typer.Exit(report.exit_code)

@@ -74,12 +74,18 @@ def status_cmd(
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Runs by status per grid, what is running now, and running runs whose heartbeat went stale."""
+    """Runs by status per grid, what is running now (step, loss, tokens/s, ETA), and running runs whose process is
+    gone: at once on this machine (its run directory's lock is free), after --stale-after without a heartbeat
+    elsewhere."""
+    from ablate.execute.opening import slurm_liveness
     from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
 
     with open_store(home, store) as opened:
         summary = opened.status_summary(grid, stale_after_s=stale_after)
         summary["slurm"] = slurm_rows(opened, grid)
+        if summary["running"]:  # the one liveness rule of `ablate run`
+            slurm_liveness(opened, home_dir(home), summary["running"]).mark(summary["running"])
+            summary["stale"] = [r["run_id"] for r in summary["running"] if r["stale"]]
     if fmt == "json":
         import json
 
@@ -93,9 +99,14 @@ def status_cmd(
     console = Console()
     for table in status_tables(summary, STATUSES):
         console.print(table)
-    if summary["stale"]:
-        warn(f"{len(summary['stale'])} running run(s) have no heartbeat for over {stale_after:.0f}s "
-             f"(worker gone?): {', '.join(summary['stale'])}")
+    gone = [r["run_id"] for r in summary["running"] if r.get("gone")]
+    quiet = [rid for rid in summary["stale"] if rid not in gone]
+    if gone:
+        warn(f"{len(gone)} run(s) marked running were cut off (their process on this machine is gone; the next "
+             f"`ablate run` of their grid resumes them): {', '.join(gone)}")
+    if quiet:
+        warn(f"{len(quiet)} running run(s) have no heartbeat for over {stale_after:.0f}s "
+             f"(worker gone?): {', '.join(quiet)}")
 
 
 @app.command("ingest")

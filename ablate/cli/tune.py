@@ -48,7 +48,8 @@ def tune_cmd(
     sets: SetOpt = None,
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
-    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror the --then-run runs into MLflow")]
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror the trials and --then-run runs "
+                                            "into MLflow")]
     = False,
     home: HomeOpt = None,
     store: StoreOpt = None,

@@ -46,8 +46,11 @@ def runs_table(frame: pd.DataFrame, title: str) -> tuple[Table, int]:
 
 
 def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Table]:
-    """``ablate status``: runs by status per grid, then the running runs and the runs in Slurm (when any)."""
+    """``ablate status``: runs by status per grid, then the running runs (step / total, latest loss and tokens/s,
+    ETA, heartbeat age) and the runs in Slurm (when any)."""
     from rich.table import Table
+
+    from ablate.execute.display import duration
 
     table = Table(title="runs by status")
     for col in ("grid", *statuses, "total"):
@@ -57,12 +60,16 @@ def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Ta
     out = [table]
     if summary["running"]:
         table = Table(title="running")
-        for col in ("run_id", "variant", "seed", "host", "device", "step", "heartbeat age"):
-            table.add_column(col)
+        for col in ("run_id", "variant", "seed", "host", "device", "step", "loss", "tok/s", "ETA", "heartbeat age"):
+            table.add_column(col, justify="right" if col in ("step", "loss", "tok/s", "ETA") else "left")
         for r in summary["running"]:
-            age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s" + (" STALE" if r["stale"] else "")
-            table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-",
-                          "-" if r["step"] is None else str(r["step"]), age)
+            age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s"
+            age += " GONE" if r.get("gone") else " STALE" if r["stale"] else ""
+            step = "-" if r["step"] is None else f"{r['step'] + 1}/{r.get('total_steps') or '?'}"
+            loss, tps, eta = r.get("train_loss"), r.get("tokens_per_s"), r.get("eta_s")
+            table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-", step,
+                          "-" if loss is None else f"{loss:.4f}", "-" if tps is None else f"{tps:,.0f}",
+                          "-" if eta is None or r["stale"] else duration(eta), age)
         out.append(table)
     if summary.get("slurm"):
         table = Table(title="in Slurm")

@@ -5,8 +5,9 @@
 
 ``Lifecycle(store, home=, grid=, mirror=)`` is that record:
 
-- ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened; its heartbeat and step
-  metrics then go to the store from a background thread (``ablate.execute.live``), never from the training step.
+- ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened (RUNNING, params, tags);
+  its heartbeat and step metrics then go to the store (``ablate.execute.live``) and to MLflow
+  (``ablate.store.mlflow_mirror.MirrorThread``) from background threads, never from the training step.
 - ``progress(run_id, rows)``: step metrics (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
   ``val_ppl``); thread-safe, never blocks.
 - ``finished(run_id)``, ``failed(run_id, error)``, ``died(run_id, exitcode)``, ``pruned(run_id, step=, value=)``,
@@ -37,6 +38,7 @@ from ablate.execute.messages import (
     Failed,
     Finished,
     Interrupted,
+    Job,
     JobEvent,
     JobOutcome,
     Killed,
@@ -87,7 +89,7 @@ class Lifecycle:
         self._down_since: float | None = None
         self._next_try = 0.0
         self._backoff = 1.0
-        self._configs: dict[str, dict[str, Any]] = {}
+        self._jobs: dict[str, Job] = {}
         kw = {} if live_every_s is None else {"every_s": live_every_s}
         self.live = LiveWriter(self._write_progress, **kw)
 
@@ -95,20 +97,27 @@ class Lifecycle:
         return layout.run_dir(self.home, run_id)
 
     # ------------------------------------------------------------ the run starts
-    def claim(self, run_id: str, *, device: str, config: Mapping[str, Any], slurm_job_id: str | None = None) -> None:
+    def claim(self, run_id: str, *, device: str, config: Mapping[str, Any] | None = None,
+              slurm_job_id: str | None = None) -> None:
         """The run starts training here: ``running`` with this host and device (and its Slurm job); heartbeats
         and step metrics from now on."""
-        self._configs[run_id] = dict(config)
+        if config is not None:
+            self.expect(Job(run_id, str(self.run_dir(run_id)), dict(config)))
         self._write(f"mark {run_id} running",
                     lambda s: s.mark_running(run_id=run_id, host=self.host, device=device))
         if slurm_job_id is not None:
             self._write(f"record {run_id}'s Slurm job",
                         lambda s: s.set_slurm_job_id(run_id=run_id, slurm_job_id=slurm_job_id))
         self.live.begin(run_id)
+        if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
+            self.mirror.start(run_id, job.config, **_nesting(job))
 
     def progress(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Step metrics of a running run (thread-safe; never waits for the store)."""
+        """Step metrics of a running run (thread-safe; never waits for the store or MLflow)."""
+        rows = list(rows)
         self.live.add(run_id, rows)
+        if self.mirror is not None:
+            self.mirror.steps(run_id, rows)
 
     # ------------------------------------------------------------ how it ends
     def finished(self, run_id: str, *, resumed_from: int | None = None) -> Ended:
@@ -122,7 +131,7 @@ class Lifecycle:
             return self.failed(run_id, str(exc))
         self._write(f"ingest {run_id}", lambda s: s.ingest(result), on_bad=lambda exc: self.failed(run_id, str(exc)))
         if self.mirror is not None:
-            self.mirror.submit(result)
+            self.mirror.submit(result, **_nesting(self._jobs.get(run_id)))
         note = f"loss {result.summary['train_loss']:.4f}" if result.summary.get("train_loss") is not None else ""
         if result.resumed_from:
             note += f"  (resumed from step {result.resumed_from})"
@@ -133,9 +142,9 @@ class Lifecycle:
         self.live.end(run_id)
         text = f"{error}\n\n{traceback}".rstrip()
         self._write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
-        if self.mirror is not None and run_id in self._configs:
-            self.mirror.submit(RunResult(run_id=run_id, config=self._configs[run_id], status="failed", error=text,
-                                         host=self.host))
+        if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
+            self.mirror.submit(RunResult(run_id=run_id, config=job.config, status="failed", error=text,
+                                         host=self.host), **_nesting(job))
         return Ended(run_id, "failed", error.splitlines()[0][:200] if error else "", error=error)
 
     def died(self, run_id: str, exitcode: int | None) -> Ended:
@@ -150,12 +159,16 @@ class Lifecycle:
         self.live.end(run_id)
         self._write(f"mark {run_id} pruned",
                     lambda s: s.mark_pruned(run_id=run_id, step=step, value=value, metric=self.metric))
+        if self.mirror is not None:
+            self.mirror.end(run_id, "pruned", tags={"pruned_at_step": step, f"pruned_{self.metric}": value})
         return Ended(run_id, "pruned", f"at step {step}", step=step, value=value)
 
     def interrupted(self, run_id: str, *, saved: bool = True) -> Ended:
         """The run stopped on request: back to ``queued``, resumed from its checkpoint by the next run."""
         self.live.end(run_id)
         self._write(f"put {run_id} back in the queue", lambda s: s.mark_queued(run_id=run_id))
+        if self.mirror is not None:
+            self.mirror.end(run_id, "interrupted")
         return Ended(run_id, "interrupted", "saved; the next run resumes it" if saved else "")
 
     def busy(self, run_id: str) -> Ended:
@@ -166,7 +179,7 @@ class Lifecycle:
         """A pool event, recorded: ``Started`` claims, ``Progress`` streams, the rest end the run (-> ``Ended``)."""
         rid = event.run_id
         if isinstance(event, Started):
-            self.claim(rid, device=event.device, config=self._configs.get(rid, {}))
+            self.claim(rid, device=event.device)
             return None
         if isinstance(event, Progress):
             self.progress(rid, event.rows)
@@ -186,9 +199,9 @@ class Lifecycle:
             return self.interrupted(rid, saved=isinstance(event, Interrupted))
         raise AssertionError(f"unknown pool event {event!r}")
 
-    def expect(self, run_id: str, config: Mapping[str, Any]) -> None:
-        """The config of a run about to be dealt to a worker (its failure is mirrored with it)."""
-        self._configs[run_id] = dict(config)
+    def expect(self, job: Job) -> None:
+        """A run about to be dealt to a worker: its config (and tuning trial) for the records."""
+        self._jobs[job.run_id] = job
 
     # ------------------------------------------------------------ the store, resilient
     def _write(self, what: str, fn: Callable[[Any], Any], *, on_bad: Callable[[Exception], Any] | None = None) -> None:
@@ -300,6 +313,13 @@ class Lifecycle:
             if self.pending_writes():
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         self.tick()
+
+
+def _nesting(job: Job | None) -> dict[str, Any]:
+    """Where a run's MLflow run nests: a tuning trial under its study (tagged with its trial), else the grid."""
+    if job is None or job.trial is None:
+        return {}
+    return {"parent": job.trial["study"], "tags": {"study": job.trial["study"], "trial_id": job.trial["trial_id"]}}
 
 
 def _first_line(exc: BaseException) -> str:

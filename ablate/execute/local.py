@@ -95,7 +95,7 @@ class LocalRunner:
             self.pool_started = time.monotonic()
         for job in jobs:
             self._jobs[job.run_id] = job
-            self.lifecycle.expect(job.run_id, job.config)
+            self.lifecycle.expect(job)
         self._ended = {}
         pool = self.pool
         handlers = {sig: signal.signal(sig, lambda *_: pool.interrupt()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -9,9 +9,9 @@ killed) is ingested here, not trained again.
 
 Liveness (``Liveness``), the one rule for "is a ``running`` run's process alive", used by the triage and by
 ``ablate status``: a run whose directory lock is held on this machine is alive (the lock file names its pid); one
-held by a Slurm job that squeue still lists is alive; one recorded on this host whose lock is free was cut off
-(the kernel dropped the lock with its process); one recorded on another host is alive until its heartbeat is
-``stale_after_s`` old.
+held by a Slurm job that squeue still lists is alive (one whose job squeue no longer lists is gone); one recorded
+on this host whose lock file is there but free was cut off (the kernel dropped the lock with its process, however
+it died); any other is alive until its heartbeat is ``stale_after_s`` old (another host, or another home).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate import layout
-from ablate.execute.locks import holder_pid, is_locked
+from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
 from ablate.execute.triage import Decision, triage
 from ablate.layout import CHECKPOINT
 
@@ -71,8 +71,10 @@ class Liveness:
         if job is not None and job in self.live_jobs:
             return Holder(slurm_job=job)
         row = self.running.get(run_id)
-        if row is None or job is not None or row.get("host") in (None, self.host):
-            return None  # on this host a free lock means its process is gone; a Slurm job squeue lost is gone
+        if row is None or job is not None:
+            return None  # not running, or its Slurm job is no longer in squeue
+        if row.get("host") == self.host and (run_dir / LOCK_FILE).exists():
+            return None  # on this host a free lock means its process is gone, however it died
         return None if row.get("stale") else Holder(row.get("host"))
 
     def is_alive(self, run_id: str) -> bool:

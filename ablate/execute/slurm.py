@@ -58,6 +58,7 @@ class SlurmOptions:
     array_parallelism: int | None = None
     slurm_opts: Sequence[str] = ()  # K=V: a submitit SlurmExecutor parameter, else a raw sbatch flag
     retry_failed: bool = False
+    mlflow: bool = True  # each task mirrors its run into MLflow, live
     wait: bool = False
     poll_s: float = 5.0
     stale_after_s: float = 300.0
@@ -256,7 +257,8 @@ def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmO
         executor.update_parameters(**params)
     except ValueError as exc:
         raise ConfigError(str(exc).splitlines()[0], where="--slurm-opt") from None
-    task = SlurmTask(home=str(home), store=url, grace_s=max(10.0, params["signal_delay_s"] - 15.0))
+    task = SlurmTask(home=str(home), store=url, grace_s=max(10.0, params["signal_delay_s"] - 15.0), grid=report.grid,
+                     mlflow=opts.mlflow)
     jobs = [Job(d.run_id, str(run_dir(home, d.run_id)), d.run.config.model_dump(mode="json")) for d in todo]
     try:
         submitted = executor.map_array(task, jobs)

@@ -33,12 +33,13 @@ log = logging.getLogger(__name__)
 class SlurmTask(Checkpointable):
     """The callable each array task runs: ``SlurmTask(home=, store=)(job)`` with ``job`` a ``messages.Job``.
 
-    Only ``home``, ``store`` and ``grace_s`` are pickled; the training thread and its stop event live in the
-    running process only.
+    Only ``home``, ``store``, ``grace_s``, ``grid`` and ``mlflow`` are pickled; the training thread, its stop event
+    and the lifecycle live in the running process only. With ``mlflow`` the run is mirrored live into the grid's
+    MLflow experiment (the tracking store must be reachable from the nodes, as the store is).
     """
 
-    def __init__(self, *, home: str, store: str, grace_s: float = 75.0):
-        self.home, self.store, self.grace_s = home, store, grace_s
+    def __init__(self, *, home: str, store: str, grace_s: float = 75.0, grid: str = "", mlflow: bool = False):
+        self.home, self.store, self.grace_s, self.grid, self.mlflow = home, store, grace_s, grid, mlflow
         self._reset()
 
     def _reset(self) -> None:
@@ -48,7 +49,8 @@ class SlurmTask(Checkpointable):
         self._outcome: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"home": self.home, "store": self.store, "grace_s": self.grace_s}
+        return {"home": self.home, "store": self.store, "grace_s": self.grace_s, "grid": self.grid,
+                "mlflow": self.mlflow}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -87,7 +89,12 @@ class SlurmTask(Checkpointable):
     def _open(self) -> Lifecycle:
         from ablate.store import Store
 
-        return Lifecycle(Store.open(self.store), home=Path(self.home))
+        mirror = None
+        if self.mlflow and self.grid:
+            from ablate.store.mlflow_mirror import MirrorThread
+
+            mirror = MirrorThread(home=Path(self.home), grid=self.grid)
+        return Lifecycle(Store.open(self.store), home=Path(self.home), mirror=mirror)
 
     def _train(self, job: Job, lifecycle: Lifecycle | None) -> dict[str, Any]:
         """Run ``run_one`` in a thread (so the main thread can take Slurm's signal) and record its outcome."""
@@ -112,6 +119,8 @@ class SlurmTask(Checkpointable):
         self._thread.start()
         while self._thread.is_alive():
             self._thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
+            if lifecycle is not None:
+                lifecycle.tick()  # MLflow run ids; writes kept while the store was away
         error = outcome.get("error")
         if isinstance(error, RunInterrupted):
             return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)

@@ -108,6 +108,8 @@ class RunMonitor(L.Callback):
             self.metrics.setdefault("val_step", []).append(step)
             for name, value in scores.items():
                 self.metrics.setdefault(name, []).append(_finite_or_none(value))
+            if trainer.is_global_zero and self.on_step is not None:  # live: the held-out scores of this step
+                self.on_step({"step": step, **scores})
         stopping = self.stop is not None and self.stop.is_set() and done < self.config.train.steps
         if trainer.world_size > 1:  # one rank asked to stop (Slurm signals rank 0): every rank stops here
             stopping = trainer.strategy.reduce_boolean_decision(stopping, all=False)

@@ -1,17 +1,25 @@
-"""MLflow mirroring: each grid is a parent run, each finished run a nested run, logged from its ``result.json``.
+"""MLflow mirroring: each grid is an experiment with a parent run, each ablate run one nested run, live.
 
-Logged after a run ends, never from inside training: the nested run gets the flattened config as params, the
-step curves (batched), the final summary numbers, per-layer probe values (``probe/<name>``, step = layer), tags
-(``grid``, ``variant``, ``seed``, ``run_id``, ``status``) and artifacts (the resolved config, ``result.json``,
-the probe values). Mirroring a run again replaces its nested run, so there is one per run.
+A nested run is opened when its run starts (status RUNNING, the flattened config as params, tags ``grid``,
+``variant``, ``seed``, ``run_id``), its step metrics (``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
+``val_ppl``) are logged in batches while it trains, and when it ends its ``result.json`` fills in whatever is
+missing (every curve point it lacks, the summary numbers, per-layer probe values ``probe/<name>`` at step = layer,
+artifacts: the resolved config, ``result.json``, the probe values) before it is set FINISHED (FAILED for a crash,
+KILLED for an interrupted run). There is one nested run per ablate run: a resumed run, or a run mirrored again,
+continues the same MLflow run (found by its ``run_id`` tag) and never logs a point twice. A tuning trial nests
+under its study's parent run instead of the grid's.
 
 The default tracking store is ``sqlite:///$ABLATE_HOME/mlflow.db`` with artifacts under ``$ABLATE_HOME/mlartifacts``
-(never a stray ``./mlruns``); ``MLFLOW_TRACKING_URI`` points elsewhere. ``MirrorThread`` runs the logging in a
-background thread so the executor's loop never waits for MLflow, and a failing MLflow never fails a grid.
+(never a stray ``./mlruns``); ``MLFLOW_TRACKING_URI`` points elsewhere. Creating a new SQLite tracking store is
+done under a file lock, so that processes starting together on a new home do not race on MLflow's schema.
+``MirrorThread`` does all the logging in a background thread, so neither training nor the executor ever waits for
+MLflow, and a failing MLflow never fails a grid.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -20,6 +28,7 @@ import queue
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +39,10 @@ log = logging.getLogger(__name__)
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limits per log_batch call
 MAX_PARAMS_PER_BATCH = 100
 ROLE_TAG = "ablate.role"
+PARENT_TAG = "ablate.parent"
+STEPS_EVERY_S = 2.0  # live step metrics are logged at most this often per run
+END_STATUS = {"done": "FINISHED", "diverged": "FINISHED", "pruned": "FINISHED", "failed": "FAILED",
+              "interrupted": "KILLED"}
 
 
 def tracking_uri(home: Path) -> str:
@@ -69,11 +82,28 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+@contextlib.contextmanager
+def _creation_lock(uri: str) -> Iterator[None]:
+    """An exclusive file lock beside a SQLite tracking store while it is opened (and maybe created): MLflow's
+    first-time schema migration is not safe when two processes run it at once."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(db.with_name(db.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 class MlflowMirror:
-    """Logs finished runs of one grid into MLflow (in the calling thread; see ``MirrorThread``)."""
+    """Logs one grid's runs into MLflow (in the calling thread; see ``MirrorThread``)."""
 
     def __init__(self, *, home: Path, grid: str, uri: str | None = None):
-        import mlflow
         from mlflow import MlflowClient
 
         _quiet_mlflow()
@@ -82,10 +112,13 @@ class MlflowMirror:
         self.grid = grid
         # a local store (SQLite, a folder) keeps its artifacts under home; a tracking server decides for itself
         self._local_store = not self.uri.startswith(("http://", "https://", "databricks"))
-        mlflow.set_tracking_uri(self.uri)
-        self.client = MlflowClient(self.uri)
-        self.experiment_id = self._experiment()
-        self.parent_id = self._parent()
+        with _creation_lock(self.uri):
+            self.client = MlflowClient(self.uri)
+            self.experiment_id = self._experiment()
+        self.parent_id = self._parent(grid, role="grid")
+        self._parents: dict[str, str] = {grid: self.parent_id}
+        self._runs: dict[str, str] = {}  # ablate run id -> its nested MLflow run id
+        self._last: dict[str, dict[str, int]] = {}  # nested run id -> metric -> last step logged live
 
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(self.grid)
@@ -94,41 +127,117 @@ class MlflowMirror:
         location = artifact_root(self.home) + f"/{self.grid}" if self._local_store else None
         return self.client.create_experiment(self.grid, artifact_location=location)
 
-    def _parent(self) -> str:
-        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'grid'",
-                                        max_results=1)
+    def _parent(self, name: str, *, role: str) -> str:
+        """The parent run named ``name`` (the grid's, or a tuning study's), made on first use."""
+        query = f"tags.`{ROLE_TAG}` = 'grid'" if role == "grid" else f"tags.`{PARENT_TAG}` = '{name}'"
+        found = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1)
         if found:
             return found[0].info.run_id
-        run = self.client.create_run(self.experiment_id, run_name=self.grid,
-                                     tags={ROLE_TAG: "grid", "grid": self.grid})
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={ROLE_TAG: role, PARENT_TAG: name, "grid": self.grid})
         return run.info.run_id
 
-    def log_result(self, result: RunResult, *, grid_text: str | None = None) -> str:
-        """Mirror one run (replacing an earlier mirror of it); return the nested MLflow run id."""
-        from mlflow.entities import Metric, Param, RunTag
+    # ------------------------------------------------------------ one run
+    def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
+              tags: Mapping[str, str] | None = None) -> str:
+        """Open (or, for a resumed run, reopen) the run's nested MLflow run: RUNNING, params, tags."""
+        from mlflow.entities import Param
 
-        for old in self.client.search_runs([self.experiment_id], filter_string=f"tags.run_id = '{result.run_id}'"):
-            self.client.delete_run(old.info.run_id)
-        cfg = result.config
-        tags = {"grid": self.grid, "variant": str(cfg.get("variant")), "seed": str(cfg.get("seed")),
-                "run_id": result.run_id, "status": result.status, ROLE_TAG: "run",
-                "mlflow.parentRunId": self.parent_id}
-        if result.error:
-            tags["error"] = result.error[:5000]
-        run = self.client.create_run(self.experiment_id, run_name=f"{cfg.get('variant')}-s{cfg.get('seed')}",
-                                     start_time=_ms(result.started), tags=tags)
-        rid = run.info.run_id
-        params = [Param(k, v[:6000]) for k, v in flatten(cfg).items()]
+        rid, existing = self._run(run_id, config, parent=parent)
+        last: dict[str, int] = {}
+        if existing is not None:
+            self.client.update_run(rid, status="RUNNING")
+            last = {k: max(p.step for p in self.client.get_metric_history(rid, k)) for k in existing.data.metrics}
+        self._last[rid] = last
+        have = existing.data.params if existing is not None else {}
+        params = [Param(k, v[:6000]) for k, v in flatten(dict(config)).items() if k not in have]
         for i in range(0, len(params), MAX_PARAMS_PER_BATCH):
             self.client.log_batch(rid, params=params[i:i + MAX_PARAMS_PER_BATCH])
-        metrics = self._metrics(result, Metric)
+        for key, value in {"status": "running", **(tags or {})}.items():
+            self.client.set_tag(rid, key, str(value))
+        return rid
+
+    def log_steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Step metrics of a running run (dicts with ``step``); steps it logged before are not logged again."""
+        from mlflow.entities import Metric
+
+        rid = self._runs.get(run_id)
+        if rid is None:
+            return
+        now, last = int(time.time() * 1000), self._last.setdefault(rid, {})
+        metrics = []
+        for r in rows:
+            for k, v in r.items():
+                if k != "step" and _finite(v) and int(r["step"]) > last.get(k, -1):
+                    metrics.append(Metric(k, float(v), now, int(r["step"])))
+                    last[k] = int(r["step"])
+        self._log(rid, metrics)
+
+    def log_result(self, result: RunResult, *, parent: str | None = None, tags: Mapping[str, str] | None = None
+                   ) -> str:
+        """Complete the run's nested run from its result (what it lacks of curves, summary, probes, artifacts) and
+        end it; a run never started here is made now. Returns the nested MLflow run id."""
+        from mlflow.entities import Metric
+
+        rid = self._runs.get(result.run_id) or self.start(result.run_id, result.config, parent=parent, tags=tags)
+        self._log(rid, self._new_points(rid, self._metrics(result, Metric)))
+        run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from)}
+        if result.error:
+            run_tags["error"] = result.error[:5000]
+        for key, value in run_tags.items():
+            self.client.set_tag(rid, key, value)
+        if result.config:
+            self._artifacts(rid, result)
+        self.client.set_terminated(rid, status=END_STATUS.get(str(result.status), "FINISHED"),
+                                   end_time=_ms(result.finished))
+        return rid
+
+    def end(self, run_id: str, status: str, *, tags: Mapping[str, Any] | None = None) -> None:
+        """End a run that leaves no result (``interrupted`` -> KILLED, ``pruned`` -> FINISHED) with its tags."""
+        rid = self._runs.get(run_id)
+        if rid is None:
+            return
+        for key, value in {"status": status, **(tags or {})}.items():
+            self.client.set_tag(rid, key, str(value))
+        self.client.set_terminated(rid, status=END_STATUS.get(status, "FINISHED"))
+
+    # ------------------------------------------------------------ helpers
+    def _run(self, run_id: str, config: Mapping[str, Any], *, parent: str | None) -> tuple[str, Any]:
+        """The nested run of ``run_id`` (found by its tag, made if none) and the existing Run (None if new)."""
+        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.run_id = '{run_id}'",
+                                        order_by=["attributes.start_time DESC"])
+        for extra in found[1:]:  # one per run: an older mirror's duplicates go
+            self.client.delete_run(extra.info.run_id)
+        if found:
+            self._runs[run_id] = found[0].info.run_id
+            return found[0].info.run_id, found[0]
+        parent_id = self._parents.get(parent or self.grid)
+        if parent_id is None:
+            parent_id = self._parents[parent] = self._parent(parent, role="study")
+        tags = {"grid": self.grid, "variant": str(config.get("variant")), "seed": str(config.get("seed")),
+                "run_id": run_id, ROLE_TAG: "run", "mlflow.parentRunId": parent_id}
+        run = self.client.create_run(self.experiment_id, run_name=f"{config.get('variant')}-s{config.get('seed')}",
+                                     tags=tags)
+        self._runs[run_id] = run.info.run_id
+        return run.info.run_id, None
+
+    def _new_points(self, rid: str, metrics: list[Any]) -> list[Any]:
+        """``metrics`` without the (key, step) points the run already has (each key's history read once)."""
+        have = self.client.get_run(rid).data.metrics
+        seen: dict[str, set[int]] = {}
+        out = []
+        for m in metrics:
+            if m.key not in seen:
+                known = m.key in have
+                seen[m.key] = {p.step for p in self.client.get_metric_history(rid, m.key)} if known else set()
+            if m.step not in seen[m.key]:
+                seen[m.key].add(m.step)
+                out.append(m)
+        return out
+
+    def _log(self, rid: str, metrics: list[Any]) -> None:
         for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
             self.client.log_batch(rid, metrics=metrics[i:i + MAX_METRICS_PER_BATCH])
-        self.client.log_batch(rid, tags=[RunTag("resumed_from", str(result.resumed_from))])
-        self._artifacts(rid, result)
-        status = "FAILED" if result.status == "failed" else "FINISHED"
-        self.client.set_terminated(rid, status=status, end_time=_ms(result.finished))
-        return rid
 
     @staticmethod
     def _metrics(result: RunResult, Metric: Any) -> list[Any]:
@@ -160,42 +269,54 @@ class MlflowMirror:
             self.client.log_artifacts(rid, str(tmp_dir))
 
     def close(self) -> None:
-        """Mark the grid's parent run finished (a later ``ablate run`` of the grid nests under it again)."""
-        self.client.set_terminated(self.parent_id, status="FINISHED")
-
-
-def _ms(stamp: str | None) -> int | None:
-    if not stamp:
-        return None
-    from datetime import datetime
-
-    try:
-        return int(datetime.fromisoformat(stamp).timestamp() * 1000)
-    except ValueError:
-        return None
+        """Mark the grid's parent runs finished (a later ``ablate run`` of the grid nests under them again)."""
+        for parent_id in self._parents.values():
+            self.client.set_terminated(parent_id, status="FINISHED")
 
 
 class MirrorThread:
-    """``MlflowMirror`` in a background thread: ``submit(run_dir)``, ``logged()`` -> done mirrors, ``close()``.
+    """``MlflowMirror`` in a background thread: ``start``, ``steps``, ``submit`` (a finished or failed run's
+    result), ``end`` (a run that leaves no result), ``logged()`` -> ``(run_id, mlflow_run_id)`` pairs, ``close()``.
 
-    Errors become warnings (``errors`` keeps their text): MLflow being down never fails a grid, and the store and
-    ``result.json`` still hold everything.
+    Commands run in order; step rows are gathered per run and logged every ``STEPS_EVERY_S`` seconds (and before
+    any other command about that run). Errors become warnings (``errors`` keeps their text, each once): MLflow
+    being down never fails a grid, and the store and ``result.json`` still hold everything, which the next mirror
+    of the run fills in.
     """
 
     def __init__(self, *, home: Path, grid: str, uri: str | None = None):
         self._args = dict(home=home, grid=grid, uri=uri)
-        self._inbox: queue.Queue[RunResult | None] = queue.Queue()
+        self._inbox: queue.Queue[tuple[str, str, tuple[Any, ...], dict[str, Any]] | None] = queue.Queue()
         self._done: queue.Queue[tuple[str, str]] = queue.Queue()
         self.errors: list[str] = []
-        self._thread = threading.Thread(target=self._loop, name="mlflow-mirror", daemon=True)
-        self._thread.start()
+        self._keys: set[str] = set()
+        self._thread: threading.Thread | None = None  # started by the first command: no command, no MLflow
 
-    def submit(self, result: RunResult) -> None:
-        """Queue one finished run for mirroring."""
-        self._inbox.put(result)
+    def _put(self, cmd: tuple[str, str, tuple[Any, ...], dict[str, Any]]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="mlflow-mirror", daemon=True)
+            self._thread.start()
+        self._inbox.put(cmd)
+
+    def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
+              tags: Mapping[str, str] | None = None) -> None:
+        """A run started (or resumed): open its nested run."""
+        self._put(("start", run_id, (dict(config),), {"parent": parent, "tags": dict(tags or {})}))
+
+    def steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Step metrics of a running run."""
+        self._put(("steps", run_id, ([dict(r) for r in rows],), {}))
+
+    def submit(self, result: RunResult, *, parent: str | None = None, tags: Mapping[str, str] | None = None) -> None:
+        """A run ended with a result (``done``, ``diverged``, or ``failed`` with its error): complete and end it."""
+        self._put(("result", result.run_id, (result,), {"parent": parent, "tags": dict(tags or {})}))
+
+    def end(self, run_id: str, status: str, *, tags: Mapping[str, Any] | None = None) -> None:
+        """A run ended without a result (``interrupted``, ``pruned``)."""
+        self._put(("end", run_id, (status,), {"tags": dict(tags or {})}))
 
     def logged(self) -> list[tuple[str, str]]:
-        """``(run_id, mlflow_run_id)`` of every mirror finished since the last call."""
+        """``(run_id, mlflow_run_id)`` of every nested run opened or completed since the last call."""
         out = []
         while True:
             try:
@@ -205,6 +326,8 @@ class MirrorThread:
 
     def close(self, timeout: float | None = 120.0) -> None:
         """Finish what was submitted (up to ``timeout`` seconds) and stop the thread."""
+        if self._thread is None:
+            return
         self._inbox.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -216,22 +339,53 @@ class MirrorThread:
             mirror = MlflowMirror(**self._args)
         except Exception as exc:  # noqa: BLE001 - reported, the grid goes on
             self._fail(f"MLflow at {self._args.get('uri') or tracking_uri(self._args['home'])}: {exc}")
-        while (result := self._inbox.get()) is not None:
+        steps: dict[str, list[dict[str, Any]]] = {}
+        flushed = time.monotonic()
+        while True:
+            try:
+                cmd = self._inbox.get(timeout=STEPS_EVERY_S)
+            except queue.Empty:
+                cmd = ("tick", "", (), {})
             if mirror is None:
+                if cmd is None:
+                    return
                 continue
-            try:
-                self._done.put((result.run_id, mirror.log_result(result)))
-            except Exception as exc:  # noqa: BLE001
-                self._fail(f"MLflow mirror of run {result.run_id}: {exc}")
-        if mirror is not None:
-            try:
-                mirror.close()
-            except Exception as exc:  # noqa: BLE001
-                self._fail(f"MLflow: {exc}")
+            if cmd is None or time.monotonic() - flushed >= STEPS_EVERY_S:
+                for rid in list(steps):
+                    self._call(mirror, "steps", rid, (steps.pop(rid),), {})
+                flushed = time.monotonic()
+            if cmd is None:
+                break
+            kind, rid, args, kwargs = cmd
+            if kind == "steps":
+                steps.setdefault(rid, []).extend(args[0])
+            elif kind != "tick":
+                if rid in steps:  # its step rows first: commands about a run keep their order
+                    self._call(mirror, "steps", rid, (steps.pop(rid),), {})
+                self._call(mirror, kind, rid, args, kwargs)
+        try:
+            mirror.close()
+        except Exception as exc:  # noqa: BLE001
+            self._fail(f"MLflow: {exc}")
 
-    def _fail(self, message: str) -> None:
-        log.warning("%s", message)
-        self.errors.append(message)
+    def _call(self, mirror: MlflowMirror, kind: str, run_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+              ) -> None:
+        fn = {"start": mirror.start, "steps": mirror.log_steps, "result": mirror.log_result, "end": mirror.end}[kind]
+        try:
+            out = fn(run_id, *args, **kwargs) if kind != "result" else fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(f"MLflow mirror of run {run_id}: {exc}", key=str(exc))
+            return
+        if kind in ("start", "result"):
+            self._done.put((run_id, out))
+
+    def _fail(self, message: str, *, key: str | None = None) -> None:
+        """Report ``message`` once per ``key`` (MLflow down: one warning, not one per run and batch)."""
+        key = key or message
+        if key not in self._keys:
+            self._keys.add(key)
+            log.warning("%s", message)
+            self.errors.append(message)
 
 
 def ui_command(home: Path, *, port: int = 5000) -> list[str]:
@@ -250,3 +404,14 @@ def ui_command(home: Path, *, port: int = 5000) -> list[str]:
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
             "--default-artifact-root", artifact_root(home), "--host", "127.0.0.1", "--port", str(port)]
+
+
+def _ms(stamp: str | None) -> int | None:
+    if not stamp:
+        return None
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp() * 1000)
+    except ValueError:
+        return None

@@ -6,7 +6,9 @@ once and runs jobs in rounds; ``run(jobs)`` returns each job's ``Ended`` (``done
 ``pruned`` at ``step`` with the last reported ``value``, ``failed`` with its ``error``, ``interrupted``, ``busy``)
 so the caller can tell Optuna and ask for the next round. Each run goes through the store's lifecycle as in
 ``ablate run``: ``running`` while it trains (heartbeats, live step metrics), its ``result.json`` ingested when it
-ends, ``failed`` with the error when it crashes, back to ``queued`` when interrupted.
+ends, ``failed`` with the error when it crashes, back to ``queued`` when interrupted. With ``mlflow``, each trial
+is an MLflow run of the experiment ``<grid>/tune``, nested under its study's run, with its params and, when pruned,
+the step and value at which the pruner stopped it.
 
 Ctrl-C once: running jobs save a checkpoint and the round ends (``interrupted``); twice: the workers are killed.
 """
@@ -32,7 +34,12 @@ class TrialPool(LocalRunner):
     """``ablate run``'s local runner on the trial job, kept across rounds; a context manager."""
 
     def __init__(self, slots: list[Slot], *, home: Path, store: Any, title: str, console: Console | None = None,
-                 metric: str = "val_ppl", mirror: Any = None):
+                 metric: str = "val_ppl", mlflow: bool = False):
+        mirror = None
+        if mlflow:  # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), nested under their study
+            from ablate.store.mlflow_mirror import MirrorThread
+
+            mirror = MirrorThread(home=home, grid=title)
         super().__init__(slots, Lifecycle(store, home=home, mirror=mirror, metric=metric), title=title,
                          console=console, job_fn=TRIAL_JOB)
 

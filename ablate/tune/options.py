@@ -31,7 +31,7 @@ class TuneOptions:
     jobs: int | None = None
     devices: str | None = None
     jobs_per_device: int = 1
-    mlflow: bool = True  # for the --then-run runs (trials are not mirrored)
+    mlflow: bool = True  # trials (experiment <grid>/tune, under their study) and the --then-run runs
     console: Console | None = None
 
 

@@ -86,7 +86,7 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
         tuner = _Tuner(grid, cells_of(planned, space.param), space, metric, pruner, opts, store,
                        optuna_storage(store.url), console)
         with TrialPool(slots, home=home, store=store, title=f"{grid.name}/tune", console=console,
-                       metric=metric) as pool:
+                       metric=metric, mlflow=opts.mlflow) as pool:
             tuner.search(pool)
             if opts.find_max_stable and not pool.interrupted:
                 tuner.bracket(pool)
