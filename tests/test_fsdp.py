@@ -145,3 +145,16 @@ def test_kill_9_mid_run_resumes_from_the_sharded_checkpoint(one_process, tmp_pat
     assert resumed.metrics["step"] == list(range(STEPS))
     assert_same_losses(resumed.metrics["loss"], one_process[0].metrics["loss"])
     assert resumed.summary["train_loss"] == pytest.approx(one_process[0].summary["train_loss"], rel=1e-4)
+
+
+def test_a_local_worker_gets_all_the_gpus_of_its_run():
+    from ablate.errors import ConfigError
+    from ablate.execute.devices import plan_slots
+
+    gpus = [f"cuda:{i}" for i in range(8)]
+    slots = plan_slots(devices=gpus, jobs=None, jobs_per_device=1, cpu_count=64, per_run=4)
+    assert [s.cuda_visible for s in slots] == ["0,1,2,3", "4,5,6,7"] and [s.threads for s in slots] == [32, 32]
+    assert [s.cuda_visible for s in plan_slots(devices=gpus, jobs=None, jobs_per_device=1, cpu_count=64,
+                                               per_run=8)] == ["0,1,2,3,4,5,6,7"]
+    with pytest.raises(ConfigError, match=r"--devices: runs with train.devices = 8 need 8 GPUs, 2 given"):
+        plan_slots(devices=gpus[:2], jobs=None, jobs_per_device=1, cpu_count=64, per_run=8)

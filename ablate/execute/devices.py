@@ -16,7 +16,8 @@ from ablate.errors import ConfigError
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one worker runs: ``device`` is ``"cpu"`` or ``"cuda:<i>"``; ``threads`` its torch CPU threads."""
+    """Where one worker runs: ``device`` is ``"cpu"``, ``"cuda:<i>"`` or ``"cuda:<i>,<j>,..."`` (a run on several
+    GPUs); ``threads`` its torch CPU threads."""
 
     index: int
     device: str
@@ -24,7 +25,7 @@ class Slot:
 
     @property
     def cuda_visible(self) -> str:
-        """The worker's ``CUDA_VISIBLE_DEVICES``: its one GPU, or none at all for a CPU worker."""
+        """The worker's ``CUDA_VISIBLE_DEVICES``: its GPU(s), or none at all for a CPU worker."""
         return self.device.split(":", 1)[1] if self.device.startswith("cuda:") else ""
 
 
@@ -67,11 +68,13 @@ def parse_devices(spec: str | None, n_gpus: int) -> list[str]:
     return devices
 
 
-def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cpu_count: int) -> list[Slot]:
+def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cpu_count: int,
+               per_run: int = 1) -> list[Slot]:
     """The pool's worker slots.
 
     On GPUs: ``jobs_per_device`` workers per device, or ``jobs`` workers dealt round-robin over them. On CPU: ``jobs`` workers (default 1),
-    each with ``cpu_count // jobs`` torch threads (at least one).
+    each with ``cpu_count // jobs`` torch threads (at least one). Runs of ``per_run`` devices (``train.devices``)
+    get that many GPUs per worker (``cuda:0,1,2,3``: the worker sees them all and its run starts a process on each).
 
     >>> [s.threads for s in plan_slots(devices=["cpu"], jobs=2, jobs_per_device=1, cpu_count=8)]
     [4, 4]
@@ -84,6 +87,12 @@ def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cp
     if devices == ["cpu"]:
         n = jobs or 1
         return [Slot(i, "cpu", max(1, cpu_count // n)) for i in range(n)]
+    if per_run > 1:  # a worker per group of per_run GPUs
+        if len(devices) < per_run:
+            raise ConfigError(f"runs with train.devices = {per_run} need {per_run} GPUs, {len(devices)} given "
+                              f"({', '.join(devices)}); set train.devices to at most {len(devices)}", where="--devices")
+        devices = ["cuda:" + ",".join(d.split(":", 1)[1] for d in devices[i:i + per_run])
+                   for i in range(0, len(devices) - per_run + 1, per_run)]
     n = jobs or len(devices) * jobs_per_device
     threads = max(1, cpu_count // n)
     return [Slot(i, devices[i % len(devices)], threads) for i in range(n)]

@@ -98,13 +98,21 @@ class GridReport:
         return 1 if any(s == "failed" for s in self.statuses.values()) else 0
 
 
+def _devices_per_run(path: str | Path, sets: Sequence[str]) -> int:
+    """The most devices (``train.devices``) a run of the grid trains on: each worker gets that many GPUs."""
+    from ablate.grid import expand, load_grid
+
+    return max((p.config.train.devices for p in expand(load_grid(path, sets))), default=1)
+
+
 def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | None = None) -> GridReport:
     """Run the grid at ``path`` (with ``--set`` overrides): train what is new or cut off, skip what is done."""
     opts = options or RunOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
     slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
-                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1)
+                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1,
+                       per_run=_devices_per_run(path, sets))
     report: GridReport | None = None
     while True:
         with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
