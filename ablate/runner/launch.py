@@ -28,6 +28,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _ENV = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+INTERRUPTED = 3  # a rank's exit status when the run was stopped (its checkpoint saved)
 
 
 def ranks_exist() -> bool:
@@ -101,9 +102,6 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
 
         rank, code = failed[0]
         raise RunError(f"rank {rank} of the run ended with exit status {code}; its log: {run_dir / f'rank{rank}.log'}")
-
-
-INTERRUPTED = 3  # a rank's exit status when the run was stopped (checkpoint saved)
 
 
 def main(spec_path: str) -> int:

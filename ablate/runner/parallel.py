@@ -19,6 +19,7 @@ checkpointing, and the sharded checkpoints that go with it.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,6 @@ def copy_checkpoint(src: Path, dst: Path) -> None:
 
 
 def _link_or_copy(src: str, dst: str) -> None:
-    import os
-
     try:
         os.link(src, dst)
     except OSError:

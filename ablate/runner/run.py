@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ablate.ablations import added_params, apply_variant, build_model, count_params
 from ablate.ablations.flops import flops_per_token
+from ablate.ablations.memory import resolved_precision
 from ablate.config import RunConfig
 from ablate.layout import CHECKPOINT
 from ablate.result import Event, RunResult, write_result
@@ -119,7 +120,8 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     from ablate.runner.launch import local_ranks, ranks_exist
 
     if config.train.devices > 1 and not ranks_exist():
-        with local_ranks(config.train.devices, Path(run_dir), {"run_id": run_id, "config": config.model_dump(mode="json")}):
+        job = {"run_id": run_id, "config": config.model_dump(mode="json")}
+        with local_ranks(config.train.devices, Path(run_dir), job):
             return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
     return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
 
@@ -213,7 +215,7 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
                for name, arr in data.heldout.items()}
 
     gpu = torch.cuda.is_available()
-    precision = tc.precision if tc.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    precision = resolved_precision(tc.precision, gpu)
     nodes = node_count()
     strategy, trainer_precision = strategy_for(tc.model_copy(update={"precision": precision}), nodes=nodes)
     torch.manual_seed(config.seed)
