@@ -13,7 +13,8 @@ intervals from a bootstrap over seeds (``ablate.reports.fit``).
   extrapolate the loss to zero); then no prediction is given. Nor is one given more than ``MAX_EXTRAPOLATION``
   times past the largest rung's compute. Each refused prediction says why (``refused``).
 - A predicted loss whose interval is wider than the gain the fit predicts over the ladder's largest rung, and a
-  predicted difference whose interval holds zero, are unresolved: shown with their interval, no point value.
+  predicted difference whose interval holds zero, are unresolved: shown with their interval, no point value. With
+  fewer than ``MIN_SEEDS`` seeds nothing is resolved: two seeds give three resamples, not an interval.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ LADDER_COLUMNS = ("model.preset", "model.n_layers", "model.d_model", "train.step
 METRIC = "final held-out loss: mean ln(PPL) over the held-out sets (nats/token)"
 PAPER_SEQ_LEN = 4096  # the paper's context length (Sec. 3.1): the attention term of the targets' FLOPs
 MAX_EXTRAPOLATION = 1e3  # no prediction more than three decades past the largest rung's compute
+MIN_SEEDS = 3  # a seed bootstrap over fewer seeds has too few distinct resamples to resolve anything
 FLOOR_AT_ZERO = 1e-3  # an E below this share of the lowest loss is the fit's bound, not a measured floor
 
 
@@ -234,6 +236,7 @@ def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[T
     from ablate.reports.stats import paired_delta
 
     law, fits, reliable = s["law"], s["fits"], not s["problems"]
+    enough = len(s["seeds"]) >= MIN_SEEDS
     params = _fit_dict(law, fits)
     base_ok = base is not None and not base["problems"]
     rungs = []
@@ -259,12 +262,12 @@ def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[T
             iv = interval_of(fits, law, lambda f, c=t.flops: float(f(c)))
             gain = float(law(top)) - iv.value  # what the fit says scaling up from the largest rung buys
             pred.update(loss=iv.value, low=iv.low, high=iv.high,
-                        resolved=iv.low is not None and (iv.high - iv.low) < abs(gain))
+                        resolved=enough and iv.low is not None and (iv.high - iv.low) < abs(gain))
         if base is not None and reliable and base_ok and not too_far:
             draws = [float(f(t.flops) - g(t.flops)) for f, g in zip(fits, base["fits"], strict=True)
                      if f is not None and g is not None]  # the same seeds in both: paired
             iv = percentile(draws, float(law(t.flops) - base["law"](t.flops)))
-            pred["delta"] = {**iv.as_dict(), "resolved": iv.excludes_zero}
+            pred["delta"] = {**iv.as_dict(), "resolved": enough and iv.excludes_zero}
         elif base is not None:
             pred["delta"] = {"value": None, "low": None, "high": None, "resolved": False,
                              "refused": refused or "the baseline's fit is unreliable"}
@@ -301,7 +304,7 @@ def delta_trend(mine: Any, theirs: Any, boot: SeedBootstrap) -> dict[str, Any] |
         chosen = [by_seed[boot.seeds[i]] for i in sample if boot.seeds[i] in by_seed]
         draws.append(slope(pd_concat(chosen)) if chosen else None)
     iv = percentile(draws, slope(pairs))
-    return {"per_decade": iv.as_dict(), "resolved": iv.excludes_zero}
+    return {"per_decade": iv.as_dict(), "resolved": len(boot.seeds) >= MIN_SEEDS and iv.excludes_zero}
 
 
 def pd_concat(frames: list[Any]) -> Any:

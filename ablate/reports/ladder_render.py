@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ablate.reports.ladder import MAX_EXTRAPOLATION, MIN_SEEDS
+
 FORMATS = ("markdown", "json", "csv")
 SUFFIX = {"markdown": ".md", "json": ".json", "csv": ".csv"}
 FIGURE = "ladder.png"
@@ -115,6 +117,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         d = t["per_decade"]
         if d["low"] is None:
             verdict = "no interval"
+        elif len(s["seeds"]) < MIN_SEEDS:
+            verdict = f"unresolved: {len(s['seeds'])} seeds are too few"
         elif not t["resolved"]:
             verdict = "no resolved trend: the interval holds zero"
         else:
@@ -189,8 +193,6 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from ablate.reports.ladder import MAX_EXTRAPOLATION
 
     lo, hi = report["measured_flops"]
     far = min(max([hi, *(t["flops"] for t in report["targets"])]), hi * MAX_EXTRAPOLATION)
