@@ -124,8 +124,8 @@ class DataConfig(_Strict):
 class TrainConfig(_Strict):
     """How the model is trained: AdamW, linear warm-up then cosine decay to ``lr * min_lr_ratio``.
 
-    Weight decay applies to weight matrices only: embeddings (and a head tied to them), norms and biases are
-    not decayed. ``steps`` and every step number count optimizer steps; ``batch_size`` is the global batch
+    Weight decay applies to weight matrices only: embeddings (and a head tied to them; unless
+    ``decay_embeddings``), norms and biases are not decayed. ``steps`` and every step number count optimizer steps; ``batch_size`` is the global batch
     (split evenly over ``devices``, and on each device into micro-batches of ``micro_batch_size`` rows whose
     gradients are accumulated: the step and its loss are the same, only the peak memory changes).
     """
@@ -140,6 +140,9 @@ class TrainConfig(_Strict):
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_frac: float = Field(0.05, ge=0, lt=1, description="share of steps spent warming up")
     weight_decay: float = Field(0.1, ge=0)
+    decay_embeddings: bool = Field(
+        False, description="decay the token embedding (and a head tied to it) too, as AdamW with a single "
+                           "parameter group does; otherwise only weight matrices are decayed")
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)
     eps: float = Field(1e-8, gt=0)

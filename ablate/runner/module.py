@@ -40,9 +40,10 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: decay on matrices, none on embeddings, norms and biases (each parameter once)."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+def param_groups(model: nn.Module, weight_decay: float, *, decay_embeddings: bool = False) -> list[dict]:
+    """AdamW groups: decay on matrices, none on norms and biases, and on embeddings only with ``decay_embeddings``
+    (each parameter once)."""
+    embeddings = set() if decay_embeddings else {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     decay, no_decay, seen = [], [], set()
     for p in model.parameters():
         if id(p) in seen or not p.requires_grad:
@@ -109,7 +110,8 @@ class LitDecoder(L.LightningModule):
 
     def configure_optimizers(self):
         cfg = self.train_cfg
-        opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+        opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay, decay_embeddings=cfg.decay_embeddings),
+                                lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                 eps=cfg.eps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
