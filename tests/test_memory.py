@@ -162,3 +162,40 @@ def test_runs_that_cannot_fit_are_refused_before_anything_starts(grid, tmp_home,
     assert list(tmp_home.iterdir()) == []  # no store, no run directory
     bad = CliRunner().invoke(app, [command, str(grid), "--device-memory", "eighty"])
     assert bad.exit_code == 2 and "'eighty' is not an amount of memory" in bad.output
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_estimate_bounds_the_cuda_peak(checkpointing: bool) -> None:
+    """On a GPU (bench/gpu_check.sh runs it): bf16 autocast, the peak torch's allocator reports over the second
+    step. Wider bounds than on CPU: cuBLAS workspaces and the allocator's 512-byte rounding are not estimated."""
+    from ablate.runner.module import param_groups
+    from ablate.runner.parallel import checkpoint_blocks
+
+    cfg = apply_variant(ModelConfig(preset="small"), "sdpa-elementwise")
+    rows, seq_len = 8, 512
+    torch.manual_seed(0)
+    model = build_model(cfg).cuda()
+    if checkpointing:
+        checkpoint_blocks(model)
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
+    idx = torch.randint(0, cfg.vocab_size, (rows, seq_len + 1), device="cuda")
+    for step in range(2):
+        if step == 1:  # the optimizer state exists from here on
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(idx[:, :-1])
+            loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), idx[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+    measured = torch.cuda.max_memory_allocated()
+    est = estimate_memory(cfg, seq_len=seq_len, rows=rows, precision="bf16-mixed", checkpointing=checkpointing,
+                          gpu=True)
+    error = est.total / measured - 1
+    print(f"cuda {'checkpointed' if checkpointing else 'plain'}: measured {measured / 2**20:.1f} MiB, "
+          f"estimated {est.total / 2**20:.1f} MiB ({error:+.1%})")
+    assert -0.10 <= error <= 0.25
