@@ -28,7 +28,7 @@ LAW = {"baseline": (1.0, 40.0, 0.1), "sdpa-elementwise": (1.0, 36.0, 0.1)}  # E,
 
 
 @pytest.fixture(scope="module")
-def store_url(tmp_path_factory) -> str:
+def ladder_url(tmp_path_factory) -> str:
     from ablate.store import Store
 
     url = f"sqlite:///{tmp_path_factory.mktemp('ladder') / 'ablate.db'}"
@@ -50,8 +50,8 @@ def report(url: str, *args: str):
     return CliRunner().invoke(app, ["report", "ladder", "--grid", "lad", "--store", url, *args])
 
 
-def test_the_paper_targets_are_refused_this_far_from_the_ladder(store_url: str) -> None:
-    res = report(store_url, "--format", "json")
+def test_the_paper_targets_are_refused_this_far_from_the_ladder(ladder_url: str) -> None:
+    res = report(ladder_url, "--format", "json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert [t["name"] for t in out["targets"]] == ["1.7B dense, 400B tokens", "1.7B dense, 3.5T tokens",
@@ -61,8 +61,8 @@ def test_the_paper_targets_are_refused_this_far_from_the_ladder(store_url: str) 
         assert p["loss"] is None and "x the largest rung's compute (the limit is 1e+03 x)" in p["refused"]
 
 
-def test_json_has_fit_and_predictions_per_variant(store_url: str) -> None:
-    res = report(store_url, "--format", "json", "--target", "1e12,1e13")
+def test_json_has_fit_and_predictions_per_variant(ladder_url: str) -> None:
+    res = report(ladder_url, "--format", "json", "--target", "1e12,1e13")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     base, gated = out["variants"]["baseline"], out["variants"]["sdpa-elementwise"]
@@ -77,8 +77,8 @@ def test_json_has_fit_and_predictions_per_variant(store_url: str) -> None:
         assert set(p["delta"]) == {"value", "low", "high", "resolved"} and p["delta"]["value"] < 0
 
 
-def test_targets_given_as_flops_and_csv(store_url: str) -> None:
-    res = report(store_url, "--format", "csv", "--target", "1e12,1e17")
+def test_targets_given_as_flops_and_csv(ladder_url: str) -> None:
+    res = report(ladder_url, "--format", "csv", "--target", "1e12,1e17")
     assert res.exit_code == 0, res.output
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith("series,variant,target,flops,loss,low,high,delta,delta_low,delta_high")
@@ -88,8 +88,8 @@ def test_targets_given_as_flops_and_csv(store_url: str) -> None:
     assert far["loss"] == "" and far["delta"] == ""  # refused: 1e6 x past the ladder
 
 
-def test_markdown_and_figure_in_a_directory(store_url: str, tmp_path: Path) -> None:
-    res = report(store_url, "--out", str(tmp_path / "rep"))
+def test_markdown_and_figure_in_a_directory(ladder_url: str, tmp_path: Path) -> None:
+    res = report(ladder_url, "--out", str(tmp_path / "rep"))
     assert res.exit_code == 0, res.output
     text = (tmp_path / "rep" / "ladder.md").read_text()
     assert "L(C) = E + A·C^(-alpha)" in text and "| baseline | 15 | 5 | 3 |" in text
@@ -102,6 +102,18 @@ def test_markdown_and_figure_in_a_directory(store_url: str, tmp_path: Path) -> N
     (["--format", "latex"], "unknown format for the ladder report 'latex'"),
     (["--target", "1e21,big"], "--target: expected 'paper' or compute budgets in FLOPs like '1e21,3e22', got 'big'"),
 ], ids=["format", "target"])
-def test_bad_options_get_one_line_and_exit_2(store_url: str, args: list[str], message: str) -> None:
-    res = report(store_url, *args)
+def test_bad_options_get_one_line_and_exit_2(ladder_url: str, args: list[str], message: str) -> None:
+    res = report(ladder_url, *args)
     assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_flops_at_paper_scale_round_trip_through_the_store(store) -> None:
+    """A 1.7B run's compute (4.5e21: past int64) goes into each backend and back as the same number."""
+    (run,) = expand(parse_grid("name: big\nbase: {model: {preset: paper-dense-1.7b}, train: {steps: 95367, "
+                               "batch_size: 1024}, data: {seq_len: 4096}}"))
+    flops = planned_flops(run.config)
+    assert flops == pytest.approx(4.5e21, rel=0.01) and flops > 2**63
+    store.register_grid(name="big", text="name: big", runs=[run])
+    store.ingest(RunResult(run_id=run.run_id, config=run.config.model_dump(mode="json"), status="done",
+                           summary={"flops": float(flops), "ppl/test": 20.0}))
+    assert store.runs_frame(grid="big")["flops"].iloc[0] == float(flops)
