@@ -15,6 +15,7 @@ Defined once here and called from everywhere else:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -71,6 +72,7 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the final file gets what open() would have given it
     os.close(fd)
     tmp = Path(name)
     try:
@@ -97,6 +99,7 @@ def atomic_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; the folder gets what mkdir() would have given it
     try:
         yield tmp
         if not out.exists():
@@ -106,3 +109,11 @@ def atomic_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
                 os.replace(path, out / path.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask (read once: reading it means setting it, which is not thread-safe)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
