@@ -285,6 +285,8 @@ def stage_configs(config: RunConfig) -> list[RunConfig]:
     >>> [(c.data.seq_len, c.model.rope_theta) for c in cfgs]
     [(256, 10000.0), (512, 100000.0)]
     """
+    if not config.stages:  # most runs: one stage, the config itself (no dump, no copy)
+        return [config]
     from pydantic import ValidationError
 
     current = config.model_dump(mode="json") | {"stages": []}

@@ -1,23 +1,30 @@
-"""What the grid executor costs on top of training, and how fast a finished grid's rerun returns.
+"""What the grid machinery costs on top of training: issue #13's three figures, and a finished grid's rerun.
 
-1. Twelve tiny runs on two workers. The ideal makespan is the sum of the runs' own times (``wall_s`` in their
-   result.json: data, training, evaluation, probes) over two; the figure is the measured makespan over it, with
-   and without the workers' start-up (importing torch and Lightning), and the per-job overhead in seconds.
-2. A finished 100-run grid (filled into the store directly), rerun through the CLI as a user would: the wall time
+1. ``ablate plan`` of a 10,000-run grid: the CPU seconds of the whole process (aim: under 3 s), with the model
+   counts it needs made by an earlier process (warm, the usual case) and not (cold: it imports torch to count).
+2. Twelve tiny runs on two workers. The ideal makespan is the sum of the runs' own times (``wall_s`` in their
+   result.json: data, training, evaluation, probes) over two; the figure is the measured makespan over it (aim:
+   at most 1.05x), with and without the workers' start-up, and the per-job overhead in seconds.
+3. Worker start-up (importing torch and Lightning) is paid once per worker: the twelve jobs ran in as many
+   worker processes as there are workers, and the start-up is seconds before the first job, not per job.
+4. A finished 100-run grid (filled into the store directly), rerun through the CLI as a user would: the wall time
    of the whole ``ablate run`` process.
 
-    .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow]
+    .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow] [--only plan|pool|rerun]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+ABLATE = str(Path(sys.executable).parent / "ablate")
 
 GRID = """
 name: {name}
@@ -37,8 +44,8 @@ grid:
 
 
 def overhead(root: Path, steps: int, mlflow: bool) -> None:
-    from ablate.result import read_result
     from ablate.execute import RunOptions, run_grid
+    from ablate.result import read_result
 
     path = root / "twelve.yaml"
     path.write_text(GRID.format(name="twelve", steps=steps, variants="[baseline, sdpa-elementwise, sdpa-headwise]",
@@ -65,6 +72,36 @@ def overhead(root: Path, steps: int, mlflow: bool) -> None:
     print(f"  makespan, workers started    {with_startup:7.2f} s   = {with_startup / ideal:.3f}x ideal   "
           f"(worker start-up {first - report.pool_started:.2f} s)")
     print(f"  whole command                {total:7.2f} s")
+    pids = set(report.worker_pids.values())
+    print(f"worker start-up: {first - report.pool_started:.2f} s before the first job; the 12 jobs ran in "
+          f"{len(pids)} worker process(es) for 2 workers (paid once per worker: {len(pids) == 2})")
+
+
+def plan_10k(root: Path) -> None:
+    """``ablate plan`` of 10,000 runs: the CPU of the whole process (children's rusage), cold and warm."""
+    path = root / "tenk.yaml"
+    lrs = [round(1e-3 * (i + 1), 4) for i in range(10)]
+    path.write_text(GRID.format(name="tenk", steps=60, variants="[baseline, sdpa-elementwise, sdpa-headwise, "
+                                "sdpa-head-shared, v-elementwise]", seeds=list(range(20)))
+                    + f"  train.lr: {lrs}\n  train.batch_size: [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]\n")
+    env = {**os.environ, "ABLATE_CACHE": str(root / "plan-cache")}  # a fresh cache: the first plan is cold
+
+    def cpu(*args: str) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = subprocess.run([ABLATE, "plan", str(path), "--home", str(root / "plan-home"), *args], env=env,
+                             capture_output=True, text=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        assert out.returncode == 0 and ("10000 runs" in out.stdout or '"runs"' in out.stdout), out.stderr
+        return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+    cold = cpu()
+    warm = sorted(cpu() for _ in range(3))
+    js = cpu("--format", "json")
+    print("ablate plan of a 10,000-run grid (CPU seconds of the whole process; aim < 3 s):")
+    print(f"  table, warm (model counts kept from an earlier process)  {warm[1]:5.2f} s median of 3 "
+          f"(best {warm[0]:.2f} s)")
+    print(f"  table, cold (counts the models: imports torch)           {cold:5.2f} s")
+    print(f"  json, warm                                               {js:5.2f} s")
 
 
 def rerun_100(root: Path) -> None:
@@ -86,7 +123,7 @@ def rerun_100(root: Path) -> None:
                                metrics={"step": list(range(20)), "loss": [3.0] * 20})
             write_result(result, home / "runs" / p.run_id)
             store.ingest(result)
-    cmd = [str(Path(sys.executable).parent / "ablate"), "run", str(path), "--home", str(home)]
+    cmd = [ABLATE, "run", str(path), "--home", str(home)]
     times = []
     for _ in range(4):
         t0 = time.monotonic()
@@ -102,11 +139,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--no-mlflow", action="store_true")
+    ap.add_argument("--only", choices=["plan", "pool", "rerun"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="ablate-bench-") as tmp:
+        if args.only in (None, "plan"):
+            plan_10k(Path(tmp))
         os.environ.setdefault("ABLATE_CACHE", str(Path(tmp) / "cache"))
-        overhead(Path(tmp), args.steps, not args.no_mlflow)
-        rerun_100(Path(tmp))
+        if args.only in (None, "pool"):
+            overhead(Path(tmp), args.steps, not args.no_mlflow)
+        if args.only in (None, "rerun"):
+            rerun_100(Path(tmp))
 
 
 if __name__ == "__main__":

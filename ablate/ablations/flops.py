@@ -22,12 +22,11 @@ over a real training step. Importing this module never imports torch.
 
 from __future__ import annotations
 
-import functools
-
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.meta_counts import kept
 
 
-@functools.lru_cache(maxsize=1024)
+@kept("matmul_weights")
 def _matmul_weights(cfg_json: str) -> int:
     from torch import nn
 

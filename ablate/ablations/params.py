@@ -1,7 +1,8 @@
 """Parameter counting (on the meta device: paper scale costs no memory), added parameters, FFN matching.
 
 Non-embedding parameters exclude the token embedding and an untied LM head (the vocabulary matrices).
-Importing this module never imports torch; the counting functions do.
+Importing this module never imports torch; the counting functions do, unless the count is kept from an earlier
+process (``ablate.ablations.meta_counts``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import functools
 from typing import NamedTuple
 
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.meta_counts import kept
 from ablate.ablations.variants import apply_variant
 from ablate.errors import ConfigError
 
@@ -21,17 +23,22 @@ class ParamCount(NamedTuple):
     non_embedding: int
 
 
-@functools.lru_cache(maxsize=1024)
 def _count(cfg_json: str) -> ParamCount:
+    return ParamCount(*_counted(cfg_json))
+
+
+@kept("params")
+def _counted(cfg_json: str) -> list[int]:
     from ablate.ablations.model import build_model
 
     cfg = ModelConfig.model_validate_json(cfg_json)
     model = build_model(cfg, device="meta")
     total = sum(p.numel() for p in model.parameters())
     vocab = model.embed.weight.numel() + (0 if cfg.tie_embeddings else model.lm_head.weight.numel())
-    return ParamCount(total, total - vocab)
+    return [total, total - vocab]
 
 
+@functools.lru_cache(maxsize=4096)
 def count_params(cfg: ModelConfig) -> ParamCount:
     """Total and non-embedding parameters of ``cfg``'s model, counted on the meta device (cached by config).
 

@@ -8,6 +8,7 @@ imports torch.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -176,8 +177,10 @@ def resolve_changes(model: ModelConfig, name: str) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=4096)  # a grid applies a few variants to a few models, thousands of times
 def apply_variant(model: ModelConfig, name: str) -> ModelConfig:
-    """The effective architecture of a run: ``model`` with variant ``name``'s changes on top.
+    """The effective architecture of a run: ``model`` with variant ``name``'s changes on top (ModelConfig is
+    frozen, so the answer is cached and shared).
 
     >>> apply_variant(ModelConfig(preset="tiny"), "kv-heads-x2").n_kv_heads
     4

@@ -36,6 +36,9 @@ def check_memory(runs, status: dict[str, str], available: float, where: str) -> 
     check_fit(todo, available, gpu=gpu_here(), where=where)
 
 
+RICH_ROWS = 500  # a plan longer than this prints as plain columns (views.text_table)
+
+
 @app.command()
 @handles_errors
 def plan(
@@ -50,7 +53,7 @@ def plan(
     run's status in the store."""
     from ablate.errors import ConfigError
     from ablate.grid import expand, load_grid
-    from ablate.grid.view import plan_json, plan_table, statuses
+    from ablate.grid.view import plan_json, plan_rows, statuses
     from ablate.runner.preflight import check_data
 
     spec = load_grid(grid, sets or ())
@@ -66,8 +69,16 @@ def plan(
         check_memory(runs, status, parse_memory(device_memory), "--device-memory")
     if fmt == "json":
         echo_json(plan_json(spec.name, runs, status))
+        return
+    table = plan_rows(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None)
+    if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns
+        from ablate.cli.views import text_table
+
+        typer.echo(text_table(*table))
     else:
-        print_wide(plan_table(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None))
+        from ablate.cli.views import rich_table
+
+        print_wide(rich_table(*table))
 
 
 @app.command()

@@ -67,6 +67,7 @@ class GridReport:
     pool_started: float | None = None  # time.monotonic() when the workers were started
     job_times: dict[str, tuple[float, float]] = field(default_factory=dict)  # run_id -> (started, ended), monotonic
     run_one_s: dict[str, float] = field(default_factory=dict)  # run_id -> seconds inside run_one (in the worker)
+    worker_pids: dict[str, int] = field(default_factory=dict)  # run_id -> pid of the worker that trained it
     warnings: list[str] = field(default_factory=list)
     held: str | None = None  # "2 running in another process (pid 123), skipped"
     failed_before: int = 0  # failed runs skipped (without --retry-failed)
@@ -177,6 +178,7 @@ def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOption
     report.pool_started = runner.pool_started
     report.job_times.update(runner.job_times)
     report.run_one_s.update(runner.run_one_s)
+    report.worker_pids.update(runner.worker_pids)
 
 
 def _wait_for(o: Opened) -> None:

@@ -51,6 +51,7 @@ class LocalRunner:
         self.pool_started: float | None = None  # time.monotonic() when the workers were started
         self.job_times: dict[str, tuple[float, float]] = {}  # run_id -> (started, ended), monotonic
         self.run_one_s: dict[str, float] = {}  # run_id -> seconds inside run_one (in the worker)
+        self.worker_pids: dict[str, int] = {}  # run_id -> pid of the worker that trained it
         self._jobs: dict[str, Job] = {}
         self._ended: dict[str, Ended] = {}
         self._started: dict[str, float] = {}
@@ -137,6 +138,7 @@ class LocalRunner:
         job = self._jobs.get(e.run_id)
         if isinstance(e, Started):
             self._started[e.run_id] = time.monotonic()
+            self.worker_pids[e.run_id] = e.pid
             cfg = job.config if job is not None else {}
             display.started(e.run_id, variant=cfg.get("variant", "?"), seed=cfg.get("seed", 0), device=e.device,
                             total_steps=cfg.get("train", {}).get("steps", 0))

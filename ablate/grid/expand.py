@@ -142,8 +142,8 @@ def expand(grid: Grid) -> list[PlannedRun]:
             from ablate.grid.ladder import budget_steps
 
             config = budget_steps(config, grid.ladder, f"{grid.source}: ladder")
-        dump = config.model_dump(mode="json")
-        if from_product and any(_matches(dump, entry) for entry in grid.exclude):
+        if from_product and grid.exclude and any(_matches(config.model_dump(mode="json"), entry)
+                                                  for entry in grid.exclude):
             excluded += 1
             continue
         where = f"{grid.source}: {_blame('variant', origins, grid)}"
@@ -153,7 +153,7 @@ def expand(grid: Grid) -> list[PlannedRun]:
             config, residual = _match(config, grid.match_params, where, grid.source)
         params = _count(_effective(config, config.variant, where), where)
         final = config.model_dump(mode="json")
-        rid = run_id(config)
+        rid = run_id(config, final)
         if rid not in runs:
             axes = {path: get_path(final, path)[1] for path in values}
             runs[rid] = PlannedRun(rid, config, axes, params, params - reference, residual)

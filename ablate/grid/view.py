@@ -57,12 +57,13 @@ def compute(run: PlannedRun) -> dict[str, int]:
     return {"tokens": tokens_per_run(run.config), "flops": planned_flops(run.config)}
 
 
-def memory(run: PlannedRun) -> dict[str, Any]:
-    """The run's estimated peak ``memory_gb`` per device and its items (``ablate.ablations.memory``)."""
+def memory(run: PlannedRun, *, gpu: bool | None = None, items: bool = True) -> dict[str, Any]:
+    """The run's estimated peak ``memory_gb`` per device and (``items``) its items (``ablate.ablations.memory``);
+    ``gpu``: whether a GPU is here (asked when None)."""
     from ablate.ablations.memory import gpu_here, run_memory
 
-    est = run_memory(run.config, gpu=gpu_here())
-    return {"memory_gb": round(est.gb, 4), "memory": est.itemised_gb()}
+    est = run_memory(run.config, gpu=gpu_here() if gpu is None else gpu)
+    return {"memory_gb": round(est.gb, 4), **({"memory": est.itemised_gb()} if items else {})}
 
 
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
@@ -83,12 +84,13 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
     }
 
 
-def varying_axes(runs: Sequence[PlannedRun]) -> list[str]:
-    """The axis paths (other than variant and seed) whose resolved value differs between runs, in grid order."""
+def varying_axes(runs: Sequence[PlannedRun], dumps: Sequence[dict[str, Any]] | None = None) -> list[str]:
+    """The axis paths (other than variant and seed) whose resolved value differs between runs, in grid order
+    (``dumps``: the runs' configs dumped as JSON, when the caller has them)."""
     paths: dict[str, None] = {}
     for r in runs:
         paths.update(dict.fromkeys(p for p in r.axes if p not in ("variant", "seed")))
-    dumps = [r.config.model_dump(mode="json") for r in runs]
+    dumps = dumps if dumps is not None else [r.config.model_dump(mode="json") for r in runs]
     return [
         p for p in paths if len({repr(canonical(get_path(d, p)[1])) for d in dumps}) > 1
     ]
@@ -115,36 +117,27 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, matched: str | None = None,
-               ladder: bool = False) -> Any:
-    """A rich ``Table``: run id, variant, seed, [rung,] the axes that vary, params, added params, [residual],
-    tokens, FLOPs, estimated peak memory per device, status. With ``ladder`` the model fields the rungs set show as one ``rung`` column."""
-    from rich.table import Table
-
-    from ablate.ablations.memory import GiB, fmt_gb
+def plan_rows(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, matched: str | None = None,
+              ladder: bool = False) -> tuple[str, list[tuple[str, str]], list[list[str]]]:
+    """What ``ablate plan`` shows, as text: the title, the columns (name, ``left``/``right``) and one row of cells
+    per run: run id, variant, seed, [rung,] the axes that vary, params, added params, [residual], tokens, FLOPs,
+    estimated peak memory per device, status. With ``ladder`` the model fields the rungs set show as one ``rung``
+    column."""
+    from ablate.ablations.memory import GiB, fmt_gb, gpu_here
     from ablate.grid.ladder import rung_label
 
-    axes = varying_axes(runs)
+    gpu = gpu_here()
+    dumps = [r.config.model_dump(mode="json") for r in runs]
+    axes = varying_axes(runs, dumps)
     if ladder:
         axes = [p for p in axes if not p.startswith("model.") or p in ("model.preset",)]
-    table = Table(title=f"grid {name}: {len(runs)} run{'s' * (len(runs) != 1)}")
-    table.add_column("run id", no_wrap=True, style="bold")
-    table.add_column("variant", no_wrap=True)
-    table.add_column("seed", justify="right")
-    if ladder:
-        table.add_column("rung", justify="right")
-    for path in axes:
-        table.add_column(path, justify="right")
-    table.add_column("params", justify="right")
-    table.add_column("added", justify="right")
-    if matched is not None:
-        table.add_column(f"vs {matched}", justify="right")
-    table.add_column("tokens", justify="right")
-    table.add_column("FLOPs", justify="right")
-    table.add_column("memory", justify="right")
-    table.add_column("status")
-    for r in runs:
-        dump = r.config.model_dump(mode="json")
+    columns = [("run id", "left"), ("variant", "left"), ("seed", "right")]
+    columns += [("rung", "right")] if ladder else []
+    columns += [(path, "right") for path in axes] + [("params", "right"), ("added", "right")]
+    columns += [(f"vs {matched}", "right")] if matched is not None else []
+    columns += [("tokens", "right"), ("FLOPs", "right"), ("memory", "right"), ("status", "left")]
+    rows = []
+    for r, dump in zip(runs, dumps, strict=True):
         cells = [r.run_id, r.config.variant, str(r.config.seed)]
         if ladder:
             cells.append(rung_label(dump["model"]))
@@ -153,7 +146,8 @@ def plan_table(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *,
         if matched is not None:
             cells.append("-" if r.match_residual is None else f"{r.match_residual:+.3%}")
         cost = compute(r)
-        cells += [human(cost["tokens"]), f"{cost['flops']:.2e}", fmt_gb(memory(r)["memory_gb"] * GiB)]
+        cells += [human(cost["tokens"]), f"{cost['flops']:.2e}",
+                  fmt_gb(memory(r, gpu=gpu, items=False)["memory_gb"] * GiB)]
         cells.append(status.get(r.run_id, NEW))
-        table.add_row(*cells)
-    return table
+        rows.append(cells)
+    return f"grid {name}: {len(runs)} run{'s' * (len(runs) != 1)}", columns, rows
