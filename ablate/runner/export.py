@@ -94,7 +94,7 @@ def model_card(run_id: str, config: Any, cfg: Any, target: str, summary: tuple[s
     lines = [
         "---", "library_name: transformers", "tags: [ablate, gated-attention]", "---", "",
         f"# {config.variant} (ablate run `{run_id}`)", "",
-        f"{variant.description}. Trained with ablate, in an ablation study of \"Gated Attention for Large "
+        f"{variant.description[:1].upper()}{variant.description[1:]}. Trained with ablate, in an ablation study of \"Gated Attention for Large "
         f"Language Models\" (arXiv 2505.06708): preset `{cfg.preset}`, {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} query / "
         f"{cfg.n_kv_heads} key-value heads of {cfg.head_dim}, {config.data.seq_len}-token context, seed "
         f"{config.seed}." + (f" Paper rows: {', '.join(variant.paper)}." if variant.paper else ""), "",

@@ -77,6 +77,7 @@ def greedy_generate(model: Any, prompt: list[int], *, max_new: int, device: Any,
 @functools.cache
 def lm_eval_class() -> type:
     """The ``lm_eval.api.model.TemplateLM`` subclass for ablate models, registered in lm_eval as ``ablate``."""
+    import lm_eval.models  # noqa: F401 - lm-eval's own models first: its registry loads them only while empty
     import torch
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model
