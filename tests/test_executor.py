@@ -7,7 +7,9 @@ the time is the workers importing torch and Lightning.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -67,7 +69,7 @@ def finished(tmp_path_factory, env):
     os.environ["ABLATE_CACHE"] = env["ABLATE_CACHE"]
     os.chdir(root)  # to see that nothing lands in the working directory (no ./mlruns)
     try:
-        result = invoke("run", str(path), "--jobs", "2", "--home", str(home))
+        result = invoke("run", str(path), "--jobs", "2", "--home", str(home), "--progress-every", "1")
     finally:
         os.chdir(cwd)
         if cache is None:
@@ -86,6 +88,11 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     assert (runs["steps"] == 60).all() and runs["resumed_from"].isna().all()
     assert set(runs["device"]) == {"cpu"}
     assert "2 to run (0 resuming), 0 skipped; 2 worker(s) on cpu" in result.output
+    # no terminal here (#14 item 9): "starting workers", plain progress lines, finished lines with variant and seed
+    assert "starting workers" in result.output
+    assert re.search(r"progress quick: [0-2]/2 ended; (starting workers|running: .*step \d+/60)", result.output)
+    for variant in ("baseline", "sdpa-elementwise"):
+        assert re.search(rf"done \w{{10}} {variant} 0 in \d+s", result.output), result.output
 
     from mlflow import MlflowClient
 
@@ -175,6 +182,12 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     assert not list((home / "runs").glob("*/result.json"))  # cut off before any run finished
     with Store.open(home=home) as store:
         assert "running" in store.statuses(run_ids=list(reference.index)).values()
+    # #14 item 7: on this machine the run's free lock says its process is gone, at once (not after 5 minutes)
+    status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)
+    (cut,) = status["running"]
+    assert cut["gone"] and cut["stale"] and status["stale"] == [cut["run_id"]]
+    table = invoke("status", "--home", str(home))
+    assert "GONE" in table.stdout and "cut off" in table.output
 
     rerun = invoke("run", str(path), "--jobs", "1", "--home", str(home), "--no-mlflow")
     assert rerun.exit_code == 0, rerun.output
@@ -216,6 +229,7 @@ include:
 
     again = invoke("run", str(crashy), "--home", str(home))  # failed runs are skipped without --retry-failed
     assert again.exit_code == 1 and "worker" not in again.output
+    assert "1 run(s) failed before and were skipped: --retry-failed would rerun them" in again.output
 
     corpus.write_text('{"text": "the quick brown fox jumps over the lazy dog."}\n' * 400)
     retried = invoke("run", str(crashy), "--retry-failed", "--jobs", "2", "--home", str(home))

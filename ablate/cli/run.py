@@ -107,6 +107,11 @@ def run(
                                                          "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for runs another process is training, then run what "
                                        "they leave (slurm: wait until every run has ended)")] = False,
+    store_patience: Annotated[float, typer.Option("--store-patience", help="seconds the store may stay unreachable "
+                                                  "before the grid stops cleanly (training goes on meanwhile)")]
+    = 300.0,
+    progress_every: Annotated[float, typer.Option("--progress-every", help="without a terminal: a progress line "
+                                                  "this often (seconds)")] = 30.0,
     nodes: Annotated[int | None, typer.Option("--nodes", help="slurm: nodes per run (its train.devices processes "
                                               "spread evenly over them)")] = None,
     gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", help="slurm: GPUs per node (= processes "
@@ -132,7 +137,8 @@ def run(
     from ablate.execute import RunOptions, print_summary, run_grid
 
     options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
-                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait)
+                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait,
+                         store_patience_s=store_patience, progress_every_s=progress_every)
     report = run_grid(grid, sets or [], options)
     print_summary(report)
     raise typer.Exit(report.exit_code)
@@ -162,16 +168,58 @@ def ui(
     port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
     home: HomeOpt = None,
 ) -> None:
-    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C stops it)."""
-    import subprocess
-
+    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its workers)."""
     from ablate.store.mlflow_mirror import ui_command
 
     cmd = ui_command(home_dir(home), port=port)
     typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    raise typer.Exit(serve(cmd))
+
+
+def serve(cmd: list[str], *, grace_s: float = 3.0) -> int:
+    """Run a server command in its own process group until it exits or this process gets SIGINT or SIGTERM; then
+    stop the whole group (the server and every worker it started): SIGTERM, and after ``grace_s`` SIGKILL.
+    Returns the server's exit status (0 when stopped by a signal)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, start_new_session=True)  # a group of its own: stopped as one, never orphaned
+    asked: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, _frame: asked.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = subprocess.call(cmd)
-    except KeyboardInterrupt:
-        code = 0
-    raise typer.Exit(code if code >= 0 else 0)
+        while proc.poll() is None and not asked:
+            time.sleep(0.1)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None or asked:
+            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 1.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                deadline = time.monotonic() + wait_s
+                while time.monotonic() < deadline and _group_alive(proc.pid):
+                    proc.poll()
+                    time.sleep(0.05)
+                if not _group_alive(proc.pid):
+                    break
+            proc.wait()
+    return 0 if asked else max(proc.returncode or 0, 0)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is left (signal 0 to the group)."""
+    import os
+
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 

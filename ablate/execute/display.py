@@ -120,20 +120,20 @@ class GridDisplay:
             line.append(f" {a.label} in {duration(took)}")
         if note:
             line.append(f"  {note}")
-        self.console.print(line, highlight=False)
+        self.console.print(line, highlight=False, soft_wrap=not self.console.is_terminal)
         self.ended_n += 1
         self.progress.advance(self.task)
 
     def message(self, text: str) -> None:
-        """A line for the user (start-up, interrupts, warnings; rich markup)."""
-        self.console.print(text, highlight=False)
+        """A line for the user (start-up, interrupts, warnings; rich markup); one line in a log."""
+        self.console.print(text, highlight=False, soft_wrap=not self.console.is_terminal)
 
     def tick(self) -> None:
         """Without a terminal, every ``every_s`` seconds: one plain progress line (``progress_line``)."""
         if self.console.is_terminal or time.monotonic() - self._last_line < self.every_s:
             return
         self._last_line = time.monotonic()
-        self.console.print(self.progress_line(), highlight=False, markup=False)
+        self.console.print(self.progress_line(), highlight=False, markup=False, soft_wrap=True)  # one line in a log
 
     def progress_line(self) -> str:
         """``progress: 3/12 ended; running: baseline 0 step 40/60, ...; ETA 2m10s`` (or "starting workers")."""

@@ -153,7 +153,7 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
     report.warnings += lifecycle.warnings()
     if lifecycle.pending_writes():
         report.store_error = report.store_error or (
-            f"the store {lifecycle.where} went away and did not come back")
+            f"the store {lifecycle.where} has been unreachable for {lifecycle.store_down_s() or 0:.0f} s")
     if report.store_error is None:
         report.statuses = o.store.statuses(run_ids=[p.run_id for p in o.planned])
     return report
@@ -212,8 +212,8 @@ def print_summary(report: GridReport, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
 
-    def line(style: str, head: str, text: str) -> None:  # the text as it is, never read as markup
-        console.print(Text.assemble((head, style), f" {text}"), highlight=False)
+    def line(style: str, head: str, text: str, to: Console = console) -> None:  # as it is, never read as markup
+        to.print(Text.assemble((head, style), f" {text}"), highlight=False, soft_wrap=True)
 
     for rid, error in report.errors.items():
         line("red", "failed", f"{rid}: {error.splitlines()[0] if error else ''}")
@@ -227,6 +227,6 @@ def print_summary(report: GridReport, console: Console | None = None) -> None:
     if report.store_error is not None:
         runs = layout.runs_dir(report.home) if report.home else "$ABLATE_HOME/runs"
         line("red", "error:", f"{report.store_error}; finished runs are kept in {runs}: when the store is back, run "
-             f"the same command again (or `ablate ingest {runs}`)")
+             f"the same command again (or `ablate ingest {runs}`)", to=Console(stderr=True))
     elif report.interrupted:
         console.print("interrupted: run the same command again to resume", highlight=False)

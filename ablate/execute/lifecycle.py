@@ -190,7 +190,10 @@ class Lifecycle:
                 return self.busy(rid)
             if out.kind == "pruned":
                 return self.pruned(rid, step=out.step, value=out.value)
-            return self.finished(rid, resumed_from=out.resumed_from)
+            ended = self.finished(rid, resumed_from=out.resumed_from)
+            if out.kind == "reused":
+                ended.note = f"{ended.note}  (trained by another process; recorded)".strip()
+            return ended
         if isinstance(event, Failed):
             return self.failed(rid, event.error, event.traceback)
         if isinstance(event, Died):
@@ -233,13 +236,14 @@ class Lifecycle:
             if self._down_since is None:
                 self._down_since = time.monotonic()
                 self._next_try = self._down_since + self._backoff
-                log.warning("the store %s is unreachable (%s); training goes on, the results are kept in %s and "
-                            "recorded when it is back", self.where, _first_line(exc), self.home / layout.RUNS_DIR)
+                # info: the executor tells the user (ablate.execute.local), a Slurm task its log
+                log.info("the store %s is unreachable (%s); training goes on, the results are kept in %s and "
+                         "recorded when it is back", self.where, _first_line(exc), self.home / layout.RUNS_DIR)
 
     def _came_back(self) -> None:
         with self._lock:
             if self._down_since is not None:
-                log.warning("the store %s is back after %.0f s", self.where, time.monotonic() - self._down_since)
+                log.info("the store %s is back after %.0f s", self.where, time.monotonic() - self._down_since)
             self._down_since, self._backoff = None, 1.0
 
     def tick(self) -> None:

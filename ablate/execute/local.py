@@ -48,6 +48,7 @@ class LocalRunner:
         self.interrupted = False
         self.hard_stop = False
         self.store_error: str | None = None
+        self.store_away = False
         self.pool_started: float | None = None  # time.monotonic() when the workers were started
         self.job_times: dict[str, tuple[float, float]] = {}  # run_id -> (started, ended), monotonic
         self.run_one_s: dict[str, float] = {}  # run_id -> seconds inside run_one (in the worker)
@@ -111,6 +112,12 @@ class LocalRunner:
                                 "(Ctrl-C again to stop at once)[/]" if told == 1 else "[magenta]stopping at once[/]")
             self.lifecycle.tick()
             down = self.lifecycle.store_down_s()
+            if (down is not None) != self.store_away:  # say once that it went away, and once that it is back
+                self.store_away = down is not None
+                display.message(f"[yellow]the store {self.lifecycle.where} is unreachable: training goes on, results "
+                                f"are kept and recorded when it is back (stopping after "
+                                f"{self.store_patience_s:.0f} s)[/]" if self.store_away else
+                                f"[green]the store {self.lifecycle.where} is back[/]")
             if down is not None and down > self.store_patience_s and self.store_error is None:
                 self.store_error = (f"the store {self.lifecycle.where} has been unreachable for {down:.0f} s: "
                                     "stopping (running jobs save a checkpoint)")

@@ -117,10 +117,15 @@ class SlurmTask(Checkpointable):
 
         self._thread = threading.Thread(target=target, name=f"train-{run_id}", daemon=True)
         self._thread.start()
+        away = False
         while self._thread.is_alive():
             self._thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
             if lifecycle is not None:
                 lifecycle.tick()  # MLflow run ids; writes kept while the store was away
+                if (lifecycle.store_down_s() is not None) != away:
+                    away = not away
+                    log.warning("the store %s is %s", lifecycle.where, "unreachable: training goes on, the result "
+                                "is kept in the run directory" if away else "back")
         error = outcome.get("error")
         if isinstance(error, RunInterrupted):
             return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)

@@ -151,10 +151,7 @@ class MlflowMirror:
         self._last[rid] = last
         have = existing.data.params if existing is not None else {}
         params = [Param(k, v[:6000]) for k, v in flatten(dict(config)).items() if k not in have]
-        for i in range(0, len(params), MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(rid, params=params[i:i + MAX_PARAMS_PER_BATCH])
-        for key, value in {"status": "running", **(tags or {})}.items():
-            self.client.set_tag(rid, key, str(value))
+        self._tags(rid, {"status": "running", **(tags or {})}, params)
         return rid
 
     def log_steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -184,8 +181,7 @@ class MlflowMirror:
         run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from)}
         if result.error:
             run_tags["error"] = result.error[:5000]
-        for key, value in run_tags.items():
-            self.client.set_tag(rid, key, value)
+        self._tags(rid, run_tags)
         if result.config:
             self._artifacts(rid, result)
         self.client.set_terminated(rid, status=END_STATUS.get(str(result.status), "FINISHED"),
@@ -197,8 +193,7 @@ class MlflowMirror:
         rid = self._runs.get(run_id)
         if rid is None:
             return
-        for key, value in {"status": status, **(tags or {})}.items():
-            self.client.set_tag(rid, key, str(value))
+        self._tags(rid, {"status": status, **(tags or {})})
         self.client.set_terminated(rid, status=END_STATUS.get(status, "FINISHED"))
 
     # ------------------------------------------------------------ helpers
@@ -234,6 +229,15 @@ class MlflowMirror:
                 seen[m.key].add(m.step)
                 out.append(m)
         return out
+
+    def _tags(self, rid: str, tags: Mapping[str, Any], params: list[Any] = ()) -> None:
+        """Tags (and params) in as few ``log_batch`` calls as MLflow's limits allow: one transaction each."""
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(k, str(v)) for k, v in tags.items()]
+        params = list(params)
+        for i in range(0, max(len(params), 1), MAX_PARAMS_PER_BATCH):
+            self.client.log_batch(rid, params=params[i:i + MAX_PARAMS_PER_BATCH], tags=batch if i == 0 else [])
 
     def _log(self, rid: str, metrics: list[Any]) -> None:
         for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
@@ -316,7 +320,7 @@ class MirrorThread:
         self._put(("end", run_id, (status,), {"tags": dict(tags or {})}))
 
     def logged(self) -> list[tuple[str, str]]:
-        """``(run_id, mlflow_run_id)`` of every nested run opened or completed since the last call."""
+        """``(run_id, mlflow_run_id)`` of every nested run completed since the last call."""
         out = []
         while True:
             try:
@@ -376,7 +380,7 @@ class MirrorThread:
         except Exception as exc:  # noqa: BLE001
             self._fail(f"MLflow mirror of run {run_id}: {exc}", key=str(exc))
             return
-        if kind in ("start", "result"):
+        if kind == "result":  # recorded in the store once complete: a run mirrored halfway is mirrored again
             self._done.put((run_id, out))
 
     def _fail(self, message: str, *, key: str | None = None) -> None:

@@ -1,0 +1,281 @@
+"""Faults around ``ablate run`` (issue #14), each with real processes: a second ``ablate run`` of a grid another
+process is training, two started at the same moment, a PostgreSQL store stopped mid-grid and restarted, a SQLite
+store on a disk that fills up, and ``ablate ui`` stopped by a signal. No mocks: the stores, servers and signals
+are the real ones.
+
+The runs: the tiny preset on the arithmetic stream (tests/tiny_grids.py), one torch thread per worker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from tiny_grids import tiny_grid
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.layout import CHECKPOINT
+from ablate.store import Store
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+ABLATE = str(Path(sys.executable).parent / "ablate")
+
+
+@pytest.fixture
+def env(module_cache):
+    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE")}
+    e["ABLATE_CACHE"] = str(module_cache)
+    return e
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _statuses(url: str | None, home: Path) -> dict[str, dict]:
+    try:
+        with Store.open(url, home=home) as store:
+            frame = store.runs_frame()
+    except Exception:  # noqa: BLE001 - not created yet, or (on purpose) down
+        return {}
+    return {r["run_id"]: r for r in frame.to_dict("records")}
+
+
+def _wait(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended ({proc.returncode}) before {what}: {proc.stderr.read()}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _run(home: Path, path: Path, *args: str, env: dict) -> subprocess.Popen:
+    # --jobs 2 with --no-mlflow: one torch thread per worker, nothing but the store
+    return subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _trained_lines(output: str) -> list[str]:
+    """The lines of runs this process trained to the end (not those it found finished by another)."""
+    return [line for line in output.splitlines() if re.match(r"\s*done \w{10} ", line)
+            and "trained by another process" not in line]
+
+
+# ---------------------------------------------------------------- #14 item 1: a grid another process is training
+
+
+def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_waits(tmp_path, env):
+    path, home = tmp_path / "g.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("busy", steps=300, checkpoint_every=1000))
+    first = _run(home, path, env=env)
+    try:
+        running = _wait(lambda: (r := _statuses(None, home)) and all(
+            x["status"] == "running" and x["heartbeat_step"] is not None for x in r.values()) and r, 300,
+            "both runs to train", first)
+        pids = sorted(int((home / "runs" / rid / ".lock").read_text()) for rid in running)
+        second = CliRunner().invoke(app, ["run", str(path), "--home", str(home), "--no-mlflow"])
+        assert second.exit_code == 0, second.output  # before: exit 1, rich.errors.MarkupError
+        line = f"2 running in another process ({', '.join(f'pid {p}' for p in pids)}), skipped"
+        assert f"ablate run busy: {line}" in second.output and "to run" not in second.output
+        assert "Traceback" not in second.output
+        waiting = _run(home, path, "--wait", env=env)
+        out, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err
+        w_out, w_err = waiting.communicate(timeout=300)
+        assert waiting.returncode == 0, w_err
+    finally:
+        _stop(first)
+    assert "waiting for 2 run(s) another process is training" in w_err
+    assert "to run" not in w_err and not _trained_lines(w_err)  # it waited, then had nothing left to train
+    assert len(_trained_lines(err)) == 2
+    final = _statuses(None, home)
+    assert {r["status"] for r in final.values()} == {"done"} and all(r["resumed_from"] is None for r in final.values())
+
+
+def test_two_runs_started_together_train_each_run_once(tmp_path, env):
+    path, home = tmp_path / "g.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("race", steps=60))
+    procs = [_run(home, path, env=env) for _ in range(2)]
+    try:
+        outs = [p.communicate(timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            _stop(p)
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    errs = "\n".join(err for _, err in outs)
+    assert "Traceback" not in errs and "MarkupError" not in errs
+    assert len(_trained_lines(errs)) == 2  # two runs, each trained by exactly one of the two processes
+    final = _statuses(None, home)
+    assert len(final) == 2 and {r["status"] for r in final.values()} == {"done"}
+
+
+# ---------------------------------------------------------------- #14 item 2: the store goes away
+
+
+@pytest.fixture
+def own_postgres(tmp_path):
+    """A PostgreSQL server of this test's own (it stops and restarts it): ``(url, stop, start)``."""
+    script = str(ROOT / "scripts" / "postgres.sh")
+    pgdir = tempfile.mkdtemp(prefix="ablate-pg-away-")  # not under pytest's tmp: the server runs as `postgres`
+    env = {**os.environ, "ABLATE_PG_PORT": str(_free_port())}
+
+    def start() -> str:
+        out = subprocess.run([script, "start", pgdir], env=env, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            pytest.skip(f"no PostgreSQL server could be started: {out.stderr[-300:]}")
+        return out.stdout.strip().splitlines()[-1]
+
+    def stop() -> None:
+        subprocess.run([script, "stop", pgdir], env=env, capture_output=True, timeout=120)
+
+    try:
+        yield start(), stop, start
+    finally:
+        stop()
+        shutil.rmtree(pgdir, ignore_errors=True)
+
+
+def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back) -> None:
+    """Start a grid, take the store away once a run trains, check the clean stop, bring the store back, rerun."""
+    proc = _run(home, path, "--store-patience", "8", *(["--store", url] if url else []), env=env)
+    try:
+        seen = _wait(lambda: {rid: r["heartbeat_step"] for rid, r in _statuses(url, home).items()
+                              if r["status"] == "running" and (r["heartbeat_step"] or 0) >= 5}, 300,
+                     "a run to train", proc)
+        take_away()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        _stop(proc)
+    # a clean stop: exit 1, the store named, how to resume, no traceback; what trained meanwhile is on disk
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and "has been unreachable for" in err, err
+    assert "is unreachable: training goes on" in err, err
+    assert re.search(r"when the store is back, run the same command again \(or `ablate ingest .*runs`\)", err), err
+    assert "has been unreachable for" in err and "interrupted" in err  # patience (8 s) ran out mid-run
+    runs = home / "runs"
+    results = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
+    for rid, step in seen.items():  # it trained on while the store was away: finished, or checkpointed further
+        assert rid in results or (runs / rid / CHECKPOINT).is_file(), (rid, step, err)
+    bring_back()
+    rerun = _run(home, path, *(["--store", url] if url else []), env=env)
+    out, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err
+    final = _statuses(url, home)
+    assert len(final) == 2 and {r["status"] for r in final.values()} == {"done"}, final
+    for rid, mtime in results.items():  # finished during the outage: recorded now, never trained again
+        assert (runs / rid / "result.json").stat().st_mtime_ns == mtime
+    assert len(_trained_lines(err)) == 2 - len(results)
+    resumed = [rid for rid, r in final.items() if rid not in results and r["resumed_from"] is not None]
+    assert len(resumed) == len([rid for rid in seen if rid not in results])  # cut off: resumed, not restarted
+
+
+def test_a_postgres_store_stopped_mid_grid_then_restarted(tmp_path, env, own_postgres):
+    url, stop, start = own_postgres
+    path, home = tmp_path / "g.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("away", steps=2500, checkpoint_every=50))  # still training when patience ends
+    _outage(url, home, path, env, take_away=stop, bring_back=start)
+
+
+def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
+    """A real full disk: a small tmpfs holding the SQLite store, filled mid-grid (root only: it mounts)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True,
+                           text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mount.stderr.strip()}")
+    filler = disk / "filler"
+    try:
+        url = f"sqlite:///{disk / 'ablate.db'}"
+        path, home = tmp_path / "g.yaml", tmp_path / "home"
+        path.write_text(tiny_grid("full", steps=2500, checkpoint_every=50))
+
+        def fill() -> None:  # until the disk says no more
+            with filler.open("wb", buffering=0) as fh:
+                try:
+                    while fh.write(b"\0" * 4096):
+                        pass
+                except OSError:
+                    pass
+
+        _outage(url, home, path, env, take_away=fill, bring_back=lambda: filler.unlink())
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+# ---------------------------------------------------------------- #14 item 6: `ablate ui` and signals
+
+
+def _descendants(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        p, pp = map(int, line.split())
+        children.setdefault(pp, []).append(p)
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_ui_stops_its_whole_process_group_within_5_s(tmp_path, env, sig):
+    port = _free_port()
+    proc = subprocess.Popen([ABLATE, "ui", "--port", str(port), "--home", str(tmp_path / "home")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    spawned: set[int] = set()
+    try:
+        def serving() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        _wait(serving, 180, "the UI to serve", proc)
+        spawned = _descendants(proc.pid)
+        assert spawned  # the MLflow server and its workers
+        t0 = time.monotonic()
+        os.kill(proc.pid, sig)  # the `ablate ui` process only, as `kill` or a service manager sends it
+        proc.wait(timeout=5)
+        while time.monotonic() - t0 < 5 and any(_alive(p) for p in spawned):
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        assert not [p for p in spawned if _alive(p)], f"still alive after {took:.1f}s"  # before: 15 processes
+        assert took < 5 and not serving()
+    finally:
+        _stop(proc)
+        for p in spawned:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
