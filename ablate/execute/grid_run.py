@@ -139,8 +139,9 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
     for rid in o.skipped:
         report.outcomes.setdefault(rid, "running elsewhere" if rid in o.held else "skipped")
     report.held, report.failed_before = o.held_line(), len(o.failed_before)
-    if report.held:
-        console.print(f"ablate run {o.name}: {report.held}", highlight=False)
+    if report.held:  # the one line about them
+        hint = "" if opts.wait else "; --wait waits for them"
+        console.print(f"ablate run {o.name}: {report.held}{hint}", highlight=False, soft_wrap=True)
     finished = [d.run_id for d in o.decisions if d.status in ("done", "diverged")] + list(o.reused)
     mirror = _mirror(o, finished, bool(o.todo)) if opts.mlflow else None
     lifecycle = Lifecycle(o.store, home=o.home, mirror=mirror)
@@ -217,8 +218,6 @@ def print_summary(report: GridReport, console: Console | None = None) -> None:
 
     for rid, error in report.errors.items():
         line("red", "failed", f"{rid}: {error.splitlines()[0] if error else ''}")
-    if report.held:
-        console.print(f"{report.held}; --wait waits for them", highlight=False, markup=False)
     if report.failed_before:
         console.print(f"{report.failed_before} run(s) failed before and were skipped: --retry-failed would rerun "
                       "them (from their last checkpoint)", highlight=False, markup=False)
