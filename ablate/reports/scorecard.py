@@ -5,15 +5,18 @@ A claim names the arms it is about by their catalogue refs (``tableN:R``) and is
 - ``delta``: the paired difference ``treatment - reference`` of a metric over runs with the same configuration apart
   from the variant and the same seed; it *holds* when the whole 95% CI lies on the side the paper reports, is
   *contradicted* when it lies wholly on the other side;
-- ``ratio``: the paired ratio ``treatment / reference`` (how much of the reference's value is left); holds when the
-  whole CI is at or below ``bound``, contradicted when it is wholly above;
+- ``ratio``: ``mean(treatment) / mean(reference)`` over paired runs (how much of the reference's value is left, CI
+  from resampling the pairs); holds when the whole CI is at or below ``bound``, contradicted when wholly above;
 - ``level``: one arm's value over its runs (the baseline's F-Attn: does it form a sink at all?); holds when the whole
   CI is at or above ``bound``, contradicted when wholly below;
 - ``stability``: at the configurations (learning rates) where some run of either arm diverged (``survival``) or
   diverged or recorded a loss spike (``trouble``), the paired share of runs that trained through.
 
 Anything else is *not enough evidence*, and the detail says why (an arm missing, fewer than two pairs, a CI across
-the line). Only done runs are measured; a diverged run counts in the stability claims only.
+the line). Only done runs are measured; a diverged run counts in the stability claims only. The probe claims
+(F-Attn, M-Act, gate scores: the paper's Table 4, measured at one training setting) read the grid's most common
+configuration, as Table 4 does, so a high-learning-rate arm added for the stability claims does not mix in; the PPL
+claims pair runs at every configuration.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ablate.reports.rows import RESULT_STATUSES, cell_value, pair_key
+from ablate.reports.rows import RESULT_STATUSES, _modal_context, cell_value, pair_key
 from ablate.reports.spec import VariantInfo
-from ablate.reports.stats import Delta, bootstrap_ci, paired_delta
+from ablate.reports.stats import Delta, bootstrap_ci, bootstrap_ratio_ci, paired_delta
 
 HOLDS, CONTRADICTED, UNCLEAR = "holds", "contradicted", "not enough evidence"
 VERDICTS = (HOLDS, CONTRADICTED, UNCLEAR)
@@ -49,7 +52,13 @@ class Claim:
     bound: float | None = None
     paper: str = ""
 
+    @property
+    def modal(self) -> bool:
+        """Measured at the grid's most common configuration only (the probe metrics of Table 4)."""
+        return self.metric in PROBE_METRICS
 
+
+PROBE_METRICS = ("f_attn", "m_act", "gate_score")
 SINK_F_ATTN = 0.3  # a sink: at least this share of attention on the first token (paper: baseline 0.467, Fig. 2)
 _BASE, _G1, _G1_HEAD, _SHARED, _G2 = "table1:1", "table1:5", "table1:10", "table1:12", "table1:6"
 
@@ -171,6 +180,17 @@ def evaluate_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo]
     """One claim's verdict over the runs frame (every status; done runs are measured, diverged ones count in the
     stability claims)."""
     treat_v, ref_v = arms(claim, catalogue)
+    where = ""
+    if claim.modal and len(runs):
+        runs, notes = _modal_context(runs)
+        where = notes[0].split("shows ", 1)[1] if notes else ""
+    verdict = _evaluate(claim, runs, treat_v, ref_v)
+    if where:
+        verdict = replace(verdict, detail=f"{verdict.detail} (at {where})")
+    return verdict
+
+
+def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None) -> Verdict:
     runs = runs[runs["status"].isin(RESULT_STATUSES)] if len(runs) else runs
     treat = runs[runs["variant"] == treat_v] if len(runs) else runs
     ref = runs[runs["variant"] == ref_v] if len(runs) else runs
@@ -216,16 +236,16 @@ def _level(claim: Claim, values: Mapping[Any, float | None], variant: str | None
 
 def _ratio(claim: Claim, t: Mapping[Any, float | None], b: Mapping[Any, float | None], treat_v: str | None,
            ref_v: str | None) -> Verdict:
-    ratios = [t[k] / b[k] for k in sorted(set(t) & set(b), key=repr)
-              if t[k] is not None and b[k] is not None and b[k] > 0 and math.isfinite(t[k] / b[k])]
-    if not ratios:
+    keys = [k for k in sorted(set(t) & set(b), key=repr) if t[k] is not None and b[k] is not None]
+    tv, bv = [t[k] for k in keys], [b[k] for k in keys]
+    if not keys or sum(bv) <= 0 or not math.isfinite(sum(tv) / sum(bv)):
         return Verdict(claim, treat_v, ref_v, Delta(None, None, None, 0), UNCLEAR,
                        f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
-    lo, hi = bootstrap_ci(ratios)
-    delta = Delta(sum(ratios) / len(ratios), lo, hi, len(ratios), tuple(ratios))
+    lo, hi = bootstrap_ratio_ci(tv, bv)
+    delta = Delta(sum(tv) / sum(bv), lo, hi, len(keys), tuple(x / y if y else math.inf for x, y in zip(tv, bv)))
     bound = claim.bound if claim.bound is not None else 1.0
     verdict = UNCLEAR if lo is None else HOLDS if hi <= bound else CONTRADICTED if lo > bound else UNCLEAR
-    detail = f"{treat_v} / {ref_v}, {len(ratios)} paired seed(s), against {bound:.2g}"
+    detail = f"mean {treat_v} / mean {ref_v}, {len(keys)} paired seed(s), against {bound:.2g}"
     if verdict == UNCLEAR:
         detail += _why_unclear(delta, f"{bound:.2g}")
     return Verdict(claim, treat_v, ref_v, delta, verdict, detail)

@@ -104,6 +104,25 @@ def _bca(samples: tuple, statistic: object, *, level: float, draws: int, seed: i
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def bootstrap_ratio_ci(treatment: Iterable[float], reference: Iterable[float], *, level: float = CI_LEVEL,
+                       draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> tuple[float | None, float | None]:
+    """Percentile bootstrap CI of ``mean(treatment) / mean(reference)`` over pairs (resampling the pairs).
+
+    >>> bootstrap_ratio_ci([1.0, 2.0], [4.0, 8.0])
+    (0.25, 0.25)
+    """
+    import numpy as np
+
+    t, b = np.asarray(list(treatment), dtype=float), np.asarray(list(reference), dtype=float)
+    if t.size < 2:
+        return None, None
+    idx = np.random.default_rng(seed).integers(0, t.size, size=(draws, t.size))
+    ratios = t[idx].mean(axis=1) / b[idx].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(ratios, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
 def paired_delta(treatment: Mapping[object, float | None], reference: Mapping[object, float | None]) -> Delta:
     """Mean of ``treatment[k] - reference[k]`` over keys both measured (finite), with its bootstrap CI.
 
