@@ -49,7 +49,9 @@ def test_a_600_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     path, home = tmp_path / "g.yaml", tmp_path / "home"
-    path.write_text(tiny_grid("watched", variants=["baseline"], steps=STEPS, checkpoint_every=10_000))
+    # 16 x 128 tokens a step: long enough (tens of seconds) to be seen training by several looks 1 s apart
+    path.write_text(tiny_grid("watched", variants=["baseline"], steps=STEPS, checkpoint_every=10_000)
+                    .replace("seq_len: 32", "seq_len: 128").replace("batch_size: 4", "batch_size: 16"))
     # --jobs 2 for one run: one worker with one torch thread (steady pace on a busy machine)
     proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--jobs", "2"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -58,7 +60,7 @@ def test_a_600_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
     try:
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(2.0)
+            time.sleep(1.0)
             if not (home / "ablate.db").is_file():
                 continue
             out = invoke("runs", "--home", str(home), "--format", "json")

@@ -89,8 +89,13 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
     exp = client.get_experiment_by_name("arr")
     nested = client.search_runs([exp.experiment_id], filter_string="tags.`ablate.role` = 'run'")
     assert sorted(r.data.tags["run_id"] for r in nested) == sorted(frame.index)
+    def mlflow_ids() -> dict[str, str] | None:  # written once each mirror is complete, just after the run is done
+        ids = runs(home, "arr")["mlflow_run_id"]
+        return dict(ids) if ids.notna().all() else None
+
+    ids = wait_until(mlflow_ids, 60, "the MLflow run ids", poll=0.5)
     for r in nested:
-        assert r.info.status == "FINISHED" and frame.loc[r.data.tags["run_id"], "mlflow_run_id"] == r.info.run_id
+        assert r.info.status == "FINISHED" and ids[r.data.tags["run_id"]] == r.info.run_id
         assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "loss")) == list(range(STEPS))
 
 
@@ -148,7 +153,10 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
     client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
     (nested,) = client.search_runs([client.get_experiment_by_name("pre").experiment_id],
                                    filter_string="tags.`ablate.role` = 'run'")
-    assert nested.info.status == "FINISHED" and nested.info.run_id == frame.loc[run_id, "mlflow_run_id"]
+    # the store learns the MLflow run id once its mirror is complete, just after the run is recorded done
+    mlflow_id = wait_until(lambda: m if isinstance(m := runs(home).loc[run_id, "mlflow_run_id"], str) else None, 60,
+                           "the MLflow run id", poll=0.5)
+    assert nested.info.status == "FINISHED" and nested.info.run_id == mlflow_id
     assert sorted(m.step for m in client.get_metric_history(nested.info.run_id, "loss")) == list(range(STEPS))
 
 

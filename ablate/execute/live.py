@@ -1,8 +1,8 @@
 """Live records of running runs: heartbeats and step metrics, written from a background thread.
 
 ``LiveWriter(write)`` keeps, per running run, the step rows reported since the last flush; every ``every_s``
-seconds its thread hands them to ``write({run_id: rows})`` (one store transaction: each run's heartbeat, its latest
-step, loss and tokens/s on its row, its new points of the step table). A run with no new rows still gets its
+seconds (and at once for a run's first step) its thread hands them to ``write({run_id: rows})`` (one store
+transaction: each run's heartbeat, its latest step, loss and tokens/s on its row, its new points of the step table). A run with no new rows still gets its
 heartbeat (it may be evaluating). ``add`` only appends under a lock, so the training step never waits for the
 store; when ``write`` fails (returns False) the rows are kept for the next flush, up to ``MAX_KEPT`` per run (the
 run's ``result.json`` holds every step anyway, and its ingest replaces the step table as a whole).
@@ -27,6 +27,7 @@ class LiveWriter:
     def __init__(self, write: Callable[[Mapping[str, list[dict[str, Any]]]], bool], *, every_s: float = EVERY_S):
         self._write, self.every_s = write, every_s
         self._rows: dict[str, list[dict[str, Any]]] = {}
+        self._fresh: set[str] = set()  # begun, no step written yet: its first rows are written at once
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -36,6 +37,7 @@ class LiveWriter:
         """A run started: heartbeats from now on (the first one at the next flush)."""
         with self._lock:
             self._rows.setdefault(run_id, [])
+            self._fresh.add(run_id)
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="live-writer", daemon=True)
                 self._thread.start()
@@ -47,11 +49,15 @@ class LiveWriter:
             if kept is not None:
                 kept.extend(dict(r) for r in rows)
                 del kept[:-MAX_KEPT]
+                if kept and run_id in self._fresh:  # the first step of a run: show it now, not in 2 s
+                    self._fresh.discard(run_id)
+                    self._wake.set()
 
     def end(self, run_id: str) -> None:
         """The run ended: no more heartbeats; its unwritten rows are dropped (its ingest records every step)."""
         with self._lock:
             self._rows.pop(run_id, None)
+            self._fresh.discard(run_id)
 
     def flush(self) -> bool:
         """Write what is waiting now (in the caller's thread); False when the write failed (kept for later)."""
@@ -73,7 +79,11 @@ class LiveWriter:
         return ok
 
     def _loop(self) -> None:
-        while not self._wake.wait(self.every_s):
+        while True:
+            self._wake.wait(self.every_s)
+            self._wake.clear()
+            if self._closed:
+                return
             self.flush()
 
     def close(self) -> None:
