@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
@@ -169,11 +170,28 @@ def ui(
     home: HomeOpt = None,
 ) -> None:
     """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its workers)."""
-    from ablate.store.mlflow_mirror import ui_command
-
     cmd = ui_command(home_dir(home), port=port)
     typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
     raise typer.Exit(serve(cmd))
+
+
+def ui_command(home: Path, *, port: int = 5000) -> list[str]:
+    """The ``mlflow ui`` command line over this home's tracking store, listening on 127.0.0.1 only.
+
+    A ``MLFLOW_TRACKING_URI`` that is already a server has its own UI: that is a UserInputError naming it.
+    """
+    import sys
+
+    from ablate.errors import UserInputError
+    from ablate.store.mlflow_mirror import artifact_root, tracking_uri
+
+    uri = tracking_uri(home)
+    if uri.startswith(("http://", "https://", "databricks")):
+        raise UserInputError(f"MLFLOW_TRACKING_URI is a tracking server ({uri}): open it in a browser instead")
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+            "--default-artifact-root", artifact_root(home), "--host", "127.0.0.1", "--port", str(port)]
 
 
 def serve(cmd: list[str], *, grace_s: float = 3.0) -> int:

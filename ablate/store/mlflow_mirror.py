@@ -392,24 +392,6 @@ class MirrorThread:
             self.errors.append(message)
 
 
-def ui_command(home: Path, *, port: int = 5000) -> list[str]:
-    """The ``mlflow ui`` command line over this home's tracking store, listening on 127.0.0.1 only.
-
-    A ``MLFLOW_TRACKING_URI`` that is already a server has its own UI: that is a UserInputError naming it.
-    """
-    import sys
-
-    from ablate.errors import UserInputError
-
-    uri = tracking_uri(home)
-    if uri.startswith(("http://", "https://", "databricks")):
-        raise UserInputError(f"MLFLOW_TRACKING_URI is a tracking server ({uri}): open it in a browser instead")
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-            "--default-artifact-root", artifact_root(home), "--host", "127.0.0.1", "--port", str(port)]
-
-
 def _ms(stamp: str | None) -> int | None:
     if not stamp:
         return None
