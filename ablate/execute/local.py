@@ -95,6 +95,8 @@ class LocalRunner:
             self.pool = WorkerPool(self.slots[:len(jobs)] if len(jobs) < len(self.slots) else self.slots,
                                    self.job_fn, log_dir=self.lifecycle.home / "logs").start()
             self.pool_started = time.monotonic()
+            if self.lifecycle.mirror is not None:
+                self.lifecycle.mirror.warm()  # MLflow opens while the workers import torch
         for job in jobs:
             self._jobs[job.run_id] = job
             self.lifecycle.expect(job)

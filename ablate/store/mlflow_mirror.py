@@ -119,6 +119,8 @@ class MlflowMirror:
         self._parents: dict[str, str] = {grid: self.parent_id}
         self._runs: dict[str, str] = {}  # ablate run id -> its nested MLflow run id
         self._last: dict[str, dict[str, int]] = {}  # nested run id -> metric -> last step logged live
+        # nested runs made by this mirror whose every live batch was logged: what they hold is known exactly
+        self._exact: set[str] = set()
 
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(self.grid)
@@ -145,7 +147,9 @@ class MlflowMirror:
 
         rid, existing = self._run(run_id, config, parent=parent)
         last: dict[str, int] = {}
-        if existing is not None:
+        if existing is None:
+            self._exact.add(rid)
+        else:
             self.client.update_run(rid, status="RUNNING")
             last = {k: max(p.step for p in self.client.get_metric_history(rid, k)) for k in existing.data.metrics}
         self._last[rid] = last
@@ -162,13 +166,15 @@ class MlflowMirror:
         if rid is None:
             return
         now, last = int(time.time() * 1000), self._last.setdefault(rid, {})
-        metrics = []
-        for r in rows:
-            for k, v in r.items():
-                if k != "step" and _finite(v) and int(r["step"]) > last.get(k, -1):
-                    metrics.append(Metric(k, float(v), now, int(r["step"])))
-                    last[k] = int(r["step"])
-        self._log(rid, metrics)
+        metrics = [Metric(k, float(v), now, int(r["step"])) for r in rows for k, v in r.items()
+                   if k != "step" and _finite(v) and int(r["step"]) > last.get(k, -1)]
+        try:
+            self._log(rid, metrics)
+        except Exception:
+            self._exact.discard(rid)  # some points may be missing: the end reads what it has
+            raise
+        for m in metrics:
+            last[m.key] = max(last.get(m.key, -1), m.step)
 
     def log_result(self, result: RunResult, *, parent: str | None = None, tags: Mapping[str, str] | None = None
                    ) -> str:
@@ -177,11 +183,14 @@ class MlflowMirror:
         from mlflow.entities import Metric
 
         rid = self._runs.get(result.run_id) or self.start(result.run_id, result.config, parent=parent, tags=tags)
-        self._log(rid, self._new_points(rid, self._metrics(result, Metric)))
         run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from)}
         if result.error:
             run_tags["error"] = result.error[:5000]
-        self._tags(rid, run_tags)
+        points = self._new_points(rid, self._metrics(result, Metric))
+        self._log(rid, points, tags=run_tags)
+        last = self._last.setdefault(rid, {})
+        for m in points:
+            last[m.key] = max(last.get(m.key, -1), m.step)
         if result.config:
             self._artifacts(rid, result)
         self.client.set_terminated(rid, status=END_STATUS.get(str(result.status), "FINISHED"),
@@ -217,7 +226,11 @@ class MlflowMirror:
         return run.info.run_id, None
 
     def _new_points(self, rid: str, metrics: list[Any]) -> list[Any]:
-        """``metrics`` without the (key, step) points the run already has (each key's history read once)."""
+        """``metrics`` without the (key, step) points the run already has: for a run this mirror made and logged
+        without a miss, those up to each key's last logged step; else each key's history, read once."""
+        if rid in self._exact:
+            last = self._last.get(rid, {})
+            return [m for m in metrics if m.step > last.get(m.key, -1)]
         have = self.client.get_run(rid).data.metrics
         seen: dict[str, set[int]] = {}
         out = []
@@ -239,9 +252,13 @@ class MlflowMirror:
         for i in range(0, max(len(params), 1), MAX_PARAMS_PER_BATCH):
             self.client.log_batch(rid, params=params[i:i + MAX_PARAMS_PER_BATCH], tags=batch if i == 0 else [])
 
-    def _log(self, rid: str, metrics: list[Any]) -> None:
-        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(rid, metrics=metrics[i:i + MAX_METRICS_PER_BATCH])
+    def _log(self, rid: str, metrics: list[Any], *, tags: Mapping[str, Any] | None = None) -> None:
+        """Metrics (and tags, with the first batch) in batches of MLflow's limit."""
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        for i in range(0, max(len(metrics), 1 if batch else 0), MAX_METRICS_PER_BATCH):
+            self.client.log_batch(rid, metrics=metrics[i:i + MAX_METRICS_PER_BATCH], tags=batch if i == 0 else [])
 
     @staticmethod
     def _metrics(result: RunResult, Metric: Any) -> list[Any]:
@@ -282,10 +299,10 @@ class MirrorThread:
     """``MlflowMirror`` in a background thread: ``start``, ``steps``, ``submit`` (a finished or failed run's
     result), ``end`` (a run that leaves no result), ``logged()`` -> ``(run_id, mlflow_run_id)`` pairs, ``close()``.
 
-    Commands run in order; step rows are gathered per run and logged every ``STEPS_EVERY_S`` seconds (and before
-    any other command about that run). Errors become warnings (``errors`` keeps their text, each once): MLflow
-    being down never fails a grid, and the store and ``result.json`` still hold everything, which the next mirror
-    of the run fills in.
+    Commands about a run keep their order; its start and step rows wait for the next flush, every
+    ``STEPS_EVERY_S`` seconds (a run that ends sooner is made once, complete, from its result). Errors become
+    warnings (``errors`` keeps their text, each once): MLflow being down never fails a grid, and the store and
+    ``result.json`` still hold everything, which the next mirror of the run fills in.
     """
 
     def __init__(self, *, home: Path, grid: str, uri: str | None = None):
@@ -301,6 +318,11 @@ class MirrorThread:
             self._thread = threading.Thread(target=self._loop, name="mlflow-mirror", daemon=True)
             self._thread.start()
         self._inbox.put(cmd)
+
+    def warm(self) -> None:
+        """Open MLflow now (import, tracking store, experiment) rather than at the first run: a pool calls this
+        while its workers import torch, so none of it lands between two jobs."""
+        self._put(("tick", "", (), {}))
 
     def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
               tags: Mapping[str, str] | None = None) -> None:
@@ -343,7 +365,17 @@ class MirrorThread:
             mirror = MlflowMirror(**self._args)
         except Exception as exc:  # noqa: BLE001 - reported, the grid goes on
             self._fail(f"MLflow at {self._args.get('uri') or tracking_uri(self._args['home'])}: {exc}")
-        steps: dict[str, list[dict[str, Any]]] = {}
+        # per run, what waits for the next flush: its start (a run shorter than STEPS_EVERY_S is then made once,
+        # complete, from its result) and its step rows
+        pending: dict[str, dict[str, Any]] = {}
+
+        def flush(rid: str) -> None:
+            waiting = pending.pop(rid, None)
+            if waiting is not None and waiting["start"] is not None:
+                self._call(mirror, "start", rid, *waiting["start"])
+            if waiting is not None and waiting["steps"]:
+                self._call(mirror, "steps", rid, (waiting["steps"],), {})
+
         flushed = time.monotonic()
         while True:
             try:
@@ -355,17 +387,21 @@ class MirrorThread:
                     return
                 continue
             if cmd is None or time.monotonic() - flushed >= STEPS_EVERY_S:
-                for rid in list(steps):
-                    self._call(mirror, "steps", rid, (steps.pop(rid),), {})
+                for rid in list(pending):
+                    flush(rid)
                 flushed = time.monotonic()
             if cmd is None:
                 break
             kind, rid, args, kwargs = cmd
-            if kind == "steps":
-                steps.setdefault(rid, []).extend(args[0])
-            elif kind != "tick":
-                if rid in steps:  # its step rows first: commands about a run keep their order
-                    self._call(mirror, "steps", rid, (steps.pop(rid),), {})
+            if kind == "start":
+                pending[rid] = {"start": (args, kwargs), "steps": []}
+            elif kind == "steps":
+                pending.setdefault(rid, {"start": None, "steps": []})["steps"].extend(args[0])
+            elif kind == "result":
+                pending.pop(rid, None)  # the result holds every point, and makes the run if it was never made
+                self._call(mirror, kind, rid, args, kwargs)
+            elif kind == "end":
+                flush(rid)  # commands about a run keep their order
                 self._call(mirror, kind, rid, args, kwargs)
         try:
             mirror.close()
