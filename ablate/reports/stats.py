@@ -106,7 +106,7 @@ def _bca(samples: tuple, statistic: object, *, level: float, draws: int, seed: i
 
 def bootstrap_ratio_ci(treatment: Iterable[float], reference: Iterable[float], *, level: float = CI_LEVEL,
                        draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> tuple[float | None, float | None]:
-    """Percentile bootstrap CI of ``mean(treatment) / mean(reference)`` over pairs (resampling the pairs).
+    """BCa bootstrap CI of ``mean(treatment) / mean(reference)``, resampling the pairs together.
 
     >>> bootstrap_ratio_ci([1.0, 2.0], [4.0, 8.0])
     (0.25, 0.25)
@@ -114,13 +114,10 @@ def bootstrap_ratio_ci(treatment: Iterable[float], reference: Iterable[float], *
     import numpy as np
 
     t, b = np.asarray(list(treatment), dtype=float), np.asarray(list(reference), dtype=float)
-    if t.size < 2:
-        return None, None
-    idx = np.random.default_rng(seed).integers(0, t.size, size=(draws, t.size))
-    ratios = t[idx].mean(axis=1) / b[idx].mean(axis=1)
-    tail = (1.0 - level) / 2.0
-    lo, hi = np.quantile(ratios, [tail, 1.0 - tail])
-    return float(lo), float(hi)
+    if t.size >= 2 and np.ptp(t / b) == 0:  # every pair has the same ratio: no spread to estimate
+        return float(t.mean() / b.mean()), float(t.mean() / b.mean())
+    return _bca((t, b), lambda x, y, axis: np.mean(x, axis=axis) / np.mean(y, axis=axis), level=level, draws=draws,
+                seed=seed)
 
 
 def paired_delta(treatment: Mapping[object, float | None], reference: Mapping[object, float | None]) -> Delta:
