@@ -87,8 +87,6 @@ class RunMonitor(L.Callback):
                    grad_norm=grad_norm, tokens_per_s=self.tokens_per_step / dt if dt > 0 else None)
         for k in CURVES:
             self.metrics[k].append(_finite_or_none(row[k]) if k != "step" else step)
-        if trainer.is_global_zero and self.on_step is not None:
-            self.on_step(row)
         spike = self.spikes.update(step, loss)
         if spike is not None:
             log.info("loss spike at step %d: %.4g (trend %.4g, %.1f std)", step, loss, spike.trend, spike.size)
@@ -101,6 +99,7 @@ class RunMonitor(L.Callback):
                                      data={"loss": _finite_or_none(loss), "reason": reason}))
             self.diverged_at = step
             trainer.should_stop = True
+            self._report(trainer, row)
             return
         done, paused = local + 1, False
         if self.evaluate is not None and self.config.eval.every and done % self.config.eval.every == 0:
@@ -108,8 +107,8 @@ class RunMonitor(L.Callback):
             self.metrics.setdefault("val_step", []).append(step)
             for name, value in scores.items():
                 self.metrics.setdefault(name, []).append(_finite_or_none(value))
-            if trainer.is_global_zero and self.on_step is not None:  # live: the held-out scores of this step
-                self.on_step({"step": step, **scores})
+            row.update(scores)  # live: the held-out scores of this step travel with its training metrics
+        self._report(trainer, row)
         stopping = self.stop is not None and self.stop.is_set() and done < self.config.train.steps
         if trainer.world_size > 1:  # one rank asked to stop (Slurm signals rank 0): every rank stops here
             stopping = trainer.strategy.reduce_boolean_decision(stopping, all=False)
@@ -121,6 +120,11 @@ class RunMonitor(L.Callback):
             trainer.should_stop = True
         if paused:  # evaluation and checkpoints are not training time
             self._t_last = time.perf_counter()
+
+    def _report(self, trainer: L.Trainer, row: dict[str, Any]) -> None:
+        """One ``on_step`` call per optimizer step, on rank 0 (with ``val_ppl`` etc. on an evaluation step)."""
+        if trainer.is_global_zero and self.on_step is not None:
+            self.on_step(row)
 
     def save(self, trainer: L.Trainer) -> None:
         """Write ``last.ckpt`` atomically (a temporary file, then a rename); a sharded run writes its shards to a

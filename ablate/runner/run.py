@@ -107,7 +107,7 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
 
     Resumes from ``run_dir/checkpoints/last.ckpt`` when present (``resumed_from`` = its step, plus a
     ``resumed`` event). ``on_step(dict(step, loss, lr, grad_norm, tokens_per_s))`` is called after every step
-    on rank 0 (and ``on_step(dict(step, val_ppl))`` after each evaluation of ``eval.every``). Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose
+    on rank 0 (with ``val_ppl`` and the held-out scores added on each evaluation step of ``eval.every``). Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose
     loss diverges ends with status ``diverged`` (no evaluation); a crash writes nothing and re-raises.
     ``callbacks``: extra Lightning callbacks, called after the run's own monitor in every hook.
 
