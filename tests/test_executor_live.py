@@ -64,7 +64,8 @@ def test_a_600_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
             if not (home / "ablate.db").is_file():
                 continue
             out = invoke("runs", "--home", str(home), "--format", "json")
-            run = json.loads(out.stdout)[0] if out.exit_code == 0 and out.stdout.strip() else None
+            listed = json.loads(out.stdout) if out.exit_code == 0 and out.stdout.strip() else []
+            run = listed[0] if listed else None  # the store can exist a moment before its first run row
             if run is not None and run["status"] == "running" and run["steps"]:
                 rows.append((run["steps"], run["train_loss"]))
                 status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)

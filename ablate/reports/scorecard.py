@@ -242,7 +242,7 @@ def _ratio(claim: Claim, t: Mapping[Any, float | None], b: Mapping[Any, float | 
         return Verdict(claim, treat_v, ref_v, Delta(None, None, None, 0), UNCLEAR,
                        f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
     lo, hi = bootstrap_ratio_ci(tv, bv)
-    delta = Delta(sum(tv) / sum(bv), lo, hi, len(keys), tuple(x / y if y else math.inf for x, y in zip(tv, bv)))
+    delta = Delta(sum(tv) / sum(bv), lo, hi, len(keys), tuple(x / y if y else math.inf for x, y in zip(tv, bv, strict=True)))
     bound = claim.bound if claim.bound is not None else 1.0
     verdict = UNCLEAR if lo is None else HOLDS if hi <= bound else CONTRADICTED if lo > bound else UNCLEAR
     detail = f"mean {treat_v} / mean {ref_v}, {len(keys)} paired seed(s), against {bound:.2g}"
