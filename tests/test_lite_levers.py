@@ -38,3 +38,24 @@ def test_a_decayed_embedding_shrinks_without_gradient():
         opt.step()
         expected = before * (1 - 0.1 * 0.5) if decay else before
         assert torch.allclose(model.embed.weight, expected)
+
+
+def test_a_few_steps_of_the_lite_study(tmp_path, module_cache):
+    """grids/paper/lite.yaml expands to its 27 runs, every row starting at BOS; one G1 run trains a few steps and
+    reports its probes per layer (the study itself takes ~40 minutes: it is not a test)."""
+    from pathlib import Path
+
+    from ablate.grid import expand, load_grid
+    from ablate.runner import run_one
+
+    path = Path(__file__).resolve().parents[1] / "grids" / "paper" / "lite.yaml"
+    small = ["train.steps=6", "eval.heldout_tokens=128", "eval.probe_tokens=64", "data.stream_tokens=20000"]
+    runs = expand(load_grid(path, sets=small))
+    assert len(runs) == 27 and {r.config.data.row_start for r in runs} == {"bos"}
+    by = {(r.config.variant, r.config.train.lr) for r in runs}
+    assert ("baseline", 0.1) in by and ("sdpa-elementwise", 0.1) in by and ("sdpa-headwise", 0.1) not in by
+    one = next(r for r in runs if r.config.variant == "sdpa-elementwise" and r.config.train.lr == 0.03)
+    result = run_one(one.config, tmp_path / "run", run_id=one.run_id)
+    s = result.summary
+    assert result.status == "done" and len(result.probes["f_attn"]) == 2 and len(result.probes["m_act"]) == 2
+    assert 0 < s["f_attn"] < 1 and 0 < s["gate_score"] < 1 and s["m_act"] > 0
