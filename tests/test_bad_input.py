@@ -77,6 +77,9 @@ CORPUS: dict[str, tuple[str | bytes | None, str]] = {
     "unknown-task-source": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
                                          "train: [{kind: task, name: mqr}]"),
                             r"data.train.0.name: unknown benchmark task 'mqr' \(did you mean 'mqar'\?\)"),
+    "task-length-too-short": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
+                                           "train: [{kind: task, name: 'niah-single@48,256'}]"),
+                              r"data.train.0.name: length 48 is too short for task 'niah-single': it needs at least"),
 }
 
 

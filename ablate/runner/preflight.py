@@ -1,8 +1,9 @@
 """Data that cannot work, found before anything trains: ``check_data(runs, source=)``.
 
 ``ablate plan`` and ``ablate run`` resolve every data source of every run (each training stage's too) up front,
-without tokenizing anything: a named task or corpus exists; a user's path matches files, and they are readable;
-and each source holds at least ``seq_len + 1`` tokens for its split (one training row, one held-out window).
+without tokenizing anything: a named task or corpus exists, and under the byte tokenizer one example of a task
+fits each of its lengths; a user's path matches files, and they are readable; and each source holds at least
+``seq_len + 1`` tokens for its split (one training row, one held-out window).
 The token count is exact for token shards, and for text under the byte tokenizer (its ids are the UTF-8 bytes,
 plus one end-of-document token per document); for a learned tokenizer, whose tokens each cover one byte or more,
 the file sizes give an upper bound, so what fails here cannot work, and what passes may still be too short for a
@@ -59,6 +60,8 @@ def _source(src: SourceConfig, split: str, data: DataConfig, where: str, at: str
             parse_task_spec(str(src.name))
         except ConfigError as exc:
             raise ConfigError(str(exc).removeprefix(f"{exc.where}: "), where=f"{where}.name") from None
+        if data.tokenizer == "byte":  # byte lengths are exact: an example that cannot fit fails every run
+            _task_lengths(str(src.name), where)
         tokens, exact = data.stream_tokens, True
         what = f"task {src.name!r} is cut at data.stream_tokens = {data.stream_tokens} tokens"
     elif src.kind == "builtin" and src.name in _STREAMS:
@@ -78,6 +81,19 @@ def _source(src: SourceConfig, split: str, data: DataConfig, where: str, at: str
     if tokens < need:
         raise ConfigError(f"{what}{at}, fewer than data.seq_len + 1 = {need} (one row of seq_len tokens and its "
                           "next token): use a smaller data.seq_len or more data", where=where)
+
+
+def _task_lengths(spec: str, where: str) -> None:
+    """One example of a ``kind: task`` source at each of its lengths (a task's fixed part, needles and query, must
+    fit: a length that cannot hold one example cannot hold any)."""
+    from ablate.runner.tasks import TASKS, parse_task_spec, task_examples
+
+    name, lengths = parse_task_spec(spec)
+    for length in lengths or TASKS[name].default_lengths:
+        try:
+            task_examples(name, seed=0, length=length, n=1)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).removeprefix(f"{exc.where}: "), where=f"{where}.name") from None
 
 
 def _files(src: SourceConfig, where: str) -> list[Path]:

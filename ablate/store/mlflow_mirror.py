@@ -3,7 +3,7 @@
 A nested run is opened when its run starts (status RUNNING, the flattened config as params, tags ``grid``,
 ``variant``, ``seed``, ``run_id``), its step metrics (``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
 ``val_ppl``) are logged in batches while it trains, and when it ends its ``result.json`` fills in whatever is
-missing (every curve point it lacks, the summary numbers, per-layer probe values ``probe/<name>`` at step = layer,
+missing (every curve point it lacks, the summary numbers (under ``mlflow_key``'s names), per-layer probe values ``probe/<name>`` at step = layer,
 artifacts: the resolved config, ``result.json``, the probe values) before it is set FINISHED (FAILED for a crash,
 KILLED for an interrupted run). There is one nested run per ablate run: a resumed run, or a run mirrored again,
 continues the same MLflow run (found by its ``run_id`` tag) and never logs a point twice. A tuning trial nests
@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import queue
+import re
 import tempfile
 import threading
 import time
@@ -43,6 +44,15 @@ PARENT_TAG = "ablate.parent"
 STEPS_EVERY_S = 2.0  # live step metrics are logged at most this often per run
 END_STATUS = {"done": "FINISHED", "diverged": "FINISHED", "pruned": "FINISHED", "failed": "FAILED",
               "interrupted": "KILLED"}
+
+
+_MLFLOW_REFUSES = re.compile(r"[^\w\-. :/]")
+
+
+def mlflow_key(name: str) -> str:
+    """A metric's name as MLflow accepts it: each character it refuses becomes ':' (``bench/mqar@256`` is
+    ``bench/mqar:256`` in MLflow; MLflow allows letters, digits, ``_ - . : /`` and spaces)."""
+    return _MLFLOW_REFUSES.sub(":", name)
 
 
 def tracking_uri(home: Path) -> str:
@@ -166,7 +176,7 @@ class MlflowMirror:
         if rid is None:
             return
         now, last = int(time.time() * 1000), self._last.setdefault(rid, {})
-        metrics = [Metric(k, float(v), now, int(r["step"])) for r in rows for k, v in r.items()
+        metrics = [Metric(mlflow_key(k), float(v), now, int(r["step"])) for r in rows for k, v in r.items()
                    if k != "step" and _finite(v) and int(r["step"]) > last.get(k, -1)]
         try:
             self._log(rid, metrics)
@@ -271,9 +281,10 @@ class MlflowMirror:
                 continue
             xs = steps if len(values) == len(steps) else val_steps if len(values) == len(val_steps) else None
             xs = xs if xs is not None else list(range(len(values)))
-            out += [Metric(name, float(v), now, int(x)) for x, v in zip(xs, values, strict=True) if _finite(v)]
+            out += [Metric(mlflow_key(name), float(v), now, int(x)) for x, v in zip(xs, values, strict=True) if _finite(v)]
         last = int(steps[-1]) if steps else 0
-        out += [Metric(k, float(v), now, last) for k, v in result.summary.items() if _finite(v) and k not in curves]
+        out += [Metric(mlflow_key(k), float(v), now, last) for k, v in result.summary.items()
+                if _finite(v) and k not in curves]
         for name, per_layer in result.probes.items():
             out += [Metric(f"probe/{name}", float(v), now, layer) for layer, v in enumerate(per_layer) if _finite(v)]
         return out
