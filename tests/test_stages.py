@@ -185,6 +185,23 @@ def test_a_stage_spelled_nested_or_dotted_is_one_run():
     assert run_id(nested) == run_id(dotted) != run_id(RunConfig())
 
 
+def test_a_later_stage_is_judged_against_its_own_best_loss(tmp_path):
+    """A stage on new data starts far above the previous stage's best loss; that is not a divergence (the rule
+    compares a stage's loss with its own best, as the spike rule keeps its own trend)."""
+    cfg = RunConfig.model_validate({
+        "model": {"preset": "tiny"},
+        "data": {"train": [{"kind": "builtin", "name": "arithmetic"}], "heldout": {},
+                 "seq_len": 32, "stream_tokens": 20_000},
+        "train": {"steps": 30, "batch_size": 8, "lr": 1e-2, "diverge_factor": 1.5, "diverge_patience": 3},
+        "eval": {"heldout_tokens": 256, "probes": False},
+        "stages": [{"data.train": [{"kind": "builtin", "name": "bigram-backcopy"}], "train.steps": 8}],
+    })
+    result = run_one(cfg, tmp_path, run_id="new-data")
+    loss = result.metrics["loss"]
+    assert min(loss[:30]) * 1.5 < min(loss[30:33])  # stage 1's first steps: above 1.5 x stage 0's best
+    assert result.status == "done" and result.summary["steps"] == 38
+
+
 @pytest.mark.parametrize("name", ["table5", "table5-paper-scale"])
 def test_plan_the_table5_grids(tmp_path, name):
     from typer.testing import CliRunner

@@ -40,7 +40,7 @@ from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_dat
 from ablate.runner.evaluate import perplexity, probe
 from ablate.runner.launch import node_count
 from ablate.runner.module import LitDecoder
-from ablate.runner.monitors import SpikeDetector
+from ablate.runner.monitors import DivergenceDetector, SpikeDetector
 from ablate.runner.parallel import full_state, is_sharded, resume_path, strategy_for
 from ablate.runner.stages import (
     Stage,
@@ -244,7 +244,9 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
         model.load_state_dict(state)
         if record is not None:
             monitor.load_state_dict(record)
-        monitor.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)  # a new length moves the loss: new trend
+        # a new length, data or schedule moves the loss: a new trend for spikes, a new best for divergence
+        monitor.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)
+        monitor.divergence = DivergenceDetector(tc.diverge_factor, tc.diverge_patience)
     trainer.callbacks.append(monitor)
     trainer.callbacks.extend(callbacks)  # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
     done = checkpoint_step(ckpt) if resume else 0
