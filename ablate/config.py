@@ -12,6 +12,7 @@ omitted field): bump ``CONFIG_VERSION``, record, and tell users to run ``ablate 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -307,3 +308,17 @@ def stage_configs(config: RunConfig) -> list[RunConfig]:
             raise ValueError(f"stages.{i}.{loc}: {msg}, got {err.get('input')!r}") from None
         current = out[-1].model_dump(mode="json")
     return out
+
+
+def total_steps(config: RunConfig | Mapping[str, Any]) -> int:
+    """Optimizer steps of a run over every training stage (a run's progress total), from a RunConfig or its dump;
+    a stage keeps the steps of the one before unless it sets its own.
+
+    >>> total_steps(RunConfig(train={"steps": 100}, stages=[{"train.steps": 20}, {"data.seq_len": 512}]))
+    140
+    """
+    if not isinstance(config, RunConfig):
+        if not config.get("stages"):  # most runs: read the dump, no validation
+            return int((config.get("train") or {}).get("steps", TrainConfig.model_fields["steps"].default))
+        config = RunConfig.model_validate(dict(config))
+    return sum(c.train.steps for c in stage_configs(config))

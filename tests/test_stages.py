@@ -185,6 +185,23 @@ def test_a_stage_spelled_nested_or_dotted_is_one_run():
     assert run_id(nested) == run_id(dotted) != run_id(RunConfig())
 
 
+def test_a_staged_runs_progress_counts_every_stage(tmp_path):
+    """The progress total (ablate status, show, the pool's display) is the steps of every stage, not stage 0's."""
+    from ablate.config import total_steps
+    from ablate.store import Store
+
+    cfg = two_stage()
+    assert total_steps(cfg) == total_steps(cfg.model_dump(mode="json")) == S0 + S1
+    assert total_steps(RunConfig(train={"steps": 9}).model_dump(mode="json")) == 9
+    with Store.open(home=tmp_path) as store:
+        store.register_grid(name="g", text="name: g", runs=[{"run_id": "r", "config": cfg, "params": 1,
+                                                               "added_params": 0}])
+        store.mark_running(run_id="r", host="h", device="cpu")
+        store.heartbeat(run_id="r", step=S0 + 2)
+        (row,) = store.status_summary()["running"]
+    assert (row["step"], row["total_steps"]) == (S0 + 2, S0 + S1)
+
+
 def test_a_later_stage_is_judged_against_its_own_best_loss(tmp_path):
     """A stage on new data starts far above the previous stage's best loss; that is not a divergence (the rule
     compares a stage's loss with its own best, as the spike rule keeps its own trend)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ablate.config import total_steps
 from ablate.execute.devices import Slot
 from ablate.execute.display import GridDisplay
 from ablate.execute.lifecycle import Ended, Lifecycle
@@ -150,7 +151,7 @@ class LocalRunner:
             self.worker_pids[e.run_id] = e.pid
             cfg = job.config if job is not None else {}
             display.started(e.run_id, variant=cfg.get("variant", "?"), seed=cfg.get("seed", 0), device=e.device,
-                            total_steps=cfg.get("train", {}).get("steps", 0))
+                            total_steps=total_steps(cfg) if cfg else 0)
         elif isinstance(e, Progress):
             display.step(e.run_id, e.last)
         if ended is None:

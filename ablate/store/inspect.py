@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ablate.config import total_steps
 from ablate.metrics import metric
 from ablate.metrics import order as summary_order
 from ablate.store.records import flatten, utcnow
@@ -63,7 +64,7 @@ def show(store: Any, ref: str, *, curve_points: int | None = None) -> dict[str, 
                       zip(events["kind"], events["step"], events["data"], strict=True)],
            "curve": {"metric": "loss", "points": curve}}
     if row.get("status") == "running" and config is not None:
-        out["progress"] = _progress(row, curve, config.train.steps)
+        out["progress"] = _progress(row, curve, total_steps(config))
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from ablate.config import CONFIG_VERSION
+from ablate.config import CONFIG_VERSION, total_steps
 from ablate.errors import StoreError
 from ablate.metrics import COLUMNS
 from ablate.result import RunResult, RunStatus
@@ -83,7 +83,7 @@ def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
         "n_layers": model.get("n_layers"),
         "d_model": model.get("d_model"),
         "lr": train.get("lr"),
-        "train_steps": train.get("steps"),
+        "train_steps": total_steps(config),  # over every training stage: the progress total
         "batch_size": train.get("batch_size"),
         "seq_len": data.get("seq_len"),
     }
