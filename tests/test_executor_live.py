@@ -85,10 +85,11 @@ def test_a_600_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
     assert len(set(steps)) >= 3 and steps == sorted(steps) and steps[-1] < STEPS, rows
     assert all(loss is not None and 0 < loss < 10 for _, loss in rows)
     assert len({loss for _, loss in rows}) >= 3
-    # while it trains (not the last step: between the worker's end, which frees the run's lock, and the ingest that
-    # ends its `running` row, status can already see the process gone)
-    live = [r for r in status_rows if r["step"] is not None and r["step"] < STEPS - 1]
-    wrong = [r for r in live if not (r["total_steps"] == STEPS and r["tokens_per_s"] > 0 and not r["stale"])]
+    # never stale nor gone, even between the worker's end (which frees the run's lock) and the ingest that ends its
+    # `running` row: then it has ended (its result.json is complete), it was not cut off
+    live = [r for r in status_rows if r["step"] is not None]
+    wrong = [r for r in live if not (r["total_steps"] == STEPS and r["tokens_per_s"] > 0 and not r["stale"]
+                                     and not r["gone"])]
     assert live and not wrong, wrong
     assert any(r["eta_s"] is not None and r["eta_s"] > 0 for r in live)
     # MLflow, while it trained: a RUNNING run whose loss history grew

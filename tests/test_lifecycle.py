@@ -5,6 +5,7 @@ test_tune, test_slurm) run it end to end."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import socket
@@ -154,24 +155,54 @@ def test_liveness_lock_pid_this_host_other_hosts_and_slurm(tmp_path):
     holder.start()
     try:
         assert ready.wait(30)
-        with RunLock(run_dir(tmp_path, "cut")) as cut:  # taken and dropped: a lock file nobody holds
-            assert cut.acquire()
+        for rid in ("cut", "ended"):  # taken and dropped: a lock file nobody holds
+            with RunLock(run_dir(tmp_path, rid)) as lock:
+                assert lock.acquire()
+        # "ended": its worker finished and freed the lock; the result waits for the ingest that ends its row
+        write_result(result(0).model_copy(update={"run_id": "ended"}), run_dir(tmp_path, "ended"))
         rows = [{"run_id": r, "host": h, "stale": s} for r, h, s in (
             ("held", HOST, False), ("cut", HOST, False), ("far", "node7", False), ("quiet", "node7", True),
-            ("job", HOST, False))]
+            ("job", HOST, False), ("ended", HOST, False))]
         live = Liveness(tmp_path, rows, slurm_jobs={"job": "12_3", "lost": "12_4"}, live_jobs={"12_3"})
         assert live.holder("held") == Holder(HOST, holder.pid)
         assert str(live.holder("held")) == f"pid {holder.pid}"
         assert live.holder("cut") is None  # this host, lock free: its process is gone, at once
         assert live.holder("far") == Holder("node7") and not live.is_alive("quiet")
         assert str(live.holder("job")) == "Slurm job 12_3" and not live.is_alive("lost")
-        marked = {r["run_id"]: (r["stale"], r["gone"]) for r in live.mark([dict(r) for r in rows])}
-        assert marked == {"held": (False, False), "cut": (True, True), "far": (False, False),
-                          "quiet": (True, False), "job": (False, False)}
+        assert live.holder("ended") is None  # nobody trains it: the triage ingests its result
+        marked = {r["run_id"]: (r["stale"], r["gone"], r["ended"]) for r in live.mark([dict(r) for r in rows])}
+        assert marked == {"held": (False, False, False), "cut": (True, True, False), "far": (False, False, False),
+                          "quiet": (True, False, False), "job": (False, False, False),
+                          "ended": (False, False, True)}
     finally:
         release.set()
         holder.join()
     assert not Liveness(tmp_path, rows).is_alive("held")  # the holder exited: the kernel dropped its lock
+
+
+def test_status_shows_a_run_that_ended_before_its_ingest_as_ended_not_cut_off(lifecycle, store_url, tmp_path):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    lifecycle.claim("run003", device="cpu", config={})
+    lifecycle.progress("run003", _rows(38))
+    assert lifecycle.live.flush()
+    with RunLock(run_dir(tmp_path, "run003")) as lock:  # the worker held it while it trained, then ended
+        assert lock.acquire()
+    write_result(result(3), run_dir(tmp_path, "run003"))  # its result, complete; the ingest has not come yet
+
+    def status(*fmt: str):
+        return CliRunner().invoke(app, ["status", "--home", str(tmp_path), "--store", store_url, *fmt])
+
+    (row,) = json.loads(status("--format", "json").stdout)["running"]
+    assert (row["run_id"], row["step"], row["ended"], row["gone"], row["stale"]) == ("run003", 37, True, False, False)
+    table = status()
+    assert table.exit_code == 0 and "ENDED" in table.stdout and "GONE" not in table.stdout
+    assert "1 run(s) marked running have ended and wait to be recorded" in table.output
+    assert "cut off" not in table.output
+    assert lifecycle.finished("run003").kind == "done"
+    assert json.loads(status("--format", "json").stdout)["running"] == []
 
 
 # ---------------------------------------------------------------- the opening

@@ -76,7 +76,7 @@ def status_cmd(
 ) -> None:
     """Runs by status per grid, what is running now (step, loss, tokens/s, ETA), and running runs whose process is
     gone: at once on this machine (its run directory's lock is free), after --stale-after without a heartbeat
-    elsewhere."""
+    elsewhere; and ended runs not yet recorded (their result.json is complete)."""
     from ablate.execute.opening import slurm_liveness
     from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
 
@@ -101,6 +101,11 @@ def status_cmd(
         console.print(table)
     gone = [r["run_id"] for r in summary["running"] if r.get("gone")]
     quiet = [rid for rid in summary["stale"] if rid not in gone]
+    ended = [r["run_id"] for r in summary["running"] if r.get("ended")]
+    if ended:
+        warn(f"{len(ended)} run(s) marked running have ended and wait to be recorded (by their `ablate run` in a "
+             f"moment; if it is gone, the next `ablate run` of their grid or `ablate ingest` records them): "
+             f"{', '.join(ended)}")
     if gone:
         warn(f"{len(gone)} run(s) marked running were cut off (their process on this machine is gone; the next "
              f"`ablate run` of their grid resumes them): {', '.join(gone)}")

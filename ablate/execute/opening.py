@@ -11,7 +11,9 @@ Liveness (``Liveness``), the one rule for "is a ``running`` run's process alive"
 ``ablate status``: a run whose directory lock is held on this machine is alive (the lock file names its pid); one
 held by a Slurm job that squeue still lists is alive (one whose job squeue no longer lists is gone); one recorded
 on this host whose lock file is there but free was cut off (the kernel dropped the lock with its process, however
-it died); any other is alive until its heartbeat is ``stale_after_s`` old (another host, or another home).
+it died); any other is alive until its heartbeat is ``stale_after_s`` old (another host, or another home). A run
+whose process is gone but whose ``result.json`` is complete ended; it was not cut off (``ablate status`` says so;
+the triage ingests it).
 """
 
 from __future__ import annotations
@@ -83,11 +85,16 @@ class Liveness:
 
     def mark(self, running: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process is
-        known to be gone at once, on this host or from squeue, not just quiet)."""
+        known to be gone at once, on this host or from squeue, not just quiet; ``ended``: True where it is gone
+        because the run finished: its complete ``result.json`` waits to be recorded, by its own ``ablate run`` a
+        moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was cut off)."""
+        from ablate.execute.job import finished_result
+
         for row in running:
             alive = self.is_alive(row["run_id"])
-            row["gone"] = not alive and not row.get("stale")
-            row["stale"] = not alive
+            row["ended"] = not alive and finished_result(layout.run_dir(self.home, row["run_id"])) is not None
+            row["gone"] = not alive and not row["ended"] and not row.get("stale")
+            row["stale"] = not alive and not row["ended"]
         return running
 
 
