@@ -45,7 +45,7 @@ from ablate.execute.messages import (
     Progress,
     Started,
 )
-from ablate.result import RunResult, read_result
+from ablate.result import RESULT_FILE, RunResult, read_result
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def _first_line(exc: BaseException) -> str:
 def unmirrored(store: Any, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:
     """Finished runs of ``grid`` among ``run_ids`` that MLflow never got (e.g. the last ``ablate run`` was
     killed, or ran with ``--no-mlflow``): their results, to mirror now."""
-    wanted = {rid for rid in run_ids if (layout.run_dir(home, rid) / "result.json").is_file()}
+    wanted = {rid for rid in run_ids if (layout.run_dir(home, rid) / RESULT_FILE).is_file()}
     if not wanted:
         return []
     frame = store.runs_frame(grid=grid)

@@ -155,14 +155,14 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     try:
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [])
-        _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s, slurm=slurm)
+        _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:
         opened_store.close()
         raise
     return opened
 
 
-def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float, slurm: bool) -> None:
+def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
     store = o.store
     ids = list(dict.fromkeys(p.run_id for p in o.planned))
     before = store.statuses(run_ids=ids)
