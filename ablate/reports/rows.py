@@ -100,12 +100,16 @@ def pair_key(r: Any) -> tuple:
     return context_key(r), _hashable(r.get("seed"))
 
 
-def _modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
-    """Restrict ``runs`` to the configuration context with the most runs; a note when others were left out."""
+def modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int, str]:
+    """``runs`` at the configuration context with the most runs (then the most done, then the latest), how many
+    were left out, and the fields that set that context apart (``"train.steps=120, ..."``; empty when all runs
+    share one)."""
     if not len(runs):
-        return runs, []
+        return runs, 0, ""
     keys = [context_key(r, exclude=exclude) for _, r in runs.iterrows()]
     counts = Counter(keys)
+    if len(counts) == 1:
+        return runs, 0, ""
     done = Counter(k for k, st in zip(keys, runs["status"], strict=True) if st == "done")
     from ablate.reports.configs import finish_times
 
@@ -113,13 +117,15 @@ def _modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, li
     for k, when in zip(keys, finish_times(runs), strict=True):
         latest[k] = max(latest.get(k, ""), when)
     best = max(counts, key=lambda k: (counts[k], done[k], latest.get(k, ""), repr(k)))  # most runs, then latest
-    if len(counts) == 1:
-        return runs, []
     mask = [k == best for k in keys]
-    left = len(runs) - sum(mask)
-    runs = runs.loc[mask]
     fixed = ", ".join(f"{c}={v}" for c, v in best if any(dict(k).get(c) != v for k in counts))
-    return runs, [f"{left} run(s) at other configurations left out; this table shows {fixed}"]
+    return runs.loc[mask], len(runs) - sum(mask), fixed
+
+
+def _modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+    """``modal_context`` with a table's note when other configurations were left out."""
+    runs, left, fixed = modal_context(runs, exclude=exclude)
+    return runs, [f"{left} run(s) at other configurations left out; this table shows {fixed}"] if left else []
 
 
 def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,

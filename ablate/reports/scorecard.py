@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ablate.reports.rows import RESULT_STATUSES, _modal_context, cell_value, pair_key
+from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
 from ablate.reports.stats import Delta, bootstrap_ci, bootstrap_ratio_ci, paired_delta
 
@@ -181,9 +181,8 @@ def evaluate_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo]
     stability claims)."""
     treat_v, ref_v = arms(claim, catalogue)
     where = ""
-    if claim.modal and len(runs):
-        runs, notes = _modal_context(runs)
-        where = notes[0].split("shows ", 1)[1] if notes else ""
+    if claim.modal:
+        runs, _, where = modal_context(runs)
     verdict = _evaluate(claim, runs, treat_v, ref_v)
     if where:
         verdict = replace(verdict, detail=f"{verdict.detail} (at {where})")

@@ -54,14 +54,7 @@ def _check(data: DataConfig, *, where: str, stage: int) -> None:
 def _source(src: SourceConfig, split: str, data: DataConfig, where: str, at: str) -> None:
     need = data.seq_len + 1
     if src.kind == "task":
-        from ablate.runner.tasks import parse_task_spec
-
-        try:
-            parse_task_spec(str(src.name))
-        except ConfigError as exc:
-            raise ConfigError(str(exc).removeprefix(f"{exc.where}: "), where=f"{where}.name") from None
-        if data.tokenizer == "byte":  # byte lengths are exact: an example that cannot fit fails every run
-            _task_lengths(str(src.name), where)
+        _task(str(src.name), byte=data.tokenizer == "byte", where=where)
         tokens, exact = data.stream_tokens, True
         what = f"task {src.name!r} is cut at data.stream_tokens = {data.stream_tokens} tokens"
     elif src.kind == "builtin" and src.name in _STREAMS:
@@ -83,17 +76,18 @@ def _source(src: SourceConfig, split: str, data: DataConfig, where: str, at: str
                           "next token): use a smaller data.seq_len or more data", where=where)
 
 
-def _task_lengths(spec: str, where: str) -> None:
-    """One example of a ``kind: task`` source at each of its lengths (a task's fixed part, needles and query, must
-    fit: a length that cannot hold one example cannot hold any)."""
+def _task(spec: str, *, byte: bool, where: str) -> None:
+    """A ``kind: task`` spec names a task, and under the byte tokenizer (whose lengths are exact: an example that
+    cannot fit fails every run) one example fits each of its lengths (its fixed part, needles and query)."""
     from ablate.runner.tasks import TASKS, parse_task_spec, task_examples
 
-    name, lengths = parse_task_spec(spec)
-    for length in lengths or TASKS[name].default_lengths:
-        try:
-            task_examples(name, seed=0, length=length, n=1)
-        except ConfigError as exc:
-            raise ConfigError(str(exc).removeprefix(f"{exc.where}: "), where=f"{where}.name") from None
+    try:
+        name, lengths = parse_task_spec(spec)
+        if byte:
+            for length in lengths or TASKS[name].default_lengths:
+                task_examples(name, seed=0, length=length, n=1)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).removeprefix(f"{exc.where}: "), where=f"{where}.name") from None
 
 
 def _files(src: SourceConfig, where: str) -> list[Path]:

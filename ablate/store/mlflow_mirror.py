@@ -128,7 +128,7 @@ class MlflowMirror:
         self.parent_id = self._parent(grid, role="grid")
         self._parents: dict[str, str] = {grid: self.parent_id}
         self._runs: dict[str, str] = {}  # ablate run id -> its nested MLflow run id
-        self._last: dict[str, dict[str, int]] = {}  # nested run id -> metric -> last step logged live
+        self._last: dict[str, dict[str, int]] = {}  # nested run id -> metric -> last step logged
         # nested runs made by this mirror whose every live batch was logged: what they hold is known exactly
         self._exact: set[str] = set()
 
@@ -175,16 +175,10 @@ class MlflowMirror:
         rid = self._runs.get(run_id)
         if rid is None:
             return
-        now, last = int(time.time() * 1000), self._last.setdefault(rid, {})
-        metrics = [Metric(mlflow_key(k), float(v), now, int(r["step"])) for r in rows for k, v in r.items()
-                   if k != "step" and _finite(v) and int(r["step"]) > last.get(k, -1)]
-        try:
-            self._log(rid, metrics)
-        except Exception:
-            self._exact.discard(rid)  # some points may be missing: the end reads what it has
-            raise
-        for m in metrics:
-            last[m.key] = max(last.get(m.key, -1), m.step)
+        now, last = int(time.time() * 1000), self._last.get(rid, {})
+        points = ((mlflow_key(k), v, int(r["step"])) for r in rows for k, v in r.items() if k != "step")
+        self._log(rid, [Metric(k, float(v), now, step) for k, v, step in points
+                        if _finite(v) and step > last.get(k, -1)])
 
     def log_result(self, result: RunResult, *, parent: str | None = None, tags: Mapping[str, str] | None = None
                    ) -> str:
@@ -196,11 +190,7 @@ class MlflowMirror:
         run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from)}
         if result.error:
             run_tags["error"] = result.error[:5000]
-        points = self._new_points(rid, self._metrics(result, Metric))
-        self._log(rid, points, tags=run_tags)
-        last = self._last.setdefault(rid, {})
-        for m in points:
-            last[m.key] = max(last.get(m.key, -1), m.step)
+        self._log(rid, self._new_points(rid, self._metrics(result, Metric)), tags=run_tags)
         if result.config:
             self._artifacts(rid, result)
         self.client.set_terminated(rid, status=END_STATUS.get(str(result.status), "FINISHED"),
@@ -263,12 +253,21 @@ class MlflowMirror:
             self.client.log_batch(rid, params=params[i:i + MAX_PARAMS_PER_BATCH], tags=batch if i == 0 else [])
 
     def _log(self, rid: str, metrics: list[Any], *, tags: Mapping[str, Any] | None = None) -> None:
-        """Metrics (and tags, with the first batch) in batches of MLflow's limit."""
+        """Metrics (and tags, with the first batch) in batches of MLflow's limit; each key's last logged step is
+        kept. A failed batch may have lost points: the run's history is then no longer known without reading it."""
         from mlflow.entities import RunTag
 
         batch = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
-        for i in range(0, max(len(metrics), 1 if batch else 0), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(rid, metrics=metrics[i:i + MAX_METRICS_PER_BATCH], tags=batch if i == 0 else [])
+        try:
+            for i in range(0, max(len(metrics), 1 if batch else 0), MAX_METRICS_PER_BATCH):
+                self.client.log_batch(rid, metrics=metrics[i:i + MAX_METRICS_PER_BATCH],
+                                      tags=batch if i == 0 else [])
+        except Exception:
+            self._exact.discard(rid)
+            raise
+        last = self._last.setdefault(rid, {})
+        for m in metrics:
+            last[m.key] = max(last.get(m.key, -1), m.step)
 
     @staticmethod
     def _metrics(result: RunResult, Metric: Any) -> list[Any]:
