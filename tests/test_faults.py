@@ -180,6 +180,8 @@ def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring
     results = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
     for rid, step in seen.items():  # it trained on while the store was away: finished, or checkpointed further
         assert rid in results or (runs / rid / CHECKPOINT).is_file(), (rid, step, err)
+    # cut off with a checkpoint: every such run, seen training above or started just after the look
+    cut = {rid for rid in (p.name for p in runs.iterdir()) if rid not in results and (runs / rid / CHECKPOINT).is_file()}
     bring_back()
     rerun = _run(home, path, *(["--store", url] if url else []), env=env)
     out, err = rerun.communicate(timeout=600)
@@ -189,8 +191,8 @@ def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring
     for rid, mtime in results.items():  # finished during the outage: recorded now, never trained again
         assert (runs / rid / "result.json").stat().st_mtime_ns == mtime
     assert len(_trained_lines(err)) == 2 - len(results)
-    resumed = [rid for rid, r in final.items() if rid not in results and r["resumed_from"] is not None]
-    assert len(resumed) == len([rid for rid in seen if rid not in results])  # cut off: resumed, not restarted
+    resumed = {rid for rid, r in final.items() if rid not in results and r["resumed_from"] is not None}
+    assert resumed == cut, (resumed, cut)  # cut off: resumed from its checkpoint, not restarted
 
 
 def test_a_postgres_store_stopped_mid_grid_then_restarted(tmp_path, env, own_postgres):
