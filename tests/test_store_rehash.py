@@ -1,12 +1,13 @@
 """``ablate db rehash``: a store whose runs have ids from an older ablate (the full-config hash that ids were
-before issue 13) is carried over to today's ids without retraining: run directories, rows, tune trials and MLflow
-tags follow, and a grid run afterwards finds its runs done."""
+before issue 13) is carried over to today's ids without retraining: run directories, rows, tune trials, MLflow
+tags and MLflow's result.json artifacts follow, and a grid run afterwards finds its runs done."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -102,6 +103,8 @@ def test_rehash_carries_every_run_over_without_retraining(old_store) -> None:  #
         assert not (home / "runs" / old).exists()
         assert read_result(home / "runs" / new).run_id == new
         assert MlflowClient(uri).get_run(mlflow_id).data.tags["run_id"] == new
+        logged = MlflowClient(uri).download_artifacts(mlflow_id, "result.json", str(home / "download" / new))
+        assert RunResult.model_validate_json(Path(logged).read_text()).run_id == new  # the artifact follows too
     with Store.open(url) as store:  # again: nothing to do
         _, again = rehash(store, home, mlflow_uri=uri)
         assert (len(again.moved), again.dirs, again.current) == (0, 0, 0)

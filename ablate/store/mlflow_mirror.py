@@ -110,6 +110,20 @@ def _creation_lock(uri: str) -> Iterator[None]:
         os.close(fd)
 
 
+def log_result_artifacts(client: Any, mlflow_run_id: str, result: RunResult) -> None:
+    """A run's artifacts: its resolved config, its ``result.json`` and its probe values (logged again, they replace
+    the earlier copies)."""
+    with tempfile.TemporaryDirectory(prefix="ablate-mlflow-") as tmp:
+        tmp_dir = Path(tmp)
+        (tmp_dir / "config.json").write_text(json.dumps(result.config, indent=1, sort_keys=True))
+        (tmp_dir / "result.json").write_text(result.model_dump_json(indent=1))
+        if result.probes:
+            probes = {"probes": result.probes, "histograms": result.histograms,
+                      "histogram_edges": result.histogram_edges}
+            (tmp_dir / "probes.json").write_text(json.dumps(probes, indent=1))
+        client.log_artifacts(mlflow_run_id, str(tmp_dir))
+
+
 class MlflowMirror:
     """Logs one grid's runs into MLflow (in the calling thread; see ``MirrorThread``)."""
 
@@ -192,7 +206,7 @@ class MlflowMirror:
             run_tags["error"] = result.error[:5000]
         self._log(rid, self._new_points(rid, self._metrics(result, Metric)), tags=run_tags)
         if result.config:
-            self._artifacts(rid, result)
+            log_result_artifacts(self.client, rid, result)
         self.client.set_terminated(rid, status=END_STATUS.get(str(result.status), "FINISHED"),
                                    end_time=_ms(result.finished))
         return rid
@@ -287,17 +301,6 @@ class MlflowMirror:
         for name, per_layer in result.probes.items():
             out += [Metric(f"probe/{name}", float(v), now, layer) for layer, v in enumerate(per_layer) if _finite(v)]
         return out
-
-    def _artifacts(self, rid: str, result: RunResult) -> None:
-        with tempfile.TemporaryDirectory(prefix="ablate-mlflow-") as tmp:
-            tmp_dir = Path(tmp)
-            (tmp_dir / "config.json").write_text(json.dumps(result.config, indent=1, sort_keys=True))
-            (tmp_dir / "result.json").write_text(result.model_dump_json(indent=1))
-            if result.probes:
-                probes = {"probes": result.probes, "histograms": result.histograms,
-                          "histogram_edges": result.histogram_edges}
-                (tmp_dir / "probes.json").write_text(json.dumps(probes, indent=1))
-            self.client.log_artifacts(rid, str(tmp_dir))
 
     def close(self) -> None:
         """Mark the grid's parent runs finished (a later ``ablate run`` of the grid nests under them again)."""

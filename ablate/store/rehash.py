@@ -191,11 +191,14 @@ def move_dir(home: Path, move: Move) -> bool:
     return changed
 
 
-def retag_mlflow(uri: str, moves: list[Move]) -> int:
-    """Set the ``run_id`` tag of each moved run's MLflow runs to its new id; how many runs were retagged."""
+def retag_mlflow(uri: str, moves: list[Move], home: Path) -> int:
+    """Set the ``run_id`` tag of each moved run's MLflow runs to its new id, and log its rewritten ``result.json``
+    (and config) over the old artifacts; how many runs were retagged."""
     from mlflow import MlflowClient
 
-    from ablate.store.mlflow_mirror import ROLE_TAG
+    from ablate import layout
+    from ablate.result import RESULT_FILE, read_result
+    from ablate.store.mlflow_mirror import ROLE_TAG, log_result_artifacts
 
     client = MlflowClient(uri)
     new_of = {m.old: m.new for m in moves}
@@ -210,6 +213,8 @@ def retag_mlflow(uri: str, moves: list[Move]) -> int:
                 new = new_of.get(run.data.tags.get("run_id", ""))
                 if new is not None:
                     client.set_tag(run.info.run_id, "run_id", new)
+                    if (layout.run_dir(home, new) / RESULT_FILE).is_file():
+                        log_result_artifacts(client, run.info.run_id, read_result(layout.run_dir(home, new)))
                     count += 1
             token = page.token
             if not token:
@@ -238,7 +243,7 @@ def rehash(store: Any, home: Path, *, mlflow_uri: str | None = None, dry_run: bo
         else:
             report.conflicts.append((move.old, move.new, why))
     if report.moved and mlflow_uri and _tracking_store_exists(mlflow_uri):
-        report.mlflow_tags = retag_mlflow(mlflow_uri, report.moved)
+        report.mlflow_tags = retag_mlflow(mlflow_uri, report.moved, home)
     store.mark_ids_current([rid for rid in todo.current])
     return todo, report
 
