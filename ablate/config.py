@@ -166,6 +166,9 @@ class TrainConfig(_Strict):
     spike_sigma: float = Field(6.0, gt=0, description="a spike is a loss above mean + sigma * std of the window")
     diverge_factor: float = Field(2.0, gt=1, description="loss above factor x its best ...")
     diverge_patience: int = Field(50, ge=1, description="... for this many steps ends the run as diverged")
+    diverge_margin: float = Field(0.0, ge=0, description="... and only while at least this many nats above its "
+                                                         "best (0: the factor alone; e.g. 0.5 for a loss that "
+                                                         "falls near zero)")
 
     @model_validator(mode="after")
     def _batch_splits(self) -> TrainConfig:

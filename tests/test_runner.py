@@ -155,6 +155,27 @@ def test_divergence_rule():
     assert DivergenceDetector(2.0, 50).update(math.inf) == "non-finite loss inf"
 
 
+def test_divergence_margin_ignores_noise_on_a_loss_near_zero():
+    """An answer-only loss at ~1e-4 doubles by noise alone: with a margin it is not diverged; a real blow-up is."""
+    noise = [1e-4, 2.5e-4, 3e-4, 2.2e-4, 4e-4]
+    plain = DivergenceDetector(2.0, 3)
+    reasons = [plain.update(x) for x in noise]  # the misfire: noise alone ends the run
+    assert reasons[:4] == [None, None, None, "loss 0.00022 above 2 x best 0.0001 for 3 steps"]
+    kept = DivergenceDetector(2.0, 3, margin=0.5)
+    assert [kept.update(x) for x in noise * 20] == [None] * 100
+    assert [kept.update(x) for x in (2.0, 3.0, 4.0)][-1] == (
+        "loss 4 above 2 x best 0.0001 (and 0.5 above it) for 3 steps")
+
+
+def test_divergence_rule_is_the_configured_one():
+    train = RunConfig.model_validate({"train": {"diverge_factor": 3, "diverge_patience": 7,
+                                                "diverge_margin": 0.25}}).train
+    d = DivergenceDetector.for_run(train)
+    assert (d.factor, d.patience, d.margin) == (3, 7, 0.25)
+    with pytest.raises(ValueError, match="diverge_margin"):
+        RunConfig.model_validate({"train": {"diverge_margin": -1}})
+
+
 @pytest.mark.parametrize("variant", ["baseline", "sdpa-elementwise"])
 def test_probes_on_a_model_with_known_attention(variant):
     """Zero query weights make every attention row uniform over the causal prefix: query t gives 1/(t+1) to the

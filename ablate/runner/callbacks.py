@@ -42,7 +42,7 @@ class RunMonitor(L.Callback):
         self.metrics: dict[str, list[float | None]] = {k: [] for k in CURVES}
         self.events: list[Event] = []
         self.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)
-        self.divergence = DivergenceDetector(tc.diverge_factor, tc.diverge_patience)
+        self.divergence = DivergenceDetector.for_run(tc)
         self.train_wall_s = 0.0
         self.started: str | None = None
         self.diverged_at: int | None = None

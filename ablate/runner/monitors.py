@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -59,25 +60,37 @@ class SpikeDetector:
 
 class DivergenceDetector:
     """A run has diverged at the first non-finite loss, or once its loss has stayed above ``factor`` x the
-    best loss so far for ``patience`` consecutive steps. ``update`` returns the reason, else None.
+    best loss so far, and at least ``margin`` above it, for ``patience`` consecutive steps. ``update`` returns
+    the reason, else None. The margin (in nats) keeps a loss that has fallen near zero (an answer-only loss at
+    ~1e-4) from being called diverged by noise that doubles it.
 
     >>> d = DivergenceDetector(factor=2.0, patience=2)
     >>> [d.update(x) for x in [3.0, 1.0, 2.5, 2.5, float("nan")]]
     [None, None, None, 'loss 2.5 above 2 x best 1 for 2 steps', 'non-finite loss nan']
+    >>> d = DivergenceDetector(factor=2.0, patience=2, margin=0.1)
+    >>> [d.update(x) for x in [1e-4, 3e-4, 5e-4, 0.2, 0.3]]
+    [None, None, None, None, 'loss 0.3 above 2 x best 0.0001 (and 0.1 above it) for 2 steps']
     """
 
-    def __init__(self, factor: float, patience: int):
-        self.factor, self.patience = factor, patience
+    def __init__(self, factor: float, patience: int, margin: float = 0.0):
+        self.factor, self.patience, self.margin = factor, patience, margin
         self.best = math.inf
         self.streak = 0
+
+    @classmethod
+    def for_run(cls, train: Any) -> DivergenceDetector:
+        """The rule a run's ``TrainConfig`` asks for."""
+        return cls(train.diverge_factor, train.diverge_patience, train.diverge_margin)
 
     def update(self, loss: float) -> str | None:
         if not math.isfinite(loss):
             return f"non-finite loss {loss}"
         self.best = min(self.best, loss)
-        self.streak = self.streak + 1 if loss > self.factor * self.best else 0
+        above = loss > self.factor * self.best and loss - self.best >= self.margin
+        self.streak = self.streak + 1 if above else 0
         if self.streak >= self.patience:
-            return f"loss {loss:g} above {self.factor:g} x best {self.best:g} for {self.streak} steps"
+            margin = f" (and {self.margin:g} above it)" if self.margin else ""
+            return f"loss {loss:g} above {self.factor:g} x best {self.best:g}{margin} for {self.streak} steps"
         return None
 
     def state_dict(self) -> dict:

@@ -246,7 +246,7 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
             monitor.load_state_dict(record)
         # a new length, data or schedule moves the loss: a new trend for spikes, a new best for divergence
         monitor.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)
-        monitor.divergence = DivergenceDetector(tc.diverge_factor, tc.diverge_patience)
+        monitor.divergence = DivergenceDetector.for_run(tc)
     trainer.callbacks.append(monitor)
     trainer.callbacks.extend(callbacks)  # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
     done = checkpoint_step(ckpt) if resume else 0
