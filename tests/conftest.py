@@ -6,7 +6,8 @@ that is unset, one session-wide throwaway server is started here with the same s
 stopped by PID at the end, so plain ``pytest`` works too. Each test gets its own new schema on it (the URL
 sets ``search_path``), which to the store is a new, empty database. If no
 server can be started (no PostgreSQL and no way to install it), the postgres cases are skipped with the reason;
-with ``ABLATE_TEST_PG_URL`` set they never are.
+with ``ABLATE_TEST_PG_URL`` set they never are. ``own_postgres`` is a server of one test's own, for the tests that
+stop and restart it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,29 @@ def pg_server_url() -> Iterator[str]:
         yield proc.stdout.strip().splitlines()[-1]
     finally:
         subprocess.run([script, "stop", pgdir], env=env, capture_output=True)
+        shutil.rmtree(pgdir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_postgres(tmp_path):
+    """A PostgreSQL server of this test's own (it stops and restarts it): ``(url, stop, start)``."""
+    script = str(ROOT / "scripts" / "postgres.sh")
+    pgdir = tempfile.mkdtemp(prefix="ablate-pg-away-")  # not under pytest's tmp: the server runs as `postgres`
+    env = {**os.environ, "ABLATE_PG_PORT": str(_free_port())}
+
+    def start() -> str:
+        out = subprocess.run([script, "start", pgdir], env=env, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            pytest.skip(f"no PostgreSQL server could be started: {out.stderr[-300:]}")
+        return out.stdout.strip().splitlines()[-1]
+
+    def stop() -> None:
+        subprocess.run([script, "stop", pgdir], env=env, capture_output=True, timeout=120)
+
+    try:
+        yield start(), stop, start
+    finally:
+        stop()
         shutil.rmtree(pgdir, ignore_errors=True)
 
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -134,29 +132,6 @@ def test_two_runs_started_together_train_each_run_once(tmp_path, env):
 
 
 # ---------------------------------------------------------------- #14 item 2: the store goes away
-
-
-@pytest.fixture
-def own_postgres(tmp_path):
-    """A PostgreSQL server of this test's own (it stops and restarts it): ``(url, stop, start)``."""
-    script = str(ROOT / "scripts" / "postgres.sh")
-    pgdir = tempfile.mkdtemp(prefix="ablate-pg-away-")  # not under pytest's tmp: the server runs as `postgres`
-    env = {**os.environ, "ABLATE_PG_PORT": str(_free_port())}
-
-    def start() -> str:
-        out = subprocess.run([script, "start", pgdir], env=env, capture_output=True, text=True, timeout=600)
-        if out.returncode != 0:
-            pytest.skip(f"no PostgreSQL server could be started: {out.stderr[-300:]}")
-        return out.stdout.strip().splitlines()[-1]
-
-    def stop() -> None:
-        subprocess.run([script, "stop", pgdir], env=env, capture_output=True, timeout=120)
-
-    try:
-        yield start(), stop, start
-    finally:
-        stop()
-        shutil.rmtree(pgdir, ignore_errors=True)
 
 
 def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back) -> None:

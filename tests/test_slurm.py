@@ -1,7 +1,8 @@
 """``ablate run --executor slurm`` on a real one-node Slurm cluster (scripts/slurm.sh: munged, slurmctld, slurmd on
 127.0.0.1): a grid as one job array filling the store, a rerun that submits nothing, a task preempted mid-run
 (``SIGUSR2``, as Slurm sends it) that is requeued and resumes from its checkpoint to the same losses, ``ablate
-status`` showing the jobs, ``ablate cancel``, and a run on two DDP processes. The runs: the tiny preset on the arithmetic stream, 40 steps of
+status`` showing the jobs, ``ablate cancel``, a run on two DDP processes, and ``--wait`` through a PostgreSQL store
+that goes away. The runs: the tiny preset on the arithmetic stream, 40 steps of
 4 x 32 tokens; the store is SQLite in a temporary directory (the jobs run on this machine).
 
 Skipped only when the Slurm binaries are missing and ``CI`` is unset (in CI the script installs them).
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,11 +23,13 @@ from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.execute.slurm_queue import ALIVE
 from ablate.store import Store
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+ABLATE = str(Path(sys.executable).parent / "ablate")
 STEPS = 120  # long enough that a signal sent once training is seen lands mid-run on an idle machine
 
 
@@ -247,3 +252,66 @@ def test_bad_slurm_options_are_one_line_and_exit_2(slurm_cluster, tmp_path, args
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert set(squeue()) == jobs_before  # nothing was submitted
+
+
+# ``--wait`` follows the array through the store. When the store (here a PostgreSQL server of the test's own) goes
+# away, the wait says so and waits for it up to --store-patience seconds: the task trains on either way. Back in
+# time, the wait ends as usual (exit 0, the run done); away for longer, it stops waiting with one error line and
+# exit 1, and the task, still running, records its run itself once the store is back.
+@pytest.mark.parametrize("outage", ["back in time", "away too long"])
+def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm_cluster, own_postgres, tmp_path,
+                                                                           outage):
+    url, stop, start = own_postgres
+    path, home = tmp_path / "o.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("away", variants=["baseline"], steps=3 * STEPS, checkpoint_every=1000))
+    patience = "120" if outage == "back in time" else "3"
+    proc = subprocess.Popen([ABLATE, "run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait",
+                             "--home", str(home), "--store", url, "--store-patience", patience, "--slurm-opt",
+                             "cpus_per_task=1", "--time", "0:10:00"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def training() -> bool:
+        try:
+            with Store.open(url) as store:
+                frame = store.runs_frame()
+        except Exception:  # noqa: BLE001 - not created yet
+            return False
+        return bool(len(frame) == 1 and frame["status"].iloc[0] == "running"
+                    and (frame["heartbeat_step"].fillna(0).iloc[0]) >= 5)
+
+    try:
+        wait_until(training, 300, "the task to train", poll=0.2)
+        stop()
+        if outage == "back in time":
+            time.sleep(8)  # longer than one look of the wait (5 s)
+            start()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err
+    assert re.search(r"the store \S+ is unreachable: the Slurm tasks train on and record their runs when it is "
+                     rf"back; waiting for it \(up to {patience} s\)", err), err
+    if outage == "back in time":
+        assert proc.returncode == 0, err
+        assert re.search(r"the store \S+ is back after \d+ s", err) and "1 done" in err, err
+    else:
+        assert proc.returncode == 1, err
+        assert re.search(r"error: the store \S+ has been unreachable for \d+ s: stopped waiting; array \d+ goes on, "
+                         r"and its runs are recorded when the store is back \(by their tasks, or by the next `ablate "
+                         r"run` for a task that ended meanwhile\)", err), err
+        start()
+        array = out.strip().splitlines()[-1]
+        wait_until(lambda: all(state not in ALIVE for job, (state, _) in squeue().items() if job.startswith(array)),
+                   300, "the task to end")
+        again = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home", str(home),
+                       "--store", url)
+        assert again.exit_code == 0 and "nothing to submit (1 skipped)" in again.output, again.output
+    final = runs_at(url)
+    assert list(final["status"]) == ["done"] and list(final["steps"]) == [3 * STEPS]
+    assert final["resumed_from"].isna().all()  # trained once, through the outage
+
+
+def runs_at(url: str):
+    with Store.open(url) as store:
+        return store.runs_frame().set_index("run_id")

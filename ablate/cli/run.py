@@ -109,7 +109,8 @@ def run(
     wait: Annotated[bool, typer.Option("--wait", help="wait for runs another process is training, then run what "
                                        "they leave (slurm: wait until every run has ended)")] = False,
     store_patience: Annotated[float, typer.Option("--store-patience", help="seconds the store may stay unreachable "
-                                                  "before the grid stops cleanly (training goes on meanwhile)")]
+                                                  "before the grid stops cleanly (training goes on meanwhile; "
+                                                  "slurm --wait: before it stops waiting)")]
     = 300.0,
     progress_every: Annotated[float, typer.Option("--progress-every", help="without a terminal: a progress line "
                                                   "this often (seconds)")] = 30.0,
@@ -134,7 +135,7 @@ def run(
                                    gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
                                    array_parallelism=array_parallelism, slurm_opts=slurm_opts,
                                    retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
-                                   gpus_per_node=gpus_per_node))
+                                   gpus_per_node=gpus_per_node, store_patience=store_patience))
     from ablate.execute import RunOptions, print_summary, run_grid
 
     options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,

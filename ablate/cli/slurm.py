@@ -7,14 +7,14 @@ from typing import Annotated
 
 import typer
 
-from ablate.cli.common import HomeOpt, SetOpt, StoreOpt, app, handles_errors, home_dir, open_store, warn
+from ablate.cli.common import HomeOpt, SetOpt, StoreOpt, app, fail, handles_errors, home_dir, open_store, warn
 
 
 def run_slurm(grid: Path, sets: list[str] | None, executor: str, *, home: Path | None, store: str | None,
               partition: str | None, gpus_per_job: int | None, time_limit: str, wait: bool,
               array_parallelism: int | None, slurm_opts: list[str] | None, retry_failed: bool,
               nodes: int = 1, gpus_per_node: int | None = None,
-              mlflow: bool = True) -> int:
+              mlflow: bool = True, store_patience: float | None = None) -> int:
     """``ablate run --executor slurm``: submit the grid as one job array; the exit status."""
     from ablate.errors import ConfigError, one_of
     from ablate.execute.slurm import SlurmOptions, submit_grid
@@ -24,6 +24,8 @@ def run_slurm(grid: Path, sets: list[str] | None, executor: str, *, home: Path |
     options = SlurmOptions(home=home_dir(home), store=store, partition=partition, gpus_per_job=gpus_per_job,
                            time=time_limit, array_parallelism=array_parallelism, slurm_opts=slurm_opts or [],
                            retry_failed=retry_failed, wait=wait, nodes=nodes, gpus_per_node=gpus_per_node, mlflow=mlflow)
+    if store_patience is not None:
+        options.store_patience_s = store_patience
     report = submit_grid(grid, sets or [], options)
     for warning in report.warnings:
         warn(warning)
@@ -34,6 +36,8 @@ def run_slurm(grid: Path, sets: list[str] | None, executor: str, *, home: Path |
         for status in report.statuses.values():
             counts[status] = counts.get(status, 0) + 1
         typer.echo(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), err=True)
+    if report.store_error is not None:
+        raise fail(report.store_error, report.exit_code)
     return report.exit_code
 
 

@@ -25,8 +25,8 @@ from rich.text import Text
 from ablate import layout
 from ablate.execute.devices import gpu_count, parse_devices, plan_slots
 from ablate.execute.display import LABEL, summary_table
-from ablate.execute.lifecycle import Lifecycle, unmirrored
-from ablate.execute.local import STORE_PATIENCE_S, TRAIN_JOB, LocalRunner
+from ablate.execute.lifecycle import STORE_PATIENCE_S, Lifecycle, unmirrored
+from ablate.execute.local import TRAIN_JOB, LocalRunner
 from ablate.execute.messages import Job
 from ablate.execute.opening import Liveness, Opened, open_grid
 

@@ -50,6 +50,7 @@ from ablate.result import RESULT_FILE, RunResult, read_result
 log = logging.getLogger(__name__)
 
 RETRY_MAX_S = 30.0  # the longest wait between two attempts to reach a store that went away
+STORE_PATIENCE_S = 300.0  # how long an executor waits for a store that went away before it stops cleanly
 
 
 @dataclass

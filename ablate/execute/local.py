@@ -24,14 +24,13 @@ from rich.console import Console
 from ablate.config import total_steps
 from ablate.execute.devices import Slot
 from ablate.execute.display import GridDisplay
-from ablate.execute.lifecycle import Ended, Lifecycle
+from ablate.execute.lifecycle import STORE_PATIENCE_S, Ended, Lifecycle
 from ablate.execute.messages import Job, JobEvent, Progress, Started
 from ablate.execute.pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
 TRAIN_JOB = "ablate.execute.job:train"
-STORE_PATIENCE_S = 300.0
 
 
 class LocalRunner:

@@ -186,7 +186,7 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
             if d.status == "failed":
                 o.failed_before.append(d.run_id)
             continue
-        if (status := _ingest_found(store, o.home, d.run_id)) is not None:
+        if (status := ingest_found(store, o.home, d.run_id)) is not None:
             o.reused[d.run_id] = status
             continue
         if d.status in ("running", "failed"):
@@ -195,7 +195,7 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
     o.todo = [d for d in todo if d.action == "resume"] + [d for d in todo if d.action == "train"]
 
 
-def _ingest_found(store: Any, home: Path, run_id: str) -> str | None:
+def ingest_found(store: Any, home: Path, run_id: str) -> str | None:
     """Ingest a complete ``result.json`` of a finished run already in its directory; its status, else None."""
     from ablate.execute.job import finished_result
 

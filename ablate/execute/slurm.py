@@ -31,6 +31,7 @@ from typing import Any
 from rich.console import Console
 
 from ablate.errors import ConfigError, RunError
+from ablate.execute.lifecycle import STORE_PATIENCE_S
 from ablate.execute.messages import Job
 from ablate.execute.slurm_queue import ALIVE, have_slurm, job_states
 from ablate.execute.triage import Decision
@@ -62,6 +63,7 @@ class SlurmOptions:
     wait: bool = False
     poll_s: float = 5.0
     stale_after_s: float = 300.0
+    store_patience_s: float = STORE_PATIENCE_S  # with wait: how long an unreachable store is waited for
     console: Console | None = None
 
 
@@ -78,14 +80,17 @@ class SlurmReport:
     warnings: list[str] = field(default_factory=list)
     log_dir: Path | None = None  # submitit's folder: one subfolder of logs per job
     interrupted: bool = False
+    store_error: str | None = None  # why the wait stopped early: the store stayed unreachable past the patience
+    home: Path = Path("ablate-runs")
     wall_s: float = 0.0
 
     @property
     def exit_code(self) -> int:
-        """CLI.md: 0 nothing failed (or not waited for), 1 some run failed; 130 when the wait was interrupted."""
+        """CLI.md: 0 nothing failed (or not waited for), 1 some run failed or the store stayed away; 130 when the
+        wait was interrupted."""
         if self.interrupted:
             return 130
-        return 1 if any(s == "failed" for s in self.statuses.values()) else 0
+        return 1 if self.store_error or any(s == "failed" for s in self.statuses.values()) else 0
 
 
 # ------------------------------------------------------------ options
@@ -222,7 +227,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOption
         raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
     with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
                    stale_after_s=opts.stale_after_s, slurm=True) as o:
-        report = SlurmReport(grid=o.name, skipped=dict(o.skipped))
+        report = SlurmReport(grid=o.name, skipped=dict(o.skipped), home=o.home)
         report.skipped.update({rid: f"finished ({status}) before: ingested its result" for rid, status
                                in o.reused.items()})
         report.warnings += o.store.warnings
@@ -278,8 +283,13 @@ def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmO
 # ------------------------------------------------------------ wait
 def wait_for(store: Any, report: SlurmReport, opts: SlurmOptions, console: Console) -> None:
     """Follow the submitted runs until each has ended (done, diverged, failed) or its Slurm job is gone; a run
-    whose job ended without recording anything is marked failed."""
+    whose job ended without recording anything is marked failed (one that left a complete ``result.json`` is
+    ingested). A store that goes away is waited for, up to ``opts.store_patience_s`` seconds: the tasks train
+    on and record their runs themselves when it is back; past the patience this stops waiting (exit 1)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ablate.execute.lifecycle import is_unavailable
+    from ablate.store.engine import display_url
 
     ids = list(report.jobs)
     told: set[str] = set()
@@ -288,40 +298,76 @@ def wait_for(store: Any, report: SlurmReport, opts: SlurmOptions, console: Conso
                         TextColumn("{task.fields[states]}"), TimeElapsedColumn(), console=console,
                         transient=True, disable=not console.is_terminal)
     task = progress.add_task(f"array {report.array_id}", total=len(ids), states="")
+    where, down_since = display_url(store.url), None
+
+    def look() -> bool:
+        """One look at the store and the queue; True once every run has ended."""
+        statuses = store.statuses(run_ids=ids)
+        states = job_states(report.jobs.values())
+        for rid in ids:
+            if statuses.get(rid) in FINAL and rid not in told:
+                told.add(rid)
+                console.print(f"{statuses[rid]:>9} {rid[:10]}  (Slurm job {report.jobs[rid]})", highlight=False)
+        gone = {rid for rid in ids if rid not in told and states.get(report.jobs[rid]) not in ALIVE}
+        counts: dict[str, int] = {}
+        for s in states.values():
+            counts[s] = counts.get(s, 0) + 1
+        progress.update(task, completed=len(told), states=" ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
+        if len(told) == len(ids):
+            return True
+        if lost := gone & suspect:
+            _lost(store, sorted(lost), report, states)  # re-reads first: it may have just finished
+        suspect.clear()
+        suspect.update(gone)
+        return False
+
     try:
         with progress:
             while True:
-                statuses = store.statuses(run_ids=ids)
-                states = job_states(report.jobs.values())
-                for rid in ids:
-                    if statuses.get(rid) in FINAL and rid not in told:
-                        told.add(rid)
-                        console.print(f"{statuses[rid]:>9} {rid[:10]}  (Slurm job {report.jobs[rid]})",
-                                      highlight=False)
-                gone = {rid for rid in ids if rid not in told and states.get(report.jobs[rid]) not in ALIVE}
-                counts: dict[str, int] = {}
-                for s in states.values():
-                    counts[s] = counts.get(s, 0) + 1
-                progress.update(task, completed=len(told),
-                                states=" ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
-                if len(told) == len(ids):
+                try:
+                    done = look()
+                except Exception as exc:
+                    if not is_unavailable(exc):
+                        raise
+                    now = time.monotonic()
+                    if down_since is None:
+                        down_since = now
+                        console.print(f"the store {where} is unreachable: the Slurm tasks train on and record their "
+                                      f"runs when it is back; waiting for it (up to {opts.store_patience_s:.0f} s)",
+                                      highlight=False, soft_wrap=True)
+                    elif now - down_since > opts.store_patience_s:
+                        report.store_error = (f"the store {where} has been unreachable for {now - down_since:.0f} s: "
+                                             f"stopped waiting; array {report.array_id} goes on, and its runs are "
+                                             f"recorded when the store is back (by their tasks, or by the next "
+                                             f"`ablate run` for a task that ended meanwhile)")
+                        return
+                    time.sleep(opts.poll_s)
+                    continue
+                if down_since is not None:
+                    console.print(f"the store {where} is back after {time.monotonic() - down_since:.0f} s",
+                                  highlight=False, soft_wrap=True)
+                    down_since = None
+                if done:
                     break
-                if lost := gone & suspect:
-                    _lost(store, sorted(lost), report, states)  # re-reads first: it may have just finished
-                suspect = gone
                 time.sleep(opts.poll_s)
     except KeyboardInterrupt:
         report.interrupted = True
         console.print(f"stopped waiting; array {report.array_id} goes on (ablate status shows it)",
                       highlight=False)
-    report.statuses = store.statuses(run_ids=ids)
+    try:
+        report.statuses = store.statuses(run_ids=ids)
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
 
 
 def _lost(store: Any, gone: list[str], report: SlurmReport, states: dict[str, str]) -> None:
+    from ablate.execute.opening import ingest_found
+
     statuses = store.statuses(run_ids=gone)
     for rid in gone:
-        if statuses.get(rid) in FINAL:
-            continue
+        if statuses.get(rid) in FINAL or ingest_found(store, report.home, rid) is not None:
+            continue  # recorded meanwhile, or left its result.json (the store was away when it ended)
         job = report.jobs[rid]
         state = states.get(job, "gone from squeue")
         msg = f"Slurm job {job} ended ({state}) without recording a result; its log is in {report.log_dir}/{job}/"
