@@ -99,8 +99,8 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
         return dict(ids) if ids.notna().all() else None
 
     ids = wait_until(mlflow_ids, 60, "the MLflow run ids", poll=0.5)
-    for r in nested:
-        assert r.info.status == "FINISHED" and ids[r.data.tags["run_id"]] == r.info.run_id
+    for r in nested:  # looked at again: the search above may have caught a mirror before its end
+        assert client.get_run(r.info.run_id).info.status == "FINISHED" and ids[r.data.tags["run_id"]] == r.info.run_id
         assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "loss")) == list(range(STEPS))
 
 
