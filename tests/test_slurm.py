@@ -156,11 +156,11 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
-    (nested,) = client.search_runs([client.get_experiment_by_name("pre").experiment_id],
-                                   filter_string="tags.`ablate.role` = 'run'")
     # the store learns the MLflow run id once its mirror is complete, just after the run is recorded done
     mlflow_id = wait_until(lambda: m if isinstance(m := runs(home).loc[run_id, "mlflow_run_id"], str) else None, 60,
                            "the MLflow run id", poll=0.5)
+    (nested,) = client.search_runs([client.get_experiment_by_name("pre").experiment_id],
+                                   filter_string="tags.`ablate.role` = 'run'")
     assert nested.info.status == "FINISHED" and nested.info.run_id == mlflow_id
     assert sorted(m.step for m in client.get_metric_history(nested.info.run_id, "loss")) == list(range(STEPS))
 
