@@ -204,6 +204,53 @@ def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+def test_tune_stops_cleanly_when_the_store_goes_away_and_resumes_its_study(tmp_path, env, own_postgres):
+    """The study lives in the store too: while it is away the trial trains on (its evaluations are not reported to
+    the pruner), then tune stops with one error line (exit 1: past its patience, or at the next ask/tell), and the
+    same command, the store back, resumes the trial and completes the study."""
+    import optuna
+
+    from ablate.tune.storage import optuna_storage
+
+    url, stop, start = own_postgres
+    path, home = tmp_path / "g.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("tuneaway", variants=["baseline"], steps=1500, checkpoint_every=50))
+    args = [ABLATE, "tune", str(path), "--param", "train.lr", "--low", "1e-3", "--high", "1e-2", "--log", "--trials",
+            "1", "--jobs", "1", "--no-mlflow", "--home", str(home), "--store", url]
+    proc = subprocess.Popen([*args, "--store-patience", "4"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait(lambda: any(r["status"] == "running" and (r["heartbeat_step"] or 0) >= 5
+                          for r in _statuses(url, home).values()), 300, "a trial to train", proc)
+        stop()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        _stop(proc)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err, err
+    assert re.search(r"error: the store \S+ (has been unreachable for \d+ s|became unreachable while tuning).*when "
+                     r"the store is back, run the same command again: the studies resume", err), err
+    runs = home / "runs"
+    (run_id,) = [p.name for p in runs.iterdir()]
+    finished = (runs / run_id / "result.json").is_file()
+    assert finished or (runs / run_id / CHECKPOINT).is_file(), err
+    mtime = (runs / run_id / "result.json").stat().st_mtime_ns if finished else None
+    start()
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    row = _statuses(url, home)[run_id]
+    assert row["status"] == "done", row
+    if finished:  # finished while the store was away: read from its result.json, not trained again
+        assert (runs / run_id / "result.json").stat().st_mtime_ns == mtime
+    else:  # cut off: resumed from its checkpoint
+        assert row["resumed_from"] is not None, row
+    with Store.open(url) as store:
+        (study,) = optuna.get_all_study_summaries(optuna_storage(store.url))
+        trials = optuna.load_study(study_name=study.study_name, storage=optuna_storage(store.url)).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE], trials
+    assert trials[0].user_attrs["run_id"] == run_id and trials[0].value == pytest.approx(row["val_ppl"])
+
+
 # ---------------------------------------------------------------- #14 item 6: `ablate ui` and signals
 
 

@@ -125,6 +125,14 @@ JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU:
 DevicesOpt = Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or a comma list of GPU indices "
                                                 "[default: every GPU, else cpu]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
+StorePatienceOpt = Annotated[float | None, typer.Option(
+    "--store-patience", help="seconds the store may stay unreachable before the command stops cleanly (training goes "
+                             "on meanwhile; slurm --wait: before it stops waiting) [default: 300]", show_default=False)]
+
+
+def patience(store_patience: float | None) -> dict[str, float]:
+    """``store_patience_s`` for an executor's options when ``--store-patience`` was given (else its default)."""
+    return {} if store_patience is None else {"store_patience_s": store_patience}
 
 
 def home_dir(home: Path | None) -> Path:

@@ -15,10 +15,12 @@ from ablate.cli.common import (
     NoMlflowOpt,
     SetOpt,
     StoreOpt,
+    StorePatienceOpt,
     app,
     echo_json,
     handles_errors,
     home_dir,
+    patience,
     print_wide,
     warn,
 )
@@ -108,10 +110,7 @@ def run(
                                                          "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for runs another process is training, then run what "
                                        "they leave (slurm: wait until every run has ended)")] = False,
-    store_patience: Annotated[float, typer.Option("--store-patience", help="seconds the store may stay unreachable "
-                                                  "before the grid stops cleanly (training goes on meanwhile; "
-                                                  "slurm --wait: before it stops waiting)")]
-    = 300.0,
+    store_patience: StorePatienceOpt = None,
     progress_every: Annotated[float, typer.Option("--progress-every", help="without a terminal: a progress line "
                                                   "this often (seconds)")] = 30.0,
     nodes: Annotated[int | None, typer.Option("--nodes", help="slurm: nodes per run (its train.devices processes "
@@ -140,7 +139,7 @@ def run(
 
     options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
                          jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait,
-                         store_patience_s=store_patience, progress_every_s=progress_every)
+                         progress_every_s=progress_every, **patience(store_patience))
     report = run_grid(grid, sets or [], options)
     print_summary(report)
     raise typer.Exit(report.exit_code)

@@ -13,10 +13,12 @@ from ablate.cli.common import (
     JobsOpt,
     SetOpt,
     StoreOpt,
+    StorePatienceOpt,
     app,
     handles_errors,
     home_dir,
     open_store,
+    patience,
 )
 
 
@@ -53,6 +55,7 @@ def tune_cmd(
     = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
+    store_patience: StorePatienceOpt = None,
 ) -> None:
     """Search a parameter (the learning rate) per grid cell with Optuna; report each variant's best and largest
     stable value; --then-run compares the variants at their best. Studies live in the results store."""
@@ -77,7 +80,7 @@ def tune_cmd(
     options = TuneOptions(param=param, low=low, high=high, log=log, trials=trials, metric=metric, pruner=pruner,
                           tolerance=tolerance, then_run=then_run, find_max_stable=find_max_stable,
                           stable_steps=stable_steps, home=home_dir(home), store=store, jobs=jobs, devices=devices,
-                          mlflow=not no_mlflow)
+                          mlflow=not no_mlflow, **patience(store_patience))
     report = tune(grid, sets or [], options)
     print_summary(report, param, metric)
     if report.tuned is not None:

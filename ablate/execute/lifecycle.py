@@ -69,10 +69,18 @@ class Ended:
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether a store error means the database cannot be reached or written now (as opposed to a bad request):
-    a lost connection, a server that is down, a read-only or full disk."""
+    a lost connection, a server that is down, a read-only or full disk. An error raised ``from`` one (Optuna's
+    storage wraps them in its own) is one too."""
     from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
-    return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError))
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (OperationalError, InterfaceError, DisconnectionError)):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return False
 
 
 class Lifecycle:
@@ -239,7 +247,7 @@ class Lifecycle:
                 self._next_try = self._down_since + self._backoff
                 # info: the executor tells the user (ablate.execute.local), a Slurm task its log
                 log.info("the store %s is unreachable (%s); training goes on, the results are kept in %s and "
-                         "recorded when it is back", self.where, _first_line(exc), self.home / layout.RUNS_DIR)
+                         "recorded when it is back", self.where, first_line(exc), self.home / layout.RUNS_DIR)
 
     def _came_back(self) -> None:
         with self._lock:
@@ -272,7 +280,7 @@ class Lifecycle:
                         self._backoff = min(RETRY_MAX_S, self._backoff * 2)
                         self._next_try = time.monotonic() + self._backoff
                     return
-                log.warning("could not %s in the store: %s", what, _first_line(exc))
+                log.warning("could not %s in the store: %s", what, first_line(exc))
             with self._lock:
                 self._outbox.pop(0)
         self._came_back()
@@ -327,7 +335,10 @@ def _nesting(job: Job | None) -> dict[str, Any]:
     return {"parent": job.trial["study"], "tags": {"study": job.trial["study"], "trial_id": job.trial["trial_id"]}}
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of the database driver's own message for ``exc`` (or for the error it was raised from)."""
+    while getattr(exc, "orig", None) is None and exc.__cause__ is not None:
+        exc = exc.__cause__
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip()
     return text.splitlines()[0] if text else type(orig).__name__

@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from ablate.execute.devices import Slot
-from ablate.execute.lifecycle import Ended, Lifecycle
+from ablate.execute.lifecycle import STORE_PATIENCE_S, Ended, Lifecycle
 from ablate.execute.local import LocalRunner
 
 TRIAL_JOB = "ablate.tune.job:train_trial"
@@ -34,14 +34,14 @@ class TrialPool(LocalRunner):
     """``ablate run``'s local runner on the trial job, kept across rounds; a context manager."""
 
     def __init__(self, slots: list[Slot], *, home: Path, store: Any, title: str, console: Console | None = None,
-                 metric: str = "val_ppl", mlflow: bool = False):
+                 metric: str = "val_ppl", mlflow: bool = False, store_patience_s: float = STORE_PATIENCE_S):
         mirror = None
         if mlflow:  # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), nested under their study
             from ablate.store.mlflow_mirror import MirrorThread
 
             mirror = MirrorThread(home=home, grid=title)
         super().__init__(slots, Lifecycle(store, home=home, mirror=mirror, metric=metric), title=title,
-                         console=console, job_fn=TRIAL_JOB)
+                         console=console, job_fn=TRIAL_JOB, store_patience_s=store_patience_s)
 
     def close(self) -> None:
         """Stop the workers, the live display and the lifecycle's threads."""

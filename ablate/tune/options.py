@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ablate.execute.lifecycle import STORE_PATIENCE_S
 from ablate.tune.protocol import DEFAULT_TOLERANCE, Point
 
 
@@ -32,6 +33,7 @@ class TuneOptions:
     devices: str | None = None
     jobs_per_device: int = 1
     mlflow: bool = True  # trials (experiment <grid>/tune, under their study) and the --then-run runs
+    store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long while trials train stops the tuning
     console: Console | None = None
 
 

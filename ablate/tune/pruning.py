@@ -5,11 +5,13 @@ its ``metrics``). ``StepPruning`` runs right after the monitor in each step: whe
 hands the value to optuna-integration's ``PyTorchLightningPruningCallback``, which reports it to the trial and
 raises ``optuna.TrialPruned`` when the pruner says so (in DDP it stops every rank). The Lightning callback reports
 per epoch; an ablate run is one epoch of ``train.steps`` steps, so the report is made at the step count instead.
+While the store (which holds the study) is unreachable, an evaluation is not reported and the trial trains on.
 Imported only inside the training workers (it imports Lightning).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -18,8 +20,11 @@ import lightning as L
 import torch
 from optuna_integration import PyTorchLightningPruningCallback
 
+from ablate.execute.lifecycle import first_line, is_unavailable
 from ablate.runner.callbacks import RunMonitor
 from ablate.tune.protocol import PENALTY
+
+log = logging.getLogger(__name__)
 
 
 class StepPruning(PyTorchLightningPruningCallback):
@@ -47,4 +52,11 @@ class StepPruning(PyTorchLightningPruningCallback):
         self.last_step, self.last_value = int(evaluated[-1]) + 1, value
         trainer.callback_metrics[self.monitor] = torch.tensor(value)
         # the integration reports at ``pl_module.current_epoch``: hand it the step count in its place
-        self.on_validation_end(trainer, SimpleNamespace(current_epoch=self.last_step))  # type: ignore[arg-type]
+        try:
+            self.on_validation_end(trainer, SimpleNamespace(current_epoch=self.last_step))  # type: ignore[arg-type]
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            # the study lives in the store: while it is away the trial trains on, unpruned at this evaluation
+            log.warning("the store is unreachable (%s): trial not judged at step %d, training goes on",
+                        first_line(exc), self.last_step)

@@ -31,7 +31,8 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from ablate.errors import ConfigError
+from ablate.errors import AblateError, ConfigError, StoreError
+from ablate.execute.lifecycle import first_line, is_unavailable
 from ablate.execute.messages import Job
 from ablate.layout import run_dir
 from ablate.tune.execute import Outcome, TrialPool
@@ -56,6 +57,7 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     from ablate.execute.devices import gpu_count, parse_devices, plan_slots
     from ablate.grid import expand, load_grid
     from ablate.store import Store
+    from ablate.store.engine import display_url
     from ablate.tune.storage import optuna_storage, parse_pruner
 
     opts = options or TuneOptions()
@@ -82,18 +84,28 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     home = Path(opts.home)
     console = opts.console or Console(stderr=True)
     store = Store.open(opts.store, home=home)
+    resume = (f"when the store is back, run the same command again: the studies resume, and trials that finished "
+              f"meanwhile are read from {home / 'runs'}, not trained again")
     try:
         tuner = _Tuner(grid, cells_of(planned, space.param), space, metric, pruner, opts, store,
                        optuna_storage(store.url), console)
         with TrialPool(slots, home=home, store=store, title=f"{grid.name}/tune", console=console,
-                       metric=metric, mlflow=opts.mlflow) as pool:
+                       metric=metric, mlflow=opts.mlflow, store_patience_s=opts.store_patience_s) as pool:
             tuner.search(pool)
             if opts.find_max_stable and not pool.interrupted:
                 tuner.bracket(pool)
             tuner.report.interrupted = pool.interrupted
+        if pool.store_error is not None:  # the store stayed away past --store-patience while trials trained
+            raise StoreError(f"{pool.store_error}; {resume}")
         tuner.summarize()
         if opts.then_run and not tuner.report.interrupted:
             tuner.then_run()
+    except Exception as exc:
+        if isinstance(exc, AblateError) or not is_unavailable(exc):
+            raise
+        # between trials (Optuna's ask and tell, registering runs): one line, as for `ablate run`
+        raise StoreError(f"the store {display_url(store.url)} became unreachable while tuning ({first_line(exc)}); "
+                         f"{resume}") from None
     finally:
         store.close()
     tuner.report.wall_s = time.monotonic() - t0
