@@ -82,7 +82,7 @@ def test_a_600_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
     assert proc.returncode == 0, err
     # the store, while it trained: steps rising, a loss at each look, status with step / total, tokens/s, ETA
     steps = [s for s, _ in rows]
-    assert len(set(steps)) >= 3 and steps == sorted(steps) and steps[-1] < STEPS, rows
+    assert len(set(steps)) >= 3 and steps == sorted(steps) and steps[-1] <= STEPS, rows
     assert all(loss is not None and 0 < loss < 10 for _, loss in rows)
     assert len({loss for _, loss in rows}) >= 3
     # never stale nor gone, even between the worker's end (which frees the run's lock) and the ingest that ends its

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import signal
 import socket
 import subprocess
@@ -64,6 +65,23 @@ def _wait(predicate, timeout: float, what: str, proc: subprocess.Popen | None = 
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """``proc``'s stderr, line by line, up to the first line containing ``text`` (what was read)."""
+    seen, deadline = [], time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=0.5):
+                continue
+            line = proc.stderr.readline()
+            if not line:
+                raise AssertionError(f"the process ended ({proc.wait()}) before saying {text!r}: {''.join(seen)}")
+            seen.append(line)
+            if text in line:
+                return "".join(seen)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text!r}: {''.join(seen)}")
+
+
 def _run(home: Path, path: Path, *args: str, env: dict) -> subprocess.Popen:
     # --jobs 2 with --no-mlflow: one torch thread per worker, nothing but the store
     return subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2", *args],
@@ -94,16 +112,24 @@ def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_wait
         running = _wait(lambda: (r := _statuses(None, home)) and all(
             x["status"] == "running" and x["heartbeat_step"] is not None for x in r.values()) and r, 300,
             "both runs to train", first)
-        pids = sorted(int((home / "runs" / rid / ".lock").read_text()) for rid in running)
-        second = CliRunner().invoke(app, ["run", str(path), "--home", str(home), "--no-mlflow"])
+        pids = [int((home / "runs" / rid / ".lock").read_text()) for rid in running]
+        for pid in pids:  # the two workers hold their runs, frozen, until the second and the waiting run have looked
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            second = CliRunner().invoke(app, ["run", str(path), "--home", str(home), "--no-mlflow"])
+            waiting = _run(home, path, "--wait", env=env)
+            said = _read_until(waiting, "waiting for 2 run(s) another process is training", 300)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
         assert second.exit_code == 0, second.output  # before: exit 1, rich.errors.MarkupError
-        line = f"2 running in another process ({', '.join(f'pid {p}' for p in pids)}), skipped"
+        line = f"2 running in another process ({', '.join(sorted(f'pid {p}' for p in pids))}), skipped"
         assert f"ablate run busy: {line}" in second.output and "to run" not in second.output
         assert "Traceback" not in second.output
-        waiting = _run(home, path, "--wait", env=env)
         out, err = first.communicate(timeout=600)
         assert first.returncode == 0, err
         w_out, w_err = waiting.communicate(timeout=300)
+        w_err = said + w_err
         assert waiting.returncode == 0, w_err
     finally:
         _stop(first)
@@ -136,7 +162,7 @@ def test_two_runs_started_together_train_each_run_once(tmp_path, env):
 
 def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back) -> None:
     """Start a grid, take the store away once a run trains, check the clean stop, bring the store back, rerun."""
-    proc = _run(home, path, "--store-patience", "8", *(["--store", url] if url else []), env=env)
+    proc = _run(home, path, "--store-patience", "4", *(["--store", url] if url else []), env=env)
     try:
         seen = _wait(lambda: {rid: r["heartbeat_step"] for rid, r in _statuses(url, home).items()
                               if r["status"] == "running" and (r["heartbeat_step"] or 0) >= 5}, 300,
@@ -150,7 +176,7 @@ def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring
     assert "Traceback" not in err and "has been unreachable for" in err, err
     assert "is unreachable: training goes on" in err, err
     assert re.search(r"when the store is back, run the same command again \(or `ablate ingest .*runs`\)", err), err
-    assert "has been unreachable for" in err and "interrupted" in err  # patience (8 s) ran out mid-run
+    assert "has been unreachable for" in err and "interrupted" in err  # patience (4 s) ran out mid-run
     runs = home / "runs"
     results = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
     for rid, step in seen.items():  # it trained on while the store was away: finished, or checkpointed further

@@ -91,16 +91,17 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
-    exp = client.get_experiment_by_name("arr")
-    nested = client.search_runs([exp.experiment_id], filter_string="tags.`ablate.role` = 'run'")
-    assert sorted(r.data.tags["run_id"] for r in nested) == sorted(frame.index)
+
     def mlflow_ids() -> dict[str, str] | None:  # written once each mirror is complete, just after the run is done
         ids = runs(home, "arr")["mlflow_run_id"]
         return dict(ids) if ids.notna().all() else None
 
-    ids = wait_until(mlflow_ids, 60, "the MLflow run ids", poll=0.5)
-    for r in nested:  # looked at again: the search above may have caught a mirror before its end
-        assert client.get_run(r.info.run_id).info.status == "FINISHED" and ids[r.data.tags["run_id"]] == r.info.run_id
+    ids = wait_until(mlflow_ids, 60, "the MLflow run ids", poll=0.5)  # --wait returns once the store says done
+    exp = client.get_experiment_by_name("arr")
+    nested = client.search_runs([exp.experiment_id], filter_string="tags.`ablate.role` = 'run'")
+    assert sorted(r.data.tags["run_id"] for r in nested) == sorted(frame.index)
+    for r in nested:
+        assert r.info.status == "FINISHED" and ids[r.data.tags["run_id"]] == r.info.run_id
         assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "loss")) == list(range(STEPS))
 
 
@@ -110,7 +111,7 @@ def test_a_rerun_submits_nothing(arrayed):
     result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--home", str(home))
     assert result.exit_code == 0, result.output
     assert "nothing to submit (2 skipped)" in result.output
-    assert set(squeue()) == jobs_before
+    assert not set(squeue()) - jobs_before  # nothing new (an old job may age out of squeue meanwhile)
 
 
 def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tmp_path):
@@ -251,7 +252,7 @@ def test_bad_slurm_options_are_one_line_and_exit_2(slurm_cluster, tmp_path, args
     result = invoke("run", str(path), "--executor", "slurm", "--home", str(tmp_path / "home"), *args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
-    assert set(squeue()) == jobs_before  # nothing was submitted
+    assert not set(squeue()) - jobs_before  # nothing was submitted (an old job may age out meanwhile)
 
 
 # ``--wait`` follows the array through the store. When the store (here a PostgreSQL server of the test's own) goes

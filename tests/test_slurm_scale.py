@@ -131,4 +131,4 @@ def test_bad_scale_options_are_one_line_and_exit_2(slurm_cluster, tmp_path, args
     out = invoke("run", str(path), "--home", str(tmp_path / "home"), *args)
     assert out.exit_code == 2, out.output
     assert out.output.startswith(f"error: {message}") and out.output.count("\n") == 1, out.output
-    assert set(squeue()) == jobs_before  # nothing was submitted
+    assert not set(squeue()) - jobs_before  # nothing was submitted (an old job may age out meanwhile)

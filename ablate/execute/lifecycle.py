@@ -93,7 +93,7 @@ class Lifecycle:
         self.store, self.home, self.mirror, self.metric = store, Path(home), mirror, metric
         self.host = host or socket.gethostname()
         self.where = display_url(store.url)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a Slurm task's signal handler may record while it is held
         self._outbox: list[tuple[str, Callable[[Any], Any]]] = []  # writes the store could not take, in order
         self._down_since: float | None = None
         self._next_try = 0.0
