@@ -9,8 +9,10 @@
    worker processes as there are workers, and the start-up is seconds before the first job, not per job.
 4. A finished 100-run grid (filled into the store directly), rerun through the CLI as a user would: the wall time
    of the whole ``ablate run`` process.
+5. ``ablate --help`` (aim: under 0.5 s): its wall time, beside the same help drawn by Typer's rich formatter (which
+   ablate turned off: it imports rich.markdown) and beside a bare ``python -c pass``, interleaved in one run.
 
-    .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow] [--only plan|pool|rerun]
+    .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow] [--only plan|pool|rerun|help]
 """
 
 from __future__ import annotations
@@ -135,11 +137,30 @@ def rerun_100(root: Path) -> None:
           f"{sorted(times[1:])[1]:.2f} s median of 3")
 
 
+def help_time() -> None:
+    """``ablate --help`` against Typer's rich help and an empty interpreter: medians of 7, interleaved."""
+    rich = ("import sys; from ablate.cli.common import app; app.rich_markup_mode = 'rich'; "
+            "from ablate.cli import main; sys.argv = ['ablate', '--help']; main()")
+    cases = {"ablate --help (plain, as shipped)": [ABLATE, "--help"],
+             "the same with Typer's rich help": [sys.executable, "-c", rich],
+             "python -c pass": [sys.executable, "-c", "pass"]}
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(7):
+        for name, cmd in cases.items():
+            t0 = time.monotonic()
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            times[name].append(time.monotonic() - t0)
+            assert out.returncode == 0 and ("Usage" in out.stdout or cmd[-1] == "pass"), out.stderr
+    print("CLI start-up (wall seconds, median of 7; aim: ablate --help < 0.5 s):")
+    for name, ts in times.items():
+        print(f"  {name:<36} {sorted(ts)[3]:5.2f} s (best {min(ts):.2f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--no-mlflow", action="store_true")
-    ap.add_argument("--only", choices=["plan", "pool", "rerun"])
+    ap.add_argument("--only", choices=["plan", "pool", "rerun", "help"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="ablate-bench-") as tmp:
         if args.only in (None, "plan"):
@@ -149,6 +170,8 @@ def main() -> None:
             overhead(Path(tmp), args.steps, not args.no_mlflow)
         if args.only in (None, "rerun"):
             rerun_100(Path(tmp))
+        if args.only in (None, "help"):
+            help_time()
 
 
 if __name__ == "__main__":
