@@ -175,6 +175,19 @@ def test_a_broken_grid_gets_one_line_and_exit_status_2(case, tmp_path):
     assert re.search(expected, lines[0]), lines[0]
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["run", "--store-patience", "-5"], "error: --store-patience: Input should be greater than or equal to 0, got '-5'"),
+    (["tune", "--store-patience", "-1"], "error: --store-patience: Input should be greater than or equal to 0, got '-1'"),
+    (["run", "--jobs", "two"], "error: --jobs: Input should be a valid integer, unable to parse string as an integer, "
+                               "got 'two'"),
+])
+def test_a_bad_option_value_is_one_line_naming_it_and_the_value(args, expected, tmp_path):
+    path = write(tmp_path, "name: x\n")
+    result = CliRunner().invoke(app, [args[0], str(path), *args[1:], "--home", str(tmp_path / "home")])
+    assert result.exit_code == 2 and result.stderr.splitlines() == [expected], result.output
+    assert not (tmp_path / "home").exists()  # nothing was written
+
+
 def test_a_missing_file_gets_one_line_and_exit_status_2(tmp_path):
     result = plan(str(tmp_path / "nope.yaml"), home=tmp_path)
     assert result.exit_code == 2

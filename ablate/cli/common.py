@@ -76,6 +76,10 @@ def _usage_message(exc: ClickException) -> str:
         what = param.opts[0].lstrip("-") if option else (exc.ctx.command.name if exc.ctx else "value")
         given = cause.errors()[0].get("input")
         return one_line(f"{name}: {one_of(given, [str(c) for c in desc.choices], what=what)}")
+    if isinstance(cause, ValidationError):  # a bound (min=...) or a type: worded as a config field's error
+        from ablate.grid.paths import explain
+
+        return one_line(f"{name}: {explain(cause)[1]}")
     return one_line(f"{name}: {exc.message}")
 
 
@@ -126,7 +130,7 @@ DevicesOpt = Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or
                                                 "[default: every GPU, else cpu]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 StorePatienceOpt = Annotated[float | None, typer.Option(
-    "--store-patience", help="seconds the store may stay unreachable before the command stops cleanly (training goes "
+    "--store-patience", min=0, help="seconds the store may stay unreachable before the command stops cleanly (training goes "
                              "on meanwhile; slurm --wait: before it stops waiting) [default: 300]", show_default=False)]
 
 
