@@ -130,8 +130,9 @@ DevicesOpt = Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or
                                                 "[default: every GPU, else cpu]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 StorePatienceOpt = Annotated[float | None, typer.Option(
-    "--store-patience", min=0, help="seconds the store may stay unreachable before the command stops cleanly (training goes "
-                             "on meanwhile; slurm --wait: before it stops waiting) [default: 300]", show_default=False)]
+    "--store-patience", min=0, show_default=False,
+    help="seconds the store may stay unreachable before the command stops cleanly (training goes on meanwhile; "
+         "slurm --wait: before it stops waiting) [default: 300]")]
 
 
 def patience(store_patience: float | None) -> dict[str, float]:

@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from ablate.cli.common import HomeOpt, SetOpt, StoreOpt, app, fail, handles_errors, home_dir, open_store, warn
+from ablate.cli.common import (
+    HomeOpt,
+    SetOpt,
+    StoreOpt,
+    app,
+    fail,
+    handles_errors,
+    home_dir,
+    open_store,
+    patience,
+    warn,
+)
 
 
 def run_slurm(grid: Path, sets: list[str] | None, executor: str, *, home: Path | None, store: str | None,
@@ -23,9 +34,8 @@ def run_slurm(grid: Path, sets: list[str] | None, executor: str, *, home: Path |
         raise ConfigError(one_of(executor, ["local", "slurm"], what="executor"), where="--executor")
     options = SlurmOptions(home=home_dir(home), store=store, partition=partition, gpus_per_job=gpus_per_job,
                            time=time_limit, array_parallelism=array_parallelism, slurm_opts=slurm_opts or [],
-                           retry_failed=retry_failed, wait=wait, nodes=nodes, gpus_per_node=gpus_per_node, mlflow=mlflow)
-    if store_patience is not None:
-        options.store_patience_s = store_patience
+                           retry_failed=retry_failed, wait=wait, nodes=nodes, gpus_per_node=gpus_per_node, mlflow=mlflow,
+                           **patience(store_patience))
     report = submit_grid(grid, sets or [], options)
     for warning in report.warnings:
         warn(warning)

@@ -213,7 +213,7 @@ def retag_mlflow(uri: str, moves: list[Move], home: Path) -> int:
                 new = new_of.get(run.data.tags.get("run_id", ""))
                 if new is not None:
                     client.set_tag(run.info.run_id, "run_id", new)
-                    if (layout.run_dir(home, new) / RESULT_FILE).is_file():
+                    if (layout.run_dir(home, new) / RESULT_FILE).is_file():  # rewritten by move_dir
                         log_result_artifacts(client, run.info.run_id, read_result(layout.run_dir(home, new)))
                     count += 1
             token = page.token
