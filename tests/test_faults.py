@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -65,21 +65,37 @@ def _wait(predicate, timeout: float, what: str, proc: subprocess.Popen | None = 
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
-    """``proc``'s stderr, line by line, up to the first line containing ``text`` (what was read)."""
-    seen, deadline = [], time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stderr, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=0.5):
-                continue
-            line = proc.stderr.readline()
-            if not line:
-                raise AssertionError(f"the process ended ({proc.wait()}) before saying {text!r}: {''.join(seen)}")
-            seen.append(line)
-            if text in line:
-                return "".join(seen)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text!r}: {''.join(seen)}")
+class _Stderr:
+    """A process's stderr read to its end by a thread, line by line (a pipe read any other way can keep lines in a
+    buffer where a wait for them never sees them)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.lines: list[str] = []
+        self._new = threading.Condition()
+        self._thread = threading.Thread(target=self._pump, args=(proc.stderr,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            with self._new:
+                self.lines.append(line)
+                self._new.notify_all()
+        with self._new:
+            self.lines.append("")  # the end
+            self._new.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        with self._new:
+            if not self._new.wait_for(lambda: any(text in x for x in self.lines) or self.lines[-1:] == [""],
+                                      timeout):
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text!r}: {''.join(self.lines)}")
+            if not any(text in x for x in self.lines):
+                raise AssertionError(f"the process ended before saying {text!r}: {''.join(self.lines)}")
+
+    def text(self, timeout: float) -> str:
+        """All of it, once the process has closed its stderr."""
+        self._thread.join(timeout)
+        return "".join(self.lines)
 
 
 def _run(home: Path, path: Path, *args: str, env: dict) -> subprocess.Popen:
@@ -107,7 +123,7 @@ def _trained_lines(output: str) -> list[str]:
 def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_waits(tmp_path, env):
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("busy", steps=300, checkpoint_every=1000))
-    first = _run(home, path, env=env)
+    first, waiting = _run(home, path, env=env), None
     try:
         running = _wait(lambda: (r := _statuses(None, home)) and all(
             x["status"] == "running" and x["heartbeat_step"] is not None for x in r.values()) and r, 300,
@@ -118,7 +134,8 @@ def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_wait
         try:
             second = CliRunner().invoke(app, ["run", str(path), "--home", str(home), "--no-mlflow"])
             waiting = _run(home, path, "--wait", env=env)
-            said = _read_until(waiting, "waiting for 2 run(s) another process is training", 300)
+            waiting_err = _Stderr(waiting)
+            waiting_err.wait_for("waiting for 2 run(s) another process is training", 300)
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
@@ -128,11 +145,13 @@ def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_wait
         assert "Traceback" not in second.output
         out, err = first.communicate(timeout=600)
         assert first.returncode == 0, err
-        w_out, w_err = waiting.communicate(timeout=300)
-        w_err = said + w_err
+        waiting.wait(timeout=300)
+        w_err = waiting_err.text(timeout=60)
         assert waiting.returncode == 0, w_err
     finally:
-        _stop(first)
+        for proc in (first, waiting):
+            if proc is not None:
+                _stop(proc)
     assert "waiting for 2 run(s) another process is training" in w_err
     assert "to run" not in w_err and not _trained_lines(w_err)  # it waited, then had nothing left to train
     assert len(_trained_lines(err)) == 2
