@@ -2,10 +2,12 @@
 # A throwaway PostgreSQL 15 cluster on 127.0.0.1 for the tests.
 #   scripts/postgres.sh start DIR   -> installs Debian's postgresql if needed, initdb + pg_ctl start as the
 #                                      postgres user, creates database "ablate", prints its SQLAlchemy URL
+#                                      (on ABLATE_PG_PORT, else a free port)
 #   scripts/postgres.sh stop DIR    -> stops the server by the PID in DIR/data/postmaster.pid
 set -euo pipefail
 cmd=${1:?start|stop}; dir=${2:?directory}
-port=${ABLATE_PG_PORT:-55432}
+# a free port unless one is given: two test suites on one machine must not take each other's server
+port=${ABLATE_PG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)
 
 if [ "$cmd" = start ]; then
