@@ -113,7 +113,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _trained_lines(output: str) -> list[str]:
     """The lines of runs this process trained to the end (not those it found finished by another)."""
-    return [line for line in output.splitlines() if re.match(r"\s*done \w{10} ", line)
+    return [line for line in output.splitlines() if re.match(r"\s*done [0-9a-f]+ ", line)
             and "trained by another process" not in line]
 
 
@@ -348,3 +348,23 @@ def test_ui_stops_its_whole_process_group_within_5_s(tmp_path, env, sig):
         for p in spawned:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- #26: a reader that goes away
+def test_a_closed_output_pipe_lets_the_grid_finish(tmp_path, env):
+    """``ablate run ... 2>&1 | head -1``: the reader takes one line and goes; the grid trains on to its end (no
+    worker dies, no run restarts), records every run, and exits 0."""
+    path, home = tmp_path / "g.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("pipe", steps=40, checkpoint_every=1000))  # no checkpoint to resume from
+    proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2",
+                             "--progress-every", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().startswith(b"ablate run pipe: 2 to run")
+        proc.stdout.close()  # what `head -1` does after its line
+        assert proc.wait(timeout=600) == 0
+    finally:
+        _stop(proc)
+    runs = _statuses(None, home)
+    assert {r["status"] for r in runs.values()} == {"done"} and len(runs) == 2, runs
+    assert all(r["resumed_from"] is None and r["steps"] == 40 for r in runs.values()), runs

@@ -61,14 +61,13 @@ def text_table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]
     return "\n".join([title, line(names), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
-def runs_table(frame: pd.DataFrame, title: str) -> tuple[Table, int]:
-    """``ablate runs``: the measured columns (empty ones dropped); also the width that shows every cell whole."""
+def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table, int]:
+    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole."""
     from pandas.api.types import is_numeric_dtype
     from rich.table import Table
 
     from ablate.store import render
 
-    cols = render.summary_columns(frame)
     cells = [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
     table = Table(title=title)
     for c in cols:

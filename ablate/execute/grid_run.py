@@ -24,7 +24,7 @@ from rich.text import Text
 
 from ablate import layout
 from ablate.execute.devices import gpu_count, parse_devices, plan_slots
-from ablate.execute.display import LABEL, summary_table
+from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.lifecycle import STORE_PATIENCE_S, Lifecycle, unmirrored
 from ablate.execute.local import TRAIN_JOB, LocalRunner
 from ablate.execute.messages import Job
@@ -210,7 +210,7 @@ def _mirror(o: Opened, finished: list[str], will_train: bool) -> Any:
 
 def print_summary(report: GridReport, console: Console | None = None) -> None:
     """The end-of-run table; for each run that failed this time, its error's first line; hints and warnings."""
-    console = console or Console()
+    console = console or stdout_console()  # off a terminal: nothing cut to '…'
     console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
 
     def line(style: str, head: str, text: str, to: Console = console) -> None:  # as it is, never read as markup
