@@ -10,16 +10,19 @@ Defined once here and called from everywhere else:
   folder of files (an export).
 - ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives; ``usable_home(home)`` checks,
   before anything starts, that it can hold them (one line, exit 2, otherwise).
+- ``pick_run(ref, found)``: the one run a run id or its first characters names (``find_run_dir`` among the
+  run directories; the store's ``resolve_run`` among its runs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 RUNS_DIR = "runs"
@@ -61,6 +64,33 @@ def run_dir(home: str | os.PathLike[str], run_id: str) -> Path:
     return runs_dir(home) / run_id
 
 
+def pick_run(ref: str, found: Iterable[str], *, where: str) -> str:
+    """The run ``ref`` names among ``found`` (the ids that begin with it): itself, or the one id it begins (as git
+    does with commits). A ``UserInputError`` otherwise, naming the candidates or saying where none was found.
+    ``show``, ``diff``, ``eval`` (through the store) and ``export`` (through the run directories) all resolve so.
+
+    >>> pick_run("07d8", ["07d81c2e9f00"], where="the store")
+    '07d81c2e9f00'
+    """
+    from ablate.errors import UserInputError
+
+    ref, found = ref.strip(), sorted(i for i in found if i.startswith(ref.strip()))
+    if ref and ref in found:
+        return ref
+    if ref and len(found) == 1:
+        return found[0]
+    if ref and found:
+        raise UserInputError(f"run {ref!r} is ambiguous: it begins {', '.join(found)}; give more of the id")
+    raise UserInputError(f"no run {ref!r} in {where} (see `ablate runs`)")
+
+
+def find_run_dir(home: str | os.PathLike[str], ref: str) -> Path:
+    """The run directory of ``home`` that ``ref`` (a run id or its first characters) names (``pick_run``)."""
+    runs = runs_dir(home)
+    found = [p.name for p in runs.glob(f"{glob.escape(ref.strip())}*") if p.is_dir()] if ref.strip() else []
+    return run_dir(home, pick_run(ref, found, where=str(runs)))
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temporary path in ``final``'s directory (same suffix); rename it onto ``final`` on success.
@@ -81,6 +111,12 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def default_mode(path: str | os.PathLike[str]) -> None:
+    """Give ``path`` the mode ``open()`` gives a new file (0644 under the usual umask), whatever wrote it (a
+    library that writes through a private temporary file leaves 0600)."""
+    os.chmod(path, 0o666 & ~_umask())
 
 
 def atomic_write(final: str | os.PathLike[str], data: str | bytes) -> Path:
