@@ -35,8 +35,9 @@ def runs_dir(home: str | os.PathLike[str]) -> Path:
 
 
 def usable_home(home: str | os.PathLike[str]) -> Path:
-    """``home``, with its ``runs`` directory created and proven writable (a file is made and removed there);
-    a ``UserInputError`` naming the folder and the reason when it is a file, or cannot be created or written."""
+    """``home``, proven able to hold run directories (its ``runs`` folder made, a file made and removed there,
+    then the folders it made removed again: a check leaves nothing); a ``UserInputError`` naming the folder and
+    the reason when it is a file, or cannot be created or written."""
     from ablate.errors import UserInputError
 
     home = Path(home)
@@ -44,6 +45,7 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
     if home.exists() and not home.is_dir():
         raise UserInputError(f"ABLATE_HOME {home} is a file, not a directory: point --home (or ABLATE_HOME) at a "
                              "directory for run directories and the default stores")
+    made = [p for p in (runs, *runs.parents) if not p.exists()]
     try:
         runs.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=runs)
@@ -52,6 +54,10 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         raise UserInputError(f"ABLATE_HOME {home} cannot hold run directories ({runs}: {exc.strerror or exc}): "
                              "use a writable --home (or ABLATE_HOME)") from None
+    finally:
+        for path in made:  # innermost first
+            with contextlib.suppress(OSError):
+                path.rmdir()
     return home
 
 

@@ -150,9 +150,10 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     grid = load_grid(path, sets)
     planned = expand(grid)
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
-    home = layout.usable_home(Path(home).absolute() if slurm else Path(home))
-    opened_store = Store.open(store, home=home)
+    home = layout.usable_home(Path(home).absolute() if slurm else Path(home))  # checked; nothing made yet
+    opened_store = Store.open(store, home=home)  # a bad URL, a store that does not answer: refused, nothing made
     try:
+        layout.runs_dir(home).mkdir(parents=True, exist_ok=True)
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [])
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
