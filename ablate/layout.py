@@ -10,6 +10,7 @@ Defined once here and called from everywhere else:
   folder of files (an export).
 - ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives; ``usable_home(home)`` checks,
   before anything starts, that it can hold them (one line, exit 2, otherwise).
+- ``file_lock(path)``: a blocking lock, so that processes that want one file made at once make it once.
 - ``pick_run(ref, found)``: the one run a run id or its first characters names (``find_run_dir`` among the
   run directories; the store's ``resolve_run`` among its runs).
 """
@@ -17,6 +18,7 @@ Defined once here and called from everywhere else:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import glob
 import os
@@ -132,6 +134,22 @@ def atomic_write(final: str | os.PathLike[str], data: str | bytes) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     return Path(final)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block, waiting while another process
+    holds it: for a file that must be made once however many processes want it at the same moment (a shared
+    source tokenized into the cache, a new MLflow store); the others wait, then find it made."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 @contextlib.contextmanager
