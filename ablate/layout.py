@@ -6,7 +6,8 @@ Defined once here and called from everywhere else:
   ``train.log``, ``error.txt``).
 - ``CHECKPOINT``: the run directory's resumable checkpoint, ``checkpoints/last.ckpt``.
 - ``atomic_path(final)``: a temporary path beside ``final`` that becomes ``final`` (``os.replace``) only when the
-  block that writes it succeeds; ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
+  block that writes it succeeds (a write that fails for want of space is a ``DiskFullError`` naming ``final``:
+  ``disk_full``); ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
   folder of files (an export).
 - ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives; ``usable_home(home)`` checks,
   before anything starts, that it can hold them (one line, exit 2, otherwise).
@@ -18,6 +19,7 @@ Defined once here and called from everywhere else:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import glob
@@ -26,6 +28,10 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ablate.errors import DiskFullError
 
 RUNS_DIR = "runs"
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -99,6 +105,37 @@ def find_run_dir(home: str | os.PathLike[str], ref: str) -> Path:
     return run_dir(home, pick_run(ref, found, where=str(runs)))
 
 
+FULL_BELOW = 1 << 20  # a write that failed where less than this is free failed for want of space
+
+
+def disk_full(exc: BaseException, path: str | os.PathLike[str]) -> DiskFullError | None:
+    """``exc``, raised by a write to ``path``, as the ``DiskFullError`` it is when the disk is full: an ENOSPC or
+    EDQUOT anywhere in its chain, or a failed write (numpy and torch report a short one without an errno) where
+    under ``FULL_BELOW`` bytes are left. None for any other failure. Look before the partial file is removed."""
+    from ablate.errors import DiskFullError
+
+    if isinstance(exc, DiskFullError):
+        return exc
+    path = Path(path).absolute()
+    seen, cause, errno_full = set(), exc, False
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        errno_full = errno_full or getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        cause = cause.__cause__ or cause.__context__
+    where = next((p for p in (path, *path.parents) if p.exists()), None)
+    usage = shutil.disk_usage(where) if where is not None else None
+    short = isinstance(exc, OSError | RuntimeError) and usage is not None and usage.free < FULL_BELOW
+    if not (errno_full or short):
+        return None
+    room = f" ({_mb(usage.free)} free of {_mb(usage.total)})" if usage is not None else ""
+    return DiskFullError(f"no space left on device: cannot write {path}{room}; free some space there, or give "
+                         "ablate a larger disk (--home, ABLATE_CACHE)")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temporary path in ``final``'s directory (same suffix); rename it onto ``final`` on success.
@@ -113,11 +150,22 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the final file gets what open() would have given it
     os.close(fd)
     tmp = Path(name)
-    try:
+    with partial_removed(tmp, final):
         yield tmp
         os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def partial_removed(tmp: str | os.PathLike[str], final: str | os.PathLike[str]) -> Iterator[None]:
+    """Around the writing of ``tmp``, which is to become ``final``: when it fails, ``tmp`` is removed, and a failure
+    for want of space is raised as the ``DiskFullError`` that names ``final``."""
+    try:
+        yield
+    except BaseException as exc:
+        full = disk_full(exc, final)  # looked at before the partial file is removed
+        Path(tmp).unlink(missing_ok=True)
+        if full is not None:
+            raise full from exc
         raise
 
 

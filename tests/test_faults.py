@@ -179,8 +179,10 @@ def test_two_runs_started_together_train_each_run_once(tmp_path, env):
 # ---------------------------------------------------------------- #14 item 2: the store goes away
 
 
-def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back) -> None:
-    """Start a grid, take the store away once a run trains, check the clean stop, bring the store back, rerun."""
+def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back, away: str = "unreachable"
+            ) -> None:
+    """Start a grid, take the store away once a run trains, check the clean stop (the lines say the store is
+    ``away``), bring the store back, rerun."""
     proc = _run(home, path, "--store-patience", "4", *(["--store", url] if url else []), env=env)
     try:
         seen = _wait(lambda: {rid: r["heartbeat_step"] for rid, r in _statuses(url, home).items()
@@ -192,10 +194,10 @@ def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring
         _stop(proc)
     # a clean stop: exit 1, the store named, how to resume, no traceback; what trained meanwhile is on disk
     assert proc.returncode == 1, err
-    assert "Traceback" not in err and "has been unreachable for" in err, err
-    assert "is unreachable: training goes on" in err, err
+    assert "Traceback" not in err and f"has been {away} for" in err, err
+    assert f"is {away}: training goes on" in err, err
     assert re.search(r"when the store is back, run the same command again \(or `ablate ingest .*runs`\)", err), err
-    assert "has been unreachable for" in err and "interrupted" in err  # patience (4 s) ran out mid-run
+    assert f"has been {away} for" in err and "interrupted" in err  # patience (4 s) ran out mid-run
     runs = home / "runs"
     results = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
     for rid, step in seen.items():  # it trained on while the store was away: finished, or checkpointed further
@@ -244,9 +246,51 @@ def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
                 except OSError:
                     pass
 
-        _outage(url, home, path, env, take_away=fill, bring_back=lambda: filler.unlink())
+        _outage(url, home, path, env, take_away=fill, bring_back=lambda: filler.unlink(),
+                away="full (no space left on its disk)")  # full, not unreachable: say what it is
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MB disk (a tmpfs; root only: it mounts)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
+                           text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mount.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_home_whose_disk_is_full_fails_each_run_in_one_line_naming_the_path(tmp_path, env, small_disk):
+    """#26: a checkpoint that does not fit. Each run fails in one line, 'no space left' and the file it could not
+    write, nothing else on screen; the whole trace is in the run's train.log; no half-written file is left; the
+    store says failed (not running, not GONE)."""
+    path, home = tmp_path / "g.yaml", small_disk
+    path.write_text(tiny_grid("full", steps=30, checkpoint_every=10))  # a checkpoint is ~1.4 MB
+    proc = _run(home, path, env=env)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in out + err, err
+    runs = _statuses(None, home)
+    assert len(runs) == 2 and {r["status"] for r in runs.values()} == {"failed"}, runs
+    for rid, row in runs.items():
+        ckpt = home / "runs" / rid / CHECKPOINT
+        said = f"DiskFullError: no space left on device: cannot write {ckpt} ("
+        assert [x for x in err.splitlines() if rid in x] == [x for x in err.splitlines() if said in x and rid in x]
+        assert len([x for x in err.splitlines() if rid in x]) == 1 and said in out, (err, out)
+        assert row["error"].startswith(said)
+        assert list(ckpt.parent.iterdir()) == []  # the partial checkpoint was removed
+        log = (home / "runs" / rid / "train.log").read_text()
+        assert f"run {rid} failed\nTraceback" in log and "last.ckpt" in log
+    other = [x for x in err.splitlines() if not x.startswith(("ablate run full: 2 to run", "starting workers",
+                                                              "progress full: "))]
+    assert len(other) == 2, err  # the two failed lines: nothing else on screen
 
 
 def test_tune_stops_cleanly_when_the_store_goes_away_and_resumes_its_study(tmp_path, env, own_postgres):
@@ -353,14 +397,14 @@ def test_ui_stops_its_whole_process_group_within_5_s(tmp_path, env, sig):
 # ---------------------------------------------------------------- #26: a reader that goes away
 def test_a_closed_output_pipe_lets_the_grid_finish(tmp_path, env):
     """``ablate run ... 2>&1 | head -1``: the reader takes one line and goes; the grid trains on to its end (no
-    worker dies, no run restarts), records every run, and exits 0."""
+    worker dies, no run restarts), records every run, and exits 0. Also: ``--jobs 100`` starts a worker per run."""
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("pipe", steps=40, checkpoint_every=1000))  # no checkpoint to resume from
-    proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2",
+    proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "100",
                              "--progress-every", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    try:
-        assert proc.stdout.readline().startswith(b"ablate run pipe: 2 to run")
+    try:  # --jobs 100 starts the 2 workers there are runs for
+        assert proc.stdout.readline().startswith(b"ablate run pipe: 2 to run (0 resuming), 0 skipped; 2 worker(s)")
         proc.stdout.close()  # what `head -1` does after its line
         assert proc.wait(timeout=600) == 0
     finally:

@@ -205,6 +205,47 @@ def test_status_shows_a_run_that_ended_before_its_ingest_as_ended_not_cut_off(li
     assert json.loads(status("--format", "json").stdout)["running"] == []
 
 
+def test_a_run_that_crashed_while_the_store_was_away_is_failed_not_gone(tmp_path, store_url):
+    """#26: the store was full when a run crashed, so it still says running; its run directory says how it ended
+    (error.txt). status shows it FAILED, not GONE (cut off, resumable), and the next opening records it failed."""
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.execute.job import ERROR_FILE
+
+    path = tmp_path / "g.yaml"
+    path.write_text(GRID)
+    home = tmp_path / "home"
+    with open_grid(path, home=home, store=store_url, retry_failed=False, stale_after_s=300) as o:
+        a, b, _ = (d.run for d in o.todo)
+        for run in (a, b):
+            o.store.mark_running(run_id=run.run_id, host=HOST, device="cpu")
+    for run in (a, b):  # both workers took and dropped their locks: a crashed, b was cut off (kill -9)
+        with RunLock(run_dir(home, run.run_id)) as worker:
+            assert worker.acquire()
+    error = f"DiskFullError: no space left on device: cannot write {home}/runs/{a.run_id}/checkpoints/last.ckpt"
+    (run_dir(home, a.run_id) / ERROR_FILE).write_text(f"{error}\n\nTraceback (most recent call last): ...")
+
+    def status(*fmt: str):
+        return CliRunner().invoke(app, ["status", "--home", str(home), "--store", store_url, *fmt])
+
+    rows = {r["run_id"]: r for r in json.loads(status("--format", "json").stdout)["running"]}
+    assert (rows[a.run_id]["failed"], rows[a.run_id]["gone"]) == (True, False)
+    assert (rows[b.run_id]["failed"], rows[b.run_id]["gone"]) == (False, True)
+    table = status()
+    line = next(x for x in table.stdout.splitlines() if a.run_id in x)
+    assert "FAILED" in line and "GONE" not in line, table.stdout
+    assert f"1 run(s) marked running failed while the store could not be told (their error.txt says why; the next " \
+           f"`ablate run` of their grid records them failed): {a.run_id}" in " ".join(table.stderr.split())
+    with open_grid(path, home=home, store=store_url, retry_failed=False, stale_after_s=300) as o:
+        assert o.failed_before == [a.run_id] and b.run_id in {d.run_id for d in o.todo}
+        row = o.store.runs_frame(run_ids=[a.run_id]).iloc[0]
+        assert row["status"] == "failed" and row["error"].startswith(error)
+    with open_grid(path, home=home, store=store_url, retry_failed=True, stale_after_s=300) as o:
+        assert a.run_id in {d.run_id for d in o.todo}  # retried: its old crash is no longer how it ended
+        assert not (run_dir(home, a.run_id) / ERROR_FILE).exists()
+
+
 # ---------------------------------------------------------------- the opening
 
 

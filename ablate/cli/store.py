@@ -111,8 +111,12 @@ def status_cmd(
     for table in status_tables(summary, STATUSES):
         print_wide(table)  # off a terminal whole ids, variants and steps (a script or a log reads them)
     gone = [r["run_id"] for r in summary["running"] if r.get("gone")]
-    quiet = [rid for rid in summary["stale"] if rid not in gone]
+    crashed = [r["run_id"] for r in summary["running"] if r.get("failed")]
+    quiet = [rid for rid in summary["stale"] if rid not in gone and rid not in crashed]
     ended = [r["run_id"] for r in summary["running"] if r.get("ended")]
+    if crashed:
+        warn(f"{len(crashed)} run(s) marked running failed while the store could not be told (their error.txt says "
+             f"why; the next `ablate run` of their grid records them failed): {', '.join(crashed)}")
     if ended:
         warn(f"{len(ended)} run(s) marked running have ended and wait to be recorded (by their `ablate run` in a "
              f"moment; if it is gone, the next `ablate run` of their grid or `ablate ingest` records them): "

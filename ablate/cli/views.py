@@ -97,7 +97,8 @@ def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Ta
             table.add_column(col, justify="right" if col in ("step", "loss", "tok/s", "ETA") else "left")
         for r in summary["running"]:
             age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s"
-            age += " ENDED" if r.get("ended") else " GONE" if r.get("gone") else " STALE" if r["stale"] else ""
+            age += (" ENDED" if r.get("ended") else " FAILED" if r.get("failed") else " GONE" if r.get("gone")
+                    else " STALE" if r["stale"] else "")
             step = "-" if r["step"] is None else f"{r['step'] + 1}/{r.get('total_steps') or '?'}"
             loss, tps, eta = r.get("train_loss"), r.get("tokens_per_s"), r.get("eta_s")
             table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-", step,

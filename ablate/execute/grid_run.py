@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ablate import layout
-from ablate.execute.devices import gpu_count, parse_devices, plan_slots
+from ablate.execute.devices import crowding, gpu_count, parse_devices, plan_slots
 from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.lifecycle import STORE_PATIENCE_S, Lifecycle, unmirrored
 from ablate.execute.local import TRAIN_JOB, LocalRunner
@@ -111,9 +111,14 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     opts = options or RunOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
-                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1,
-                       per_run=_devices_per_run(path, sets))
+    devices, per_run = parse_devices(opts.devices, gpu_count()), _devices_per_run(path, sets)
+
+    def slots(runs: int) -> list[Any]:  # never more workers than runs to train: the cores are theirs
+        jobs = None if opts.jobs is None else min(opts.jobs, max(1, runs))
+        return plan_slots(devices=devices, jobs=jobs, jobs_per_device=opts.jobs_per_device,
+                          cpu_count=os.cpu_count() or 1, per_run=per_run)[:max(1, runs)]
+
+    slots(1)  # a bad --jobs or --devices is refused before anything is opened
     report: GridReport | None = None
     while True:
         with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
@@ -130,7 +135,7 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     return report
 
 
-def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console, report: GridReport | None
+def _run_opened(o: Opened, slots: Callable[[int], list[Any]], opts: RunOptions, console: Console, report: GridReport | None
                 ) -> GridReport:
     """One pass over an opened grid: train its ``todo`` on the pool, then read the statuses back."""
     report = report or GridReport(grid=o.name, home=o.home)
@@ -154,19 +159,21 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
     report.warnings += lifecycle.warnings()
     if lifecycle.pending_writes():
         report.store_error = report.store_error or (
-            f"the store {lifecycle.where} has been unreachable for {lifecycle.store_down_s() or 0:.0f} s")
+            f"the store {lifecycle.where} has been {lifecycle.away()} for {lifecycle.store_down_s() or 0:.0f} s")
     if report.store_error is None:
         report.statuses = o.store.statuses(run_ids=[p.run_id for p in o.planned])
     return report
 
 
-def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOptions, console: Console,
+def _run_pool(o: Opened, lifecycle: Lifecycle, slots: Callable[[int], list[Any]], opts: RunOptions, console: Console,
               report: GridReport) -> None:
     jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)), d.run.config.model_dump(mode="json")) for d in o.todo]
-    used = slots[:len(jobs)]  # never more workers than jobs
+    used = slots(len(jobs))
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "
                   f"resuming), {len(o.planned) - len(jobs)} skipped; {len(used)} worker(s) on "
                   f"{', '.join(sorted({s.device for s in used}))}", highlight=False)
+    if (crowded := crowding(used, cpu_count=os.cpu_count() or 1, jobs_per_device=opts.jobs_per_device)):
+        console.print(Text.assemble(("warning:", "yellow"), f" {crowded}"), highlight=False, soft_wrap=True)
     with LocalRunner(used, lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
                      store_patience_s=opts.store_patience_s, progress_every_s=opts.progress_every_s) as runner:
         ended = runner.run(jobs)

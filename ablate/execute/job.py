@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ablate import layout
 from ablate.execute.devices import Slot
 from ablate.execute.locks import RunLock
 from ablate.execute.messages import Job, JobOutcome
@@ -27,6 +28,7 @@ from ablate.result import RESULT_FILE, read_result
 
 log = logging.getLogger(__name__)
 
+ERROR_FILE = "error.txt"  # a crashed run's traceback, in its run directory
 STEP_EVERY_S = 0.5  # how often a batch of step metrics goes to the pool's process (display, store, MLflow)
 
 
@@ -68,6 +70,16 @@ def _run_log(path: Path, run_id: str, *, quiet: type[BaseException]) -> Iterator
         except BaseException:
             log.exception("run %s failed", run_id)
             raise
+
+
+def crashed(run_dir: Path) -> str | None:
+    """How a run's last attempt crashed (its ``error.txt``: the error's line, then its traceback; written as it
+    fails, removed when the run starts again), else None. A run whose crash the store never heard of (the store
+    was away) is recorded failed from it."""
+    try:
+        return (run_dir / ERROR_FILE).read_text() or None
+    except OSError:
+        return None
 
 
 def finished_result(run_dir: Path) -> Any:
@@ -139,6 +151,7 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOut
         if (done := finished_result(run_dir)) is not None:
             return JobOutcome("reused", status=str(done.status))
         resuming = (run_dir / CHECKPOINT).is_file()
+        (run_dir / ERROR_FILE).unlink(missing_ok=True)  # a crash of an earlier attempt is no longer this run's end
         ctx.started(resuming=resuming)
         steps = StepBatcher(ctx.progress)
         config = RunConfig.model_validate(job.config)
@@ -154,8 +167,13 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOut
                          result.summary.get("train_loss"), result.summary.get("val_ppl"))
         except RunInterrupted as exc:
             raise JobInterrupted(str(exc)) from None
-        except BaseException:
-            (run_dir / "error.txt").write_text(traceback.format_exc())
+        except BaseException as exc:
+            full = layout.disk_full(exc, getattr(exc, "filename", None) or run_dir)
+            shown = full or exc
+            with contextlib.suppress(OSError):  # on a full disk this may fail too: the crash is what counts
+                (run_dir / ERROR_FILE).write_text(f"{type(shown).__name__}: {shown}\n\n{traceback.format_exc()}")
+            if full is not None:  # one line naming the path; the whole trace is in train.log
+                raise full from exc
             raise
         finally:
             steps.flush()
