@@ -288,3 +288,35 @@ def test_the_opening_triages_and_ingests_a_result_nobody_recorded(tmp_path, stor
     with open_grid(path, home=home, store=store_url, retry_failed=True, stale_after_s=300) as o:
         assert sorted(d.run_id for d in o.todo) == sorted([b.run_id, c.run_id])  # b was cut off; c retried
         assert set(o.store.statuses(run_ids=[b.run_id, c.run_id]).values()) == {"queued"}
+
+
+def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path):
+    """A real SQLITE_FULL (the database capped at its pages), through SQLAlchemy as the store sees it; and a real
+    ENOSPC (/dev/full) as a write to a file sees it."""
+    import errno
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    from ablate.errors import DiskFullError
+    from ablate.execute.lifecycle import how_away, is_unavailable
+    from ablate.layout import disk_full
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'small.db'}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x TEXT)"))
+    with pytest.raises(OperationalError) as full, engine.begin() as conn:
+        conn.execute(text("PRAGMA max_page_count = 2"))
+        conn.execute(text("INSERT INTO t VALUES (:x)"), [{"x": "y" * 4000}] * 10)
+    assert is_unavailable(full.value) and how_away(full.value) == "full (no space left on its disk)"
+    with pytest.raises(OperationalError) as away:
+        create_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}").connect()
+    assert is_unavailable(away.value) and how_away(away.value) == "unreachable"
+
+    with pytest.raises(OSError) as nospace, open("/dev/full", "wb", buffering=0) as fh:
+        fh.write(b"x")
+    assert nospace.value.errno == errno.ENOSPC
+    found = disk_full(nospace.value, tmp_path / "f.npy")
+    assert isinstance(found, DiskFullError)
+    assert str(found).startswith(f"no space left on device: cannot write {tmp_path / 'f.npy'} (")
+    assert disk_full(OSError("requested and written"), tmp_path / "f.npy") is None  # room left: not a full disk

@@ -104,6 +104,12 @@ def is_full(exc: BaseException) -> bool:
     return False
 
 
+def how_away(exc: BaseException) -> str:
+    """Why a store error means the store is away, in the user's words: ``full (no space left on its disk)`` or
+    ``unreachable``."""
+    return "full (no space left on its disk)" if is_full(exc) else "unreachable"
+
+
 class Lifecycle:
     """Records runs' lives in the store (and MLflow through ``mirror``); see the module docstring."""
 
@@ -117,7 +123,7 @@ class Lifecycle:
         self._lock = threading.RLock()  # reentrant: a Slurm task's signal handler may record while it is held
         self._outbox: list[tuple[str, Callable[[Any], Any]]] = []  # writes the store could not take, in order
         self._down_since: float | None = None
-        self._full = False  # why it is away: its disk is full (else it cannot be reached)
+        self._away = "unreachable"  # why it is away (how_away)
         self._next_try = 0.0
         self._backoff = 1.0
         self._jobs: dict[str, Job] = {}
@@ -264,7 +270,7 @@ class Lifecycle:
 
     def _went_away(self, exc: BaseException) -> None:
         with self._lock:
-            self._full = is_full(exc)
+            self._away = how_away(exc)
             if self._down_since is None:
                 self._down_since = time.monotonic()
                 self._next_try = self._down_since + self._backoff
@@ -274,8 +280,8 @@ class Lifecycle:
                          self.home / layout.RUNS_DIR)
 
     def away(self) -> str:
-        """Why the store is away, in the user's words: ``full (no space left on its disk)`` or ``unreachable``."""
-        return "full (no space left on its disk)" if self._full else "unreachable"
+        """Why the store is away, in the user's words (``how_away``)."""
+        return self._away
 
     def _came_back(self) -> None:
         with self._lock:
@@ -305,7 +311,7 @@ class Lifecycle:
             except Exception as exc:  # noqa: BLE001 - unreachable again, or a write it now refuses
                 if is_unavailable(exc):
                     with self._lock:
-                        self._full = is_full(exc)
+                        self._away = how_away(exc)
                         self._backoff = min(RETRY_MAX_S, self._backoff * 2)
                         self._next_try = time.monotonic() + self._backoff
                     return

@@ -32,7 +32,7 @@ import yaml
 from rich.console import Console
 
 from ablate.errors import AblateError, ConfigError, StoreError
-from ablate.execute.lifecycle import first_line, is_unavailable
+from ablate.execute.lifecycle import first_line, how_away, is_unavailable
 from ablate.execute.messages import Job
 from ablate.layout import run_dir
 from ablate.tune.execute import Outcome, TrialPool
@@ -109,8 +109,8 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
         if isinstance(exc, AblateError) or not is_unavailable(exc):
             raise
         # between trials (Optuna's ask and tell, registering runs): one line, as for `ablate run`
-        raise StoreError(f"the store {display_url(store.url)} became unreachable while tuning ({first_line(exc)}); "
-                         f"{resume}") from None
+        raise StoreError(f"the store {display_url(store.url)} became {how_away(exc)} while tuning "
+                         f"({first_line(exc)}); {resume}") from None
     finally:
         store.close()
     tuner.report.wall_s = time.monotonic() - t0
