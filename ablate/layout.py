@@ -44,8 +44,8 @@ def runs_dir(home: str | os.PathLike[str]) -> Path:
 
 def usable_home(home: str | os.PathLike[str]) -> Path:
     """``home``, proven able to hold run directories (its ``runs`` folder made, a file made and removed there,
-    then the folders it made removed again: a check leaves nothing); a ``UserInputError`` naming the folder and
-    the reason when it is a file, or cannot be created or written."""
+    then the folders it made removed again: a check leaves nothing); a ``UserInputError`` naming the folder
+    and the reason when it is a file, or cannot be created or written."""
     from ablate.errors import UserInputError
 
     home = Path(home)
@@ -79,9 +79,10 @@ def run_dir(home: str | os.PathLike[str], run_id: str) -> Path:
 
 
 def pick_run(ref: str, found: Iterable[str], *, where: str) -> str:
-    """The run ``ref`` names among ``found`` (the ids that begin with it): itself, or the one id it begins (as git
-    does with commits). A ``UserInputError`` otherwise, naming the candidates or saying where none was found.
-    ``show``, ``diff``, ``eval`` (through the store) and ``export`` (through the run directories) all resolve so.
+    """The run ``ref`` names among ``found`` (the ids that begin with it): itself, or the one id it begins (as
+    git does with commits). A ``UserInputError`` otherwise, naming the candidates or saying where none was
+    found. ``show``, ``diff``, ``eval`` (through the store) and ``export`` (through the run directories) all
+    resolve so.
 
     >>> pick_run("07d8", ["07d81c2e9f00"], where="the store")
     '07d81c2e9f00'
@@ -109,9 +110,10 @@ FULL_BELOW = 1 << 20  # a write that failed where less than this is free failed 
 
 
 def disk_full(exc: BaseException, path: str | os.PathLike[str]) -> DiskFullError | None:
-    """``exc``, raised by a write to ``path``, as the ``DiskFullError`` it is when the disk is full: an ENOSPC or
-    EDQUOT anywhere in its chain, or a failed write (numpy and torch report a short one without an errno) where
-    under ``FULL_BELOW`` bytes are left. None for any other failure. Look before the partial file is removed."""
+    """``exc``, raised by a write to ``path``, as the ``DiskFullError`` it is when the disk is full: an ENOSPC
+    or EDQUOT anywhere in its chain, or a failed write (numpy and torch report a short one without an errno)
+    where under ``FULL_BELOW`` bytes are left. None for any other failure. Look before the partial file is
+    removed."""
     from ablate.errors import DiskFullError
 
     if isinstance(exc, DiskFullError):
@@ -128,8 +130,8 @@ def disk_full(exc: BaseException, path: str | os.PathLike[str]) -> DiskFullError
     if not (errno_full or short):
         return None
     room = f" ({_mb(usage.free)} free of {_mb(usage.total)})" if usage is not None else ""
-    return DiskFullError(f"no space left on device: cannot write {path}{room}; free some space there, or give "
-                         "ablate a larger disk (--home, ABLATE_CACHE)")
+    return DiskFullError(f"no space left on device: cannot write {path}{room}; free some space there, or "
+                         "give ablate a larger disk (--home, ABLATE_CACHE)")
 
 
 def _mb(n: int) -> str:
@@ -157,8 +159,8 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def partial_removed(tmp: str | os.PathLike[str], final: str | os.PathLike[str]) -> Iterator[None]:
-    """Around the writing of ``tmp``, which is to become ``final``: when it fails, ``tmp`` is removed, and a failure
-    for want of space is raised as the ``DiskFullError`` that names ``final``."""
+    """Around the writing of ``tmp``, which is to become ``final``: when it fails, ``tmp`` is removed, and a
+    failure for want of space is raised as the ``DiskFullError`` that names ``final``."""
     try:
         yield
     except BaseException as exc:
@@ -186,9 +188,9 @@ def atomic_write(final: str | os.PathLike[str], data: str | bytes) -> Path:
 
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block, waiting while another process
-    holds it: for a file that must be made once however many processes want it at the same moment (a shared
-    source tokenized into the cache, a new MLflow store); the others wait, then find it made."""
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block, waiting while another
+    process holds it: for a file that must be made once however many processes want it at the same moment (a
+    shared source tokenized into the cache, a new MLflow store); the others wait, then find it made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -252,12 +252,12 @@ def _tokenize_counting(src, cfg, cache, barrier, out) -> None:  # noqa: ANN001 -
 
 
 def test_two_processes_starting_together_tokenize_a_shared_source_once(tmp_path):
-    """Two workers on one new source (#26: both tokenized it, each wrote half a cache file on a small disk): one
-    tokenizes it under the cache's lock, the other waits and reads what it wrote."""
+    """Two workers on one new source (#26: both tokenized it, each wrote half a cache file on a small disk):
+    one tokenizes it under the cache's lock, the other waits and reads what it wrote."""
     import multiprocessing as mp
 
     corpus = tmp_path / "c.txt"
-    corpus.write_text("the same shared source, read by two workers at once\n" * 40_000)  # ~2 MB: ~0.1 s to tokenize
+    corpus.write_text("the same shared source, read by two workers at once\n" * 40_000)  # 2 MB: 0.1 s to read
     src = SourceConfig(kind="text", path=str(corpus))
     cfg = DataConfig(train=[src], heldout={})
     ctx = mp.get_context("fork")

@@ -93,7 +93,7 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     assert re.search(r"progress quick: [0-2]/2 ended; (starting workers|running: .*step \d+/60)", result.output)
     for rid, variant in runs["variant"].items():  # the whole id: what a log's reader copies
         assert re.search(rf"done {rid} {variant} 0 in \d+s", result.output), result.output
-    # the run's log and the workers' logs say what happened (#26): start, a line per tenth of the steps, the end
+    # the run's log and the workers' logs say what happened (#26): start, a line per tenth of the steps, end
     for rid, variant in runs["variant"].items():
         lines = (home / "runs" / rid / "train.log").read_text().splitlines()
         assert f"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, from step 0" in lines[0], lines

@@ -179,8 +179,8 @@ def test_more_workers_than_cores_or_gpus_is_said():
     assert crowding(plan_slots(devices=gpus, jobs=None, jobs_per_device=2, cpu_count=16), cpu_count=16,
                     jobs_per_device=2) is None  # packed on purpose
     assert crowding(plan_slots(devices=gpus, jobs=5, jobs_per_device=1, cpu_count=16), cpu_count=16) == (
-        "5 workers on 2 GPU(s): they share them; --jobs 2 gives each its own (--jobs-per-device packs small runs onto "
-        "a GPU on purpose)")
+        "5 workers on 2 GPU(s): they share them; --jobs 2 gives each its own (--jobs-per-device packs small "
+        "runs onto a GPU on purpose)")
 
 
 def test_run_lock_is_exclusive_and_dies_with_its_holder(tmp_path):

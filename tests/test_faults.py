@@ -179,8 +179,8 @@ def test_two_runs_started_together_train_each_run_once(tmp_path, env):
 # ---------------------------------------------------------------- #14 item 2: the store goes away
 
 
-def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back, away: str = "unreachable"
-            ) -> None:
+def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back,
+            away: str = "unreachable") -> None:
     """Start a grid, take the store away once a run trains, check the clean stop (the lines say the store is
     ``away``), bring the store back, rerun."""
     proc = _run(home, path, "--store-patience", "4", *(["--store", url] if url else []), env=env)
@@ -268,9 +268,9 @@ def small_disk(tmp_path):
 
 
 def test_a_home_whose_disk_is_full_fails_each_run_in_one_line_naming_the_path(tmp_path, env, small_disk):
-    """#26: a checkpoint that does not fit. Each run fails in one line, 'no space left' and the file it could not
-    write, nothing else on screen; the whole trace is in the run's train.log; no half-written file is left; the
-    store says failed (not running, not GONE)."""
+    """#26: a checkpoint that does not fit. Each run fails in one line, 'no space left' and the file it could
+    not write, nothing else on screen; the whole trace is in the run's train.log; no half-written file is
+    left; the store says failed (not running, not GONE)."""
     path, home = tmp_path / "g.yaml", small_disk
     path.write_text(tiny_grid("full", steps=30, checkpoint_every=10))  # a checkpoint is ~1.4 MB
     proc = _run(home, path, env=env)
@@ -282,8 +282,8 @@ def test_a_home_whose_disk_is_full_fails_each_run_in_one_line_naming_the_path(tm
     for rid, row in runs.items():
         ckpt = home / "runs" / rid / CHECKPOINT
         said = f"DiskFullError: no space left on device: cannot write {ckpt} ("
-        assert [x for x in err.splitlines() if rid in x] == [x for x in err.splitlines() if said in x and rid in x]
-        assert len([x for x in err.splitlines() if rid in x]) == 1 and said in out, (err, out)
+        mine = [x for x in err.splitlines() if rid in x]
+        assert len(mine) == 1 and said in mine[0] and said in out, (err, out)
         assert row["error"].startswith(said)
         assert list(ckpt.parent.iterdir()) == []  # the partial checkpoint was removed
         log = (home / "runs" / rid / "train.log").read_text()
@@ -396,15 +396,17 @@ def test_ui_stops_its_whole_process_group_within_5_s(tmp_path, env, sig):
 
 # ---------------------------------------------------------------- #26: a reader that goes away
 def test_a_closed_output_pipe_lets_the_grid_finish(tmp_path, env):
-    """``ablate run ... 2>&1 | head -1``: the reader takes one line and goes; the grid trains on to its end (no
-    worker dies, no run restarts), records every run, and exits 0. Also: ``--jobs 100`` starts a worker per run."""
+    """``ablate run ... 2>&1 | head -1``: the reader takes one line and goes; the grid trains on to its end
+    (no worker dies, no run restarts), records every run, and exits 0. Also: ``--jobs 100`` starts a worker
+    per run."""
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("pipe", steps=40, checkpoint_every=1000))  # no checkpoint to resume from
     proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "100",
-                             "--progress-every", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                             "--progress-every", "0.2"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
     try:  # --jobs 100 starts the 2 workers there are runs for
-        assert proc.stdout.readline().startswith(b"ablate run pipe: 2 to run (0 resuming), 0 skipped; 2 worker(s)")
+        first = proc.stdout.readline()
+        assert first.startswith(b"ablate run pipe: 2 to run (0 resuming), 0 skipped; 2 worker(s)"), first
         proc.stdout.close()  # what `head -1` does after its line
         assert proc.wait(timeout=600) == 0
     finally:

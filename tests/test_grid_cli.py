@@ -253,7 +253,8 @@ def test_random_text_never_gives_a_traceback(text, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- ablate schema
 def test_schema_lists_every_field_with_its_recorded_default():
-    """``ablate schema`` is read from the models: every field defaults.yaml records is there, at that default."""
+    """``ablate schema`` is read from the models: every field defaults.yaml records is there, at that
+    default."""
     from ablate.grid.defaults import recorded
 
     out = runner.invoke(app, ["schema", "--format", "json"])
@@ -266,11 +267,12 @@ def test_schema_lists_every_field_with_its_recorded_default():
         assert path in rows, path
         if isinstance(value, bool | int | float | str) or value is None:
             got = json.loads(rows[path]["default"])
-            assert got == value or (isinstance(value, float | int) and float(got) == float(value)), (path, got, value)
+            same = got == value or (isinstance(value, float | int) and float(got) == float(value))
+            assert same, (path, got, value)
     assert {"name", "base", "grid", "zip", "include", "exclude", "match_params", "ladder.sizes"} <= set(rows)
     assert rows["name"]["default"] == "(required)"
-    assert rows["train.lr"] | {} == {"path": "train.lr", "type": "float", "default": "0.003", "allowed": "> 0",
-                                    "description": ""}
+    assert rows["train.lr"] == {"path": "train.lr", "type": "float", "default": "0.003", "allowed": "> 0",
+                                "description": ""}
     assert rows["data.row_start"]["allowed"] == '"random", "bos", "document"'
     assert rows["data.heldout_fraction"]["allowed"] == "> 0, < 1"
     assert rows["data.train[].kind"]["allowed"] == '"builtin", "text", "jsonl", "tokens", "hf", "task"'
@@ -288,5 +290,5 @@ def test_schema_of_one_section_and_a_field_that_is_not_there():
     assert paths == ["data.train", "data.train[].kind", "data.train[].name", "data.train[].path",
                      "data.train[].field", "data.train[].dtype", "data.train[].weight", "data.train[].loss"]
     bad = runner.invoke(app, ["schema", "data.tokenizr"])
-    assert bad.exit_code == 2 and bad.stderr.startswith("error: FIELD: no field 'data.tokenizr' (did you mean "
-                                                        "'data.tokenizer'?)")
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: FIELD: no field 'data.tokenizr' (did you mean 'data.tokenizer'?)")

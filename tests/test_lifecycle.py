@@ -206,8 +206,9 @@ def test_status_shows_a_run_that_ended_before_its_ingest_as_ended_not_cut_off(li
 
 
 def test_a_run_that_crashed_while_the_store_was_away_is_failed_not_gone(tmp_path, store_url):
-    """#26: the store was full when a run crashed, so it still says running; its run directory says how it ended
-    (error.txt). status shows it FAILED, not GONE (cut off, resumable), and the next opening records it failed."""
+    """#26: the store was full when a run crashed, so it still says running; its run directory says how it
+    ended (error.txt). status shows it FAILED, not GONE (cut off, resumable), and the next opening records it
+    failed."""
     from typer.testing import CliRunner
 
     from ablate.cli import app
@@ -223,7 +224,8 @@ def test_a_run_that_crashed_while_the_store_was_away_is_failed_not_gone(tmp_path
     for run in (a, b):  # both workers took and dropped their locks: a crashed, b was cut off (kill -9)
         with RunLock(run_dir(home, run.run_id)) as worker:
             assert worker.acquire()
-    error = f"DiskFullError: no space left on device: cannot write {home}/runs/{a.run_id}/checkpoints/last.ckpt"
+    ckpt = run_dir(home, a.run_id) / "checkpoints" / "last.ckpt"
+    error = f"DiskFullError: no space left on device: cannot write {ckpt}"
     (run_dir(home, a.run_id) / ERROR_FILE).write_text(f"{error}\n\nTraceback (most recent call last): ...")
 
     def status(*fmt: str):
@@ -235,8 +237,9 @@ def test_a_run_that_crashed_while_the_store_was_away_is_failed_not_gone(tmp_path
     table = status()
     line = next(x for x in table.stdout.splitlines() if a.run_id in x)
     assert "FAILED" in line and "GONE" not in line, table.stdout
-    assert f"1 run(s) marked running failed while the store could not be told (their error.txt says why; the next " \
-           f"`ablate run` of their grid records them failed): {a.run_id}" in " ".join(table.stderr.split())
+    said = " ".join(table.stderr.split())
+    assert (f"1 run(s) marked running failed while the store could not be told (their error.txt says why; "
+            f"the next `ablate run` of their grid records them failed): {a.run_id}") in said
     with open_grid(path, home=home, store=store_url, retry_failed=False, stale_after_s=300) as o:
         assert o.failed_before == [a.run_id] and b.run_id in {d.run_id for d in o.todo}
         row = o.store.runs_frame(run_ids=[a.run_id]).iloc[0]
@@ -291,8 +294,8 @@ def test_the_opening_triages_and_ingests_a_result_nobody_recorded(tmp_path, stor
 
 
 def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path):
-    """A real SQLITE_FULL (the database capped at its pages), through SQLAlchemy as the store sees it; and a real
-    ENOSPC (/dev/full) as a write to a file sees it."""
+    """A real SQLITE_FULL (the database capped at its pages), through SQLAlchemy as the store sees it; and a
+    real ENOSPC (/dev/full) as a write to a file sees it."""
     import errno
 
     from sqlalchemy import create_engine, text
@@ -319,4 +322,4 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
     found = disk_full(nospace.value, tmp_path / "f.npy")
     assert isinstance(found, DiskFullError)
     assert str(found).startswith(f"no space left on device: cannot write {tmp_path / 'f.npy'} (")
-    assert disk_full(OSError("requested and written"), tmp_path / "f.npy") is None  # room left: not a full disk
+    assert disk_full(OSError("requested and written"), tmp_path / "f.npy") is None  # room left: not full

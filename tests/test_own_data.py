@@ -1,5 +1,5 @@
-"""docs/data.md's example, run as a user runs it: ``cd examples && ablate run own-data.yaml`` (JSON lines, a BPE
-trained on them, a held-out file of its own), shortened to a few steps."""
+"""docs/data.md's example, run as a user runs it: ``cd examples && ablate run own-data.yaml`` (JSON lines, a
+BPE trained on them, a held-out file of its own), shortened to a few steps."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def test_the_own_data_example_trains_on_its_jsonl_with_a_bpe_and_scores_its_heldout_file(tmp_path, monkeypatch):
+def test_the_own_data_example_trains_on_jsonl_with_a_bpe_and_scores_its_heldout_file(tmp_path, monkeypatch):
     monkeypatch.chdir(EXAMPLES)  # its data paths are relative to examples/
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     home = tmp_path / "home"
@@ -34,5 +34,5 @@ def test_the_own_data_example_trains_on_its_jsonl_with_a_bpe_and_scores_its_held
         assert r["steps"] == 4 and r["data.tokenizer"] == "bpe" and math.isfinite(r["ppl/notes"]), r
         (source,) = json.loads(r["data.train"])
         assert source["kind"] == "jsonl" and source["path"].endswith("data/notes-train.jsonl"), source
-    (bpe,) = (tmp_path / "cache" / "tokenizers").glob("bpe-*.json")  # one BPE, trained once, shared by the 4 runs
+    (bpe,) = (tmp_path / "cache" / "tokenizers").glob("bpe-*.json")  # one BPE, trained once for the 4 runs
     assert len(json.loads(bpe.read_text())["model"]["vocab"]) == 320

@@ -84,10 +84,10 @@ def _usage_message(exc: ClickException) -> str:
 
 
 class _ReaderGone:
-    """``sys.stdout`` or ``sys.stderr`` made safe against a reader that goes away (``ablate run ... | head -1``, a
-    closed log pipe): the first write that finds the pipe closed points the file descriptor at /dev/null, and what
-    follows is dropped. So a command goes on to its end (a grid trains on, every run is recorded) and exits with
-    its own status, not killed by what it prints."""
+    """``sys.stdout`` or ``sys.stderr`` made safe against a reader that goes away (``ablate run | head -1``,
+    a closed log pipe): the first write that finds the pipe closed points the file descriptor at /dev/null,
+    and what follows is dropped. So a command goes on to its end (a grid trains on, every run is
+    recorded) and exits with its own status, not killed by what it prints."""
 
     def __init__(self, stream: Any):
         self._stream = stream
@@ -119,7 +119,8 @@ class _ReaderGone:
 
 
 def survive_closed_output() -> None:
-    """Make stdout and stderr survive a reader that goes away (``_ReaderGone``); the console script calls it."""
+    """Make stdout and stderr survive a reader that goes away (``_ReaderGone``); the console script calls
+    it."""
     import signal
 
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # Python's default, said again: a write fails, nothing dies

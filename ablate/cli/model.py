@@ -32,8 +32,8 @@ def variants(
 @app.command()
 @handles_errors
 def export(
-    run_id: Annotated[str, typer.Argument(help="the run to export: its id (as in `ablate runs`), or its first "
-                                               "characters", show_default=False)],
+    run_id: Annotated[str, typer.Argument(help="the run to export: its id (as in `ablate runs`), or its "
+                                               "first characters", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="folder to write", show_default=False)],
     fmt: Annotated[Literal["hf"], typer.Option("--format", help="output format: hf (the only one)")] = "hf",
     home: HomeOpt = None,

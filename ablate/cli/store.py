@@ -40,8 +40,8 @@ def runs_cmd(
     columns: Annotated[str | None, typer.Option(
         "--columns", help="a comma list of the columns to show, in that order, any format; globs too "
                           "(run_id,variant,val_ppl,ppl/*,train.lr)", show_default=False)] = None,
-    every: Annotated[bool, typer.Option("--all", help="table/markdown: every column (csv/json always have them), "
-                                        "config fields and lifecycle included")] = False,
+    every: Annotated[bool, typer.Option("--all", help="table/markdown: every column (csv/json always have "
+                                        "them), config fields and lifecycle included")] = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -115,8 +115,9 @@ def status_cmd(
     quiet = [rid for rid in summary["stale"] if rid not in gone and rid not in crashed]
     ended = [r["run_id"] for r in summary["running"] if r.get("ended")]
     if crashed:
-        warn(f"{len(crashed)} run(s) marked running failed while the store could not be told (their error.txt says "
-             f"why; the next `ablate run` of their grid records them failed): {', '.join(crashed)}")
+        warn(f"{len(crashed)} run(s) marked running failed while the store could not be told (their "
+             f"error.txt says why; the next `ablate run` of their grid records them failed): "
+             f"{', '.join(crashed)}")
     if ended:
         warn(f"{len(ended)} run(s) marked running have ended and wait to be recorded (by their `ablate run` in a "
              f"moment; if it is gone, the next `ablate run` of their grid or `ablate ingest` records them): "

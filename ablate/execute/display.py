@@ -45,8 +45,9 @@ def duration(seconds: float) -> str:
 
 
 def stdout_console() -> Console:
-    """The console for what a command prints on stdout: at a terminal, the terminal's width; off one (a pipe, a
-    file, a CI log) wide enough that no cell is cut, so a script or a log gets whole run ids, variants and steps."""
+    """The console for what a command prints on stdout: at a terminal, the terminal's width; off one (a pipe,
+    a file, a CI log) wide enough that no cell is cut, so a script or a log gets whole run ids, variants and
+    steps."""
     console = Console()
     return console if console.is_terminal else Console(width=WIDE)
 

@@ -50,7 +50,7 @@ def select_runs(store: Any, run_ids: Sequence[str], grid: str | None) -> list[st
             raise UserInputError(f"no grid {grid!r} in the store{did_you_mean(grid, store.grids())}")
         frame = store.runs_frame(grid=grid)
         return [r for r, s in zip(frame["run_id"], frame["status"], strict=True) if s in FINISHED]
-    run_ids = [store.resolve_run(ref) for ref in run_ids]  # ids or their first characters, as show and diff take
+    run_ids = [store.resolve_run(ref) for ref in run_ids]  # ids or their first characters, as show takes
     statuses = store.statuses(run_ids=run_ids)
     for rid in run_ids:
         if statuses[rid] not in FINISHED:

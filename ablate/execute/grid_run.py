@@ -135,8 +135,8 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     return report
 
 
-def _run_opened(o: Opened, slots: Callable[[int], list[Any]], opts: RunOptions, console: Console, report: GridReport | None
-                ) -> GridReport:
+def _run_opened(o: Opened, slots: Callable[[int], list[Any]], opts: RunOptions, console: Console,
+                report: GridReport | None) -> GridReport:
     """One pass over an opened grid: train its ``todo`` on the pool, then read the statuses back."""
     report = report or GridReport(grid=o.name, home=o.home)
     for rid, status in o.reused.items():
@@ -159,14 +159,15 @@ def _run_opened(o: Opened, slots: Callable[[int], list[Any]], opts: RunOptions, 
     report.warnings += lifecycle.warnings()
     if lifecycle.pending_writes():
         report.store_error = report.store_error or (
-            f"the store {lifecycle.where} has been {lifecycle.away()} for {lifecycle.store_down_s() or 0:.0f} s")
+            f"the store {lifecycle.where} has been {lifecycle.away()} for "
+            f"{lifecycle.store_down_s() or 0:.0f} s")
     if report.store_error is None:
         report.statuses = o.store.statuses(run_ids=[p.run_id for p in o.planned])
     return report
 
 
-def _run_pool(o: Opened, lifecycle: Lifecycle, slots: Callable[[int], list[Any]], opts: RunOptions, console: Console,
-              report: GridReport) -> None:
+def _run_pool(o: Opened, lifecycle: Lifecycle, slots: Callable[[int], list[Any]], opts: RunOptions,
+              console: Console, report: GridReport) -> None:
     jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)), d.run.config.model_dump(mode="json")) for d in o.todo]
     used = slots(len(jobs))
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "

@@ -59,8 +59,8 @@ def _output_to(path: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _run_log(path: Path, run_id: str, *, quiet: type[BaseException]) -> Iterator[None]:
-    """The job's output on ``path`` (``_output_to``), and how it ended written there: a crash's traceback, or one
-    line for a ``quiet`` exception (an interrupt)."""
+    """The job's output on ``path`` (``_output_to``), and how it ended written there: a crash's traceback, or
+    one line for a ``quiet`` exception (an interrupt)."""
     with _output_to(path):
         try:
             yield
@@ -73,9 +73,9 @@ def _run_log(path: Path, run_id: str, *, quiet: type[BaseException]) -> Iterator
 
 
 def crashed(run_dir: Path) -> str | None:
-    """How a run's last attempt crashed (its ``error.txt``: the error's line, then its traceback; written as it
-    fails, removed when the run starts again), else None. A run whose crash the store never heard of (the store
-    was away) is recorded failed from it."""
+    """How a run's last attempt crashed (its ``error.txt``: the error's line, then its traceback; written as
+    it fails, removed when the run starts again), else None. A run whose crash the store never heard of (the
+    store was away) is recorded failed from it."""
     try:
         return (run_dir / ERROR_FILE).read_text() or None
     except OSError:
@@ -151,17 +151,18 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOut
         if (done := finished_result(run_dir)) is not None:
             return JobOutcome("reused", status=str(done.status))
         resuming = (run_dir / CHECKPOINT).is_file()
-        (run_dir / ERROR_FILE).unlink(missing_ok=True)  # a crash of an earlier attempt is no longer this run's end
+        (run_dir / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's crash is not how this one ends
         ctx.started(resuming=resuming)
         steps = StepBatcher(ctx.progress)
         config = RunConfig.model_validate(job.config)
         t0 = time.perf_counter()
         try:
             with _run_log(run_dir / "train.log", job.run_id, quiet=RunInterrupted):
-                log.info("run %s: %s seed %d on %s, %s", job.run_id, config.variant, config.seed, ctx.slot.device,
-                         f"resuming from {run_dir / CHECKPOINT}" if resuming else "from step 0")
-                result = run_one(config, run_dir, run_id=job.run_id, on_step=_logging(steps, total_steps(config)),
-                                 stop=ctx.stop, callbacks=callbacks)
+                start = f"resuming from {run_dir / CHECKPOINT}" if resuming else "from step 0"
+                log.info("run %s: %s seed %d on %s, %s", job.run_id, config.variant, config.seed,
+                         ctx.slot.device, start)
+                result = run_one(config, run_dir, run_id=job.run_id, stop=ctx.stop, callbacks=callbacks,
+                                 on_step=_logging(steps, total_steps(config)))
                 log.info("run %s: %s after %s steps in %.1f s (train_loss %s, val_ppl %s)", job.run_id,
                          result.status, result.summary.get("steps"), time.perf_counter() - t0,
                          result.summary.get("train_loss"), result.summary.get("val_ppl"))
@@ -171,7 +172,8 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOut
             full = layout.disk_full(exc, getattr(exc, "filename", None) or run_dir)
             shown = full or exc
             with contextlib.suppress(OSError):  # on a full disk this may fail too: the crash is what counts
-                (run_dir / ERROR_FILE).write_text(f"{type(shown).__name__}: {shown}\n\n{traceback.format_exc()}")
+                text = f"{type(shown).__name__}: {shown}\n\n{traceback.format_exc()}"
+                (run_dir / ERROR_FILE).write_text(text)
             if full is not None:  # one line naming the path; the whole trace is in train.log
                 raise full from exc
             raise

@@ -14,11 +14,12 @@
   ``interrupted(run_id)``, ``busy(run_id)``: how it ended, each returning an ``Ended`` (what the executor shows and
   tune tells Optuna). ``record(event, job)`` maps a pool ``JobEvent`` onto these.
 
-The store may go away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept, in
-order, and replayed with backoff (``tick``); heartbeats are skipped meanwhile. ``away()`` says why, in the user's
-words: its disk is full, or it cannot be reached. Training goes on, and every finished
-run's ``result.json`` is on disk, so nothing is lost. ``store_down_s()`` says for how long it has been away; the
-executor stops cleanly past its patience, and the next ``ablate run`` (or ``ablate ingest``) brings the results in.
+The store may go away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept,
+in order, and replayed with backoff (``tick``); heartbeats are skipped meanwhile. ``away()`` says why, in the
+user's words: its disk is full, or it cannot be reached. Training goes on, and every finished run's
+``result.json`` is on disk, so nothing is lost. ``store_down_s()`` says for how long it has been away; the
+executor stops cleanly past its patience, and the next ``ablate run`` (or ``ablate ingest``) brings the
+results in.
 """
 
 from __future__ import annotations
@@ -84,9 +85,13 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+SQLITE_FULL, PG_DISK_FULL = 13, "53100"  # SQLite's result code and PostgreSQL's SQLSTATE for a full disk
+
+
 def is_full(exc: BaseException) -> bool:
-    """Whether a store error means its disk is full (not that it cannot be reached): SQLite's "database or disk is
-    full", PostgreSQL's disk_full (SQLSTATE 53100), or ENOSPC, in the error or what it was raised from."""
+    """Whether a store error means its disk is full (not that it cannot be reached): SQLite's "database or
+    disk is full", PostgreSQL's disk_full (SQLSTATE 53100), or ENOSPC, in the error or what it was raised
+    from."""
     import errno
 
     seen: set[int] = set()
@@ -96,9 +101,10 @@ def is_full(exc: BaseException) -> bool:
         for e in (cause, getattr(cause, "orig", None)):
             if e is None:
                 continue
-            if getattr(e, "sqlite_errorcode", None) == 13 or getattr(e, "sqlstate", None) == "53100":  # SQLITE_FULL
+            sqlite, pg, os_error = (getattr(e, k, None) for k in ("sqlite_errorcode", "sqlstate", "errno"))
+            if sqlite == SQLITE_FULL or pg == PG_DISK_FULL or os_error == errno.ENOSPC:
                 return True
-            if getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e):
+            if "No space left on device" in str(e):
                 return True
         cause = cause.__cause__ or cause.__context__
     return False

@@ -85,12 +85,12 @@ class Liveness:
         return self.holder(run_id) is not None
 
     def mark(self, running: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process is
-        known to be gone at once, on this host or from squeue, not just quiet; ``ended``: True where it is gone
-        because the run finished: its complete ``result.json`` waits to be recorded, by its own ``ablate run`` a
-        moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was cut off; ``failed``:
-        True where it crashed while the store could not be told: its ``error.txt`` says how, and the next
-        ``ablate run`` records it failed)."""
+        """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process
+        is known to be gone at once, on this host or from squeue, not just quiet; ``ended``: True where it is
+        gone because the run finished: its complete ``result.json`` waits to be recorded, by its own ``ablate
+        run`` a moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was cut off;
+        ``failed``: True where it crashed while the store could not be told: its ``error.txt`` says how, and
+        the next ``ablate run`` records it failed)."""
         from ablate.execute.job import crashed, finished_result
 
         for row in running:
@@ -156,7 +156,7 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     planned = expand(grid)
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
     home = layout.usable_home(Path(home).absolute() if slurm else Path(home))  # checked; nothing made yet
-    opened_store = Store.open(store, home=home)  # a bad URL, a store that does not answer: refused, nothing made
+    opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made
     try:
         layout.runs_dir(home).mkdir(parents=True, exist_ok=True)
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
@@ -201,14 +201,15 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
             continue
         if d.status in ("running", "failed"):
             store.mark_queued(run_id=d.run_id)
-            (layout.run_dir(o.home, d.run_id) / ERROR_FILE).unlink(missing_ok=True)  # retried: no longer its end
+            # retried: its last crash is no longer how it ended
+            (layout.run_dir(o.home, d.run_id) / ERROR_FILE).unlink(missing_ok=True)
         todo.append(d)
     o.todo = [d for d in todo if d.action == "resume"] + [d for d in todo if d.action == "train"]
 
 
 def unrecorded_crash(o: Opened, run_id: str) -> str | None:
-    """The error of a run the store still has queued or running but whose last attempt crashed (its process gone,
-    its ``error.txt`` there): the store was away when it failed."""
+    """The error of a run the store still has queued or running but whose last attempt crashed (its process
+    gone, its ``error.txt`` there): the store was away when it failed."""
     from ablate.execute.job import crashed
 
     assert o.liveness is not None

@@ -81,8 +81,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def log_to_stderr() -> None:
-    """The worker's log lines on its stderr (file descriptor 2: its ``logs/worker-<i>.log``, and while a job runs,
-    that run's ``train.log``): ablate's own lines from INFO, every other library's warnings, and Python warnings."""
+    """The worker's log lines on its stderr (file descriptor 2: its ``logs/worker-<i>.log``, and while a job
+    runs, that run's ``train.log``): ablate's own lines from INFO, every other library's warnings, and Python
+    warnings."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
     root = logging.getLogger()
@@ -149,7 +150,8 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
             outbox.put(Fatal(f"{type(exc).__name__}: {exc}", traceback.format_exc()))
             return
         threading.Thread(target=read, name="pool-reader", daemon=True).start()
-        log.info("worker %d ready on %s (pid %d, %d threads)", slot.index, slot.device, os.getpid(), slot.threads)
+        log.info("worker %d ready on %s (pid %d, %d threads)", slot.index, slot.device, os.getpid(),
+                 slot.threads)
         outbox.put(Ready(os.getpid(), slot.device, slot.threads))
         while (job := inbox.get()) is not None:
             _run(fn, job, JobContext(job.run_id, slot, stop, outbox.put), outbox.put)
@@ -170,7 +172,8 @@ def _run(fn: Callable[..., Any], job: Any, ctx: JobContext, send: Callable[[Any]
         log.info("run %s: interrupted (%s)", job.run_id, exc)
         send(Interrupted(job.run_id, started=True, message=str(exc)))
     except BaseException as exc:  # noqa: BLE001 - a failure belongs to its run; the worker goes on
-        log.info("run %s: failed: %s: %s (its train.log has the traceback)", job.run_id, type(exc).__name__, exc)
+        log.info("run %s: failed: %s: %s (its train.log has the traceback)", job.run_id, type(exc).__name__,
+                 exc)
         send(Failed(job.run_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     else:
         log.info("run %s: ended: %s", job.run_id, outcome)

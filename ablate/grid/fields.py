@@ -1,13 +1,13 @@
 """Every field a grid file can set, read from the pydantic models themselves: what ``ablate schema`` prints.
 
-A row per field: its dotted path, its type, its default, the values it allows and what it means. The grid file's
-own keys come first (``name``, ``base``, ``grid``, ..., ``ladder.*``), then the run config's fields, which a grid
-sets in ``base`` (``base: {train: {lr: 3.0e-3}}``), on an axis (``grid: {train.lr: [...]}``), in ``zip``,
-``include`` or ``--set`` by the same dotted path. A field of the sections in a list is written
+A row per field: its dotted path, its type, its default, the values it allows and what it means. The grid
+file's own keys come first (``name``, ``base``, ``grid``, ..., ``ladder.*``), then the run config's fields,
+which a grid sets in ``base`` (``base: {train: {lr: 3.0e-3}}``), on an axis (``grid: {train.lr: [...]}``), in
+``zip``, ``include`` or ``--set`` by the same dotted path. A field of the sections in a list is written
 ``data.train[].kind``, in a mapping of named ones ``data.heldout{}.kind`` (as ``defaults.yaml`` writes them).
 
-Nothing is kept by hand but ``REGISTRIES``: the fields whose allowed values are the names of a registry (a size
-preset, a variant, a built-in corpus) rather than of their type. Pure: no I/O.
+Nothing is kept by hand but ``REGISTRIES``: the fields whose allowed values are the names of a registry (a
+size preset, a variant, a built-in corpus) rather than of their type. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def find(rows: list[FieldDoc], path: str) -> list[FieldDoc]:
     key = _bare(path.strip())
     found = [r for r in rows if _bare(r.path) == key or _bare(r.path).startswith(key + ".")]
     if not found:
-        raise ConfigError(f"no field {path!r}{did_you_mean(path, [r.path for r in rows])}; `ablate schema` lists "
-                          "them all", where="FIELD")
+        hint = did_you_mean(path, [r.path for r in rows])
+        raise ConfigError(f"no field {path!r}{hint}; `ablate schema` lists them all", where="FIELD")
     return found
 
 
@@ -132,8 +132,9 @@ def _type(ann: Any) -> str:
     if origin is Literal:
         return " | ".join(json.dumps(a) for a in args)
     if origin is Annotated:
-        bounds = _bounds([m for meta in args[1:] for m in ([meta, *meta.metadata] if isinstance(meta, FieldInfo)
-                                                           else [meta])])
+        metadata = [m for meta in args[1:] for m in ([meta, *meta.metadata] if isinstance(meta, FieldInfo)
+                                                      else [meta])]
+        bounds = _bounds(metadata)
         return _type(args[0]) + (f" ({bounds})" if bounds else "")
     if origin is list:
         return f"list of {_type(args[0])}" if args else "list"

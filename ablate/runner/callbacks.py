@@ -138,7 +138,7 @@ class RunMonitor(L.Callback):
             save_sharded(trainer, self.ckpt_path, f"sharded-{stage}-{trainer.global_step:08d}")
             return
         tmp = self.ckpt_path.with_name(f".{self.ckpt_path.name}.{os.getpid()}.tmp")
-        with partial_removed(tmp, self.ckpt_path):  # a full disk: one line naming the checkpoint, no half file left
+        with partial_removed(tmp, self.ckpt_path):  # a full disk: one line naming it, no half file left
             trainer.save_checkpoint(tmp)
         if trainer.is_global_zero:
             os.replace(tmp, self.ckpt_path)

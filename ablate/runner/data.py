@@ -2,8 +2,9 @@
 function of (seed, t).
 
 - A text source is tokenized once (documents joined by ``eos_id``) and cached as ``.npy`` under
-  ``cache_dir/tokens/`` (key: source config, split, tokenizer, corpus version), then memory-mapped; under a lock
-  beside it, so that workers starting together on one source tokenize it once (the others wait, then read it).
+  ``cache_dir/tokens/`` (key: source config, split, tokenizer, corpus version), then memory-mapped; under a
+  lock beside it, so that workers starting together on one source tokenize it once (the others wait, then read
+  it).
 - A ``tokens`` source memory-maps flat ``uint16``/``uint32`` shards: nanoGPT's headerless ``.bin`` files, or
   modded-nanogpt's (a 256 x int32 header: magic 20240520, version, token count, then the tokens).
 - An endless source (arithmetic, a task) is cut at ``data.stream_tokens`` tokens per split.
@@ -142,7 +143,7 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
     key = json.dumps([src.model_dump(mode="json", exclude={"weight", "loss"}), split, data_cfg.heldout_fraction,
                       tok.name, budget, corpus_version(src)] + (["examples"] if examples else []), sort_keys=True)
     path = cache_dir / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
-    lock = path.with_suffix(".lock")  # workers sharing a source: one tokenizes it, the others wait and read it
+    lock = path.with_suffix(".lock")  # workers on one source: one tokenizes it, the others wait and read it
     if examples:
         with file_lock(lock):
             return _example_array(src, tok, budget, path, label)

@@ -23,8 +23,8 @@ _CARD_KEYS = ("steps", "tokens", "train_loss", "val_ppl", "loss_spikes", "gate_s
 
 def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike[str], *, fmt: str = "hf"
                ) -> tuple[str, str]:
-    """Export run ``run_id`` (or the one run it begins) of ``home`` into ``out`` (``fmt``: hf); return the run's
-    id and a line saying what was written."""
+    """Export run ``run_id`` (or the one run it begins) of ``home`` into ``out`` (``fmt``: hf); return the
+    run's id and a line saying what was written."""
     from ablate.ablations import apply_variant
     from ablate.ablations.export import export_hf, hf_target
     from ablate.runner.checkpoints import load_run_model

@@ -217,8 +217,8 @@ def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
 
     lm = make_lm(model, tokenizer, device=device, batch_size=batch_size, max_length=max_length)
     with _quiet_git_hash():
-        res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=task_manager(tasks, include_path),
-                                      limit=limit, num_fewshot=num_fewshot, log_samples=log_samples,
+        res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, num_fewshot=num_fewshot,
+                                      task_manager=task_manager(tasks, include_path), log_samples=log_samples,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                       fewshot_random_seed=seed, bootstrap_iters=0)
     return dict(res or {})
@@ -226,8 +226,9 @@ def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
 
 @contextlib.contextmanager
 def _quiet_git_hash() -> Iterator[None]:
-    """lm-eval records the working directory's git commit by running ``git describe`` with its stderr open: outside
-    a repository that prints ``fatal: not a git repository`` on the user's screen. The same answer, quietly."""
+    """lm-eval records the working directory's git commit by running ``git describe`` with its stderr open:
+    outside a repository that prints ``fatal: not a git repository`` on the user's screen. The same answer,
+    quietly."""
     import subprocess
 
     from lm_eval import evaluator

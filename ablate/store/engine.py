@@ -93,10 +93,10 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def check_url(url: str) -> Path | None:
-    """Refuse, before anything is created, a store URL that cannot work: not a URL, a backend other than SQLite
-    and PostgreSQL, an unknown or missing driver, a SQLite URL with a host (``sqlite://tmp/x.db`` is the relative
-    path ``x.db`` on a host ``tmp``: the message says where each reading resolves). Returns the SQLite file (None
-    for PostgreSQL and in-memory SQLite)."""
+    """Refuse, before anything is created, a store URL that cannot work: not a URL, a backend other than
+    SQLite and PostgreSQL, an unknown or missing driver, a SQLite URL with a host (``sqlite://tmp/x.db`` is
+    the relative path ``x.db`` on a host ``tmp``: the message says where each reading resolves). Returns the
+    SQLite file (None for PostgreSQL and in-memory SQLite)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -112,8 +112,8 @@ def check_url(url: str) -> Path | None:
     if backend == "sqlite" and (u.host or u.port or u.username):
         rel = Path(u.database or "")
         raise StoreUnavailableError(
-            f"{shown!r} is not a SQLite file: a SQLite URL has no host, and this one names {u.host!r}; for the "
-            f"relative path {rel} (here {rel.absolute()}) write sqlite:///{rel}, for the absolute path "
+            f"{shown!r} is not a SQLite file: a SQLite URL has no host, and this one names {u.host!r}; for "
+            f"the relative path {rel} (here {rel.absolute()}) write sqlite:///{rel}, for the absolute path "
             f"/{u.host}/{rel} write sqlite:////{u.host}/{rel}")
     try:
         dialect = u.get_dialect()
@@ -123,8 +123,8 @@ def check_url(url: str) -> Path | None:
     try:
         dialect.import_dbapi()
     except ImportError as exc:  # the dialect is known but its driver is not installed
-        raise StoreUnavailableError(f"the store {shown!r} needs the database driver {exc.name or exc}, which is "
-                                    f"not installed; {EXAMPLES}") from None
+        raise StoreUnavailableError(f"the store {shown!r} needs the database driver {exc.name or exc}, which "
+                                    f"is not installed; {EXAMPLES}") from None
     return sqlite_path(url)
 
 

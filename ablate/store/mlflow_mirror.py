@@ -85,7 +85,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 def _quiet_mlflow() -> None:
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # it logs a failed write's whole traceback and SQL, then raises: the mirror reports that error, in one line
+    # it logs a failed write's whole traceback and SQL, then raises: the mirror reports it, in one line
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
@@ -374,7 +374,8 @@ class MirrorThread:
         try:
             mirror = MlflowMirror(**self._args)
         except Exception as exc:  # noqa: BLE001 - reported, the grid goes on
-            self._fail(f"MLflow at {self._args.get('uri') or tracking_uri(self._args['home'])}: {_reason(exc)}")
+            uri = self._args.get("uri") or tracking_uri(self._args["home"])
+            self._fail(f"MLflow at {uri}: {_reason(exc)}")
         # per run, what waits for the next flush: its start (a run shorter than STEPS_EVERY_S is then made once,
         # complete, from its result) and its step rows
         pending: dict[str, dict[str, Any]] = {}
@@ -431,7 +432,8 @@ class MirrorThread:
             self._done.put((run_id, out))
 
     def _fail(self, message: str, *, key: str | None = None) -> None:
-        """Report ``message`` once per ``key`` (MLflow down: one warning at the end, not one per run and batch)."""
+        """Report ``message`` once per ``key`` (MLflow down: one warning at the end, not one per run and
+        batch)."""
         key = key or message
         if key not in self._keys:
             self._keys.add(key)

@@ -57,7 +57,8 @@ def pick_columns(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
     ``train.*``); a UserInputError names one that matches nothing, with a near match.
 
     >>> import pandas as pd
-    >>> pick_columns(pd.DataFrame(columns=["run_id", "ppl/code", "ppl/prose", "train.lr"]), ["run_id", "ppl/*"])
+    >>> frame = pd.DataFrame(columns=["run_id", "ppl/code", "ppl/prose", "train.lr"])
+    >>> pick_columns(frame, ["run_id", "ppl/*"])
     ['run_id', 'ppl/code', 'ppl/prose']
     """
     from fnmatch import fnmatchcase
@@ -70,8 +71,8 @@ def pick_columns(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
     for name in names:
         found = [c for c in known if fnmatchcase(c, name)]
         if not found:
-            raise UserInputError(f"--columns: unknown column {name!r}{did_you_mean(name, known)}; known columns: "
-                                 f"{describe(known)}")
+            raise UserInputError(f"--columns: unknown column {name!r}{did_you_mean(name, known)}; known "
+                                 f"columns: {describe(known)}")
         out += [c for c in found if c not in out]
     return out
 

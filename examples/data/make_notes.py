@@ -1,7 +1,7 @@
 """Writes notes-train.jsonl and notes-heldout.jsonl: the own-data example's corpus (docs/data.md).
 
-A study's lab notebook, one JSON object per line with the text under "text": invented, seeded, and small enough
-to keep in the repository. Your own data replaces it; any JSON lines with a text field will do.
+A study's lab notebook, one JSON object per line with the text under "text": invented, seeded, and small
+enough to keep in the repository. Your own data replaces it; any JSON lines with a text field will do.
 
     python examples/data/make_notes.py
 """
