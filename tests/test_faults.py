@@ -8,6 +8,7 @@ The runs: the tiny preset on the arithmetic stream (tests/tiny_grids.py), one to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -224,16 +226,24 @@ def test_a_postgres_store_stopped_mid_grid_then_restarted(tmp_path, env, own_pos
     _outage(url, home, path, env, take_away=stop, bring_back=start)
 
 
-def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
-    """A real full disk: a small tmpfs holding the SQLite store, filled mid-grid (root only: it mounts)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True,
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A real small disk at ``path``: a tmpfs of ``size`` (root only: it mounts), unmounted afterwards."""
+    path.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
                            text=True)
     if mount.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mount.stderr.strip()}")
-    filler = disk / "filler"
     try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
+    """A real full disk: a small tmpfs holding the SQLite store, filled mid-grid."""
+    with _tmpfs(tmp_path / "disk", "64m") as disk:
+        filler = disk / "filler"
         url = f"sqlite:///{disk / 'ablate.db'}"
         path, home = tmp_path / "g.yaml", tmp_path / "home"
         path.write_text(tiny_grid("full", steps=2500, checkpoint_every=50))
@@ -248,23 +258,13 @@ def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
 
         _outage(url, home, path, env, take_away=fill, bring_back=lambda: filler.unlink(),
                 away="full (no space left on its disk)")  # full, not unreachable: say what it is
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 1 MB disk (a tmpfs; root only: it mounts)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
-                           text=True)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mount.stderr.strip()}")
-    try:
+    """A real 1 MB disk."""
+    with _tmpfs(tmp_path / "disk", "1m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 def test_a_home_whose_disk_is_full_fails_each_run_in_one_line_naming_the_path(tmp_path, env, small_disk):
