@@ -124,3 +124,10 @@ def test_default_store_lives_in_home(tmp_home) -> None:  # noqa: ANN001
     out = invoke("status", "--format", "json")
     assert out.exit_code == 0 and json.loads(out.stdout) == {"grids": [], "running": [], "stale": [], "slurm": []}
     assert (tmp_home / "ablate.db").is_file()
+
+
+def test_a_relative_sqlite_store_says_where_it_resolves(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.chdir(tmp_path)
+    out = invoke("db", "upgrade", "--store", "sqlite:///rel/ablate.db")
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith(f"sqlite:///rel/ablate.db (here {tmp_path / 'rel' / 'ablate.db'}): schema")

@@ -49,14 +49,23 @@ def resolve_url(url: str | None = None, *, home: str | os.PathLike[str] | None =
 
 
 def display_url(url: str) -> str:
-    """The URL with any password hidden, for messages."""
+    """The URL with any password hidden, for messages; a relative SQLite path says where it resolves.
+
+    >>> display_url("sqlite:///runs/ablate.db").endswith("/runs/ablate.db)")
+    True
+    """
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        u = make_url(url)
     except ArgumentError:
         return url
+    shown = u.render_as_string(hide_password=True)
+    if u.get_backend_name() == "sqlite" and not u.host and u.database and u.database != ":memory:" \
+            and not Path(u.database).is_absolute():
+        shown += f" (here {Path(u.database).absolute()})"
+    return shown
 
 
 def network_fs_type(path: str | os.PathLike[str], mounts: str | None = None) -> str | None:
