@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,14 +111,9 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     opts = options or RunOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    devices, per_run = parse_devices(opts.devices, gpu_count()), _devices_per_run(path, sets)
-
-    def slots(runs: int) -> list[Any]:  # never more workers than runs to train: the cores are theirs
-        jobs = None if opts.jobs is None else min(opts.jobs, max(1, runs))
-        return plan_slots(devices=devices, jobs=jobs, jobs_per_device=opts.jobs_per_device,
-                          cpu_count=os.cpu_count() or 1, per_run=per_run)[:max(1, runs)]
-
-    slots(1)  # a bad --jobs or --devices is refused before anything is opened
+    slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
+                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1,
+                       per_run=_devices_per_run(path, sets))
     report: GridReport | None = None
     while True:
         with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
@@ -135,8 +130,8 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     return report
 
 
-def _run_opened(o: Opened, slots: Callable[[int], list[Any]], opts: RunOptions, console: Console,
-                report: GridReport | None) -> GridReport:
+def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console, report: GridReport | None
+                ) -> GridReport:
     """One pass over an opened grid: train its ``todo`` on the pool, then read the statuses back."""
     report = report or GridReport(grid=o.name, home=o.home)
     for rid, status in o.reused.items():
@@ -166,10 +161,10 @@ def _run_opened(o: Opened, slots: Callable[[int], list[Any]], opts: RunOptions, 
     return report
 
 
-def _run_pool(o: Opened, lifecycle: Lifecycle, slots: Callable[[int], list[Any]], opts: RunOptions,
-              console: Console, report: GridReport) -> None:
+def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOptions, console: Console,
+              report: GridReport) -> None:
     jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)), d.run.config.model_dump(mode="json")) for d in o.todo]
-    used = slots(len(jobs))
+    used = slots[:len(jobs)]  # never more workers than jobs
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "
                   f"resuming), {len(o.planned) - len(jobs)} skipped; {len(used)} worker(s) on "
                   f"{', '.join(sorted({s.device for s in used}))}", highlight=False)

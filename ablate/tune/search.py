@@ -80,10 +80,9 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
         raise ConfigError("the grid has no runs", where=str(path))
     metric = check_metric(opts.metric, planned[0].config)
     cells = cells_of(planned, space.param)
-    most = max(1, opts.trials * len(cells))  # never more workers than trials: the cores are theirs
-    slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()),
-                       jobs=None if opts.jobs is None else min(opts.jobs, most),
-                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1)[:most]
+    slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
+                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1)
+    slots = slots[:max(1, opts.trials * len(cells))]  # never more workers than trials
     home = Path(opts.home)
     console = opts.console or Console(stderr=True)
     if (crowded := crowding(slots, cpu_count=os.cpu_count() or 1, jobs_per_device=opts.jobs_per_device)):
