@@ -45,11 +45,15 @@ class SourceConfig(_Strict):
       with ``loss: answer`` (its default), only the answer tokens count in the loss.
     """
 
-    kind: Literal["builtin", "text", "jsonl", "tokens", "hf", "task"] = "builtin"
-    name: str | None = None
-    path: str | None = None
-    field: str = "text"
-    dtype: Literal["uint16", "uint32"] = "uint16"
+    kind: Literal["builtin", "text", "jsonl", "tokens", "hf", "task"] = Field(
+        "builtin", description="where the text comes from: builtin (name), text, jsonl, tokens or hf (path), "
+                               "task (name)")
+    name: str | None = Field(None, description="builtin: the corpus; task: the benchmark task (mqar, "
+                                               "niah-single@1k)")
+    path: str | None = Field(None, description="text, jsonl, tokens: a file, a directory or a glob; hf: a "
+                                               "folder saved with datasets' save_to_disk")
+    field: str = Field("text", description="jsonl, hf: the key (column) that holds each document's text")
+    dtype: Literal["uint16", "uint32"] = Field("uint16", description="tokens: the shards' token type")
     weight: float = Field(1.0, gt=0, description="mixture weight among the training sources")
     loss: Literal["all", "answer"] = Field(
         None,  # type: ignore[assignment]  # resolved by kind in _loss_default

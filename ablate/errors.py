@@ -39,6 +39,11 @@ class RunError(AblateError):
     """A run could not be trained or evaluated."""
 
 
+class DiskFullError(RunError):
+    """A write failed because its disk is full: the text says "no space left" and names the path
+    (``ablate.layout.disk_full``)."""
+
+
 def did_you_mean(value: object, allowed: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` when ``value`` is close to one of ``allowed``, else ``''``.
 

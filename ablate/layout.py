@@ -6,21 +6,32 @@ Defined once here and called from everywhere else:
   ``train.log``, ``error.txt``).
 - ``CHECKPOINT``: the run directory's resumable checkpoint, ``checkpoints/last.ckpt``.
 - ``atomic_path(final)``: a temporary path beside ``final`` that becomes ``final`` (``os.replace``) only when the
-  block that writes it succeeds; ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
+  block that writes it succeeds (a write that fails for want of space is a ``DiskFullError`` naming ``final``:
+  ``disk_full``); ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
   folder of files (an export).
 - ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives; ``usable_home(home)`` checks,
   before anything starts, that it can hold them (one line, exit 2, otherwise).
+- ``file_lock(path)``: a blocking lock, so that processes that want one file made at once make it once.
+- ``pick_run(ref, found)``: the one run a run id or its first characters names (``find_run_dir`` among the
+  run directories; the store's ``resolve_run`` among its runs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import functools
+import glob
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ablate.errors import DiskFullError
 
 RUNS_DIR = "runs"
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -32,8 +43,9 @@ def runs_dir(home: str | os.PathLike[str]) -> Path:
 
 
 def usable_home(home: str | os.PathLike[str]) -> Path:
-    """``home``, with its ``runs`` directory created and proven writable (a file is made and removed there);
-    a ``UserInputError`` naming the folder and the reason when it is a file, or cannot be created or written."""
+    """``home``, proven able to hold run directories (its ``runs`` folder made, a file made and removed there,
+    then the folders it made removed again: a check leaves nothing); a ``UserInputError`` naming the folder
+    and the reason when it is a file, or cannot be created or written."""
     from ablate.errors import UserInputError
 
     home = Path(home)
@@ -41,6 +53,7 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
     if home.exists() and not home.is_dir():
         raise UserInputError(f"ABLATE_HOME {home} is a file, not a directory: point --home (or ABLATE_HOME) at a "
                              "directory for run directories and the default stores")
+    made = [p for p in (runs, *runs.parents) if not p.exists()]
     try:
         runs.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=runs)
@@ -49,6 +62,10 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         raise UserInputError(f"ABLATE_HOME {home} cannot hold run directories ({runs}: {exc.strerror or exc}): "
                              "use a writable --home (or ABLATE_HOME)") from None
+    finally:
+        for path in made:  # innermost first
+            with contextlib.suppress(OSError):
+                path.rmdir()
     return home
 
 
@@ -59,6 +76,66 @@ def run_dir(home: str | os.PathLike[str], run_id: str) -> Path:
     'ablate-runs/runs/0123abcd4567'
     """
     return runs_dir(home) / run_id
+
+
+def pick_run(ref: str, found: Iterable[str], *, where: str) -> str:
+    """The run ``ref`` names among ``found`` (the ids that begin with it): itself, or the one id it begins (as
+    git does with commits). A ``UserInputError`` otherwise, naming the candidates or saying where none was
+    found. ``show``, ``diff``, ``eval`` (through the store) and ``export`` (through the run directories) all
+    resolve so.
+
+    >>> pick_run("07d8", ["07d81c2e9f00"], where="the store")
+    '07d81c2e9f00'
+    """
+    from ablate.errors import UserInputError
+
+    ref, found = ref.strip(), sorted(i for i in found if i.startswith(ref.strip()))
+    if ref and ref in found:
+        return ref
+    if ref and len(found) == 1:
+        return found[0]
+    if ref and found:
+        raise UserInputError(f"run {ref!r} is ambiguous: it begins {', '.join(found)}; give more of the id")
+    raise UserInputError(f"no run {ref!r} in {where} (see `ablate runs`)")
+
+
+def find_run_dir(home: str | os.PathLike[str], ref: str) -> Path:
+    """The run directory of ``home`` that ``ref`` (a run id or its first characters) names (``pick_run``)."""
+    runs = runs_dir(home)
+    found = [p.name for p in runs.glob(f"{glob.escape(ref.strip())}*") if p.is_dir()] if ref.strip() else []
+    return run_dir(home, pick_run(ref, found, where=str(runs)))
+
+
+FULL_BELOW = 1 << 20  # a write that failed where less than this is free failed for want of space
+
+
+def disk_full(exc: BaseException, path: str | os.PathLike[str]) -> DiskFullError | None:
+    """``exc``, raised by a write to ``path``, as the ``DiskFullError`` it is when the disk is full: an ENOSPC
+    or EDQUOT anywhere in its chain, or a failed write (numpy and torch report a short one without an errno)
+    where under ``FULL_BELOW`` bytes are left. None for any other failure. Look before the partial file is
+    removed."""
+    from ablate.errors import DiskFullError
+
+    if isinstance(exc, DiskFullError):
+        return exc
+    path = Path(path).absolute()
+    seen, cause, errno_full = set(), exc, False
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        errno_full = errno_full or getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        cause = cause.__cause__ or cause.__context__
+    where = next((p for p in (path, *path.parents) if p.exists()), None)
+    usage = shutil.disk_usage(where) if where is not None else None
+    short = isinstance(exc, OSError | RuntimeError) and usage is not None and usage.free < FULL_BELOW
+    if not (errno_full or short):
+        return None
+    room = f" ({_mb(usage.free)} free of {_mb(usage.total)})" if usage is not None else ""
+    return DiskFullError(f"no space left on device: cannot write {path}{room}; free some space there, or "
+                         "give ablate a larger disk (--home, ABLATE_CACHE)")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
 
 
 @contextlib.contextmanager
@@ -75,12 +152,29 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the final file gets what open() would have given it
     os.close(fd)
     tmp = Path(name)
-    try:
+    with partial_removed(tmp, final):
         yield tmp
         os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def partial_removed(tmp: str | os.PathLike[str], final: str | os.PathLike[str]) -> Iterator[None]:
+    """Around the writing of ``tmp``, which is to become ``final``: when it fails, ``tmp`` is removed, and a
+    failure for want of space is raised as the ``DiskFullError`` that names ``final``."""
+    try:
+        yield
+    except BaseException as exc:
+        full = disk_full(exc, final)  # looked at before the partial file is removed
+        Path(tmp).unlink(missing_ok=True)
+        if full is not None:
+            raise full from exc
         raise
+
+
+def default_mode(path: str | os.PathLike[str]) -> None:
+    """Give ``path`` the mode ``open()`` gives a new file (0644 under the usual umask), whatever wrote it (a
+    library that writes through a private temporary file leaves 0600)."""
+    os.chmod(path, 0o666 & ~_umask())
 
 
 def atomic_write(final: str | os.PathLike[str], data: str | bytes) -> Path:
@@ -90,6 +184,22 @@ def atomic_write(final: str | os.PathLike[str], data: str | bytes) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     return Path(final)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block, waiting while another
+    process holds it: for a file that must be made once however many processes want it at the same moment (a
+    shared source tokenized into the cache, a new MLflow store); the others wait, then find it made."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 @contextlib.contextmanager

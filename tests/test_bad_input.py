@@ -161,17 +161,29 @@ def test_a_read_only_home_with_a_writable_store(read_only_dir: Path, tmp_path: P
     ("mysql://user@localhost/ablate", r"unsupported store 'mysql://user@localhost/ablate': ablate's store runs on "
                                       r"sqlite and postgresql"),
     ("postgresql+pg8000://user@localhost/ablate", r"needs the database driver pg8000, which is not installed"),
+    ("postgresql+nosuch://user@localhost/ablate", r"unknown database driver 'nosuch' in 'postgresql\+nosuch://"),
+    ("sqlite+nosuch:///x/ablate.db", r"unknown database driver 'nosuch' in 'sqlite\+nosuch:///x/ablate.db'"),
+    ("sqlite://tmp/x/y.db", r"'sqlite://tmp/x/y.db' is not a SQLite file: a SQLite URL has no host, and this "
+                            r"one names 'tmp'; for the relative path x/y.db \(here .*/cwd/x/y.db\) write "
+                            r"sqlite:///x/y.db, for the absolute path /tmp/x/y.db write sqlite:////tmp/x/y.db"),
     ("postgresql+psycopg://postgres@127.0.0.1:9/ablate", r"cannot open the store postgresql\+psycopg://.*:9/ablate: "
                                                         r".*(refused|connect)"),
     ("not a url", r"not a database URL: 'not a url'"),
-], ids=["mysql", "missing-driver", "unreachable", "not-a-url"])
-def test_a_store_that_cannot_be_opened(url: str, pattern: str, tmp_path: Path) -> None:
+], ids=["mysql", "missing-driver", "unknown-driver", "unknown-sqlite-driver", "sqlite-with-a-host",
+        "unreachable", "not-a-url"])
+def test_a_store_that_cannot_be_opened(url: str, pattern: str, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Every command refuses it in one line; nothing is left behind: no home, no runs folder, no store folder
+    (``sqlite://tmp/x/y.db`` once made ./x/, a bad driver name an empty $ABLATE_HOME/runs/)."""
     grid = tmp_path / "grid.yaml"
     grid.write_text(GOOD)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     home = tmp_path / "home"
     assert_refused(run(str(grid), home=home, store=url), pattern)
-    assert_refused(runner.invoke(app, ["runs", "--store", url, "--home", str(home)]), pattern)
-    assert not (home / "ablate.db").exists()
+    for cmd in (["runs"], ["status"], ["plan", str(grid)], ["db", "upgrade"]):
+        assert_refused(runner.invoke(app, [*cmd, "--store", url, "--home", str(home)]), pattern)
+    assert not home.exists() and list(cwd.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------------------------------- silent no-ops

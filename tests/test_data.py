@@ -239,3 +239,35 @@ def test_task_rows_start_at_an_example_and_mask_only_its_answer_tokens(tmp_path)
     assert plain.train.rows(0)[1] is None and (plain.train.batch(0)[:, 0] == tok.eos_id).all()
     with pytest.raises(ValueError, match="loss 'answer' needs a 'task' source"):
         SourceConfig(kind="text", path="x", loss="answer")
+
+
+def _tokenize_counting(src, cfg, cache, barrier, out) -> None:  # noqa: ANN001 - a forked child of the test below
+    import ablate.runner.data as data
+
+    calls, original = [], data._tokenize
+    data._tokenize = lambda *a: calls.append(1) or original(*a)
+    barrier.wait()  # both at once
+    arr = data.token_array(src, "train", ByteTokenizer(), cfg, cache)
+    out.put((len(calls), arr.n_tokens))
+
+
+def test_two_processes_starting_together_tokenize_a_shared_source_once(tmp_path):
+    """Two workers on one new source (#26: both tokenized it, each wrote half a cache file on a small disk):
+    one tokenizes it under the cache's lock, the other waits and reads what it wrote."""
+    import multiprocessing as mp
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the same shared source, read by two workers at once\n" * 40_000)  # 2 MB: 0.1 s to read
+    src = SourceConfig(kind="text", path=str(corpus))
+    cfg = DataConfig(train=[src], heldout={})
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_tokenize_counting, args=(src, cfg, tmp_path / "cache", barrier, out))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert got == [(0, corpus.stat().st_size + 1), (1, corpus.stat().st_size + 1)]
+    assert len(list((tmp_path / "cache" / "tokens").glob("*.npy"))) == 1

@@ -91,8 +91,16 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     # no terminal here (#14 item 9): "starting workers", plain progress lines, finished lines with variant and seed
     assert "starting workers" in result.output
     assert re.search(r"progress quick: [0-2]/2 ended; (starting workers|running: .*step \d+/60)", result.output)
-    for variant in ("baseline", "sdpa-elementwise"):
-        assert re.search(rf"done \w{{10}} {variant} 0 in \d+s", result.output), result.output
+    for rid, variant in runs["variant"].items():  # the whole id: what a log's reader copies
+        assert re.search(rf"done {rid} {variant} 0 in \d+s", result.output), result.output
+    # the run's log and the workers' logs say what happened (#26): start, a line per tenth of the steps, end
+    for rid, variant in runs["variant"].items():
+        lines = (home / "runs" / rid / "train.log").read_text().splitlines()
+        assert f"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, from step 0" in lines[0], lines
+        assert sum(re.search(r"step \d+/60, loss [\d.]+", x) is not None for x in lines) == 10, lines
+        assert re.search(rf"run {rid}: done after 60 steps in [\d.]+ s \(train_loss [\d.]+", lines[-1]), lines
+    workers = "".join(p.read_text() for p in sorted((home / "logs").glob("worker-*.log")))
+    assert workers.count("ready on cpu") == 2 and all(f"run {rid}: ended" in workers for rid in runs.index)
 
     from mlflow import MlflowClient
 
@@ -232,6 +240,8 @@ include:
     failed = runs[runs["status"] == "failed"].iloc[0]
     assert "not JSON" in failed["error"] and "Traceback" in failed["error"]
     assert f"failed {failed.name}: ConfigError" in " ".join(result.output.split())
+    log = (home / "runs" / failed.name / "train.log").read_text()  # the run's log holds the whole traceback
+    assert f"ERROR ablate.execute.job: run {failed.name} failed\nTraceback" in log and "not JSON" in log, log
 
     again = invoke("run", str(crashy), "--home", str(home))  # failed runs are skipped without --retry-failed
     assert again.exit_code == 1 and "worker" not in again.output

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from ablate.errors import RunError
-from ablate.execute.devices import Slot, parse_devices, plan_slots
+from ablate.execute.devices import Slot, crowding, parse_devices, plan_slots
 from ablate.execute.locks import RunLock, holder_pid, is_locked
 from ablate.execute.messages import Died, Failed, Finished, Interrupted, JobEvent, Killed, Progress, Started
 from ablate.execute.pool import WorkerPool
@@ -169,6 +169,18 @@ def test_slots_on_gpus_and_cpu():
     assert [s.threads for s in plan_slots(devices=["cpu"], jobs=3, jobs_per_device=1, cpu_count=2)] == [1, 1, 1]
     with pytest.raises(Exception, match="--jobs: 0 workers"):
         plan_slots(devices=["cpu"], jobs=0, jobs_per_device=1, cpu_count=2)
+
+
+def test_more_workers_than_cores_or_gpus_is_said():
+    cpu = plan_slots(devices=["cpu"], jobs=100, jobs_per_device=1, cpu_count=2)
+    assert crowding(cpu, cpu_count=2).startswith("100 workers on 2 CPU cores: they take turns")
+    assert crowding(cpu[:2], cpu_count=2) is None and crowding(cpu[:1], cpu_count=1) is None
+    gpus = ["cuda:0", "cuda:1"]
+    assert crowding(plan_slots(devices=gpus, jobs=None, jobs_per_device=2, cpu_count=16), cpu_count=16,
+                    jobs_per_device=2) is None  # packed on purpose
+    assert crowding(plan_slots(devices=gpus, jobs=5, jobs_per_device=1, cpu_count=16), cpu_count=16) == (
+        "5 workers on 2 GPU(s): they share them; --jobs 2 gives each its own (--jobs-per-device packs small "
+        "runs onto a GPU on purpose)")
 
 
 def test_run_lock_is_exclusive_and_dies_with_its_holder(tmp_path):

@@ -4,6 +4,8 @@ model card; refusals exit 2 and write nothing."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from export_runs import make_run
@@ -76,10 +78,27 @@ def test_export_loads_with_the_runs_logits_and_tokenizer(tmp_path, monkeypatch, 
 
 
 def test_unfinished_run_exports_without_numbers(tmp_path):
+    """Also: the run named by its first characters, as show and diff take it; every file of the folder with
+    the mode open() gives a new file (model.safetensors too)."""
     rid, _, _ = make_run(tmp_path, variant="sdpa-elementwise")
-    res = CliRunner().invoke(app, ["export", rid, "--out", str(tmp_path / "x"), "--home", str(tmp_path)])
+    res = CliRunner().invoke(app, ["export", rid[:5], "--out", str(tmp_path / "x"), "--home", str(tmp_path)])
     assert res.exit_code == 0, res.output
+    assert f"exported {rid} (hf)" in res.output
     assert "had not finished when this was exported" in (tmp_path / "x" / "README.md").read_text()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "x").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~umask}, modes
+
+
+def test_an_ambiguous_run_prefix_names_the_candidates(tmp_path):
+    rid, _, _ = make_run(tmp_path)
+    twin = rid[:-1] + ("0" if rid[-1] != "0" else "1")
+    (tmp_path / "runs" / twin).mkdir()
+    res = CliRunner().invoke(app, ["export", rid[:4], "--out", str(tmp_path / "x"), "--home", str(tmp_path)])
+    both = ", ".join(sorted([rid, twin]))
+    assert res.exit_code == 2 and f"run '{rid[:4]}' is ambiguous: it begins {both}" in res.stderr
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("variant,match", [

@@ -8,6 +8,7 @@ The runs: the tiny preset on the arithmetic stream (tests/tiny_grids.py), one to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -113,7 +115,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _trained_lines(output: str) -> list[str]:
     """The lines of runs this process trained to the end (not those it found finished by another)."""
-    return [line for line in output.splitlines() if re.match(r"\s*done \w{10} ", line)
+    return [line for line in output.splitlines() if re.match(r"\s*done [0-9a-f]+ ", line)
             and "trained by another process" not in line]
 
 
@@ -179,8 +181,10 @@ def test_two_runs_started_together_train_each_run_once(tmp_path, env):
 # ---------------------------------------------------------------- #14 item 2: the store goes away
 
 
-def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back) -> None:
-    """Start a grid, take the store away once a run trains, check the clean stop, bring the store back, rerun."""
+def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring_back,
+            away: str = "unreachable") -> None:
+    """Start a grid, take the store away once a run trains, check the clean stop (the lines say the store is
+    ``away``), bring the store back, rerun."""
     proc = _run(home, path, "--store-patience", "4", *(["--store", url] if url else []), env=env)
     try:
         seen = _wait(lambda: {rid: r["heartbeat_step"] for rid, r in _statuses(url, home).items()
@@ -192,10 +196,10 @@ def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring
         _stop(proc)
     # a clean stop: exit 1, the store named, how to resume, no traceback; what trained meanwhile is on disk
     assert proc.returncode == 1, err
-    assert "Traceback" not in err and "has been unreachable for" in err, err
-    assert "is unreachable: training goes on" in err, err
+    assert "Traceback" not in err and f"has been {away} for" in err, err
+    assert f"is {away}: training goes on" in err, err
     assert re.search(r"when the store is back, run the same command again \(or `ablate ingest .*runs`\)", err), err
-    assert "has been unreachable for" in err and "interrupted" in err  # patience (4 s) ran out mid-run
+    assert f"has been {away} for" in err and "interrupted" in err  # patience (4 s) ran out mid-run
     runs = home / "runs"
     results = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
     for rid, step in seen.items():  # it trained on while the store was away: finished, or checkpointed further
@@ -222,16 +226,24 @@ def test_a_postgres_store_stopped_mid_grid_then_restarted(tmp_path, env, own_pos
     _outage(url, home, path, env, take_away=stop, bring_back=start)
 
 
-def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
-    """A real full disk: a small tmpfs holding the SQLite store, filled mid-grid (root only: it mounts)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True,
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A real small disk at ``path``: a tmpfs of ``size`` (root only: it mounts), unmounted afterwards."""
+    path.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
                            text=True)
     if mount.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mount.stderr.strip()}")
-    filler = disk / "filler"
     try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
+    """A real full disk: a small tmpfs holding the SQLite store, filled mid-grid."""
+    with _tmpfs(tmp_path / "disk", "64m") as disk:
+        filler = disk / "filler"
         url = f"sqlite:///{disk / 'ablate.db'}"
         path, home = tmp_path / "g.yaml", tmp_path / "home"
         path.write_text(tiny_grid("full", steps=2500, checkpoint_every=50))
@@ -244,9 +256,41 @@ def test_a_sqlite_store_on_a_disk_that_fills_up(tmp_path, env):
                 except OSError:
                     pass
 
-        _outage(url, home, path, env, take_away=fill, bring_back=lambda: filler.unlink())
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+        _outage(url, home, path, env, take_away=fill, bring_back=lambda: filler.unlink(),
+                away="full (no space left on its disk)")  # full, not unreachable: say what it is
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MB disk."""
+    with _tmpfs(tmp_path / "disk", "1m") as disk:
+        yield disk
+
+
+def test_a_home_whose_disk_is_full_fails_each_run_in_one_line_naming_the_path(tmp_path, env, small_disk):
+    """#26: a checkpoint that does not fit. Each run fails in one line, 'no space left' and the file it could
+    not write, nothing else on screen; the whole trace is in the run's train.log; no half-written file is
+    left; the store says failed (not running, not GONE)."""
+    path, home = tmp_path / "g.yaml", small_disk
+    path.write_text(tiny_grid("full", steps=30, checkpoint_every=10))  # a checkpoint is ~1.4 MB
+    proc = _run(home, path, env=env)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in out + err, err
+    runs = _statuses(None, home)
+    assert len(runs) == 2 and {r["status"] for r in runs.values()} == {"failed"}, runs
+    for rid, row in runs.items():
+        ckpt = home / "runs" / rid / CHECKPOINT
+        said = f"DiskFullError: no space left on device: cannot write {ckpt} ("
+        mine = [x for x in err.splitlines() if rid in x]
+        assert len(mine) == 1 and said in mine[0] and said in out, (err, out)
+        assert row["error"].startswith(said)
+        assert list(ckpt.parent.iterdir()) == []  # the partial checkpoint was removed
+        log = (home / "runs" / rid / "train.log").read_text()
+        assert f"run {rid} failed\nTraceback" in log and "last.ckpt" in log
+    other = [x for x in err.splitlines() if not x.startswith(("ablate run full: 2 to run", "starting workers",
+                                                              "progress full: "))]
+    assert len(other) == 2, err  # the two failed lines: nothing else on screen
 
 
 def test_tune_stops_cleanly_when_the_store_goes_away_and_resumes_its_study(tmp_path, env, own_postgres):
@@ -348,3 +392,25 @@ def test_ui_stops_its_whole_process_group_within_5_s(tmp_path, env, sig):
         for p in spawned:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- #26: a reader that goes away
+def test_a_closed_output_pipe_lets_the_grid_finish(tmp_path, env):
+    """``ablate run ... 2>&1 | head -1``: the reader takes one line and goes; the grid trains on to its end
+    (no worker dies, no run restarts), records every run, and exits 0. Also: ``--jobs 100`` starts a worker
+    per run."""
+    path, home = tmp_path / "g.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("pipe", steps=40, checkpoint_every=1000))  # no checkpoint to resume from
+    proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "100",
+                             "--progress-every", "0.2"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:  # --jobs 100 starts the 2 workers there are runs for
+        first = proc.stdout.readline()
+        assert first.startswith(b"ablate run pipe: 2 to run (0 resuming), 0 skipped; 2 worker(s)"), first
+        proc.stdout.close()  # what `head -1` does after its line
+        assert proc.wait(timeout=600) == 0
+    finally:
+        _stop(proc)
+    runs = _statuses(None, home)
+    assert {r["status"] for r in runs.values()} == {"done"} and len(runs) == 2, runs
+    assert all(r["resumed_from"] is None and r["steps"] == 40 for r in runs.values()), runs

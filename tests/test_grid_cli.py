@@ -249,3 +249,46 @@ def test_random_text_never_gives_a_traceback(text, tmp_path):
     result = plan(str(write(tmp_path, text)), home=tmp_path)
     assert result.exit_code in (0, 2), result.exception
     assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- ablate schema
+def test_schema_lists_every_field_with_its_recorded_default():
+    """``ablate schema`` is read from the models: every field defaults.yaml records is there, at that
+    default."""
+    from ablate.grid.defaults import recorded
+
+    out = runner.invoke(app, ["schema", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["path"]: r for r in json.loads(out.stdout)}
+    _, record = recorded()
+    for path, value in record.items():
+        if "=" in path:  # a preset's values, not a field
+            continue
+        assert path in rows, path
+        if isinstance(value, bool | int | float | str) or value is None:
+            got = json.loads(rows[path]["default"])
+            same = got == value or (isinstance(value, float | int) and float(got) == float(value))
+            assert same, (path, got, value)
+    assert {"name", "base", "grid", "zip", "include", "exclude", "match_params", "ladder.sizes"} <= set(rows)
+    assert rows["name"]["default"] == "(required)"
+    assert rows["train.lr"] == {"path": "train.lr", "type": "float", "default": "0.003", "allowed": "> 0",
+                                "description": ""}
+    assert rows["data.row_start"]["allowed"] == '"random", "bos", "document"'
+    assert rows["data.heldout_fraction"]["allowed"] == "> 0, < 1"
+    assert rows["data.train[].kind"]["allowed"] == '"builtin", "text", "jsonl", "tokens", "hf", "task"'
+    assert "python-docs" in rows["data.heldout{}.name"]["allowed"].split(", ")
+    assert "sdpa-elementwise" in rows["variant"]["allowed"].split(", ")
+    assert "tiny" in rows["model.preset"]["allowed"].split(", ")
+    assert rows["eval.yarn_factor"]["type"] == 'float (> 1) | "auto" | null'
+
+
+def test_schema_of_one_section_and_a_field_that_is_not_there():
+    out = runner.invoke(app, ["schema", "data.train"])  # no terminal: whole cells, markup shown as written
+    assert out.exit_code == 0 and "…" not in out.stdout
+    assert "[eos] + prompt + answer" in out.stdout
+    paths = [line.split("│")[1].strip() for line in out.stdout.splitlines() if line.startswith("│ data")]
+    assert paths == ["data.train", "data.train[].kind", "data.train[].name", "data.train[].path",
+                     "data.train[].field", "data.train[].dtype", "data.train[].weight", "data.train[].loss"]
+    bad = runner.invoke(app, ["schema", "data.tokenizr"])
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: FIELD: no field 'data.tokenizr' (did you mean 'data.tokenizer'?)")

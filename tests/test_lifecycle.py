@@ -205,6 +205,50 @@ def test_status_shows_a_run_that_ended_before_its_ingest_as_ended_not_cut_off(li
     assert json.loads(status("--format", "json").stdout)["running"] == []
 
 
+def test_a_run_that_crashed_while_the_store_was_away_is_failed_not_gone(tmp_path, store_url):
+    """#26: the store was full when a run crashed, so it still says running; its run directory says how it
+    ended (error.txt). status shows it FAILED, not GONE (cut off, resumable), and the next opening records it
+    failed."""
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.execute.job import ERROR_FILE
+
+    path = tmp_path / "g.yaml"
+    path.write_text(GRID)
+    home = tmp_path / "home"
+    with open_grid(path, home=home, store=store_url, retry_failed=False, stale_after_s=300) as o:
+        a, b, _ = (d.run for d in o.todo)
+        for run in (a, b):
+            o.store.mark_running(run_id=run.run_id, host=HOST, device="cpu")
+    for run in (a, b):  # both workers took and dropped their locks: a crashed, b was cut off (kill -9)
+        with RunLock(run_dir(home, run.run_id)) as worker:
+            assert worker.acquire()
+    ckpt = run_dir(home, a.run_id) / "checkpoints" / "last.ckpt"
+    error = f"DiskFullError: no space left on device: cannot write {ckpt}"
+    (run_dir(home, a.run_id) / ERROR_FILE).write_text(f"{error}\n\nTraceback (most recent call last): ...")
+
+    def status(*fmt: str):
+        return CliRunner().invoke(app, ["status", "--home", str(home), "--store", store_url, *fmt])
+
+    rows = {r["run_id"]: r for r in json.loads(status("--format", "json").stdout)["running"]}
+    assert (rows[a.run_id]["failed"], rows[a.run_id]["gone"]) == (True, False)
+    assert (rows[b.run_id]["failed"], rows[b.run_id]["gone"]) == (False, True)
+    table = status()
+    line = next(x for x in table.stdout.splitlines() if a.run_id in x)
+    assert "FAILED" in line and "GONE" not in line, table.stdout
+    said = " ".join(table.stderr.split())
+    assert (f"1 run(s) marked running failed while the store could not be told (their error.txt says why; "
+            f"the next `ablate run` of their grid records them failed): {a.run_id}") in said
+    with open_grid(path, home=home, store=store_url, retry_failed=False, stale_after_s=300) as o:
+        assert o.failed_before == [a.run_id] and b.run_id in {d.run_id for d in o.todo}
+        row = o.store.runs_frame(run_ids=[a.run_id]).iloc[0]
+        assert row["status"] == "failed" and row["error"].startswith(error)
+    with open_grid(path, home=home, store=store_url, retry_failed=True, stale_after_s=300) as o:
+        assert a.run_id in {d.run_id for d in o.todo}  # retried: its old crash is no longer how it ended
+        assert not (run_dir(home, a.run_id) / ERROR_FILE).exists()
+
+
 # ---------------------------------------------------------------- the opening
 
 
@@ -247,3 +291,35 @@ def test_the_opening_triages_and_ingests_a_result_nobody_recorded(tmp_path, stor
     with open_grid(path, home=home, store=store_url, retry_failed=True, stale_after_s=300) as o:
         assert sorted(d.run_id for d in o.todo) == sorted([b.run_id, c.run_id])  # b was cut off; c retried
         assert set(o.store.statuses(run_ids=[b.run_id, c.run_id]).values()) == {"queued"}
+
+
+def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path):
+    """A real SQLITE_FULL (the database capped at its pages), through SQLAlchemy as the store sees it; and a
+    real ENOSPC (/dev/full) as a write to a file sees it."""
+    import errno
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    from ablate.errors import DiskFullError
+    from ablate.execute.lifecycle import how_away, is_unavailable
+    from ablate.layout import disk_full
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'small.db'}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x TEXT)"))
+    with pytest.raises(OperationalError) as full, engine.begin() as conn:
+        conn.execute(text("PRAGMA max_page_count = 2"))
+        conn.execute(text("INSERT INTO t VALUES (:x)"), [{"x": "y" * 4000}] * 10)
+    assert is_unavailable(full.value) and how_away(full.value) == "full (no space left on its disk)"
+    with pytest.raises(OperationalError) as away:
+        create_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}").connect()
+    assert is_unavailable(away.value) and how_away(away.value) == "unreachable"
+
+    with pytest.raises(OSError) as nospace, open("/dev/full", "wb", buffering=0) as fh:
+        fh.write(b"x")
+    assert nospace.value.errno == errno.ENOSPC
+    found = disk_full(nospace.value, tmp_path / "f.npy")
+    assert isinstance(found, DiskFullError)
+    assert str(found).startswith(f"no space left on device: cannot write {tmp_path / 'f.npy'} (")
+    assert disk_full(OSError("requested and written"), tmp_path / "f.npy") is None  # room left: not full

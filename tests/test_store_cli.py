@@ -50,6 +50,30 @@ def test_runs_formats(filled: str, fmt: str) -> None:
         assert lines[1].startswith("| --- |") and "train.lr" not in lines[0] and len(lines) == 5
 
 
+def test_runs_columns_and_all(filled: str) -> None:
+    """The table shows the summary columns; --columns picks (globs too, any format, in the order given); --all
+    adds the config and lifecycle fields; an unknown column is one line, exit 2."""
+    out = invoke("runs", "--store", filled, "--grid", "g", "--format", "markdown")
+    head = out.stdout.splitlines()[0]
+    assert "ppl/code" in head and "train.lr" not in head and "host" not in head
+    out = invoke("runs", "--store", filled, "--grid", "g", "--format", "markdown", "--all")
+    head = out.stdout.splitlines()[0]
+    assert out.exit_code == 0 and "| train.lr |" in head and "| host |" in head
+    for fmt in ("csv", "markdown"):
+        out = invoke("runs", "--store", filled, "--format", fmt, "--grid", "g",
+                     "--columns", "run_id, variant,ppl/*,train.lr")
+        assert out.exit_code == 0, out.output
+        head = out.stdout.splitlines()[0]
+        assert head == ("run_id,variant,ppl/code,ppl/prose,train.lr" if fmt == "csv" else
+                        "| run_id | variant | ppl/code | ppl/prose | train.lr |")
+    out = invoke("runs", "--store", filled, "--format", "json", "--columns", "run_id,status")
+    rows = json.loads(out.stdout)
+    assert rows == [{"run_id": f"run00{i}", "status": s} for i, s in enumerate(("done", "running", "queued"))]
+    out = invoke("runs", "--store", filled, "--columns", "run_id,train.l")
+    assert out.exit_code == 2 and len(out.stderr.splitlines()) == 1
+    assert out.stderr.startswith("error: --columns: unknown column 'train.l' (did you mean 'train.lr'?)")
+
+
 def test_runs_bad_input_exits_2(filled: str) -> None:
     out = invoke("runs", "--store", filled, "--where", "trainlr > 1")
     assert out.exit_code == 2 and "unknown column 'trainlr'" in out.stderr and "Traceback" not in out.output
@@ -68,6 +92,10 @@ def test_status(filled: str) -> None:
     assert [r["run_id"] for r in summary["running"]] == ["run001"] and summary["stale"] == []
     out = invoke("status", "--store", filled, "--stale-after", "-1")
     assert out.exit_code == 0 and "node9" in out.stdout and "STALE" in out.stdout
+    # off a terminal nothing is cut to '…': the running run's row holds its whole id, variant and host
+    assert "…" not in out.stdout, out.stdout
+    assert any(all(w in line for w in ("run001", "sdpa-elementwise", "node9", "cuda:0", "STALE"))
+               for line in out.stdout.splitlines()), out.stdout
     assert "no heartbeat for over" in out.stderr and "run001" in out.stderr
 
 
@@ -96,3 +124,10 @@ def test_default_store_lives_in_home(tmp_home) -> None:  # noqa: ANN001
     out = invoke("status", "--format", "json")
     assert out.exit_code == 0 and json.loads(out.stdout) == {"grids": [], "running": [], "stale": [], "slurm": []}
     assert (tmp_home / "ablate.db").is_file()
+
+
+def test_a_relative_sqlite_store_says_where_it_resolves(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.chdir(tmp_path)
+    out = invoke("db", "upgrade", "--store", "sqlite:///rel/ablate.db")
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith(f"sqlite:///rel/ablate.db (here {tmp_path / 'rel' / 'ablate.db'}): schema")

@@ -182,3 +182,17 @@ def test_a_study_is_continued_never_duplicated_and_never_mixed_with_another_sear
         assert again.user_attrs["tolerance"] == 0.1  # attrs that do not change the question are updated
         with pytest.raises(ConfigError, match=r"made with high=0.01, not high=0.1.*same --param, --low, --high"):
             open_study(storage, "g/tune/s", {**attrs, "high": 0.1}, trials=4, pruner=make_pruner("none"))
+
+
+def test_the_tune_summary_off_a_terminal_prints_whole_labels_and_values(capsys) -> None:
+    """``ablate tune ... | cat`` (a CI log): nothing cut to '…', however long a cell's label."""
+    from ablate.tune.options import CellResult, TuneReport
+    from ablate.tune.summary import print_summary
+
+    label = "sdpa-elementwise-headwise  model.gate.act=silu, train.batch_size=32, data.seq_len=1024"
+    best = Point(2.5e-3, "ok", 12.3456, run_id="0123456789abcdef")
+    cell = CellResult(label, "sdpa-elementwise", "s", [0, 1], [best, Point(5e-2, "diverged")], best, best,
+                      Point(5e-2, "diverged"))
+    print_summary(TuneReport("g", "g/tune", cells=[cell], counts={"done": 2}), "train.lr", "val_ppl")
+    out = capsys.readouterr().out
+    assert "…" not in out and label in out and "0.0025" in out and "12.35" in out, out

@@ -36,6 +36,9 @@ def _root(
 
 def main() -> None:
     """Console-script entry point."""
+    from ablate.cli.common import survive_closed_output
+
+    survive_closed_output()
     app()
 
 

@@ -83,6 +83,50 @@ def _usage_message(exc: ClickException) -> str:
     return one_line(f"{name}: {exc.message}")
 
 
+class _ReaderGone:
+    """``sys.stdout`` or ``sys.stderr`` made safe against a reader that goes away (``ablate run | head -1``,
+    a closed log pipe): the first write that finds the pipe closed points the file descriptor at /dev/null,
+    and what follows is dropped. So a command goes on to its end (a grid trains on, every run is
+    recorded) and exits with its own status, not killed by what it prints."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        try:
+            fd = self._stream.fileno()
+        except (OSError, ValueError):
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)  # what is still buffered is flushed there, at exit too
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def survive_closed_output() -> None:
+    """Make stdout and stderr survive a reader that goes away (``_ReaderGone``); the console script calls
+    it."""
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # Python's default, said again: a write fails, nothing dies
+    sys.stdout, sys.stderr = _ReaderGone(sys.stdout), _ReaderGone(sys.stderr)
+
+
 def handles_errors(fn: F) -> F:
     """Turn the library's ``AblateError`` into one line and its exit status (2 for the user's input)."""
 
@@ -162,10 +206,9 @@ def warn(message: str) -> None:
 
 def print_wide(renderable: Any) -> None:
     """Print a rich table on stdout; when piped, at full width rather than the 80 columns rich assumes."""
-    from rich.console import Console
+    from ablate.execute.display import stdout_console
 
-    console = Console()
-    (console if console.is_terminal else Console(width=1000)).print(renderable)
+    stdout_console().print(renderable)
 
 
 def echo_json(data: Any) -> None:

@@ -28,7 +28,8 @@ TASKS_HELP = ("comma list of lm-eval tasks: ablate's offline ablate_mqar, ablate
 @handles_errors
 def eval_cmd(
     tasks: Annotated[str, typer.Option("--tasks", help=TASKS_HELP, show_default=False)],
-    run_ids: Annotated[list[str] | None, typer.Argument(help="runs to score (ids as in `ablate runs`)",
+    run_ids: Annotated[list[str] | None, typer.Argument(help="runs to score (ids as in `ablate runs`, or "
+                                                             "their first characters)",
                                                         show_default=False)] = None,
     grid: Annotated[str | None, typer.Option("--grid", help="score every finished run of this grid")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N examples per task")] = None,

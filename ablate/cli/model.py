@@ -32,7 +32,8 @@ def variants(
 @app.command()
 @handles_errors
 def export(
-    run_id: Annotated[str, typer.Argument(help="the run to export (its id, as in `ablate runs`)", show_default=False)],
+    run_id: Annotated[str, typer.Argument(help="the run to export: its id (as in `ablate runs`), or its "
+                                               "first characters", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="folder to write", show_default=False)],
     fmt: Annotated[Literal["hf"], typer.Option("--format", help="output format: hf (the only one)")] = "hf",
     home: HomeOpt = None,
@@ -42,5 +43,5 @@ def export(
     express are refused with the reason (exit 2)."""
     from ablate.runner.export import export_run
 
-    note = export_run(home_dir(home), run_id, out, fmt=fmt)
+    run_id, note = export_run(home_dir(home), run_id, out, fmt=fmt)
     typer.echo(f"exported {run_id} ({fmt}) to {out}: {note}")

@@ -1,4 +1,5 @@
-"""Planning and running grids: ``ablate plan``, ``ablate run`` (local pool or Slurm) and ``ablate ui``."""
+"""Planning and running grids: ``ablate plan``, ``ablate schema`` (what a grid can set), ``ablate run`` (local
+pool or Slurm) and ``ablate ui``."""
 
 from __future__ import annotations
 
@@ -82,6 +83,35 @@ def plan(
         from ablate.cli.views import rich_table
 
         print_wide(rich_table(*table))
+
+
+@app.command()
+@handles_errors
+def schema(
+    field: Annotated[str | None, typer.Argument(
+        help="a field or section by dotted path (data, data.train, train.lr); every field when left out",
+        show_default=False)] = None,
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
+) -> None:
+    """What a grid file can set: every field by dotted path, its type, default, allowed values and meaning,
+    read from the config models themselves. Run config fields go in base, on an axis, in include or --set."""
+    from ablate.grid.fields import find, schema_fields
+
+    rows = schema_fields()
+    if field is not None:
+        rows = find(rows, field)
+    if fmt == "json":
+        echo_json([r.as_dict() for r in rows])
+        return
+    from rich.markup import escape
+
+    from ablate.cli.views import rich_table
+
+    columns = [(c, "left") for c in ("field", "type", "default", "allowed", "meaning")]
+    # escaped: a meaning may read "[eos] + prompt", which is not markup
+    cells = [[escape(c) for c in (r.path, r.type, r.default, r.allowed, r.description)] for r in rows]
+    title = f"grid file fields{f' under {field}' if field else ''}: {len(rows)}"
+    print_wide(rich_table(title, columns, cells))
 
 
 @app.command()

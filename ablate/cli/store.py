@@ -18,6 +18,7 @@ from ablate.cli.common import (
     home_dir,
     one_line,
     open_store,
+    print_wide,
     warn,
 )
 
@@ -36,29 +37,42 @@ def runs_cmd(
     where: WhereOpt = None,
     fmt: Annotated[Literal["table", "csv", "json", "markdown"], typer.Option(
         "--format", help="table, csv, json or markdown (csv/json: every column)")] = "table",
+    columns: Annotated[str | None, typer.Option(
+        "--columns", help="a comma list of the columns to show, in that order, any format; globs too "
+                          "(run_id,variant,val_ppl,ppl/*,train.lr)", show_default=False)] = None,
+    every: Annotated[bool, typer.Option("--all", help="table/markdown: every column (csv/json always have "
+                                        "them), config fields and lifecycle included")] = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """One row per run: status, summary numbers, PPL per held-out set, benchmark scores, every config field.
 
-    table and markdown show the measured columns (empty ones dropped); csv and json add the config fields.
+    table and markdown show the summary columns (who the run is and what it measured; empty ones dropped);
+    csv and json every column. --columns picks the columns of any format, --all shows every one.
     """
     from ablate.store import render
 
     with open_store(home, store) as opened:
         frame = opened.runs_frame(grid=grid, where=where)
+    if columns:
+        cols = render.pick_columns(frame, [c.strip() for c in columns.split(",") if c.strip()])
+    elif every or fmt in ("csv", "json"):
+        cols = list(frame.columns)
+    else:
+        cols = render.summary_columns(frame)
+    frame = frame[cols]
     if fmt == "json":
         typer.echo(render.to_json(frame))
     elif fmt == "csv":
         typer.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "markdown":
-        typer.echo(render.to_markdown(frame[render.summary_columns(frame)]))
+        typer.echo(render.to_markdown(frame))
     else:
         from rich.console import Console
 
         from ablate.cli.views import runs_table
 
-        table, width = runs_table(frame, f"runs{f' of {grid}' if grid else ''}: {len(frame)}")
+        table, width = runs_table(frame, f"runs{f' of {grid}' if grid else ''}: {len(frame)}", cols)
         # never squeeze columns into '…': a wide table is wider than the terminal (pipe it to `less -S`)
         Console(width=max(Console().width, width)).print(table)
 
@@ -91,17 +105,19 @@ def status_cmd(
 
         typer.echo(json.dumps(summary, indent=1))
         return
-    from rich.console import Console
-
     from ablate.cli.views import status_tables
     from ablate.store.schema import STATUSES
 
-    console = Console()
     for table in status_tables(summary, STATUSES):
-        console.print(table)
+        print_wide(table)  # off a terminal whole ids, variants and steps (a script or a log reads them)
     gone = [r["run_id"] for r in summary["running"] if r.get("gone")]
-    quiet = [rid for rid in summary["stale"] if rid not in gone]
+    crashed = [r["run_id"] for r in summary["running"] if r.get("failed")]
+    quiet = [rid for rid in summary["stale"] if rid not in gone and rid not in crashed]
     ended = [r["run_id"] for r in summary["running"] if r.get("ended")]
+    if crashed:
+        warn(f"{len(crashed)} run(s) marked running failed while the store could not be told (their "
+             f"error.txt says why; the next `ablate run` of their grid records them failed): "
+             f"{', '.join(crashed)}")
     if ended:
         warn(f"{len(ended)} run(s) marked running have ended and wait to be recorded (by their `ablate run` in a "
              f"moment; if it is gone, the next `ablate run` of their grid or `ablate ingest` records them): "

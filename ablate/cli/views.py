@@ -61,14 +61,13 @@ def text_table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]
     return "\n".join([title, line(names), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
-def runs_table(frame: pd.DataFrame, title: str) -> tuple[Table, int]:
-    """``ablate runs``: the measured columns (empty ones dropped); also the width that shows every cell whole."""
+def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table, int]:
+    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole."""
     from pandas.api.types import is_numeric_dtype
     from rich.table import Table
 
     from ablate.store import render
 
-    cols = render.summary_columns(frame)
     cells = [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
     table = Table(title=title)
     for c in cols:
@@ -98,7 +97,8 @@ def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Ta
             table.add_column(col, justify="right" if col in ("step", "loss", "tok/s", "ETA") else "left")
         for r in summary["running"]:
             age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s"
-            age += " ENDED" if r.get("ended") else " GONE" if r.get("gone") else " STALE" if r["stale"] else ""
+            age += (" ENDED" if r.get("ended") else " FAILED" if r.get("failed") else " GONE" if r.get("gone")
+                    else " STALE" if r["stale"] else "")
             step = "-" if r["step"] is None else f"{r['step'] + 1}/{r.get('total_steps') or '?'}"
             loss, tps, eta = r.get("train_loss"), r.get("tokens_per_s"), r.get("eta_s")
             table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-", step,

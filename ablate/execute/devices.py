@@ -96,3 +96,24 @@ def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cp
     n = jobs or len(devices) * jobs_per_device
     threads = max(1, cpu_count // n)
     return [Slot(i, devices[i % len(devices)], threads) for i in range(n)]
+
+
+def crowding(slots: list[Slot], *, cpu_count: int, jobs_per_device: int = 1) -> str | None:
+    """A warning when the workers outnumber what runs them: CPU workers beyond the cores (each gets one
+    thread, and they take turns), or GPU workers beyond the GPUs times ``jobs_per_device`` (they share a
+    device nobody asked them to share). None when each has its own.
+
+    >>> crowding([Slot(i, "cpu", 1) for i in range(100)], cpu_count=2).split(":")[0]
+    '100 workers on 2 CPU cores'
+    """
+    cpu = [s for s in slots if s.device == "cpu"]
+    if len(cpu) > max(1, cpu_count):
+        return (f"{len(cpu)} workers on {cpu_count} CPU cores: they take turns, each slower than one worker "
+                f"per core would be; --jobs {cpu_count} gives each its own core")
+    gpus = {g for s in slots if s.device != "cpu" for g in s.cuda_visible.split(",")}
+    gpu_workers = len(slots) - len(cpu)
+    if gpus and gpu_workers > len(gpus) * jobs_per_device:
+        own = len(gpus) * jobs_per_device
+        return (f"{gpu_workers} workers on {len(gpus)} GPU(s): they share them; --jobs {own} gives each its "
+                "own (--jobs-per-device packs small runs onto a GPU on purpose)")
+    return None

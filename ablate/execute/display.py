@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 PROGRESS_EVERY_S = 30.0
+WIDE = 1000  # off a terminal: columns enough that rich never cuts a cell to '…'
 # how each outcome looks; an outcome missing here is drawn plain (never a markup error)
 STYLE = {"done": "green", "diverged": "yellow", "pruned": "cyan", "failed": "red", "interrupted": "magenta",
          "skipped": "dim", "reused": "dim", "busy": "dim", "running elsewhere": "dim"}
@@ -41,6 +42,14 @@ def duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def stdout_console() -> Console:
+    """The console for what a command prints on stdout: at a terminal, the terminal's width; off one (a pipe,
+    a file, a CI log) wide enough that no cell is cut, so a script or a log gets whole run ids, variants and
+    steps."""
+    console = Console()
+    return console if console.is_terminal else Console(width=WIDE)
 
 
 @dataclass
@@ -88,7 +97,7 @@ class GridDisplay:
             table.add_column(col, justify="right" if col in ("step", "loss", "tok/s", "seed") else "left")
         for run_id, a in self.active.items():
             step = f"{a.step}/{a.total}" if a.step is not None else "starting"
-            table.add_row(run_id[:10], *a.label.split(" ", 1), a.device, step,
+            table.add_row(run_id, *a.label.split(" ", 1), a.device, step,
                           f"{a.loss:.3f}" if a.loss is not None else "",
                           f"{a.tokens_per_s:,.0f}" if a.tokens_per_s else "")
         return Group(self.progress, table) if self.active else self.progress
@@ -112,7 +121,7 @@ class GridDisplay:
     def ended(self, run_id: str, outcome: str, note: str = "") -> None:
         """A job ended: one line above the live area (variant, seed, time), and the bar moves on."""
         a = self.active.pop(run_id, None)
-        line = Text.assemble(styled(outcome, f"{LABEL.get(outcome, outcome):>11}"), f" {run_id[:10]}")
+        line = Text.assemble(styled(outcome, f"{LABEL.get(outcome, outcome):>11}"), f" {run_id}")
         if a is not None:
             took = time.monotonic() - a.since
             if outcome in ("done", "diverged"):

@@ -50,11 +50,9 @@ def select_runs(store: Any, run_ids: Sequence[str], grid: str | None) -> list[st
             raise UserInputError(f"no grid {grid!r} in the store{did_you_mean(grid, store.grids())}")
         frame = store.runs_frame(grid=grid)
         return [r for r, s in zip(frame["run_id"], frame["status"], strict=True) if s in FINISHED]
-    statuses = store.statuses(run_ids=list(run_ids))
+    run_ids = [store.resolve_run(ref) for ref in run_ids]  # ids or their first characters, as show takes
+    statuses = store.statuses(run_ids=run_ids)
     for rid in run_ids:
-        if rid not in statuses:
-            known = list(store.runs_frame()["run_id"])
-            raise UserInputError(f"no run {rid!r} in the store{did_you_mean(rid, known)}")
         if statuses[rid] not in FINISHED:
             raise UserInputError(f"run {rid} is {statuses[rid]}; `ablate eval` scores finished runs "
                                  f"({' or '.join(FINISHED)})")

@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ablate import layout
-from ablate.execute.devices import gpu_count, parse_devices, plan_slots
-from ablate.execute.display import LABEL, summary_table
+from ablate.execute.devices import crowding, gpu_count, parse_devices, plan_slots
+from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.lifecycle import STORE_PATIENCE_S, Lifecycle, unmirrored
 from ablate.execute.local import TRAIN_JOB, LocalRunner
 from ablate.execute.messages import Job
@@ -154,7 +154,8 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
     report.warnings += lifecycle.warnings()
     if lifecycle.pending_writes():
         report.store_error = report.store_error or (
-            f"the store {lifecycle.where} has been unreachable for {lifecycle.store_down_s() or 0:.0f} s")
+            f"the store {lifecycle.where} has been {lifecycle.away()} for "
+            f"{lifecycle.store_down_s() or 0:.0f} s")
     if report.store_error is None:
         report.statuses = o.store.statuses(run_ids=[p.run_id for p in o.planned])
     return report
@@ -167,6 +168,8 @@ def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOption
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "
                   f"resuming), {len(o.planned) - len(jobs)} skipped; {len(used)} worker(s) on "
                   f"{', '.join(sorted({s.device for s in used}))}", highlight=False)
+    if (crowded := crowding(used, cpu_count=os.cpu_count() or 1, jobs_per_device=opts.jobs_per_device)):
+        console.print(Text.assemble(("warning:", "yellow"), f" {crowded}"), highlight=False, soft_wrap=True)
     with LocalRunner(used, lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
                      store_patience_s=opts.store_patience_s, progress_every_s=opts.progress_every_s) as runner:
         ended = runner.run(jobs)
@@ -210,7 +213,7 @@ def _mirror(o: Opened, finished: list[str], will_train: bool) -> Any:
 
 def print_summary(report: GridReport, console: Console | None = None) -> None:
     """The end-of-run table; for each run that failed this time, its error's first line; hints and warnings."""
-    console = console or Console()
+    console = console or stdout_console()  # off a terminal: nothing cut to '…'
     console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
 
     def line(style: str, head: str, text: str, to: Console = console) -> None:  # as it is, never read as markup

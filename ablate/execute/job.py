@@ -9,6 +9,7 @@ directory: checkpoints, ``result.json``, ``train.log`` and, when it crashes, ``e
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ablate import layout
 from ablate.execute.devices import Slot
 from ablate.execute.locks import RunLock
 from ablate.execute.messages import Job, JobOutcome
@@ -24,6 +26,9 @@ from ablate.execute.worker import JobContext, JobInterrupted
 from ablate.layout import CHECKPOINT
 from ablate.result import RESULT_FILE, read_result
 
+log = logging.getLogger(__name__)
+
+ERROR_FILE = "error.txt"  # a crashed run's traceback, in its run directory
 STEP_EVERY_S = 0.5  # how often a batch of step metrics goes to the pool's process (display, store, MLflow)
 
 
@@ -50,6 +55,31 @@ def _output_to(path: Path) -> Iterator[None]:
         os.dup2(saved[1], 2)
         for f in (fd, *saved):
             os.close(f)
+
+
+@contextlib.contextmanager
+def _run_log(path: Path, run_id: str, *, quiet: type[BaseException]) -> Iterator[None]:
+    """The job's output on ``path`` (``_output_to``), and how it ended written there: a crash's traceback, or
+    one line for a ``quiet`` exception (an interrupt)."""
+    with _output_to(path):
+        try:
+            yield
+        except quiet as exc:
+            log.info("run %s: %s", run_id, exc)
+            raise
+        except BaseException:
+            log.exception("run %s failed", run_id)
+            raise
+
+
+def crashed(run_dir: Path) -> str | None:
+    """How a run's last attempt crashed (its ``error.txt``: the error's line, then its traceback; written as
+    it fails, removed when the run starts again), else None. A run whose crash the store never heard of (the
+    store was away) is recorded failed from it."""
+    try:
+        return (run_dir / ERROR_FILE).read_text() or None
+    except OSError:
+        return None
 
 
 def finished_result(run_dir: Path) -> Any:
@@ -88,13 +118,29 @@ class StepBatcher:
             self.send(rows)
 
 
+def _logging(on_step: Callable[[dict[str, Any]], None], total: int, lines: int = 10
+             ) -> Callable[[dict[str, Any]], None]:
+    """``on_step``, also writing one line to the run's log at each tenth of its ``total`` steps."""
+    every = max(1, total // lines)
+
+    def step(row: dict[str, Any]) -> None:
+        on_step(row)
+        n = row.get("step", -1) + 1
+        if n % every == 0 or n == total:
+            extra = "".join(f", {k} {row[k]:.4g}" for k in ("loss", "lr", "tokens_per_s", "val_ppl")
+                            if isinstance(row.get(k), float | int))
+            log.info("step %d/%d%s", n, total, extra)
+
+    return step
+
+
 def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOutcome:
     """Train ``job.config`` into ``job.run_dir`` (resuming from its checkpoint); return how it ended.
 
     ``reused``: a finished ``result.json`` was already there (nothing to train); ``busy``: another process holds
     the run directory.
     """
-    from ablate.config import RunConfig
+    from ablate.config import RunConfig, total_steps
     from ablate.runner import RunInterrupted, run_one
 
     run_dir = Path(job.run_dir)
@@ -104,18 +150,32 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOut
     try:
         if (done := finished_result(run_dir)) is not None:
             return JobOutcome("reused", status=str(done.status))
-        ctx.started(resuming=(run_dir / CHECKPOINT).is_file())
+        resuming = (run_dir / CHECKPOINT).is_file()
+        (run_dir / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's crash is not how this one ends
+        ctx.started(resuming=resuming)
         steps = StepBatcher(ctx.progress)
         config = RunConfig.model_validate(job.config)
         t0 = time.perf_counter()
         try:
-            with _output_to(run_dir / "train.log"):
-                result = run_one(config, run_dir, run_id=job.run_id, on_step=steps, stop=ctx.stop,
-                                 callbacks=callbacks)
+            with _run_log(run_dir / "train.log", job.run_id, quiet=RunInterrupted):
+                start = f"resuming from {run_dir / CHECKPOINT}" if resuming else "from step 0"
+                log.info("run %s: %s seed %d on %s, %s", job.run_id, config.variant, config.seed,
+                         ctx.slot.device, start)
+                result = run_one(config, run_dir, run_id=job.run_id, stop=ctx.stop, callbacks=callbacks,
+                                 on_step=_logging(steps, total_steps(config)))
+                log.info("run %s: %s after %s steps in %.1f s (train_loss %s, val_ppl %s)", job.run_id,
+                         result.status, result.summary.get("steps"), time.perf_counter() - t0,
+                         result.summary.get("train_loss"), result.summary.get("val_ppl"))
         except RunInterrupted as exc:
             raise JobInterrupted(str(exc)) from None
-        except BaseException:
-            (run_dir / "error.txt").write_text(traceback.format_exc())
+        except BaseException as exc:
+            full = layout.disk_full(exc, getattr(exc, "filename", None) or run_dir)
+            shown = full or exc
+            with contextlib.suppress(OSError):  # on a full disk this may fail too: the crash is what counts
+                text = f"{type(shown).__name__}: {shown}\n\n{traceback.format_exc()}"
+                (run_dir / ERROR_FILE).write_text(text)
+            if full is not None:  # one line naming the path; the whole trace is in train.log
+                raise full from exc
             raise
         finally:
             steps.flush()

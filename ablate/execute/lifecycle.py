@@ -14,10 +14,12 @@
   ``interrupted(run_id)``, ``busy(run_id)``: how it ended, each returning an ``Ended`` (what the executor shows and
   tune tells Optuna). ``record(event, job)`` maps a pool ``JobEvent`` onto these.
 
-The store may go away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept, in
-order, and replayed with backoff (``tick``); heartbeats are skipped meanwhile. Training goes on, and every finished
-run's ``result.json`` is on disk, so nothing is lost. ``store_down_s()`` says for how long it has been away; the
-executor stops cleanly past its patience, and the next ``ablate run`` (or ``ablate ingest``) brings the results in.
+The store may go away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept,
+in order, and replayed with backoff (``tick``); heartbeats are skipped meanwhile. ``away()`` says why, in the
+user's words: its disk is full, or it cannot be reached. Training goes on, and every finished run's
+``result.json`` is on disk, so nothing is lost. ``store_down_s()`` says for how long it has been away; the
+executor stops cleanly past its patience, and the next ``ablate run`` (or ``ablate ingest``) brings the
+results in.
 """
 
 from __future__ import annotations
@@ -83,6 +85,37 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+SQLITE_FULL, PG_DISK_FULL = 13, "53100"  # SQLite's result code and PostgreSQL's SQLSTATE for a full disk
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether a store error means its disk is full (not that it cannot be reached): SQLite's "database or
+    disk is full", PostgreSQL's disk_full (SQLSTATE 53100), or ENOSPC, in the error or what it was raised
+    from."""
+    import errno
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        for e in (cause, getattr(cause, "orig", None)):
+            if e is None:
+                continue
+            sqlite, pg, os_error = (getattr(e, k, None) for k in ("sqlite_errorcode", "sqlstate", "errno"))
+            if sqlite == SQLITE_FULL or pg == PG_DISK_FULL or os_error == errno.ENOSPC:
+                return True
+            if "No space left on device" in str(e):
+                return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def how_away(exc: BaseException) -> str:
+    """Why a store error means the store is away, in the user's words: ``full (no space left on its disk)`` or
+    ``unreachable``."""
+    return "full (no space left on its disk)" if is_full(exc) else "unreachable"
+
+
 class Lifecycle:
     """Records runs' lives in the store (and MLflow through ``mirror``); see the module docstring."""
 
@@ -96,6 +129,7 @@ class Lifecycle:
         self._lock = threading.RLock()  # reentrant: a Slurm task's signal handler may record while it is held
         self._outbox: list[tuple[str, Callable[[Any], Any]]] = []  # writes the store could not take, in order
         self._down_since: float | None = None
+        self._away = "unreachable"  # why it is away (how_away)
         self._next_try = 0.0
         self._backoff = 1.0
         self._jobs: dict[str, Job] = {}
@@ -242,12 +276,18 @@ class Lifecycle:
 
     def _went_away(self, exc: BaseException) -> None:
         with self._lock:
+            self._away = how_away(exc)
             if self._down_since is None:
                 self._down_since = time.monotonic()
                 self._next_try = self._down_since + self._backoff
                 # info: the executor tells the user (ablate.execute.local), a Slurm task its log
-                log.info("the store %s is unreachable (%s); training goes on, the results are kept in %s and "
-                         "recorded when it is back", self.where, first_line(exc), self.home / layout.RUNS_DIR)
+                log.info("the store %s is %s (%s); training goes on, the results are kept in %s and "
+                         "recorded when it is back", self.where, self.away(), first_line(exc),
+                         self.home / layout.RUNS_DIR)
+
+    def away(self) -> str:
+        """Why the store is away, in the user's words (``how_away``)."""
+        return self._away
 
     def _came_back(self) -> None:
         with self._lock:
@@ -277,6 +317,7 @@ class Lifecycle:
             except Exception as exc:  # noqa: BLE001 - unreachable again, or a write it now refuses
                 if is_unavailable(exc):
                     with self._lock:
+                        self._away = how_away(exc)
                         self._backoff = min(RETRY_MAX_S, self._backoff * 2)
                         self._next_try = time.monotonic() + self._backoff
                     return

@@ -116,13 +116,14 @@ class LocalRunner:
             down = self.lifecycle.store_down_s()
             if (down is not None) != self.store_away:  # say once that it went away, and once that it is back
                 self.store_away = down is not None
-                display.message(f"[yellow]the store {self.lifecycle.where} is unreachable: training goes on, results "
+                where, away = self.lifecycle.where, self.lifecycle.away()
+                display.message(f"[yellow]the store {where} is {away}: training goes on, results "
                                 f"are kept and recorded when it is back (stopping after "
                                 f"{self.store_patience_s:.0f} s)[/]" if self.store_away else
                                 f"[green]the store {self.lifecycle.where} is back[/]")
             if down is not None and down > self.store_patience_s and self.store_error is None:
-                self.store_error = (f"the store {self.lifecycle.where} has been unreachable for {down:.0f} s: "
-                                    "stopping (running jobs save a checkpoint)")
+                self.store_error = (f"the store {self.lifecycle.where} has been {self.lifecycle.away()} for "
+                                    f"{down:.0f} s: stopping (running jobs save a checkpoint)")
                 display.message(f"[red]{self.store_error}[/]")
                 pool.interrupt()
                 told = pool.interrupts

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate import layout
+from ablate.execute.job import ERROR_FILE
 from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
 from ablate.execute.triage import Decision, triage
 from ablate.layout import CHECKPOINT
@@ -84,16 +85,20 @@ class Liveness:
         return self.holder(run_id) is not None
 
     def mark(self, running: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process is
-        known to be gone at once, on this host or from squeue, not just quiet; ``ended``: True where it is gone
-        because the run finished: its complete ``result.json`` waits to be recorded, by its own ``ablate run`` a
-        moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was cut off)."""
-        from ablate.execute.job import finished_result
+        """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process
+        is known to be gone at once, on this host or from squeue, not just quiet; ``ended``: True where it is
+        gone because the run finished: its complete ``result.json`` waits to be recorded, by its own ``ablate
+        run`` a moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was cut off;
+        ``failed``: True where it crashed while the store could not be told: its ``error.txt`` says how, and
+        the next ``ablate run`` records it failed)."""
+        from ablate.execute.job import crashed, finished_result
 
         for row in running:
             alive = self.is_alive(row["run_id"])
-            row["ended"] = not alive and finished_result(layout.run_dir(self.home, row["run_id"])) is not None
-            row["gone"] = not alive and not row["ended"] and not row.get("stale")
+            run_dir = layout.run_dir(self.home, row["run_id"])
+            row["ended"] = not alive and finished_result(run_dir) is not None
+            row["failed"] = not alive and not row["ended"] and crashed(run_dir) is not None
+            row["gone"] = not alive and not row["ended"] and not row["failed"] and not row.get("stale")
             row["stale"] = not alive and not row["ended"]
         return running
 
@@ -150,9 +155,10 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     grid = load_grid(path, sets)
     planned = expand(grid)
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
-    home = layout.usable_home(Path(home).absolute() if slurm else Path(home))
-    opened_store = Store.open(store, home=home)
+    home = layout.usable_home(Path(home).absolute() if slurm else Path(home))  # checked; nothing made yet
+    opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made
     try:
+        layout.runs_dir(home).mkdir(parents=True, exist_ok=True)
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [])
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
@@ -171,6 +177,10 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
         o.liveness = slurm_liveness(store, o.home, running, ids)
     else:
         o.liveness = Liveness(o.home, running)
+    for rid, status in before.items():  # crashed while the store was away: failed, as it happened
+        if status in ("queued", "running") and (error := unrecorded_crash(o, rid)) is not None:
+            store.mark_failed(run_id=rid, error=error)
+            before[rid] = "failed"
     o.decisions = triage(o.planned, before, retry_failed=retry_failed, is_alive=o.liveness.is_alive,
                          has_checkpoint=lambda rid: (layout.run_dir(o.home, rid) / CHECKPOINT).is_file())
     store.register_grid(name=o.name, text=o.text, runs=o.planned)
@@ -191,8 +201,19 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
             continue
         if d.status in ("running", "failed"):
             store.mark_queued(run_id=d.run_id)
+            # retried: its last crash is no longer how it ended
+            (layout.run_dir(o.home, d.run_id) / ERROR_FILE).unlink(missing_ok=True)
         todo.append(d)
     o.todo = [d for d in todo if d.action == "resume"] + [d for d in todo if d.action == "train"]
+
+
+def unrecorded_crash(o: Opened, run_id: str) -> str | None:
+    """The error of a run the store still has queued or running but whose last attempt crashed (its process
+    gone, its ``error.txt`` there): the store was away when it failed."""
+    from ablate.execute.job import crashed
+
+    assert o.liveness is not None
+    return None if o.liveness.is_alive(run_id) else crashed(layout.run_dir(o.home, run_id))
 
 
 def ingest_found(store: Any, home: Path, run_id: str) -> str | None:

@@ -307,7 +307,7 @@ def wait_for(store: Any, report: SlurmReport, opts: SlurmOptions, console: Conso
         for rid in ids:
             if statuses.get(rid) in FINAL and rid not in told:
                 told.add(rid)
-                console.print(f"{statuses[rid]:>9} {rid[:10]}  (Slurm job {report.jobs[rid]})", highlight=False)
+                console.print(f"{statuses[rid]:>9} {rid}  (Slurm job {report.jobs[rid]})", highlight=False)
         gone = {rid for rid in ids if rid not in told and states.get(report.jobs[rid]) not in ALIVE}
         counts: dict[str, int] = {}
         for s in states.values():

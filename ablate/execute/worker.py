@@ -14,9 +14,11 @@ pool's process that decides what a Ctrl-C means.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import queue
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable
@@ -38,6 +40,8 @@ from ablate.execute.messages import (
     Started,
     StopJob,
 )
+
+log = logging.getLogger(__name__)
 
 
 class JobInterrupted(Exception):
@@ -73,6 +77,22 @@ def _redirect_output(log_path: Path) -> None:
     os.close(fd)
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def log_to_stderr() -> None:
+    """The worker's log lines on its stderr (file descriptor 2: its ``logs/worker-<i>.log``, and while a job
+    runs, that run's ``train.log``): ablate's own lines from INFO, every other library's warnings, and Python
+    warnings."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("ablate").setLevel(logging.INFO)
+    logging.captureWarnings(True)
+
+
 def _load(job_fn: str) -> tuple[Callable[..., Any], Callable[[Slot], None] | None]:
     """``"package.module:function"`` -> the function, and the module's optional ``prepare(slot)`` hook."""
     module_name, _, fn_name = job_fn.partition(":")
@@ -85,6 +105,7 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if log_path:
         _redirect_output(Path(log_path))
+        log_to_stderr()
     # Before torch is imported: the worker sees only its own GPU (or none) and uses only its share of the cores.
     os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -125,9 +146,12 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
             if prepare is not None:
                 prepare(slot)
         except BaseException as exc:  # noqa: BLE001 - reported to the pool, which stops starting workers
+            log.exception("worker %d cannot start: %s", slot.index, exc)
             outbox.put(Fatal(f"{type(exc).__name__}: {exc}", traceback.format_exc()))
             return
         threading.Thread(target=read, name="pool-reader", daemon=True).start()
+        log.info("worker %d ready on %s (pid %d, %d threads)", slot.index, slot.device, os.getpid(),
+                 slot.threads)
         outbox.put(Ready(os.getpid(), slot.device, slot.threads))
         while (job := inbox.get()) is not None:
             _run(fn, job, JobContext(job.run_id, slot, stop, outbox.put), outbox.put)
@@ -141,11 +165,16 @@ def _run(fn: Callable[..., Any], job: Any, ctx: JobContext, send: Callable[[Any]
     if ctx.stop.is_set():
         send(Interrupted(job.run_id, started=False))
         return
+    log.info("run %s: started", job.run_id)
     try:
         outcome = fn(job, ctx)
     except JobInterrupted as exc:
+        log.info("run %s: interrupted (%s)", job.run_id, exc)
         send(Interrupted(job.run_id, started=True, message=str(exc)))
     except BaseException as exc:  # noqa: BLE001 - a failure belongs to its run; the worker goes on
+        log.info("run %s: failed: %s: %s (its train.log has the traceback)", job.run_id, type(exc).__name__,
+                 exc)
         send(Failed(job.run_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     else:
+        log.info("run %s: ended: %s", job.run_id, outcome)
         send(Finished(job.run_id, outcome))

@@ -40,6 +40,10 @@ def statuses(run_ids: Sequence[str], *, store: str | None, home: Path) -> dict[s
     """Each run's status in the store, ``new`` for one it has never seen (or when there is no store), and
     ``"<status> as <old id> (ablate db rehash)"`` for one stored under an id from an older ablate."""
     found: dict[str, str] = {}
+    if store is not None:  # a URL that cannot work is refused here too, before anything is made
+        from ablate.store.engine import check_url
+
+        check_url(store)
     if run_ids and store_exists(store, home):
         from ablate.store import Store
 

@@ -18,6 +18,7 @@ from typing import Any
 import lightning as L
 
 from ablate.config import RunConfig
+from ablate.layout import partial_removed
 from ablate.result import Event
 from ablate.runner.module import lr_factor
 from ablate.runner.monitors import DivergenceDetector, SpikeDetector
@@ -137,7 +138,8 @@ class RunMonitor(L.Callback):
             save_sharded(trainer, self.ckpt_path, f"sharded-{stage}-{trainer.global_step:08d}")
             return
         tmp = self.ckpt_path.with_name(f".{self.ckpt_path.name}.{os.getpid()}.tmp")
-        trainer.save_checkpoint(tmp)
+        with partial_removed(tmp, self.ckpt_path):  # a full disk: one line naming it, no half file left
+            trainer.save_checkpoint(tmp)
         if trainer.is_global_zero:
             os.replace(tmp, self.ckpt_path)
         trainer.strategy.barrier()

@@ -2,7 +2,9 @@
 function of (seed, t).
 
 - A text source is tokenized once (documents joined by ``eos_id``) and cached as ``.npy`` under
-  ``cache_dir/tokens/`` (key: source config, split, tokenizer, corpus version), then memory-mapped.
+  ``cache_dir/tokens/`` (key: source config, split, tokenizer, corpus version), then memory-mapped; under a
+  lock beside it, so that workers starting together on one source tokenize it once (the others wait, then read
+  it).
 - A ``tokens`` source memory-maps flat ``uint16``/``uint32`` shards: nanoGPT's headerless ``.bin`` files, or
   modded-nanogpt's (a 256 x int32 header: magic 20240520, version, token count, then the tokens).
 - An endless source (arithmetic, a task) is cut at ``data.stream_tokens`` tokens per split.
@@ -39,7 +41,7 @@ import numpy as np
 from ablate import layout
 from ablate.config import DataConfig, SourceConfig
 from ablate.errors import ConfigError, RunError
-from ablate.layout import atomic_path
+from ablate.layout import atomic_path, file_lock
 from ablate.runner.corpora import Split, corpus_version, documents, is_stream, task_examples_of, user_files
 from ablate.runner.tokenizers import ByteTokenizer, Tokenizer
 
@@ -141,13 +143,16 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
     key = json.dumps([src.model_dump(mode="json", exclude={"weight", "loss"}), split, data_cfg.heldout_fraction,
                       tok.name, budget, corpus_version(src)] + (["examples"] if examples else []), sort_keys=True)
     path = cache_dir / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
+    lock = path.with_suffix(".lock")  # workers on one source: one tokenizes it, the others wait and read it
     if examples:
-        return _example_array(src, tok, budget, path, label)
-    if not path.is_file():
-        arr = _tokenize(documents(src, split, data_cfg.heldout_fraction), tok, budget)
-        log.info("tokenized %s (%s): %d tokens -> %s", label, split, len(arr), path)
-        with atomic_path(path) as tmp:
-            np.save(tmp, arr)
+        with file_lock(lock):
+            return _example_array(src, tok, budget, path, label)
+    with file_lock(lock):
+        if not path.is_file():
+            arr = _tokenize(documents(src, split, data_cfg.heldout_fraction), tok, budget)
+            log.info("tokenized %s (%s): %d tokens -> %s", label, split, len(arr), path)
+            with atomic_path(path) as tmp:
+                np.save(tmp, arr)
     tokens = np.load(path, mmap_mode="r")
     if data_cfg.row_start == "document":  # rows start at the eos before a document
         return TokenArray([tokens], label, starts=np.flatnonzero(tokens == tok.eos_id))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate import layout
-from ablate.errors import UserInputError, did_you_mean, one_of
+from ablate.errors import UserInputError, one_of
 
 CARD = "README.md"
 # result.json summary keys shown first in the card, in this order; every other key follows, sorted
@@ -21,8 +21,10 @@ _CARD_KEYS = ("steps", "tokens", "train_loss", "val_ppl", "loss_spikes", "gate_s
               "params", "added_params", "tokens_per_s", "wall_s")
 
 
-def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike[str], *, fmt: str = "hf") -> str:
-    """Export run ``run_id`` of ``home`` into ``out`` (``fmt``: hf); return a line saying what was written."""
+def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike[str], *, fmt: str = "hf"
+               ) -> tuple[str, str]:
+    """Export run ``run_id`` (or the one run it begins) of ``home`` into ``out`` (``fmt``: hf); return the
+    run's id and a line saying what was written."""
     from ablate.ablations import apply_variant
     from ablate.ablations.export import export_hf, hf_target
     from ablate.runner.checkpoints import load_run_model
@@ -31,11 +33,8 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
         raise UserInputError(one_of(fmt, ["hf"], what="export format"))
     if Path(out).exists() and not Path(out).is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
-    run_dir = layout.run_dir(home, run_id)
-    if not run_dir.is_dir():
-        parent = run_dir.parent
-        known = [p.name for p in parent.glob("*") if p.is_dir()] if parent.is_dir() else []
-        raise UserInputError(f"no run {run_id!r} in {parent}{did_you_mean(run_id, known)}")
+    run_dir = layout.find_run_dir(home, run_id)  # a run id or its first characters, as show and diff take
+    run_id = run_dir.name
     model, tokenizer, config = load_run_model(run_dir)
     cfg = apply_variant(config.model, config.variant)
     target = hf_target(cfg)  # refuses, before anything is written, what no transformers class can express
@@ -43,7 +42,9 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
         export_hf(model, cfg, tmp, max_positions=config.data.seq_len, eos_id=tokenizer.eos_id)
         tokenizer.save_pretrained(tmp)
         (tmp / CARD).write_text(model_card(run_id, config, cfg, target, _summary(run_dir)))
-    return f"{target}, tokenizer '{config.data.tokenizer}', model card {CARD}"
+        for path in tmp.iterdir():  # safetensors writes its file 0600: every file as its siblings are
+            layout.default_mode(path)
+    return run_id, f"{target}, tokenizer '{config.data.tokenizer}', model card {CARD}"
 
 
 def _summary(run_dir: Path) -> tuple[str, dict[str, Any]] | None:

@@ -13,9 +13,10 @@ lm_eval is imported only when a class or an evaluation is asked for (``lm_eval_c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,11 +216,36 @@ def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
     import lm_eval
 
     lm = make_lm(model, tokenizer, device=device, batch_size=batch_size, max_length=max_length)
-    res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=task_manager(tasks, include_path),
-                                  limit=limit, num_fewshot=num_fewshot, log_samples=log_samples, random_seed=seed,
-                                  numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-                                  bootstrap_iters=0)
+    with _quiet_git_hash():
+        res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, num_fewshot=num_fewshot,
+                                      task_manager=task_manager(tasks, include_path), log_samples=log_samples,
+                                      random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+                                      fewshot_random_seed=seed, bootstrap_iters=0)
     return dict(res or {})
+
+
+@contextlib.contextmanager
+def _quiet_git_hash() -> Iterator[None]:
+    """lm-eval records the working directory's git commit by running ``git describe`` with its stderr open:
+    outside a repository that prints ``fatal: not a git repository`` on the user's screen. The same answer,
+    quietly."""
+    import subprocess
+
+    from lm_eval import evaluator
+
+    def quiet() -> str | None:
+        try:
+            out = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=False)
+        except OSError:  # no git here
+            return None
+        return out.stdout.strip() or None
+
+    saved = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = quiet
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = saved
 
 
 def flat_metrics(res: dict[str, Any]) -> dict[str, float]:

@@ -196,17 +196,10 @@ class Store:
     def resolve_run(self, ref: str) -> str:
         """The run id that ``ref`` is, or the one run id it begins (as git does with commits); a UserInputError
         naming the candidates otherwise."""
-        from ablate.errors import UserInputError
+        from ablate.layout import pick_run
 
-        ref = ref.strip()
-        found = self._read(lambda s: queries.run_ids_like(s, ref)) if ref else []
-        if ref in found:
-            return ref
-        if len(found) == 1:
-            return found[0]
-        if found:
-            raise UserInputError(f"run {ref!r} is ambiguous: it begins {', '.join(found)}; give more of the id")
-        raise UserInputError(f"no run {ref!r} in the store {display_url(self.url)} (see `ablate runs`)")
+        found = self._read(lambda s: queries.run_ids_like(s, ref.strip())) if ref.strip() else []
+        return pick_run(ref, found, where=f"the store {display_url(self.url)}")
 
     def run_config(self, run_id: str) -> dict[str, Any]:
         """A run's stored config."""

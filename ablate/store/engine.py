@@ -49,14 +49,23 @@ def resolve_url(url: str | None = None, *, home: str | os.PathLike[str] | None =
 
 
 def display_url(url: str) -> str:
-    """The URL with any password hidden, for messages."""
+    """The URL with any password hidden, for messages; a relative SQLite path says where it resolves.
+
+    >>> display_url("sqlite:///runs/ablate.db").endswith("/runs/ablate.db)")
+    True
+    """
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        u = make_url(url)
     except ArgumentError:
         return url
+    shown = u.render_as_string(hide_password=True)
+    if u.get_backend_name() == "sqlite" and not u.host and u.database and u.database != ":memory:" \
+            and not Path(u.database).is_absolute():
+        shown += f" (here {Path(u.database).absolute()})"
+    return shown
 
 
 def network_fs_type(path: str | os.PathLike[str], mounts: str | None = None) -> str | None:
@@ -92,26 +101,54 @@ def sqlite_path(url: str) -> Path | None:
     return Path(u.database)
 
 
-def make_engine(url: str) -> tuple[Engine, list[str]]:
-    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
-    from sqlalchemy import create_engine, event
+def check_url(url: str) -> Path | None:
+    """Refuse, before anything is created, a store URL that cannot work: not a URL, a backend other than
+    SQLite and PostgreSQL, an unknown or missing driver, a SQLite URL with a host (``sqlite://tmp/x.db`` is
+    the relative path ``x.db`` on a host ``tmp``: the message says where each reading resolves). Returns the
+    SQLite file (None for PostgreSQL and in-memory SQLite)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    warnings: list[str] = []
+    shown = display_url(url)
     try:
-        backend = make_url(url).get_backend_name()
-        path = sqlite_path(url)
+        u = make_url(url)
+        backend = u.get_backend_name()
     except ArgumentError as exc:
-        raise StoreUnavailableError(f"not a database URL: {display_url(url)!r} ({exc}); {EXAMPLES}") from None
+        raise StoreUnavailableError(f"not a database URL: {shown!r} ({exc}); {EXAMPLES}") from None
     if backend not in BACKENDS:
-        raise StoreUnavailableError(f"unsupported store {display_url(url)!r}: ablate's store runs on "
+        raise StoreUnavailableError(f"unsupported store {shown!r}: ablate's store runs on "
                                     f"{' and '.join(BACKENDS)}; {EXAMPLES}")
+    if backend == "sqlite" and (u.host or u.port or u.username):
+        rel = Path(u.database or "")
+        raise StoreUnavailableError(
+            f"{shown!r} is not a SQLite file: a SQLite URL has no host, and this one names {u.host!r}; for "
+            f"the relative path {rel} (here {rel.absolute()}) write sqlite:///{rel}, for the absolute path "
+            f"/{u.host}/{rel} write sqlite:////{u.host}/{rel}")
+    try:
+        dialect = u.get_dialect()
+    except NoSuchModuleError:
+        raise StoreUnavailableError(f"unknown database driver {u.get_driver_name()!r} in {shown!r}; "
+                                    f"{EXAMPLES}") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:  # the dialect is known but its driver is not installed
+        raise StoreUnavailableError(f"the store {shown!r} needs the database driver {exc.name or exc}, which "
+                                    f"is not installed; {EXAMPLES}") from None
+    return sqlite_path(url)
+
+
+def make_engine(url: str) -> tuple[Engine, list[str]]:
+    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    warnings: list[str] = []
+    path = check_url(url)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreUnavailableError(f"cannot create the store's folder {path.parent}: "
+            raise StoreUnavailableError(f"cannot create the store's folder {path.parent.absolute()}: "
                                         f"{exc.strerror or exc}") from None
         fs = network_fs_type(path.parent)
         if fs:

@@ -19,7 +19,6 @@ MLflow, and a failing MLflow never fails a grid.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import math
@@ -86,6 +85,8 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 def _quiet_mlflow() -> None:
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # it logs a failed write's whole traceback and SQL, then raises: the mirror reports it, in one line
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def _finite(value: Any) -> bool:
@@ -99,15 +100,11 @@ def _creation_lock(uri: str) -> Iterator[None]:
     if not uri.startswith("sqlite:///"):
         yield
         return
+    from ablate.layout import file_lock
+
     db = Path(uri.removeprefix("sqlite:///"))
-    db.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(db.with_name(db.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with file_lock(db.with_name(db.name + ".lock")):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def log_result_artifacts(client: Any, mlflow_run_id: str, result: RunResult) -> None:
@@ -377,7 +374,8 @@ class MirrorThread:
         try:
             mirror = MlflowMirror(**self._args)
         except Exception as exc:  # noqa: BLE001 - reported, the grid goes on
-            self._fail(f"MLflow at {self._args.get('uri') or tracking_uri(self._args['home'])}: {exc}")
+            uri = self._args.get("uri") or tracking_uri(self._args["home"])
+            self._fail(f"MLflow at {uri}: {_reason(exc)}")
         # per run, what waits for the next flush: its start (a run shorter than STEPS_EVERY_S is then made once,
         # complete, from its result) and its step rows
         pending: dict[str, dict[str, Any]] = {}
@@ -419,7 +417,7 @@ class MirrorThread:
         try:
             mirror.close()
         except Exception as exc:  # noqa: BLE001
-            self._fail(f"MLflow: {exc}")
+            self._fail(f"MLflow: {_reason(exc)}")
 
     def _call(self, mirror: MlflowMirror, kind: str, run_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
               ) -> None:
@@ -427,18 +425,32 @@ class MirrorThread:
         try:
             out = fn(run_id, *args, **kwargs) if kind != "result" else fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001
-            self._fail(f"MLflow mirror of run {run_id}: {exc}", key=str(exc))
+            reason = _reason(exc)
+            self._fail(f"MLflow mirror of run {run_id}: {reason}", key=reason)
             return
         if kind == "result":  # recorded in the store once complete: a run mirrored halfway is mirrored again
             self._done.put((run_id, out))
 
     def _fail(self, message: str, *, key: str | None = None) -> None:
-        """Report ``message`` once per ``key`` (MLflow down: one warning, not one per run and batch)."""
+        """Report ``message`` once per ``key`` (MLflow down: one warning at the end, not one per run and
+        batch)."""
         key = key or message
         if key not in self._keys:
             self._keys.add(key)
-            log.warning("%s", message)
+            log.info("%s", message)  # the executor's summary says it, as one warning line
             self.errors.append(message)
+
+
+def _reason(exc: BaseException) -> str:
+    """A failed MLflow call's reason in one line: the database driver's own first line (``database or disk is
+    full``) when a database error is behind it, else the error's first line."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        orig = getattr(cause, "orig", None)
+        if orig is not None:
+            return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        cause = cause.__cause__ or cause.__context__
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _ms(stamp: str | None) -> int | None:

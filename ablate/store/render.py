@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ablate.metrics import metric
@@ -49,6 +50,31 @@ def summary_columns(frame: pd.DataFrame) -> list[str]:
     metrics = [c for c in summary_order(list(frame.columns)) if metric(c) is not None]
     wanted = [c for c in [*IDENTITY, *metrics, "error"] if c in frame.columns]
     return [c for c in wanted if c in ("run_id", "status") or frame[c].notna().any()]
+
+
+def pick_columns(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """``ablate runs --columns``: the columns named, in that order (each name may be a glob: ``ppl/*``,
+    ``train.*``); a UserInputError names one that matches nothing, with a near match.
+
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame(columns=["run_id", "ppl/code", "ppl/prose", "train.lr"])
+    >>> pick_columns(frame, ["run_id", "ppl/*"])
+    ['run_id', 'ppl/code', 'ppl/prose']
+    """
+    from fnmatch import fnmatchcase
+
+    from ablate.errors import UserInputError, did_you_mean
+    from ablate.store.where import describe
+
+    known = list(frame.columns)
+    out: list[str] = []
+    for name in names:
+        found = [c for c in known if fnmatchcase(c, name)]
+        if not found:
+            raise UserInputError(f"--columns: unknown column {name!r}{did_you_mean(name, known)}; known "
+                                 f"columns: {describe(known)}")
+        out += [c for c in found if c not in out]
+    return out
 
 
 def text(value: Any) -> str:

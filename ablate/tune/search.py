@@ -32,7 +32,7 @@ import yaml
 from rich.console import Console
 
 from ablate.errors import AblateError, ConfigError, StoreError
-from ablate.execute.lifecycle import first_line, is_unavailable
+from ablate.execute.lifecycle import first_line, how_away, is_unavailable
 from ablate.execute.messages import Job
 from ablate.layout import run_dir
 from ablate.tune.execute import Outcome, TrialPool
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
-    from ablate.execute.devices import gpu_count, parse_devices, plan_slots
+    from ablate.execute.devices import crowding, gpu_count, parse_devices, plan_slots
     from ablate.grid import expand, load_grid
     from ablate.store import Store
     from ablate.store.engine import display_url
@@ -79,15 +79,19 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     if not planned:
         raise ConfigError("the grid has no runs", where=str(path))
     metric = check_metric(opts.metric, planned[0].config)
+    cells = cells_of(planned, space.param)
     slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
                        jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1)
+    slots = slots[:max(1, opts.trials * len(cells))]  # never more workers than trials
     home = Path(opts.home)
     console = opts.console or Console(stderr=True)
+    if (crowded := crowding(slots, cpu_count=os.cpu_count() or 1, jobs_per_device=opts.jobs_per_device)):
+        console.print(f"[yellow]warning:[/] {crowded}", highlight=False, soft_wrap=True)
     store = Store.open(opts.store, home=home)
     resume = (f"when the store is back, run the same command again: the studies resume, and trials that finished "
               f"meanwhile are read from {home / 'runs'}, not trained again")
     try:
-        tuner = _Tuner(grid, cells_of(planned, space.param), space, metric, pruner, opts, store,
+        tuner = _Tuner(grid, cells, space, metric, pruner, opts, store,
                        optuna_storage(store.url), console)
         with TrialPool(slots, home=home, store=store, title=f"{grid.name}/tune", console=console,
                        metric=metric, mlflow=opts.mlflow, store_patience_s=opts.store_patience_s) as pool:
@@ -104,8 +108,8 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
         if isinstance(exc, AblateError) or not is_unavailable(exc):
             raise
         # between trials (Optuna's ask and tell, registering runs): one line, as for `ablate run`
-        raise StoreError(f"the store {display_url(store.url)} became unreachable while tuning ({first_line(exc)}); "
-                         f"{resume}") from None
+        raise StoreError(f"the store {display_url(store.url)} became {how_away(exc)} while tuning "
+                         f"({first_line(exc)}); {resume}") from None
     finally:
         store.close()
     tuner.report.wall_s = time.monotonic() - t0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ablate.execute.display import stdout_console
 from ablate.tune.options import TuneReport
 
 STYLE = {"done": "green", "diverged": "yellow", "pruned": "cyan", "failed": "red", "interrupted": "magenta",
@@ -31,7 +32,7 @@ def summary_table(report: TuneReport, param: str, metric: str) -> Table:
 
 def print_summary(report: TuneReport, param: str, metric: str, console: Console | None = None) -> None:
     """The table, this command's counts, notes about the bracketing search, and warnings."""
-    console = console or Console()
+    console = console or stdout_console()  # off a terminal: nothing cut to '…'
     console.print(summary_table(report, param, metric))
     counts = ", ".join(f"[{STYLE.get(k, '')}]{v} {k}[/]" for k, v in sorted(report.counts.items()))
     console.print(f"this time: {counts or 'nothing to run'} in {report.wall_s:.1f}s; trials are the runs of grid "
