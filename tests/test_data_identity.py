@@ -187,19 +187,23 @@ def test_an_hf_tokenizer_folder_is_fingerprinted_by_its_tokenizer_files(tmp_path
 
 
 # ---------------------------------------------------------------------------------------------------- identity fields
-def _filled(tmp_path: Path) -> RunConfig:
-    for name in ("a.txt", "b.txt", "c.txt"):
+def _planned(tmp_path: Path, *, write: bool = True):  # noqa: ANN202
+    """The one run of a grid reading a.txt (training), b.txt (held out) and c.txt (a later stage's training)."""
+    for name in ("a.txt", "b.txt", "c.txt") if write else ():
         (tmp_path / name).write_text(f"text of {name} " * 20)
-    grid = parse_grid(f"""
+    (run,) = expand(parse_grid(f"""
 name: i
 base:
   data:
     train: [{{kind: text, path: '{tmp_path / "a.txt"}'}}]
     heldout: {{b: {{kind: text, path: '{tmp_path / "b.txt"}'}}}}
   stages: [{{data.train: [{{kind: text, path: '{tmp_path / "c.txt"}'}}], train.steps: 5}}]
-""")
-    (run,) = expand(grid)
-    return run.config
+"""))
+    return run
+
+
+def _filled(tmp_path: Path) -> RunConfig:
+    return _planned(tmp_path).config
 
 
 def test_stages_are_filled_and_every_identity_field_moves_the_id_but_not_the_stem(tmp_path) -> None:
@@ -213,14 +217,7 @@ def test_stages_are_filled_and_every_identity_field_moves_the_id_but_not_the_ste
     stem = stem_id(config)
     assert stem == run_id(identity.strip(config)) != run_id(config)
     (tmp_path / "c.txt").write_text("the second stage's data, edited")
-    (again,) = expand(parse_grid(f"""
-name: i
-base:
-  data:
-    train: [{{kind: text, path: '{tmp_path / "a.txt"}'}}]
-    heldout: {{b: {{kind: text, path: '{tmp_path / "b.txt"}'}}}}
-  stages: [{{data.train: [{{kind: text, path: '{tmp_path / "c.txt"}'}}], train.steps: 5}}]
-"""))
+    again = _planned(tmp_path, write=False)
     assert again.run_id != run_id(config) and again.stem_id == stem
     assert identity.changed(again.config, config.model_dump(mode="json")) == ["stages.0.data.train.0.fingerprint"]
 

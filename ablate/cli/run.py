@@ -98,8 +98,8 @@ def run(
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="run failed runs again (from their "
                                                "last checkpoint)")] = False,
     append: Annotated[bool, typer.Option("--append", help="the store holds a grid of this name with another base, "
-                                         "and this is the same study grown: its runs join that grid's (without it "
-                                         "such a grid is refused)")] = False,
+                                         "and this is the same study grown: its runs so far stay in it, as runs of "
+                                         "an older configuration (without it such a grid is refused)")] = False,
     no_mlflow: NoMlflowOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,

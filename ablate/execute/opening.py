@@ -126,7 +126,7 @@ class Opened:
     failed_before: list[str] = field(default_factory=list)  # skipped because they failed (--retry-failed)
     liveness: Liveness | None = None
     warnings: list[str] = field(default_factory=list)  # for the user (a held-out set that is training data)
-    append: bool = False  # the runs join the grid's current configuration (--append, --set), else they are it
+    joins: bool = False  # the runs join the grid's current configuration (--set), else they are it
 
     def __enter__(self) -> Opened:
         return self
@@ -146,9 +146,9 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
               stale_after_s: float, slurm: bool = False, append: bool = False) -> Opened:
     """Load, expand, open the store, register the grid and triage its runs (see the module docstring).
 
-    A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study grown).
-    The runs planned from the file alone (no ``sets``, no ``append``) are the grid's current configuration, its
-    other runs kept as older ones; with ``--set`` or ``append`` they join the current runs."""
+    A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study grown: its
+    runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's current
+    configuration, its other runs kept as older ones; with ``--set`` they join the current runs."""
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
     from ablate.runner.preflight import check_data, heldout_warnings
@@ -165,7 +165,7 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         check_grid_name(opened_store, grid, append=append)
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
-                        warnings=heldout_warnings(planned, source=grid.source), append=append or bool(sets))
+                        warnings=heldout_warnings(planned, source=grid.source), joins=bool(sets))
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:
         opened_store.close()
@@ -194,7 +194,7 @@ def check_grid_name(store: Any, grid: Any, *, append: bool) -> None:
         f"{grid.source}: the store {display_url(store.url)} already holds a grid named {grid.name!r} with another "
         f"base ({first}: {a.get(first, '(not set)')!r} there, {b.get(first, '(not set)')!r} here"
         f"{f'; and {len(diff) - 1} more' if len(diff) > 1 else ''}): give this grid its own name, or pass --append "
-        "if it is the same study grown (its runs join the grid's)")
+        "if it is the same study grown")
 
 
 def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
@@ -208,7 +208,7 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
         o.liveness = Liveness(o.home, running)
     o.decisions = triage(o.planned, before, retry_failed=retry_failed, is_alive=o.liveness.is_alive,
                          has_checkpoint=lambda rid: (layout.run_dir(o.home, rid) / CHECKPOINT).is_file())
-    store.register_grid(name=o.name, text=o.text, runs=o.planned, whole=not o.append)
+    store.register_grid(name=o.name, text=o.text, runs=o.planned, whole=not o.joins)
     todo = []
     for d in o.decisions:
         holder = o.liveness.holder(d.run_id) if d.action != "skip" or d.status == "running" else None

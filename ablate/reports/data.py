@@ -63,15 +63,12 @@ def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = N
     from ablate.reports.configs import one_configuration
 
     name = resolve_grid(list(store.grids()), grid)
-    runs = store.runs_frame(grid=name, where=where, current=True)
-    older = store.older_runs(name)
-    runs, left_out = one_configuration(runs, store.grid_axes(name), grid=name)
-    lines = [f"report of grid {name}: {older} run(s) of older configurations of the grid left out (runs its last "
-             "`ablate run` did not plan: an edited grid file, changed data)"] if older else []
-    for line in [*lines, *([left_out] if left_out is not None else [])]:
-        log.info(line)
+    runs, left_out = one_configuration(current_runs(store, name, where=where, warn=warn), store.grid_axes(name),
+                                       grid=name)
+    if left_out is not None:
+        log.info(left_out)
         if warn is not None:
-            warn(line)
+            warn(left_out)
     done = list(runs.loc[runs["status"].isin(RESULT_STATUSES), "run_id"])
     data = GridData(
         grid=name, runs=runs,
@@ -82,6 +79,21 @@ def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = N
     data.added_params = _added_params_at_scale(runs)
     log.info("grid %s: %d runs (%d finished)", name, len(runs), len(done))
     return data
+
+
+def current_runs(store: Any, name: str, *, where: str | None = None, warn: Callable[[str], None] | None = None
+                 ) -> Any:
+    """The runs of grid ``name``'s current configuration (``ablate status`` counts the same) that satisfy
+    ``where``; ``warn`` gets one line saying how many runs of older configurations were left out, if any."""
+    runs = store.runs_frame(grid=name, where=where, current=True)
+    older = store.older_runs(name)
+    if older:
+        line = (f"report of grid {name}: {older} run(s) of older configurations of the grid left out (runs its "
+                "last `ablate run` did not plan: an edited grid file, changed data)")
+        log.info(line)
+        if warn is not None:
+            warn(line)
+    return runs
 
 
 def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:

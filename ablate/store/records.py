@@ -127,7 +127,7 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     ``runs``: PlannedRun-like objects or mappings with ``run_id``, ``config`` (RunConfig or dict), ``params``,
     ``added_params`` and optionally ``axes`` and ``stem_id``. A run already in the store keeps its status and
     results. ``whole``: these runs are the grid's whole current configuration, and its other members are kept as
-    runs of older ones (``grid_runs.current``); else they join the current ones (``--append``, tune's trials).
+    runs of older ones (``grid_runs.current``); else they join the current ones (``--set``, tune's trials).
     """
     now = utcnow()
     ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)

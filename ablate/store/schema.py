@@ -73,7 +73,7 @@ class GridRun(Base):
     """Membership: a run belongs to every grid that lists it (the same config in two grids is one run).
 
     ``current``: the run is in the grid's current configuration (what its file planned the last time it ran
-    without ``--set``, and the runs ``--set`` and ``--append`` added since); a run of an older one (an edited
+    without ``--set``, and the runs ``--set`` added since); a run of an older one (an edited
     grid file, changed data) stays a member, not current.
     """
 
