@@ -172,7 +172,9 @@ def db_rehash_cmd(
     store: StoreOpt = None,
 ) -> None:
     """Carry runs stored under ids from an older ablate over to today's ids, without retraining: their run
-    directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one)."""
+    directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one). A run
+    stored before ids covered its data gets its data's fingerprints as the data is now: run it from the folder its
+    grid ran in (a relative data path is read from there)."""
     from ablate.store.mlflow_mirror import tracking_uri
     from ablate.store.rehash import rehash
 
