@@ -8,6 +8,10 @@ module never imports torch.
 Adding a field: give it a default that keeps today's behaviour; no run id changes. Then record it:
 ``python -m ablate.grid.defaults --record``. Changing a default's value (or a preset's, or a rule that fills an
 omitted field): bump ``CONFIG_VERSION``, record, and tell users to run ``ablate db rehash``.
+
+Identity fields (``identity_field``) say what a run read outside its config (its data files' fingerprints): ablate
+fills them when a grid is loaded, a grid file may not set them, and the run id covers them
+(``ablate/grid/identity.py``).
 """
 
 from __future__ import annotations
@@ -15,12 +19,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from ablate.ablations.config import ModelConfig
 
-# What a field left out of a config means: bumped by hand when a default's value changes (ablate/grid/ids.py)
-CONFIG_VERSION = 1
+# What a field left out of a config means: bumped by hand when a default's value changes (ablate/grid/ids.py).
+# 2: data sources and hf: tokenizers carry fingerprints of their files, relative paths are made absolute.
+CONFIG_VERSION = 2
+
+
+def _not_a_bool(value: Any) -> Any:
+    # pydantic reads true as 1 in an int field: `seed: [true]` would silently be seed 1
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer, not a boolean")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+
+
+def identity_field(filled_by: str, description: str) -> Any:
+    """A field that ablate fills when a grid is loaded, by calling ``filled_by`` ("module:function", given the
+    model that holds the field and a resolver; it returns the fields to update), never set by a grid file. The
+    run id covers it; the stem id (``ablate.grid.ids.stem_id``) does not, so a change of it reads as stale."""
+    return Field(None, description=description, json_schema_extra={"identity": True, "filled_by": filled_by})
 
 
 class _Strict(BaseModel):
@@ -55,6 +78,12 @@ class SourceConfig(_Strict):
     field: str = Field("text", description="jsonl, hf: the key (column) that holds each document's text")
     dtype: Literal["uint16", "uint32"] = Field("uint16", description="tokens: the shards' token type")
     weight: float = Field(1.0, gt=0, description="mixture weight among the training sources")
+    fingerprint: str | None = identity_field(
+        "ablate.runner.fingerprints:fill_source",
+        "filled by ablate when the grid is loaded (a grid file never sets it): the hash of what the source reads "
+        "(its files' contents; a built-in corpus: the Python version and the standard library files it is read "
+        "from; None for a synthetic stream or a task, which ablate's code makes). A relative path is made absolute "
+        "at the same time.")
     loss: Literal["all", "answer"] = Field(
         None,  # type: ignore[assignment]  # resolved by kind in _loss_default
         description="which tokens of this source's training rows the loss is on: 'all' (every token) or 'answer' "
@@ -110,8 +139,12 @@ class DataConfig(_Strict):
     train: list[SourceConfig] = Field(default_factory=_default_train, min_length=1)
     heldout: dict[str, SourceConfig] = Field(default_factory=_default_heldout)
     tokenizer: str = Field("byte", description="'byte', 'bpe' (trained on the training split), or 'hf:<name>'")
-    bpe_vocab_size: int = Field(0, ge=0, description="BPE vocabulary; 0 = the model's vocab_size")
-    seq_len: int = Field(256, ge=8)
+    tokenizer_fingerprint: str | None = identity_field(
+        "ablate.runner.fingerprints:fill_tokenizer",
+        "filled by ablate when the grid is loaded: the hash of an 'hf:' tokenizer's files (a local folder's path "
+        "is made absolute); None for 'byte', and for 'bpe', which is what it is trained from (data.train)")
+    bpe_vocab_size: Int = Field(0, ge=0, description="BPE vocabulary; 0 = the model's vocab_size")
+    seq_len: Int = Field(256, ge=8)
     row_start: Literal["random", "bos", "document"] = Field(
         "random",
         description="how a training row and a held-out window begin: 'random' (at any position of the source), "
@@ -121,7 +154,7 @@ class DataConfig(_Strict):
                     "start at an example ([eos] + prompt + answer).",
     )
     heldout_fraction: float = Field(0.1, gt=0, lt=1, description="share of built-in files held out")
-    stream_tokens: int = Field(
+    stream_tokens: Int = Field(
         2_000_000, ge=1, description="tokens taken per split from an endless source (arithmetic, tasks)"
     )
 
@@ -135,9 +168,9 @@ class TrainConfig(_Strict):
     gradients are accumulated: the step and its loss are the same, only the peak memory changes).
     """
 
-    steps: int = Field(300, ge=1)
-    batch_size: int = Field(16, ge=1)
-    micro_batch_size: int = Field(
+    steps: Int = Field(300, ge=1)
+    batch_size: Int = Field(16, ge=1)
+    micro_batch_size: Int = Field(
         0, ge=0, description="rows per device per forward/backward; batch_size / (devices x micro_batch_size) "
                              "micro-batches are accumulated into one optimizer step (0 = batch_size / devices: none)",
     )
@@ -156,8 +189,8 @@ class TrainConfig(_Strict):
         "auto", description="'auto' = fp32 on CPU, bf16-mixed on GPU"
     )
     compile: bool = False
-    checkpoint_every: int = Field(100, ge=1)
-    devices: int = Field(1, ge=1)
+    checkpoint_every: Int = Field(100, ge=1)
+    devices: Int = Field(1, ge=1)
     strategy: Literal["auto", "ddp", "fsdp"] = Field(
         "auto", description="'fsdp': parameters, gradients and optimizer state sharded over the devices (FSDP2, "
                             "one unit per decoder block); 'ddp' or 'auto': replicated"
@@ -166,10 +199,10 @@ class TrainConfig(_Strict):
         False, description="keep only each decoder block's input for the backward pass and recompute the rest "
                            "(less activation memory, about a third more compute)"
     )
-    spike_window: int = Field(50, ge=2, description="trailing steps a loss spike is measured against")
+    spike_window: Int = Field(50, ge=2, description="trailing steps a loss spike is measured against")
     spike_sigma: float = Field(6.0, gt=0, description="a spike is a loss above mean + sigma * std of the window")
     diverge_factor: float = Field(2.0, gt=1, description="loss above factor x its best ...")
-    diverge_patience: int = Field(50, ge=1, description="... for this many steps ends the run as diverged")
+    diverge_patience: Int = Field(50, ge=1, description="... for this many steps ends the run as diverged")
     diverge_margin: float = Field(0.0, ge=0, description="... and only while at least this many nats above its "
                                                          "best (0: the factor alone; e.g. 0.5 for a loss that "
                                                          "falls near zero)")
@@ -196,10 +229,10 @@ class TrainConfig(_Strict):
 class EvalConfig(_Strict):
     """What is measured after training, on held-out data, with fixed token budgets."""
 
-    heldout_tokens: int = Field(32768, ge=1, description="tokens scored per held-out set")
+    heldout_tokens: Int = Field(32768, ge=1, description="tokens scored per held-out set")
     probes: bool = True
-    probe_tokens: int = Field(4096, ge=1, description="held-out tokens the probes look at")
-    hist_bins: int = Field(20, ge=2, description="bins of the gate-score histogram on [0, 1]")
+    probe_tokens: Int = Field(4096, ge=1, description="held-out tokens the probes look at")
+    hist_bins: Int = Field(20, ge=2, description="bins of the gate-score histogram on [0, 1]")
     benchmarks: list[str] = Field(default_factory=list, description="offline benchmark tasks to score")
     bench_multiples: list[Annotated[float, Field(gt=0)]] = Field(
         default_factory=list,
@@ -210,7 +243,7 @@ class EvalConfig(_Strict):
         description="also score benchmarks with YaRN RoPE scaling over the training length: a fixed factor "
                     "(the paper: 4), or 'auto' = each length / training length; None = no YaRN scoring",
     )
-    every: int = Field(0, ge=0, description="evaluate val PPL every N steps during training (0 = only at the end)")
+    every: Int = Field(0, ge=0, description="evaluate val PPL every N steps during training (0 = only at the end)")
 
 
 # What a later training stage may change: anything of how it trains and what it reads, and the model fields that
@@ -233,7 +266,7 @@ class RunConfig(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     variant: str = "baseline"
-    seed: int = Field(0, ge=0)
+    seed: Int = Field(0, ge=0)
     stages: list[dict[str, Any]] = Field(
         default_factory=list, description="later training stages: dotted overrides of train.*, data.*, model.rope_*"
     )

@@ -26,6 +26,15 @@ class ConfigError(UserInputError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class InputMissingError(ConfigError):
+    """What an identity field fingerprints is not here (a data file, a tokenizer): ``updates`` are the fields its
+    filler could resolve all the same (a path made absolute)."""
+
+    def __init__(self, message: str, *, where: str | None = None, updates: dict[str, object] | None = None):
+        super().__init__(message, where=where)
+        self.updates = dict(updates or {})
+
+
 class StoreError(AblateError):
     """The results store could not do what was asked (unreachable, wrong schema, bad result file)."""
 

@@ -4,6 +4,7 @@ no-ops (--set on an axis, a bare non-boolean --where, an exclude that removes ev
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -77,6 +78,11 @@ CORPUS: dict[str, tuple[str | bytes | None, str]] = {
     "unknown-task-source": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
                                          "train: [{kind: task, name: mqr}]"),
                             r"data.train.0.name: unknown benchmark task 'mqr' \(did you mean 'mqar'\?\)"),
+    "seed-true": (tiny_grid("bad-input", steps=2, seeds=[True]),
+                  r"grid: seed: Input should be a valid integer, not a boolean, got True"),
+    "a-fingerprint-given": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
+                                         "train: [{kind: builtin, name: arithmetic, fingerprint: 0123abcd}]"),
+                            r"base: data.train.0.fingerprint is filled by ablate from what the run reads"),
     "task-length-too-short": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
                                            "train: [{kind: task, name: 'niah-single@48,256'}]"),
                               r"data.train.0.name: length 48 is too short for task 'niah-single': it needs at least"),
@@ -113,6 +119,59 @@ def test_data_too_short_for_seq_len_is_found_before_training(tmp_path: Path) -> 
     # plan says the same, as a warning: planning a cluster's grid where its data is not is fine
     out = runner.invoke(app, ["plan", str(grid), "--home", str(home)], env={"ABLATE_STORE": None})
     assert out.exit_code == 0 and "holds 21 tokens" in out.stderr and "`ablate run` stops here" in out.stderr
+
+
+def test_a_grid_name_the_store_holds_with_another_base_is_refused_unless_appended(tmp_path: Path) -> None:
+    from ablate.grid import expand, parse_grid
+    from ablate.result import RunResult
+    from ablate.store import Store
+
+    home = tmp_path / "home"
+    first = tiny_grid("same-name", variants=["baseline"], steps=2)
+    with Store.open(f"sqlite:///{home / 'ablate.db'}") as store:  # the grid ran before
+        (done,) = expand(parse_grid(first))
+        store.register_grid(name="same-name", text=first, runs=[done])
+        store.ingest(RunResult(run_id=done.run_id, config=done.config.model_dump(mode="json"), status="done"))
+    other = tmp_path / "other.yaml"
+    other.write_text(first.replace("batch_size: 4", "batch_size: 2"))  # another study, the same name
+    assert_refused(run(str(other), home=home),
+                   rf"{other}: the store .* already holds a grid named 'same-name' with another base \("
+                   r"train.batch_size: 4 there, 2 here\): give this grid its own name, or pass --append")
+    with Store.open(f"sqlite:///{home / 'ablate.db'}") as store:  # nothing written
+        assert store.grid_text("same-name") == first and len(store.runs_frame()) == 1
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(first + "# the same base, written again\n")  # the same study: its run is done
+    assert run(str(edited), home=home).exit_code == 0
+    appended = run(str(other), "--append", home=home)
+    assert appended.exit_code == 0 and "1 to run" in appended.output, appended.output
+    with Store.open(f"sqlite:///{home / 'ablate.db'}") as store:  # one study: the first run stays in it, older
+        (grid,) = store.status_summary("same-name")["grids"]
+        assert (grid["done"], grid["older"], len(store.runs_frame(grid="same-name"))) == (1, 1, 2)
+
+
+def test_yaml_merge_keys_and_a_defs_section_are_accepted(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("""
+name: merged
+defs:
+  arith: &arith {kind: builtin, name: arithmetic}
+  short: &short {steps: 2, batch_size: 4, checkpoint_every: 10}
+base:
+  model: {preset: tiny}
+  data: {seq_len: 32, stream_tokens: 20000, train: [*arith], heldout: {arith: *arith}}
+  train:
+    <<: *short
+    steps: 3
+  eval: {heldout_tokens: 256, probe_tokens: 128}
+""")
+    out = run(str(grid), home=tmp_path / "home")
+    assert out.exit_code == 0, out.output
+    plan = runner.invoke(app, ["plan", str(grid), "--format", "json", "--home", str(tmp_path / "home")])
+    (only,) = json.loads(plan.stdout)["runs"]
+    assert only["status"] == "done" and only["tokens"] == 3 * 4 * 32  # the written steps win over the merged
+    twice = grid.read_text().replace("    steps: 3\n", "    steps: 3\n    steps: 4\n")
+    grid.write_text(twice)
+    assert_refused(run(str(grid), home=tmp_path / "h2"), r"line \d+: malformed YAML: key 'steps' appears twice")
 
 
 # ---------------------------------------------------------------------------------------------------- homes, stores

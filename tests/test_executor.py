@@ -53,9 +53,9 @@ def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-def frame(home: Path, grid: str):
+def frame(home: Path, grid: str, *, current: bool = False):
     with Store.open(home=home) as store:
-        return store.runs_frame(grid=grid).set_index("run_id")
+        return store.runs_frame(grid=grid, current=current).set_index("run_id")
 
 
 @pytest.fixture(scope="module")
@@ -247,11 +247,18 @@ include:
     assert again.exit_code == 1 and "worker" not in again.output
     assert "1 run(s) failed before and were skipped: --retry-failed would rerun them" in again.output
 
-    corpus.write_text('{"text": "the quick brown fox jumps over the lazy dog."}\n' * 400)
     retried = invoke("run", str(crashy), "--retry-failed", "--jobs", "2", "--home", str(home))
-    assert retried.exit_code == 0, retried.output
-    assert "1 to run (0 resuming), 1 skipped; 1 worker(s)" in retried.output
-    assert set(frame(home, "crashy")["status"]) == {"done"}
+    assert retried.exit_code == 1 and "1 to run (0 resuming), 1 skipped; 1 worker(s)" in retried.output
+    assert sorted(frame(home, "crashy")["status"]) == ["done", "failed"]  # retried: the same data, the same crash
+
+    # the data fixed is other data: another run (its fingerprint changed), trained; the failed one is kept as a
+    # run of an older configuration of the grid
+    corpus.write_text('{"text": "the quick brown fox jumps over the lazy dog."}\n' * 400)
+    fixed = invoke("run", str(crashy), "--jobs", "2", "--home", str(home))
+    assert fixed.exit_code == 0, fixed.output
+    assert "1 to run (0 resuming), 1 skipped; 1 worker(s)" in fixed.output
+    assert set(frame(home, "crashy", current=True)["status"]) == {"done"}
+    assert sorted(frame(home, "crashy")["status"]) == ["done", "done", "failed"]
 
 
 def test_bad_input_is_exit_2(tmp_path):

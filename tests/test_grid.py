@@ -13,6 +13,7 @@ from ablate.ablations import apply_variant, count_params
 from ablate.config import CONFIG_VERSION, RunConfig
 from ablate.errors import ConfigError
 from ablate.grid import canonical_json, expand, load_grid, parse_grid, run_id
+from ablate.grid.identity import strip
 from ablate.grid.ids import canonical
 
 GOLDEN = """
@@ -65,7 +66,8 @@ def test_expansion_is_deterministic_and_pure():
 
 def test_empty_grid_is_one_run_of_the_base():
     (run,) = expand(parse_grid("name: one\nbase: {train: {steps: 7}}"))
-    assert run.config == RunConfig(train={"steps": 7})
+    assert strip(run.config) == RunConfig(train={"steps": 7})  # with its data's fingerprints filled
+    assert run.config.data.train[0].fingerprint is not None
     assert run.axes == {}
     assert (run.params, run.added_params, run.match_residual) == (count_params(run.config.model).total, 0, None)
 
@@ -117,7 +119,7 @@ SPELLINGS = [
 @pytest.mark.parametrize("text", SPELLINGS, ids=[s.split("\n")[0] for s in SPELLINGS])
 def test_run_id_is_stable_under_reordering_and_number_respelling(text):
     (run,) = expand(parse_grid(text))
-    assert run.run_id == run_id(RunConfig())
+    assert run_id(strip(run.config)) == run.stem_id == run_id(RunConfig())
 
 
 CHANGES = {

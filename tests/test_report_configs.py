@@ -32,7 +32,7 @@ def _add(store, steps: int, seeds: list[int], *, finished: str, ppl: float) -> l
                                      summary={"steps": steps, "val_ppl": v, "ppl/code": v,
                                               "train_loss": math.log(v)},
                                      metrics={"step": [0, 1], "loss": [3.0, 2.0]}, finished=finished))
-    store.register_grid(name="g", text="name: g", runs=planned)
+    store.register_grid(name="g", text="name: g", runs=planned, whole=False)  # as `ablate run --set` adds runs
     for r in results:
         store.ingest(r)
     return [p.run_id for p in planned]

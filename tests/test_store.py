@@ -23,7 +23,7 @@ def test_register_and_lifecycle(store: Store) -> None:
     store.heartbeat(run_id="run000", step=12)
     summary = store.status_summary()
     assert summary["grids"] == [{"grid": "g", "total": 3, "queued": 2, "running": 1, "done": 0, "diverged": 0,
-                                 "pruned": 0, "failed": 0}]
+                                 "pruned": 0, "failed": 0, "older": 0}]
     (running,) = summary["running"]
     assert (running["run_id"], running["host"], running["device"], running["step"]) == \
         ("run000", "node7", "cuda:1", 12)
@@ -181,3 +181,30 @@ def test_pruned_is_its_own_status(store: Store) -> None:
     (grid,) = store.status_summary()["grids"]
     assert (grid["pruned"], grid["queued"], grid["failed"]) == (1, 1, 0)
     assert RunStatus.PRUNED.ok and RunStatus.PRUNED.ended and not RunStatus.FAILED.ok
+
+
+def test_a_grid_registered_again_keeps_the_runs_it_left_as_older_ones(store: Store) -> None:
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in range(3)])
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in (1, 2, 3)])  # the file edited
+    (grid,) = store.status_summary()["grids"]
+    assert (grid["total"], grid["queued"], grid["older"]) == (3, 3, 1)
+    assert store.older_runs("g") == 1 and store.status_summary(older=True)["grids"][0]["total"] == 4
+    assert list(store.runs_frame(grid="g", current=True)["run_id"]) == ["run001", "run002", "run003"]
+    assert len(store.runs_frame(grid="g")) == 4  # still members: `ablate runs --grid g` lists them
+    store.register_grid(name="g", text="name: g\n", runs=[planned(0)], whole=False)  # --append, --set: join
+    assert store.older_runs("g") == 0 and len(store.runs_frame(grid="g", current=True)) == 4
+
+
+def test_runs_of_one_stem_are_found_under_their_other_ids(store: Store) -> None:
+    from ablate.grid.ids import run_id, stem_id
+
+    store.register_grid(name="g", text="name: g\n", runs=[planned(0)])
+    ingested = result(1).model_copy(update={"run_id": run_id(planned(1).config)})
+    store.ingest(ingested)  # a run the store first saw in its result: its stem is computed there
+    store.ingest(result(2))  # one under an id that is not today's: no stem (`ablate db rehash` gives it one)
+    stems = {"new0": stem_id(planned(0).config), "new1": stem_id(planned(1).config),
+             "new2": stem_id(planned(2).config), "run000": "x"}
+    found = store.same_stem(stems)
+    assert {k: v[:2] for k, v in found.items()} == {"new0": ("run000", "queued"),
+                                                   "new1": (ingested.run_id, "done")}
+    assert found["new1"][2]["variant"] == planned(1).config.variant

@@ -88,7 +88,7 @@ def test_status(filled: str) -> None:
     assert out.exit_code == 0, out.output
     summary = json.loads(out.stdout)
     assert summary["grids"] == [{"grid": "g", "total": 3, "queued": 1, "running": 1, "done": 1, "diverged": 0,
-                                 "pruned": 0, "failed": 0}]
+                                 "pruned": 0, "failed": 0, "older": 0}]
     assert [r["run_id"] for r in summary["running"]] == ["run001"] and summary["stale"] == []
     out = invoke("status", "--store", filled, "--stale-after", "-1")
     assert out.exit_code == 0 and "node9" in out.stdout and "STALE" in out.stdout
@@ -101,9 +101,9 @@ def test_status(filled: str) -> None:
 
 def test_ingest_and_db_upgrade(store_url: str, tmp_path) -> None:  # noqa: ANN001
     out = invoke("db", "upgrade", "--store", store_url)
-    assert out.exit_code == 0 and "schema upgraded from empty to 0004" in out.stdout
+    assert out.exit_code == 0 and "schema upgraded from empty to 0005" in out.stdout
     out = invoke("db", "upgrade", "--store", store_url)
-    assert out.exit_code == 0 and "schema already at 0004" in out.stdout
+    assert out.exit_code == 0 and "schema already at 0005" in out.stdout
     runs = tmp_path / "runs"
     for i in range(3):
         write_result(result(i), runs / planned(i).run_id)

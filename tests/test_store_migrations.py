@@ -29,10 +29,10 @@ def test_empty_database_upgrades_to_head(store_url: str) -> None:
     try:
         assert set(inspect(engine).get_table_names()) == set()
         assert upgrade(engine) == (None, head_revision())
-        assert head_revision() == "0004"
+        assert head_revision() == "0005"
         assert set(inspect(engine).get_table_names()) == TABLES
         assert _schema_diff(engine) == []  # migrations and schema.py agree
-        assert upgrade(engine) == ("0004", "0004")  # again: nothing to do
+        assert upgrade(engine) == ("0005", "0005")  # again: nothing to do
     finally:
         engine.dispose()
 
@@ -48,11 +48,14 @@ def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
                 "INSERT INTO runs (run_id, config, variant, seed, status, created) "
                 "VALUES ('old1', '{\"variant\": \"baseline\", \"seed\": 3, \"train\": {\"lr\": 0.002}}', "
                 "'baseline', 3, 'done', '2024-05-01 12:00:00')"))
+            conn.execute(text("INSERT INTO grids (id, name, text, created) VALUES (1, 'g', 'name: g', "
+                              "'2024-05-01 12:00:00')"))
+            conn.execute(text("INSERT INTO grid_runs (grid_id, run_id) VALUES (1, 'old1')"))
     finally:
         engine.dispose()
     with Store.open(store_url) as store:  # opening applies the rest
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0004"
+            assert current_revision(conn) == "0005"
         assert "ix_runs_status_heartbeat" in {ix["name"] for ix in inspect(store.engine).get_indexes("runs")}
         assert store.statuses(run_ids=["old1"]) == {"old1": "done"}
         frame = store.runs_frame()
@@ -61,6 +64,11 @@ def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
             flat = conn.execute(text("SELECT config_flat FROM runs")).scalar_one()
         assert (json.loads(flat) if isinstance(flat, str) else flat) == {"variant": "baseline", "seed": 3,
                                                                          "train.lr": 0.002}
+        # a membership from before is in its grid's current configuration; the stem id waits for a rehash
+        assert list(store.runs_frame(grid="g", current=True)["run_id"]) == ["old1"]
+        assert store.status_summary()["grids"][0]["older"] == 0
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT stem_id FROM runs")).scalar_one() is None
 
 
 @pytest.mark.parametrize("mounts, expected", [
@@ -89,7 +97,7 @@ def test_store_from_a_newer_ablate_is_a_clear_error(store_url: str) -> None:
         upgrade(engine)
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-        with pytest.raises(StoreError, match="from schema revision 0099 to 0004.*another ablate version"):
+        with pytest.raises(StoreError, match="from schema revision 0099 to 0005.*another ablate version"):
             Store.open(store_url)
     finally:
         engine.dispose()

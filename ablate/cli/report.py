@@ -47,7 +47,7 @@ def report_cmd(
         if target == "ladder":  # a directory: the report in --format and its figure
             from ablate.reports.ladder import report_ladder
 
-            text, written = report_ladder(opened, grid=grid, target=ladder_target, fmt=fmt, out=out)
+            text, written = report_ladder(opened, grid=grid, target=ladder_target, fmt=fmt, out=out, warn=warn)
             if out is None:
                 typer.echo(text, nl=False)
             else:

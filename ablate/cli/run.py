@@ -58,15 +58,18 @@ def plan(
     from ablate.errors import ConfigError
     from ablate.grid import expand, load_grid
     from ablate.grid.view import plan_json, plan_rows, statuses
-    from ablate.runner.preflight import check_data
+    from ablate.runner.fingerprints import Fingerprints
+    from ablate.runner.preflight import check_data, heldout_warnings
 
     spec = load_grid(grid, sets or ())
-    runs = expand(spec)
+    runs = expand(spec, fingerprints=Fingerprints.for_home(home_dir(home)))
     try:  # planning a cluster's grid where its data is not: say so, as `ablate run` would refuse it
         check_data(runs, source=spec.source)
     except ConfigError as exc:
         warn(f"{exc} (`ablate run` stops here)")
-    status = statuses([r.run_id for r in runs], store=store, home=home_dir(home))
+    for line in heldout_warnings(runs, source=spec.source):
+        warn(line)
+    status = statuses(runs, store=store, home=home_dir(home))
     if device_memory is not None:
         from ablate.ablations.memory import parse_memory
 
@@ -124,6 +127,9 @@ def run(
     jobs_per_device: Annotated[int, typer.Option("--jobs-per-device", help="small jobs packed onto each GPU")] = 1,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="run failed runs again (from their "
                                                "last checkpoint)")] = False,
+    append: Annotated[bool, typer.Option("--append", help="the store holds a grid of this name with another base, "
+                                         "and this is the same study grown: its runs so far stay in it, as runs of "
+                                         "an older configuration (without it such a grid is refused)")] = False,
     no_mlflow: NoMlflowOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
@@ -164,11 +170,12 @@ def run(
                                    gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
                                    array_parallelism=array_parallelism, slurm_opts=slurm_opts,
                                    retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
-                                   gpus_per_node=gpus_per_node, store_patience=store_patience))
+                                   gpus_per_node=gpus_per_node, store_patience=store_patience, append=append))
     from ablate.execute import RunOptions, print_summary, run_grid
 
     options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
                          jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait,
+                         append=append,
                          progress_every_s=progress_every, **patience(store_patience))
     report = run_grid(grid, sets or [], options)
     print_summary(report)
@@ -188,9 +195,10 @@ def _check_run_memory(grid, sets, device_memory: str | None, *, local: bool, hom
         return
     from ablate.grid import expand, load_grid
     from ablate.grid.view import statuses
+    from ablate.runner.fingerprints import Fingerprints
 
-    runs = expand(load_grid(grid, sets or ()))
-    check_memory(runs, statuses([r.run_id for r in runs], store=store, home=home_dir(home)), available, where)
+    runs = expand(load_grid(grid, sets or ()), fingerprints=Fingerprints.for_home(home_dir(home)))
+    check_memory(runs, statuses(runs, store=store, home=home_dir(home)), available, where)
 
 
 @app.command()

@@ -85,17 +85,20 @@ def status_cmd(
     stale_after: Annotated[
         float, typer.Option("--stale-after", help="seconds without a heartbeat after which a running run is stale")
     ] = 300.0,
+    older: Annotated[bool, typer.Option("--older", help="count the runs of a grid's older configurations too (an "
+                                        "edited grid file, changed data)")] = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Runs by status per grid, what is running now (step, loss, tokens/s, ETA), and running runs whose process is
-    gone: at once on this machine (its run directory's lock is free), after --stale-after without a heartbeat
-    elsewhere; and ended runs not yet recorded (their result.json is complete)."""
+    """Runs by status per grid (of its current configuration: what its last `ablate run` planned), what is
+    running now (step, loss, tokens/s, ETA), and running runs whose process is gone: at once on this machine (its
+    run directory's lock is free), after --stale-after without a heartbeat elsewhere; and ended runs not yet
+    recorded (their result.json is complete)."""
     from ablate.execute.opening import slurm_liveness
     from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
 
     with open_store(home, store) as opened:
-        summary = opened.status_summary(grid, stale_after_s=stale_after)
+        summary = opened.status_summary(grid, stale_after_s=stale_after, older=older)
         summary["slurm"] = slurm_rows(opened, grid)
         if summary["running"]:  # the one liveness rule of `ablate run`
             slurm_liveness(opened, home_dir(home), summary["running"]).mark(summary["running"])
@@ -110,6 +113,11 @@ def status_cmd(
 
     for table in status_tables(summary, STATUSES):
         print_wide(table)  # off a terminal whole ids, variants and steps (a script or a log reads them)
+    if not older:
+        for row in summary["grids"]:
+            if row["older"]:
+                warn(f"grid {row['grid']}: {row['older']} run(s) of older configurations left out (runs its last "
+                     "`ablate run` did not plan: an edited grid file, changed data); --older counts them")
     gone = [r["run_id"] for r in summary["running"] if r.get("gone")]
     crashed = [r["run_id"] for r in summary["running"] if r.get("failed")]
     quiet = [rid for rid in summary["stale"] if rid not in gone and rid not in crashed]
@@ -180,7 +188,9 @@ def db_rehash_cmd(
     store: StoreOpt = None,
 ) -> None:
     """Carry runs stored under ids from an older ablate over to today's ids, without retraining: their run
-    directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one)."""
+    directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one). A run
+    stored before ids covered its data gets its data's fingerprints as the data is now: run it from the folder its
+    grid ran in (a relative data path is read from there)."""
     from ablate.store.mlflow_mirror import tracking_uri
     from ablate.store.rehash import rehash
 

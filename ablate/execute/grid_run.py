@@ -47,6 +47,7 @@ class RunOptions:
     retry_failed: bool = False
     mlflow: bool = True
     wait: bool = False  # wait for runs another process is training, then run what they left
+    append: bool = False  # a grid whose name the store holds with another base: the same study grown
     stale_after_s: float = 300.0  # a run on another host with no heartbeat for this long is taken as dead
     store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long stops the grid cleanly
     progress_every_s: float | None = None  # without a terminal: a progress line this often (default 30 s)
@@ -117,7 +118,7 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     report: GridReport | None = None
     while True:
         with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                       stale_after_s=opts.stale_after_s) as opened:
+                       stale_after_s=opts.stale_after_s, append=opts.append) as opened:
             report = _run_opened(opened, slots, opts, console, report)
             waiting = opts.wait and opened.held and not report.interrupted and report.store_error is None
             if waiting:
@@ -139,6 +140,7 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
     for rid in o.skipped:
         report.outcomes.setdefault(rid, "running elsewhere" if rid in o.held else "skipped")
     report.held, report.failed_before = o.held_line(), len(o.failed_before)
+    report.warnings += [w for w in o.warnings if w not in report.warnings]
     if report.held:  # the one line about them
         hint = "" if opts.wait else "; --wait waits for them"
         console.print(f"ablate run {o.name}: {report.held}{hint}", highlight=False, soft_wrap=True)

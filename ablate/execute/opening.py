@@ -130,6 +130,8 @@ class Opened:
     reused: dict[str, str] = field(default_factory=dict)  # run_id -> status of a result found on disk and ingested
     failed_before: list[str] = field(default_factory=list)  # skipped because they failed (--retry-failed)
     liveness: Liveness | None = None
+    warnings: list[str] = field(default_factory=list)  # for the user (a held-out set that is training data)
+    joins: bool = False  # the runs join the grid's current configuration (--set), else they are it
 
     def __enter__(self) -> Opened:
         return self
@@ -146,26 +148,59 @@ class Opened:
 
 
 def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: str | None, retry_failed: bool,
-              stale_after_s: float, slurm: bool = False) -> Opened:
-    """Load, expand, open the store, register the grid and triage its runs (see the module docstring)."""
+              stale_after_s: float, slurm: bool = False, append: bool = False) -> Opened:
+    """Load, expand, open the store, register the grid and triage its runs (see the module docstring).
+
+    A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study grown: its
+    runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's current
+    configuration, its other runs kept as older ones; with ``--set`` they join the current runs."""
     from ablate.grid import expand, load_grid
-    from ablate.runner.preflight import check_data
+    from ablate.runner.fingerprints import Fingerprints
+    from ablate.runner.preflight import check_data, heldout_warnings
     from ablate.store import Store
 
     grid = load_grid(path, sets)
-    planned = expand(grid)
+    fingerprints = Fingerprints.for_home(Path(home))
+    planned = expand(grid, fingerprints=fingerprints)
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
     home = layout.usable_home(Path(home).absolute() if slurm else Path(home))  # checked; nothing made yet
     opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made
     try:
         layout.runs_dir(home).mkdir(parents=True, exist_ok=True)
+        fingerprints.save()  # the home exists now
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
-        opened = Opened(grid.name, grid.text, planned, opened_store, home, [])
+        check_grid_name(opened_store, grid, append=append)
+        opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
+                        warnings=heldout_warnings(planned, source=grid.source), joins=bool(sets))
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:
         opened_store.close()
         raise
     return opened
+
+
+def check_grid_name(store: Any, grid: Any, *, append: bool) -> None:
+    """Refuse (UserInputError) a grid whose name ``store`` holds with another base, unless ``append``: two grid
+    files of one name would merge silently into one grid."""
+    from ablate.errors import UserInputError
+    from ablate.grid.schema import file_base
+    from ablate.store.engine import display_url
+    from ablate.store.records import flatten
+
+    stored = store.grid_text(grid.name)
+    if append or stored is None or stored == grid.text:
+        return
+    old, new = file_base(stored), file_base(grid.text)
+    if old is None or old == new:
+        return  # the same base (the axes grew), or a text this version cannot read
+    a, b = flatten(old), flatten(new)
+    diff = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+    first = diff[0] if diff else "base"
+    raise UserInputError(
+        f"{grid.source}: the store {display_url(store.url)} already holds a grid named {grid.name!r} with another "
+        f"base ({first}: {a.get(first, '(not set)')!r} there, {b.get(first, '(not set)')!r} here"
+        f"{f'; and {len(diff) - 1} more' if len(diff) > 1 else ''}): give this grid its own name, or pass --append "
+        "if it is the same study grown")
 
 
 def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
@@ -183,7 +218,7 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
             before[rid] = "failed"
     o.decisions = triage(o.planned, before, retry_failed=retry_failed, is_alive=o.liveness.is_alive,
                          has_checkpoint=lambda rid: (layout.run_dir(o.home, rid) / CHECKPOINT).is_file())
-    store.register_grid(name=o.name, text=o.text, runs=o.planned)
+    store.register_grid(name=o.name, text=o.text, runs=o.planned, whole=not o.joins)
     todo = []
     for d in o.decisions:
         holder = o.liveness.holder(d.run_id) if d.action != "skip" or d.status == "running" else None

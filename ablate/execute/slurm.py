@@ -59,6 +59,7 @@ class SlurmOptions:
     array_parallelism: int | None = None
     slurm_opts: Sequence[str] = ()  # K=V: a submitit SlurmExecutor parameter, else a raw sbatch flag
     retry_failed: bool = False
+    append: bool = False  # a grid whose name the store holds with another base: the same study grown
     mlflow: bool = True  # each task mirrors its run into MLflow, live
     wait: bool = False
     poll_s: float = 5.0
@@ -226,11 +227,11 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOption
     if not have_slurm():
         raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
     with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                   stale_after_s=opts.stale_after_s, slurm=True) as o:
+                   stale_after_s=opts.stale_after_s, slurm=True, append=opts.append) as o:
         report = SlurmReport(grid=o.name, skipped=dict(o.skipped), home=o.home)
         report.skipped.update({rid: f"finished ({status}) before: ingested its result" for rid, status
                                in o.reused.items()})
-        report.warnings += o.store.warnings
+        report.warnings += o.store.warnings + o.warnings
         url = o.store.url
         if url.startswith("sqlite"):
             log.info("SQLite store %s: the Slurm tasks must all see this file (PostgreSQL is the store for "

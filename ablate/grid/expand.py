@@ -5,7 +5,9 @@ Order is deterministic: the product of the axes in file order (``grid`` keys and
 the first varying slowest, then the ``include`` entries in order. ``exclude`` drops product runs whose resolved config matches every given
 key (explicit ``include`` runs are kept, as in CI matrices). Two runs with the same resolved config are one run
 (the first one's axes are kept). Parameter counts come from the meta device (``ablate.ablations.count_params``,
-cached per model config), so expanding a paper-scale grid trains and allocates nothing.
+cached per model config), so expanding a paper-scale grid trains and allocates nothing. The only I/O is filling
+each run's identity fields (``ablate.grid.identity``: its data files' fingerprints, one hash per distinct file,
+cached).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pydantic import ValidationError
 from ablate.ablations.config import ModelConfig
 from ablate.config import RunConfig
 from ablate.errors import ConfigError
-from ablate.grid.ids import canonical, run_id
+from ablate.grid import identity
+from ablate.grid.ids import canonical, run_and_stem_ids
 from ablate.grid.paths import assign, describe, explain, get_path
 from ablate.grid.schema import Grid
 
@@ -28,8 +31,8 @@ from ablate.grid.schema import Grid
 @dataclass(frozen=True)
 class PlannedRun:
     """One run of a grid: its id, the resolved config, the values its axes gave it (dotted path -> value),
-    total parameters, parameters added over the same config without its variant, and, under
-    ``match_params``, the residual ``(params - target) / target`` left after re-widening the FFN."""
+    total parameters, parameters added over the same config without its variant, under ``match_params`` the
+    residual ``(params - target) / target`` left after re-widening the FFN, and its stem id."""
 
     run_id: str
     config: RunConfig
@@ -37,6 +40,7 @@ class PlannedRun:
     params: int
     added_params: int
     match_residual: float | None = None
+    stem_id: str = ""  # the id without what the run reads outside its config (``ablate.grid.ids.stem_id``)
 
 
 def _assignments(grid: Grid) -> Iterator[tuple[dict[str, Any], dict[str, str], bool]]:
@@ -61,15 +65,46 @@ def _blame(loc: str, origins: dict[str, str], grid: Grid) -> str:
     return "base"
 
 
-def _resolve(grid: Grid, values: dict[str, Any], origins: dict[str, str]) -> RunConfig:
+def _resolve(grid: Grid, values: dict[str, Any], origins: dict[str, str], *, check: bool = True) -> RunConfig:
     raw: Any = grid.base
     for path, value in values.items():
         raw = assign(raw, path, value)
     try:
-        return RunConfig.model_validate(raw)
+        config = RunConfig.model_validate(raw)
     except ValidationError as exc:
         loc, msg = explain(exc)
         raise ConfigError(describe(loc, msg), where=f"{grid.source}: {_blame(loc, origins, grid)}") from None
+    set_by_user = identity.given(config) if check else []
+    if set_by_user:
+        loc = set_by_user[0]
+        raise ConfigError(f"{loc} is filled by ablate from what the run reads (a hash of its files), never set in a "
+                          "grid: remove it", where=f"{grid.source}: {_blame(loc, origins, grid)}")
+    return config
+
+
+class _Identified:
+    """Each run's identity fields filled (``identity.fill``), each distinct config section once: a grid's runs
+    share a few data sections."""
+
+    def __init__(self, resolver: Any):
+        self.resolver = resolver
+        self.sections = [n for n, f in RunConfig.model_fields.items()
+                         if n != "stages" and identity.holds_identity(f.annotation)]
+        self.whole = bool(identity.identity_fields(RunConfig))  # fields of the run itself: fill it whole
+        self.done: dict[tuple[str, str], Any] = {}
+
+    def __call__(self, config: RunConfig) -> RunConfig:
+        if config.stages or self.whole:
+            return identity.fill(config, self.resolver)
+        updates = {}
+        for name in self.sections:
+            section = getattr(config, name)
+            key = (name, section.model_dump_json())
+            if key not in self.done:
+                self.done[key] = identity.fill(section, self.resolver)
+            if self.done[key] is not section:
+                updates[name] = self.done[key]
+        return config.model_copy(update=updates) if updates else config
 
 
 def _reraise(exc: ConfigError, where: str, field: str | None = None) -> ConfigError:
@@ -130,14 +165,25 @@ def _match(config: RunConfig, target_variant: str, where: str, source: str) -> t
     return new, residual
 
 
-def expand(grid: Grid) -> list[PlannedRun]:
+def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
     """The runs of ``grid``, in order, duplicates collapsed. Raises ``ConfigError`` (file, section, field,
     value) for any run whose config is invalid or whose variant does not fit its model.
+
+    Each run's identity fields are filled (``ablate.grid.identity``) with ``fingerprints``
+    (``ablate.runner.fingerprints.Fingerprints``; given a home's, its disk cache is used and written): the only
+    I/O, one hash per distinct file, cached.
     """
+    if fingerprints is None:
+        from ablate.runner.fingerprints import Fingerprints
+
+        fingerprints = Fingerprints()
+    identified = _Identified(fingerprints)
     runs: dict[str, PlannedRun] = {}
     excluded = 0
+    check = identity.mentions([grid.base, grid.include, *(  # does the grid set an identity field anywhere?
+        [dict.fromkeys(a.paths), a.rows] for a in grid.axes)])
     for values, origins, from_product in _assignments(grid):
-        config = _resolve(grid, values, origins)
+        config = _resolve(grid, values, origins, check=check)
         if grid.ladder is not None:
             from ablate.grid.ladder import budget_steps
 
@@ -152,12 +198,14 @@ def expand(grid: Grid) -> list[PlannedRun]:
         if grid.match_params is not None:
             config, residual = _match(config, grid.match_params, where, grid.source)
         params = _count(_effective(config, config.variant, where), where)
+        config = identified(config)
         final = config.model_dump(mode="json")
-        rid = run_id(config, final)
+        rid, stem = run_and_stem_ids(config, final)
         if rid not in runs:
             axes = {path: get_path(final, path)[1] for path in values}
-            runs[rid] = PlannedRun(rid, config, axes, params, params - reference, residual)
+            runs[rid] = PlannedRun(rid, config, axes, params, params - reference, residual, stem)
     if not runs and excluded:
         raise ConfigError(f"exclude removes every run of the grid (all {excluded}); nothing would run: narrow the "
                           "exclude entries", where=f"{grid.source}: exclude")
+    fingerprints.save()
     return list(runs.values())

@@ -15,6 +15,10 @@ The same config is the same run on every machine and across upgrades of ablate:
   changing a default's value (or a preset's, or a rule that fills a default) needs a bump, and the recorded
   defaults (``ablate/grid/defaults.py``, checked by the tests) say when one was forgotten.
 
+What a run read outside its config (its data's fingerprints) is in identity fields of the config, which ablate fills
+when a grid is loaded (``ablate/grid/identity.py``): the run id covers them, and ``stem_id`` is the id without
+them, so two runs of one stem read different data.
+
 Stores made under other ids are carried over by ``ablate db rehash`` (``ablate/store/rehash.py``).
 """
 
@@ -162,6 +166,23 @@ def canonical_json(config: RunConfig, dumped: dict[str, Any] | None = None) -> s
     return json.dumps(identity(config, dumped), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _hashed(reduced: dict[str, Any]) -> str:
+    text = json.dumps({"config_version": CONFIG_VERSION, "config": reduced}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:ID_LENGTH]
+
+
+def run_and_stem_ids(config: RunConfig, dumped: dict[str, Any] | None = None) -> tuple[str, str]:
+    """``(run_id(config), stem_id(config))`` at the cost of one: the stem is hashed from the run's own reduced
+    config with its identity fields taken out (``ablate.grid.identity.strip_minimal``)."""
+    from ablate.grid.identity import strip_minimal
+
+    reduced = _shared_minimal(config, dumped)
+    stripped = strip_minimal(reduced)
+    rid = _hashed(reduced)
+    return rid, (rid if stripped is reduced else _hashed(stripped))
+
+
 def run_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
     """The run's identity: the first 12 hex digits of the sha256 of ``canonical_json(config)`` (``dumped``: the
     config's ``model_dump(mode="json")`` when the caller has it already: planning 10,000 runs dumps each once).
@@ -170,3 +191,15 @@ def run_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
     True
     """
     return hashlib.sha256(canonical_json(config, dumped).encode()).hexdigest()[:ID_LENGTH]
+
+
+def stem_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
+    """The run id of ``config`` without its identity fields (``ablate.grid.identity.strip``): runs of one stem
+    differ only in what they read outside their config. A config without identity values is its own stem.
+
+    >>> cfg = RunConfig(data={"train": [{"kind": "text", "path": "/d/a.txt", "fingerprint": "ab12"}]})
+    >>> stem_id(cfg) == run_id(cfg.model_copy(update={"data": cfg.data.model_copy(update={
+    ...     "train": [cfg.data.train[0].model_copy(update={"fingerprint": None})]})}))
+    True
+    """
+    return run_and_stem_ids(config, dumped)[1]

@@ -9,6 +9,7 @@ A grid names what to compare (CLI.md "Grid files")::
     include: [{variant: sandwich-norm, train.lr: 8.0e-3}]
     exclude: [{variant: baseline, seed: 1}]
     match_params: baseline
+    defs: {fast: &fast {train.steps: 50}}                  # YAML anchors to reuse: <<: *fast, or *fast
 
 ``load_grid`` reads and checks the file and returns a ``Grid``; ``ablate.grid.expand`` turns it into runs. Every
 problem is a ``ConfigError`` whose text starts with the file and the section.
@@ -55,6 +56,8 @@ class GridFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, description="names the grid in the store")
+    defs: Any = Field(None, description="anything, ignored: a place for YAML anchors (&name) that the other "
+                                        "sections use (*name, or <<: *name to merge a mapping)")
     base: dict[str, Any] = Field(default_factory=dict, description="a partial run config shared by every run")
     grid: dict[str, NonEmptyList] = Field(default_factory=dict, description="axes: their cartesian product")
     zip: list[Annotated[dict[str, NonEmptyList], Field(min_length=1)]] = Field(
@@ -112,11 +115,15 @@ class Grid:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
+    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last). Merge keys
+    (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written beside a merge overrides the merged
+    one, and only the keys written in the mapping itself are checked for repeats."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # SafeLoader's flatten_mapping merges it in, under the keys written here
             key = self.construct_object(key_node, deep=True)
             try:
                 dup = key in seen
@@ -265,6 +272,22 @@ def _no_set_on_axes(origins: dict[str, str], axes: Iterable[Axis], source: str) 
                 if key == path or key.startswith(path + ".") or path.startswith(key + "."):
                     raise ConfigError(f"{path} is a grid axis (in {axis.origin} of {source}), so --set {key}=... "
                                       "would change nothing; use --where or edit the grid", where="--set")
+
+
+def file_base(text: str) -> Any | None:
+    """The ``base`` a grid file's text writes (dotted keys nested, numbers canonical), without ``--set``; None
+    when the text is not a grid this version can read.
+
+    >>> file_base("name: g\\nbase: {train.lr: 3.0e-3}") == file_base("name: g\\nbase: {train: {lr: 0.003}}")
+    True
+    """
+    try:
+        raw = _yaml(text, where="<grid>")
+    except ConfigError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    return canonical(nest_dotted(raw.get("base") or {}))
 
 
 def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:

@@ -36,9 +36,12 @@ def store_exists(store: str | None, home: Path) -> bool:
     return True
 
 
-def statuses(run_ids: Sequence[str], *, store: str | None, home: Path) -> dict[str, str]:
-    """Each run's status in the store, ``new`` for one it has never seen (or when there is no store), and
-    ``"<status> as <old id> (ablate db rehash)"`` for one stored under an id from an older ablate."""
+def statuses(runs: Sequence[PlannedRun], *, store: str | None, home: Path) -> dict[str, str]:
+    """Each run's status in the store, ``new`` for one it has never seen (or when there is no store),
+    ``"<status> as <old id> (ablate db rehash)"`` for one stored under an id from an older ablate, and
+    ``"stale: <field> changed since run <old id>"`` for one whose stem the store holds under another id (what it
+    reads outside its config changed: its data; ``ablate run`` trains it anew)."""
+    run_ids = [r.run_id for r in runs]
     found: dict[str, str] = {}
     if store is not None:  # a URL that cannot work is refused here too, before anything is made
         from ablate.store.engine import check_url
@@ -48,10 +51,23 @@ def statuses(run_ids: Sequence[str], *, store: str | None, home: Path) -> dict[s
         from ablate.store import Store
 
         with Store.open(store, home=home) as db:
-            found = dict(db.statuses(run_ids=list(run_ids)))
+            found = dict(db.statuses(run_ids=run_ids))
             found.update({new: f"{status} as {old} (ablate db rehash)"
                           for new, (old, status) in db.outdated(run_ids).items()})
+            unknown = {r.run_id: r.stem_id for r in runs if r.run_id not in found and r.stem_id != r.run_id}
+            planned = {r.run_id: r for r in runs}
+            for rid, (old, _status, config) in db.same_stem(unknown).items():
+                found[rid] = stale_line(planned[rid].config, config, old)
     return {rid: found.get(rid, NEW) for rid in run_ids}
+
+
+def stale_line(planned: Any, stored: dict[str, Any], old: str) -> str:
+    """``stale: data.train.0.fingerprint changed since run <old>``: the identity fields that differ."""
+    from ablate.grid.identity import changed
+
+    fields = changed(planned, stored) or ["what it reads"]
+    more = f" (and {len(fields) - 2} more)" if len(fields) > 2 else ""
+    return f"stale: {', '.join(fields[:2])}{more} changed since run {old}"
 
 
 def compute(run: PlannedRun) -> dict[str, int]:

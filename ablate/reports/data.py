@@ -57,13 +57,14 @@ def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = N
                    warn: Callable[[str], None] | None = None) -> GridData:
     """Read one grid's runs and their curves, probes, histograms and events from ``store`` (an ablate Store).
 
-    ``where``: a ``--where`` expression the runs must satisfy. The runs are then restricted to one configuration
-    (``reports.configs``); ``warn`` gets the one line saying what was left out, if anything was."""
+    The runs are those of the grid's current configuration (what its last ``ablate run`` planned: the rule of
+    ``ablate status`` too), satisfying ``where`` (a ``--where`` expression); among them one configuration
+    (``reports.configs``, for runs ``--append`` joined). ``warn`` gets one line for each thing left out."""
     from ablate.reports.configs import one_configuration
 
     name = resolve_grid(list(store.grids()), grid)
-    runs = store.runs_frame(grid=name, where=where)
-    runs, left_out = one_configuration(runs, store.grid_axes(name), grid=name)
+    runs, left_out = one_configuration(current_runs(store, name, where=where, warn=warn), store.grid_axes(name),
+                                       grid=name)
     if left_out is not None:
         log.info(left_out)
         if warn is not None:
@@ -78,6 +79,21 @@ def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = N
     data.added_params = _added_params_at_scale(runs)
     log.info("grid %s: %d runs (%d finished)", name, len(runs), len(done))
     return data
+
+
+def current_runs(store: Any, name: str, *, where: str | None = None, warn: Callable[[str], None] | None = None
+                 ) -> Any:
+    """The runs of grid ``name``'s current configuration (``ablate status`` counts the same) that satisfy
+    ``where``; ``warn`` gets one line saying how many runs of older configurations were left out, if any."""
+    runs = store.runs_frame(grid=name, where=where, current=True)
+    older = store.older_runs(name)
+    if older:
+        line = (f"report of grid {name}: {older} run(s) of older configurations of the grid left out (runs its "
+                "last `ablate run` did not plan: an edited grid file, changed data)")
+        log.info(line)
+        if warn is not None:
+            warn(line)
+    return runs
 
 
 def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:

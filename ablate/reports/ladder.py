@@ -20,6 +20,7 @@ intervals from a bootstrap over seeds (``ablate.reports.fit``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -314,18 +315,20 @@ def pd_concat(frames: list[Any]) -> Any:
 
 
 def report_ladder(store: Any, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",
-                  out: str | Path | None = None, baseline: str = "baseline") -> tuple[str, list[Path]]:
+                  out: str | Path | None = None, baseline: str = "baseline",
+                  warn: Callable[[str], None] | None = None) -> tuple[str, list[Path]]:
     """``ablate report ladder``: the report as text in ``fmt``; with ``out`` (a directory) also written there as
-    ``ladder.<md|json|csv>`` with its figure ``ladder.png``. Returns the text and the files written."""
+    ``ladder.<md|json|csv>`` with its figure ``ladder.png``. Returns the text and the files written. ``warn``
+    gets the line saying how many runs of older configurations of the grid were left out."""
     from ablate.errors import one_of
-    from ablate.reports.data import resolve_grid
+    from ablate.reports.data import current_runs, resolve_grid
     from ablate.reports.ladder_render import FIGURE, FORMATS, SUFFIX, ladder_figure, render_ladder
 
     if fmt not in FORMATS:  # before any query
         raise UserInputError(one_of(fmt, FORMATS, what="format for the ladder report") + " (option --format)")
     targets = parse_targets(target)
     name = resolve_grid(list(store.grids()), grid)
-    report = analyse(store.runs_frame(grid=name), targets, baseline=baseline, grid=name)
+    report = analyse(current_runs(store, name, warn=warn), targets, baseline=baseline, grid=name)
     text = render_ladder(report, fmt)
     written: list[Path] = []
     if out is not None:

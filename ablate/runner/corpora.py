@@ -29,6 +29,7 @@ import ast
 import glob
 import hashlib
 import json
+import os
 import random
 import sys
 import sysconfig
@@ -65,17 +66,20 @@ def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+def stdlib_sources() -> list[tuple[str, Path]]:
+    """``(relative path, path)`` of every standard library ``.py`` file the built-in corpora read (both splits),
+    in path order. The skipped folders are never entered (a system Python's ``site-packages`` can be large)."""
+    lib = stdlib_dir()
+    found = []
+    for root, dirs, files in os.walk(lib):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS]
+        found += [Path(root, f) for f in files if f.endswith(".py")]
+    return [(path.relative_to(lib).as_posix(), path) for path in sorted(found)]
+
+
 def stdlib_files(split: Split, fraction: float) -> list[tuple[str, Path]]:
     """``(relative path, path)`` of the standard library's ``.py`` files in ``split``, in path order."""
-    lib = stdlib_dir()
-    out = []
-    for path in sorted(lib.rglob("*.py")):
-        rel = path.relative_to(lib).as_posix()
-        if _SKIP_DIRS & set(rel.split("/")):
-            continue
-        if is_heldout(rel, fraction) == (split == "heldout"):
-            out.append((rel, path))
-    return out
+    return [(rel, path) for rel, path in stdlib_sources() if is_heldout(rel, fraction) == (split == "heldout")]
 
 
 def corpus_version(src: SourceConfig) -> str:

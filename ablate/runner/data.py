@@ -140,7 +140,8 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
         return TokenArray(shards, label)
     budget = data_cfg.stream_tokens if is_stream(src) else None
     examples = src.kind == "task" and split == "train"
-    key = json.dumps([src.model_dump(mode="json", exclude={"weight", "loss"}), split, data_cfg.heldout_fraction,
+    key = json.dumps([src.model_dump(mode="json", exclude={"weight", "loss", "fingerprint"}), split,
+                      data_cfg.heldout_fraction,
                       tok.name, budget, corpus_version(src)] + (["examples"] if examples else []), sort_keys=True)
     path = cache_dir / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
     lock = path.with_suffix(".lock")  # workers on one source: one tokenizes it, the others wait and read it

@@ -122,3 +122,56 @@ def _stdlib_bytes(split: str, fraction: float) -> int:
     from ablate.runner.corpora import stdlib_files
 
     return sum(path.stat().st_size + 1 for _, path in stdlib_files(split, fraction))  # type: ignore[arg-type]
+
+
+def heldout_warnings(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> list[str]:
+    """One line for each held-out set of ``runs`` that reads a training source's files (only built-in corpora are
+    split into train and held-out: a user's file is read whole by every split that names it), and for a saved
+    dataset with no held-out split named by both. Each distinct data config is looked at once."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for run in runs:
+        config: RunConfig = getattr(run, "config", run)
+        for stage in stage_configs(config):
+            key = stage.data.model_dump_json()
+            if key not in seen:
+                seen.add(key)
+                out += [line for line in _overlaps(stage.data, f"{source}: " if source else "") if line not in out]
+    return out
+
+
+def _overlaps(data: DataConfig, where: str) -> list[str]:
+    from ablate.runner.corpora import user_files
+
+    def files(src: SourceConfig) -> set[Path]:
+        if src.kind not in ("text", "jsonl", "tokens", "hf"):
+            return set()
+        try:
+            return {p.resolve() for p in user_files(src)}
+        except (ConfigError, OSError):
+            return set()  # check_data says what is wrong
+
+    train = [(i, files(src)) for i, src in enumerate(data.train)]
+    out = []
+    for name, src in data.heldout.items():
+        held = files(src)
+        for i, tfiles in train:
+            shared = held & tfiles
+            if not shared or (src.kind == "hf" and _has_heldout_split(Path(str(src.path)))):
+                continue
+            out.append(f"{where}data.heldout.{name} reads the training data of data.train.{i} ({len(shared)} "
+                       f"file{'s' * (len(shared) != 1)}, e.g. {min(shared)}): only built-in corpora are split into "
+                       "train and held-out, so its perplexity is measured on text the model trained on; give the "
+                       "held-out set its own file")
+    return out
+
+
+def _has_heldout_split(folder: Path) -> bool:
+    """Does a dataset saved with ``save_to_disk`` have a split the held-out sets read (not ``train``)?"""
+    import json
+
+    try:
+        splits = json.loads((folder.expanduser() / "dataset_dict.json").read_text()).get("splits", [])
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(s in splits for s in ("validation", "test", "heldout"))

@@ -126,6 +126,16 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
 
 
+def _same_inputs(config: RunConfig, cache_dir: Path) -> None:
+    """The data is what the run's id says (``ablate.grid.identity.check_current``), else a RunError."""
+    from ablate.grid.identity import check_current
+    from ablate.runner.fingerprints import Fingerprints
+
+    fingerprints = Fingerprints(cache_dir)
+    check_current(config, fingerprints)
+    fingerprints.save()
+
+
 def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
              on_step: Callable[[dict], None] | None, stop: threading.Event | None,
              callbacks: Sequence[L.Callback]) -> RunResult:
@@ -136,6 +146,7 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     _quiet_lightning()
     stages = plan_stages(config)
     first, resume = start_point(run_dir, stages)
+    _same_inputs(config, cache_dir_for(run_dir))
     tokenizer = get_tokenizer(config.data, apply_variant(config.model, config.variant), cache_dir_for(run_dir))
     ckpt = run_dir / CHECKPOINT
     resumed_from = None

@@ -149,7 +149,8 @@ def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
     if vocab_size < 257:
         raise ConfigError(f"a byte-level BPE needs at least 257 ids, got {vocab_size}", where="data.bpe_vocab_size")
     key = json.dumps([vocab_size, data_cfg.heldout_fraction, BPE_TRAIN_CHARS,
-                      [(s.model_dump(mode="json"), corpus_version(s)) for s in text_sources]], sort_keys=True)
+                      [(s.model_dump(mode="json", exclude={"fingerprint"}), corpus_version(s)) for s in text_sources]],
+                     sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = cache_dir / "tokenizers" / f"bpe-{digest}.json"
     if not path.is_file():

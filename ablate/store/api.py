@@ -92,10 +92,16 @@ class Store:
             return fn(s)
 
     # writes
-    def register_grid(self, *, name: str, text: str, runs: Iterable[Any]) -> int:
-        """Record a grid and its runs (PlannedRun objects or mappings); runs already stored keep their state."""
+    def register_grid(self, *, name: str, text: str, runs: Iterable[Any], whole: bool = True) -> int:
+        """Record a grid and its runs (PlannedRun objects or mappings); runs already stored keep their state.
+        ``whole``: the runs are the grid's current configuration (its other runs become older ones); else they
+        join it (``records.register_grid``)."""
         runs = list(runs)
-        return self._write(lambda s: records.register_grid(s, name=name, text=text, runs=runs))
+        return self._write(lambda s: records.register_grid(s, name=name, text=text, runs=runs, whole=whole))
+
+    def grid_text(self, name: str) -> str | None:
+        """The text a grid was last registered with; None for a grid the store does not hold."""
+        return self._read(lambda s: queries.grid_text(s, name))
 
     def mark_running(self, *, run_id: str, host: str | None = None, device: str | None = None) -> None:
         """The run started on ``host``/``device``."""
@@ -152,18 +158,18 @@ class Store:
 
         return self._write(lambda s: rehash.move_rows(s, move))
 
-    def mark_ids_current(self, run_ids: Sequence[str]) -> None:
-        """Record that these runs' ids are today's (``runs.config_version``)."""
-        ids = list(run_ids)
-        if ids:
-            self._write(lambda s: records.mark_ids_current(s, run_ids=ids))
+    def mark_ids_current(self, stems: Mapping[str, str]) -> None:
+        """Record that these runs' ids are today's (``runs.config_version``), with their stem ids."""
+        stems = dict(stems)
+        if stems:
+            self._write(lambda s: records.mark_ids_current(s, stems=stems))
 
     # reads
-    def rehash_plan(self, *, only_outdated: bool = True) -> Any:
+    def rehash_plan(self, *, only_outdated: bool = True, fingerprints: Any = None) -> Any:
         """Today's id of each run recorded under an older id scheme (``ablate.store.rehash.RehashPlan``)."""
         from ablate.store import rehash
 
-        return self._read(lambda s: rehash.plan(s, only_outdated=only_outdated))
+        return self._read(lambda s: rehash.plan(s, only_outdated=only_outdated, fingerprints=fingerprints))
 
     def outdated(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
         """Runs of ``run_ids`` that the store holds under an id from an older scheme: ``{id: (old id, status)}``
@@ -210,15 +216,15 @@ class Store:
         return self._read(lambda s: queries.grid_axes(s, grid))
 
     def runs_frame(self, grid: str | None = None, where: str | None = None, *,
-                   run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+                   run_ids: Sequence[str] | None = None, current: bool = False) -> pd.DataFrame:
         """One row per run with CLI.md's ``runs`` columns and every config field by dotted path.
 
         ``where``: a ``--where`` expression (see ``ablate.store.where``); an unknown column is a UserInputError.
-        ``run_ids``: only these runs.
+        ``run_ids``: only these runs. ``current``: only the runs of the grid's current configuration.
         """
         from ablate.store.where import Where
 
-        frame = self._read(lambda s: queries.runs_frame(s, grid=grid, run_ids=run_ids))
+        frame = self._read(lambda s: queries.runs_frame(s, grid=grid, run_ids=run_ids, current=current))
         if where is not None and where.strip():
             empty = [p for p in ("ppl/", "bench/") if not any(c.startswith(p) for c in frame.columns)]
             cond = Where(where, queries.known_columns(frame), open_prefixes=empty)
@@ -242,9 +248,21 @@ class Store:
         """Events: ``run_id, kind, step, data``."""
         return self._read(lambda s: queries.events(s, run_ids=run_ids))
 
-    def status_summary(self, grid: str | None = None, *, stale_after_s: float = 300.0) -> dict[str, Any]:
-        """Counts by status per grid, the running runs, and which of them have stale heartbeats."""
-        return self._read(lambda s: queries.status_summary(s, grid=grid, stale_after_s=stale_after_s))
+    def status_summary(self, grid: str | None = None, *, stale_after_s: float = 300.0, older: bool = False
+                       ) -> dict[str, Any]:
+        """Counts by status per grid (of its current configuration; ``older``: its older ones' runs too, each
+        grid's ``older`` says how many there are), the running runs, and which of them have stale heartbeats."""
+        return self._read(lambda s: queries.status_summary(s, grid=grid, stale_after_s=stale_after_s, older=older))
+
+    def older_runs(self, grid: str) -> int:
+        """How many runs of ``grid`` belong to older configurations of it."""
+        return self._read(lambda s: queries.older_runs(s, grid))
+
+    def same_stem(self, stems: Mapping[str, str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+        """``{run id: (stored id, status, config)}``: a stored run of the same stem under another id, for each of
+        ``stems`` (``{run id: stem id}``) that has one (it read other data: ``ablate plan`` shows it stale)."""
+        wanted = dict(stems)
+        return self._read(lambda s: queries.same_stem(s, wanted)) if wanted else {}
 
 
 def upgrade_store(url: str | None = None, *, home: str | os.PathLike[str] | None = None

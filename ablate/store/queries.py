@@ -71,6 +71,33 @@ def run_config(session: Session, run_id: str) -> dict[str, Any]:
     return dict(session.scalar(select(Run.config).where(Run.run_id == run_id)) or {})
 
 
+def grid_text(session: Session, name: str) -> str | None:
+    """The text a grid was last registered with (None: no such grid)."""
+    return session.scalar(select(Grid.text).where(Grid.name == name))
+
+
+def older_runs(session: Session, grid: str) -> int:
+    """How many runs of ``grid`` belong to older configurations of it (``grid_runs.current`` false)."""
+    q = (select(func.count()).select_from(GridRun).join(Grid)
+         .where(Grid.name == grid, GridRun.current.is_(False)))
+    return int(session.scalar(q) or 0)
+
+
+def same_stem(session: Session, stems: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """For planned runs the store does not hold (``{run id: stem id}``), a stored run of the same stem under
+    another id: ``{run id: (stored id, its status, its config)}``, the latest one when there are several."""
+    found: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    by_stem: dict[str, list[str]] = defaultdict(list)
+    for rid, stem in stems.items():
+        by_stem[stem].append(rid)
+    q = select(Run.stem_id, Run.run_id, Run.status, Run.config).order_by(Run.created, Run.run_id)
+    for stem, rid, status, config in _in_chunks(session, q, Run.stem_id, list(by_stem)):
+        for planned in by_stem[stem]:
+            if planned != rid:
+                found[planned] = (rid, str(status), dict(config or {}))
+    return found
+
+
 def grid_axes(session: Session, grid: str) -> list[str]:
     """The config paths the grid varies on purpose: its runs' axes (from the grid file's ``grid``, ``zip`` and
     ``include`` keys), sorted."""
@@ -78,22 +105,24 @@ def grid_axes(session: Session, grid: str) -> list[str]:
     return sorted({k for axes in session.scalars(q) if axes for k in axes})
 
 
-def _grid_filter(session: Session, grid: str | None) -> Any:
+def _grid_filter(session: Session, grid: str | None, *, current: bool = False) -> Any:
+    """The run ids of ``grid`` (of its current configuration only, with ``current``), as a subquery."""
     if grid is None:
         return None
     if session.scalar(select(Grid.id).where(Grid.name == grid)) is None:
         raise UserInputError(one_of(grid, grid_names(session), what="grid") if grid_names(session)
                              else f"unknown grid {grid!r}: the store has no grids yet (run `ablate run GRID`)")
-    return select(GridRun.run_id).join(Grid).where(Grid.name == grid)
+    q = select(GridRun.run_id).join(Grid).where(Grid.name == grid)
+    return q.where(GridRun.current.is_(True)) if current else q
 
 
-def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[str] | None = None
-               ) -> pd.DataFrame:
-    """One row per run (of ``grid``, or all; only ``run_ids`` when given): CLI.md's ``runs`` columns, then
-    extras, then config fields."""
+def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[str] | None = None,
+               current: bool = False) -> pd.DataFrame:
+    """One row per run (of ``grid``, or all; only ``run_ids`` when given; with ``current`` only the runs of
+    the grid's current configuration): CLI.md's ``runs`` columns, then extras, then config fields."""
     import pandas as pd
 
-    members = _grid_filter(session, grid)
+    members = _grid_filter(session, grid, current=current)
     t = Run.__table__.c
     q = select(*(t[c] for c in _RUN_FIELDS), t.step.label("heartbeat_step"), t.config_flat).order_by(t.run_id)
     sq = select(Score.run_id, Score.name, Score.value)
@@ -202,25 +231,33 @@ def statuses(session: Session, *, run_ids: Sequence[str]) -> dict[str, str]:
     return {r: s.value for r, s in _in_chunks(session, q, Run.run_id, run_ids)}
 
 
-def status_summary(session: Session, *, grid: str | None = None, stale_after_s: float = 300.0) -> dict[str, Any]:
+def status_summary(session: Session, *, grid: str | None = None, stale_after_s: float = 300.0,
+                   older: bool = False) -> dict[str, Any]:
     """What ``ablate status`` shows, JSON-ready.
 
-    ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "pruned", "failed"}, ...],
+    ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "pruned", "failed", "older"}, ...],
     "running": [{"run_id", "variant", "seed", "host", "device", "step", "heartbeat", "age_s", "stale"}, ...],
     "stale": [run_id, ...]}``; runs in no grid are counted under ``"grid": null``. A running row also carries what
     its live records say: ``total_steps``, ``train_loss`` (latest), ``tokens_per_s`` (latest) and ``eta_s`` (the
-    steps left at that pace; None until known).
+    steps left at that pace; None until known). A grid counts the runs of its current configuration (what its
+    last ``ablate run`` planned); its ``older`` is how many runs of older configurations it also holds (the
+``older`` argument: count those in the statuses too).
     """
     members = _grid_filter(session, grid)
-    q = (select(Grid.name, Run.status, func.count()).select_from(Run)
+    q = (select(Grid.name, Run.status, GridRun.current, func.count()).select_from(Run)
          .outerjoin(GridRun, GridRun.run_id == Run.run_id).outerjoin(Grid, Grid.id == GridRun.grid_id)
-         .group_by(Grid.name, Run.status))
+         .group_by(Grid.name, Run.status, GridRun.current))
     if grid is not None:
         q = q.where(Grid.name == grid)
     counts: dict[str | None, dict[str, int]] = {}
-    for name, status, n in session.execute(q):
-        counts.setdefault(name, dict.fromkeys(STATUSES, 0))[status] = n
-    grids = [{"grid": name, "total": sum(c.values()), **c}
+    left: dict[str | None, int] = defaultdict(int)
+    for name, status, current, n in session.execute(q):
+        row = counts.setdefault(name, dict.fromkeys(STATUSES, 0))
+        if current is False:
+            left[name] += n
+        if current is not False or older:
+            row[status] += n
+    grids = [{"grid": name, "total": sum(c.values()), **c, "older": left[name]}
              for name, c in sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))]
     rq = select(Run.run_id, Run.variant, Run.seed, Run.host, Run.device, Run.step, Run.heartbeat, Run.train_steps,
                 Run.train_loss, Run.tokens_per_s, Run.batch_size, Run.seq_len).where(

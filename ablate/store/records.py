@@ -89,29 +89,45 @@ def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def id_version(run_id: str, config: Mapping[str, Any]) -> int | None:
-    """``CONFIG_VERSION`` when ``run_id`` is today's id of ``config``, else None (an id from an older scheme, or
-    a config this version cannot read: ``ablate db rehash`` says which)."""
+def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """``(CONFIG_VERSION, stem id)`` when ``run_id`` is today's id of ``config``, else ``(None, None)`` (an id from
+    an older scheme, or a config this version cannot read: ``ablate db rehash`` says which)."""
     from pydantic import ValidationError
 
     from ablate.config import RunConfig
     from ablate.grid.ids import run_id as make_id
+    from ablate.grid.ids import stem_id
 
     try:
-        return CONFIG_VERSION if make_id(RunConfig.model_validate(dict(config))) == run_id else None
+        cfg = RunConfig.model_validate(dict(config))
     except (ValidationError, ValueError):
-        return None
+        return None, None
+    return (CONFIG_VERSION, stem_id(cfg)) if make_id(cfg) == run_id else (None, None)
+
+
+def _stem(planned: Any, config: Mapping[str, Any]) -> str | None:
+    """A planned run's stem id: its own (a PlannedRun), else computed from its config."""
+    stem = _field(planned, "stem_id")
+    if stem is not None:
+        return str(stem)
+    from ablate.config import RunConfig
+    from ablate.grid.ids import stem_id
+
+    cfg = _field(planned, "config")
+    return stem_id(cfg if isinstance(cfg, RunConfig) else RunConfig.model_validate(dict(config)))
 
 
 def _field(obj: Any, name: str, default: Any = None) -> Any:
     return obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
 
 
-def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]) -> int:
+def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any], whole: bool = True) -> int:
     """Record a grid (its text replaces an earlier one of the same name) and its runs; return the grid's id.
 
     ``runs``: PlannedRun-like objects or mappings with ``run_id``, ``config`` (RunConfig or dict), ``params``,
-    ``added_params`` and optionally ``axes``. A run already in the store keeps its status and results.
+    ``added_params`` and optionally ``axes`` and ``stem_id``. A run already in the store keeps its status and
+    results. ``whole``: these runs are the grid's whole current configuration, and its other members are kept as
+    runs of older ones (``grid_runs.current``); else they join the current ones (``--set``, tune's trials).
     """
     now = utcnow()
     ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
@@ -122,20 +138,26 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
         run_id = str(_field(planned, "run_id"))
         config = _config_dict(_field(planned, "config"))
         rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config), "status": RunStatus.QUEUED,
-                        "config_version": CONFIG_VERSION, "created": now, "params": _field(planned, "params"),
-                        "added_params": _field(planned, "added_params")}
+                        "config_version": CONFIG_VERSION, "stem_id": _stem(planned, config), "created": now,
+                        "params": _field(planned, "params"), "added_params": _field(planned, "added_params")}
         axes = _field(planned, "axes")
-        members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None}
+        members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None,
+                           "current": True}
+    if whole:
+        session.execute(update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
+                        .values(current=False))
     if rows:
         ordered = [rows[k] for k in sorted(rows)]  # one lock order for every writer
         ins = _upsert(session, Run.__table__)
         c = Run.__table__.c
         ins = ins.on_conflict_do_update(index_elements=["run_id"], set_={
             "params": _coalesce(c.params, ins.excluded.params),
-            "added_params": _coalesce(c.added_params, ins.excluded.added_params)})
+            "added_params": _coalesce(c.added_params, ins.excluded.added_params),
+            "stem_id": _coalesce(c.stem_id, ins.excluded.stem_id)})
         for i in range(0, len(ordered), CHUNK):
             session.execute(ins, ordered[i:i + CHUNK])
-        ins = _upsert(session, GridRun.__table__).on_conflict_do_nothing()
+        ins = _upsert(session, GridRun.__table__)
+        ins = ins.on_conflict_do_update(index_elements=["grid_id", "run_id"], set_={"current": True})
         ordered = [members[k] for k in sorted(members)]
         for i in range(0, len(ordered), CHUNK):
             session.execute(ins, ordered[i:i + CHUNK])
@@ -213,11 +235,11 @@ def mark_pruned(session: Session, *, run_id: str, step: int | None, value: float
     session.execute(insert(Event.__table__), [{"run_id": run_id, "kind": "pruned", "step": step or 0, "data": data}])
 
 
-def mark_ids_current(session: Session, *, run_ids: Sequence[str]) -> None:
-    """These runs' ids are today's: ``config_version`` = ``CONFIG_VERSION``."""
-    ids = list(run_ids)
-    for i in range(0, len(ids), 500):
-        session.execute(update(Run).where(Run.run_id.in_(ids[i:i + 500])).values(config_version=CONFIG_VERSION))
+def mark_ids_current(session: Session, *, stems: Mapping[str, str]) -> None:
+    """These runs' ids are today's: ``config_version`` = ``CONFIG_VERSION``, and ``stems`` their stem ids."""
+    for run_id in sorted(stems):
+        session.execute(update(Run).where(Run.run_id == run_id).values(config_version=CONFIG_VERSION,
+                                                                      stem_id=stems[run_id]))
 
 
 def set_mlflow_run_id(session: Session, *, run_id: str, mlflow_run_id: str) -> None:
@@ -266,9 +288,10 @@ def ingest(session: Session, result: RunResult) -> str:
     """
     run_id = result.run_id
     config = dict(result.config)
+    version, stem = id_version(run_id, config)
     ins = _upsert(session, Run.__table__).values(run_id=run_id, config=config, **config_columns(config),
                                                   status=result.status, created=utcnow(),
-                                                  config_version=id_version(run_id, config))
+                                                  config_version=version, stem_id=stem)
     session.execute(ins.on_conflict_do_nothing())
     # lock the run's row: a concurrent ingest of the same run waits here instead of mixing its child rows in
     session.execute(select(Run.run_id).where(Run.run_id == run_id).with_for_update(key_share=True))

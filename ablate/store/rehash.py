@@ -14,6 +14,11 @@ computed; what follows it:
 Each step is idempotent and the directory moves first, so an interrupted rehash is finished by running it again.
 A run whose new id is already taken by a run that has started is left as it is and reported (two copies of one
 config: the user chooses); one whose config today's code cannot read is reported with the reason.
+
+A run stored before its config had identity fields (CONFIG_VERSION 1: no data fingerprints) gets them from the
+data as it is now, which is what it trained on unless its files were edited since: so a store trained before is
+read by the reports and skipped by ``ablate run`` as before. Its relative paths are read from the folder the
+rehash runs in; a run whose data is not found is not carried (it says so; rehash again from the right folder).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class Move:
     old: str
     new: str
     config: dict[str, Any]
+    stem: str | None = None  # the new id's stem (``ablate.grid.ids.stem_id``)
 
 
 @dataclass
@@ -56,6 +62,7 @@ class RehashPlan:
     moves: list[Move] = field(default_factory=list)
     current: list[str] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    stems: dict[str, str] = field(default_factory=dict)  # stem id of each current run
 
     def new_ids(self) -> dict[str, str]:
         """``{new id: old id}``."""
@@ -82,21 +89,31 @@ class RehashReport:
         return out
 
 
-def plan(session: Session, *, only_outdated: bool = True) -> RehashPlan:
+def plan(session: Session, *, only_outdated: bool = True, fingerprints: Any = None) -> RehashPlan:
     """Today's id of every stored run (of those not recorded at today's ``CONFIG_VERSION`` when
-    ``only_outdated``), from its stored config."""
+    ``only_outdated``), from its stored config with the identity fields it lacks filled from what is here now
+    (``ablate.grid.identity``: its data files' fingerprints, a relative path read from the working directory;
+    ``fingerprints``: the cache to use). A run whose data is not here cannot be carried: it says so."""
     from pydantic import ValidationError
 
     from ablate.config import RunConfig
-    from ablate.grid.ids import run_id
+    from ablate.errors import InputMissingError
+    from ablate.grid import identity
+    from ablate.grid.ids import run_id, stem_id
+    from ablate.runner.fingerprints import Fingerprints
 
+    fingerprints = fingerprints if fingerprints is not None else Fingerprints()
     q = select(Run.run_id, Run.config).order_by(Run.run_id)
     if only_outdated:
         q = q.where((Run.config_version.is_(None)) | (Run.config_version != CONFIG_VERSION))
     out = RehashPlan()
     for old, config in session.execute(q):
         try:
-            cfg = RunConfig.model_validate(config or {})
+            cfg = identity.fill(RunConfig.model_validate(config or {}), fingerprints, strict=True)
+        except InputMissingError as exc:
+            out.unreadable.append((old, f"{exc}: run `ablate db rehash` where its data is (a relative path is read "
+                                        "from the folder the command runs in)"))
+            continue
         except (ValidationError, ValueError) as exc:
             first = exc.errors(include_url=False)[0] if isinstance(exc, ValidationError) else None
             why = (f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc))
@@ -105,8 +122,10 @@ def plan(session: Session, *, only_outdated: bool = True) -> RehashPlan:
         new = run_id(cfg)
         if new == old:
             out.current.append(old)
+            out.stems[old] = stem_id(cfg)
         else:
-            out.moves.append(Move(old, new, cfg.model_dump(mode="json")))
+            out.moves.append(Move(old, new, cfg.model_dump(mode="json"), stem_id(cfg)))
+    fingerprints.save()
     return out
 
 
@@ -143,18 +162,20 @@ def move_rows(session: Session, move: Move) -> str | None:
         return conflict(move, taken)
     members = []
     if taken == "queued":  # the grid was registered anew and never started: its memberships join the old run's
-        members = session.execute(select(GridRun.grid_id, GridRun.axes).where(GridRun.run_id == move.new)).all()
+        members = session.execute(select(GridRun.grid_id, GridRun.axes, GridRun.current)
+                                  .where(GridRun.run_id == move.new)).all()
         session.execute(delete(GridRun).where(GridRun.run_id == move.new))
         session.execute(delete(Run).where(Run.run_id == move.new))
     row = session.execute(select(Run.__table__).where(Run.run_id == move.old)).mappings().one()
     values = {**row, "run_id": move.new, "config": move.config, **config_columns(move.config),
-              "config_version": CONFIG_VERSION}
+              "config_version": CONFIG_VERSION, "stem_id": move.stem}
     session.execute(insert(Run.__table__).values(**values))
     for table in (*_CHILDREN, GridRun):
         session.execute(update(table).where(table.run_id == move.old).values(run_id=move.new))
     if members:
         session.execute(_upsert(session, GridRun.__table__).on_conflict_do_nothing(),
-                        [{"grid_id": g, "run_id": move.new, "axes": axes} for g, axes in members])
+                        [{"grid_id": g, "run_id": move.new, "axes": axes, "current": current}
+                         for g, axes, current in members])
     _move_optuna_attrs(session, move)
     session.execute(delete(Run).where(Run.run_id == move.old))
     return None
@@ -226,7 +247,9 @@ def rehash(store: Any, home: Path, *, mlflow_uri: str | None = None, dry_run: bo
            ) -> tuple[RehashPlan, RehashReport]:
     """Carry every outdated run of ``store`` (and its directory under ``home``, and its MLflow runs at
     ``mlflow_uri``) over to today's id. ``dry_run``: only the plan."""
-    todo = store.rehash_plan()
+    from ablate.runner.fingerprints import Fingerprints
+
+    todo = store.rehash_plan(fingerprints=Fingerprints.for_home(home))
     report = RehashReport(unreadable=list(todo.unreadable), current=len(todo.current))
     if dry_run:
         return todo, report
@@ -244,7 +267,7 @@ def rehash(store: Any, home: Path, *, mlflow_uri: str | None = None, dry_run: bo
             report.conflicts.append((move.old, move.new, why))
     if report.moved and mlflow_uri and _tracking_store_exists(mlflow_uri):
         report.mlflow_tags = retag_mlflow(mlflow_uri, report.moved, home)
-    store.mark_ids_current([rid for rid in todo.current])
+    store.mark_ids_current(todo.stems)
     return todo, report
 
 

@@ -13,7 +13,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    true,
+)
 from sqlalchemy import Enum as SQLEnum
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -58,12 +70,18 @@ class Grid(Base):
 
 
 class GridRun(Base):
-    """Membership: a run belongs to every grid that lists it (the same config in two grids is one run)."""
+    """Membership: a run belongs to every grid that lists it (the same config in two grids is one run).
+
+    ``current``: the run is in the grid's current configuration (what its file planned the last time it ran
+    without ``--set``, and the runs ``--set`` added since); a run of an older one (an edited
+    grid file, changed data) stays a member, not current.
+    """
 
     __tablename__ = "grid_runs"
     grid_id: Mapped[int] = mapped_column(ForeignKey("grids.id", ondelete="CASCADE"), primary_key=True)
     run_id: Mapped[str] = mapped_column(_run_fk(), primary_key=True)
     axes: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    current: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     grid: Mapped[Grid] = relationship(back_populates="members", lazy="raise")
     run: Mapped[Run] = relationship(back_populates="memberships", lazy="raise")
 
@@ -83,6 +101,9 @@ class Run(Base):
     config_flat: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # the CONFIG_VERSION run_id was computed under; None: an older scheme (``ablate db rehash`` carries it over)
     config_version: Mapped[int | None]
+    # the run id without its identity fields (``ablate.grid.ids.stem_id``): another run of the same stem read other
+    # data; None: not yet known (``ablate db rehash`` fills it)
+    stem_id: Mapped[str | None] = mapped_column(String(64), index=True)
     variant: Mapped[str] = mapped_column(String(100), index=True)
     seed: Mapped[int]
     model_preset: Mapped[str | None] = mapped_column(String(100))

@@ -56,6 +56,7 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
     from ablate.execute.devices import crowding, gpu_count, parse_devices, plan_slots
     from ablate.grid import expand, load_grid
+    from ablate.runner.fingerprints import Fingerprints
     from ablate.store import Store
     from ablate.store.engine import display_url
     from ablate.tune.storage import optuna_storage, parse_pruner
@@ -75,7 +76,7 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     if grid.match_params is not None and space.param.startswith("model."):
         raise ConfigError(f"cannot tune the model field {space.param!r} of a grid with match_params",
                           where="--param")
-    planned = expand(grid)
+    planned = expand(grid, fingerprints=Fingerprints.for_home(Path(opts.home)))
     if not planned:
         raise ConfigError("the grid has no runs", where=str(path))
     metric = check_metric(opts.metric, planned[0].config)
@@ -230,7 +231,7 @@ class _Tuner:
                 self.storage.set_trial_user_attr(item.trial_id, "run_id", item.run_id)
         base = {i.run_id: i for i in items}
         same_model = not self.space.param.startswith("model.")  # else ingest fills the parameter counts in
-        self.store.register_grid(name=self.tune_grid, text=self.text, runs=[
+        self.store.register_grid(name=self.tune_grid, text=self.text, whole=False, runs=[
             {"run_id": i.run_id, "config": i.config, "axes": {**i.cell.axes, self.space.param: i.value},
              "params": i.cell.base.params if same_model else None,
              "added_params": i.cell.base.added_params if same_model else None} for i in base.values()])

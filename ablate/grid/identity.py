@@ -1,0 +1,367 @@
+"""Identity fields: what a run read outside its config (its data files' fingerprints), as config fields.
+
+A field declared with ``ablate.config.identity_field(filled_by, description)`` (``json_schema_extra={"identity":
+True, "filled_by": "module:function"}``) is one of them. The one mechanism for "an input outside the config":
+
+- ablate fills it when a grid is loaded (``fill``: ``expand`` calls it for every run, ``ablate db rehash`` for a run
+  stored before it existed). ``filled_by`` is called with the model that holds the field and a resolver (the
+  caller's cache, e.g. ``ablate.runner.fingerprints.Fingerprints``) and returns the fields to update: the identity
+  field and any it resolves with it (a relative path made absolute). Only a field that is still None is filled, so
+  a stored run keeps what it read.
+- A grid file never sets it: ``given`` lists the ones a config sets, and ``expand`` refuses them.
+- The run id covers it (it is a config field); the stem id (``ablate.grid.ids.stem_id``) is the id without any of
+  them (``strip``), so a run whose stem the store holds under another id read something else: ``changed`` names
+  the fields that differ, and ``ablate plan`` shows the run as stale.
+
+Training stages' overrides (``stages``: dotted paths to raw values) are walked by their fields' types, so a stage's
+own ``data.train`` is filled, stripped and compared as stage 0's is. Pure but for the fillers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+import typing
+from collections.abc import Callable, Iterator
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from ablate.config import RunConfig
+
+Filler = Callable[[BaseModel, Any], dict[str, Any]]
+M = typing.TypeVar("M", bound=BaseModel)
+
+
+@cache
+def identity_fields(cls: type[BaseModel]) -> dict[str, str]:
+    """``{field: filled_by}`` of the identity fields declared on ``cls`` itself."""
+    out = {}
+    for name, info in cls.model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and extra.get("identity"):
+            out[name] = str(extra.get("filled_by") or "")
+    return out
+
+
+@cache
+def filler(spec: str) -> Filler:
+    """The function a ``filled_by`` spec ("module:function") names."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _models(tp: Any) -> list[type[BaseModel]]:
+    """The config models a type holds at its top (``M``, ``M | None``, ``Annotated[M, ...]``)."""
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [tp]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType, typing.Annotated):
+        return [m for a in typing.get_args(tp) for m in _models(a)]
+    return []
+
+
+def _item_type(tp: Any) -> tuple[str, Any] | None:
+    """``("list", X)`` for ``list[X]``, ``("dict", X)`` for ``dict[str, X]`` (through Optional), else None."""
+    for t in (tp, *typing.get_args(tp)):
+        origin = typing.get_origin(t)
+        if origin is list and typing.get_args(t):
+            return "list", typing.get_args(t)[0]
+        if origin is dict and typing.get_args(t):
+            return "dict", typing.get_args(t)[-1]
+    return None
+
+
+@cache
+def _shape(tp: Any) -> tuple[str, type[BaseModel]] | None:
+    """How a field of type ``tp`` holds identity fields: ``("model", M)`` (``M``, ``M | None``), ``("list", M)``,
+    ``("dict", M)`` (``dict[str, M]``); None when it holds none."""
+    models = _models(tp)
+    if models:
+        return ("model", models[0]) if _holds(models[0]) else None
+    item = _item_type(tp)
+    inner = _models(item[1]) if item is not None else []
+    return (item[0], inner[0]) if item is not None and inner and _holds(inner[0]) else None
+
+
+@cache
+def _children(cls: type[BaseModel]) -> tuple[tuple[str, str, type[BaseModel]], ...]:
+    """The fields of ``cls`` holding identity fields below them: ``(name, shape, model)`` (``stages`` aside)."""
+    out = []
+    for name, info in cls.model_fields.items():
+        shape = None if (cls is RunConfig and name == "stages") else _shape(info.annotation)
+        if shape is not None:
+            out.append((name, *shape))
+    return tuple(out)
+
+
+@cache
+def _holds(cls: type[BaseModel]) -> bool:
+    return bool(identity_fields(cls)) or any(
+        _shape(f.annotation) is not None for n, f in cls.model_fields.items() if not (cls is RunConfig and n == "stages"))
+
+
+def holds_identity(tp: Any) -> bool:
+    """Does a value of type ``tp`` hold an identity field anywhere below it?"""
+    return _shape(tp) is not None
+
+
+@cache
+def _stage_shape(path: str) -> tuple[str, type[BaseModel]] | None:
+    from ablate.grid.paths import field_type
+
+    try:
+        return _shape(field_type(path))
+    except ValueError:
+        return None  # not a field: the stage is refused when it is validated
+
+
+# ---------------------------------------------------------------- reading: over a config or its dump
+def _get(node: Any, name: str) -> Any:
+    if isinstance(node, BaseModel):
+        return getattr(node, name)
+    return node.get(name) if isinstance(node, dict) else None
+
+
+def _nodes(cls: type[BaseModel], node: Any, prefix: str) -> Iterator[tuple[str, type[BaseModel], Any]]:
+    """``(dotted path, model class, node)`` of every model holding identity fields in ``node`` (a model of
+    ``cls`` or its dump), stages' overrides included."""
+    if node is None:
+        return
+    if identity_fields(cls):
+        yield prefix, cls, node
+    for name, shape, sub in _children(cls):
+        yield from _shaped(shape, sub, _get(node, name), f"{prefix}.{name}" if prefix else name)
+    if cls is RunConfig:
+        for i, stage in enumerate(_get(node, "stages") or []):
+            for key, value in (stage.items() if isinstance(stage, dict) else ()):
+                found = _stage_shape(key)
+                if found is not None:
+                    yield from _shaped(*found, value, f"stages.{i}.{key}")
+
+
+def _shaped(shape: str, sub: type[BaseModel], value: Any, path: str) -> Iterator[tuple[str, type[BaseModel], Any]]:
+    if shape == "model":
+        yield from _nodes(sub, value, path)
+    elif shape == "list" and isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _nodes(sub, v, f"{path}.{i}")
+    elif shape == "dict" and isinstance(value, dict):
+        for k, v in value.items():
+            yield from _nodes(sub, v, f"{path}.{k}")
+
+
+def values(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+    """Every identity field's value by dotted path (``data.train.0.fingerprint``, ``stages.1.data.train.0...``),
+    from a config or its whole dump (a stored config; a field it lacks reads as None).
+
+    >>> values(RunConfig(data={"train": [{"kind": "text", "path": "/d/a.txt", "fingerprint": "ab12"}]}))
+    {'data.tokenizer_fingerprint': None, 'data.train.0.fingerprint': 'ab12', \
+'data.heldout.prose.fingerprint': None, 'data.heldout.code.fingerprint': None}
+    """
+    out: dict[str, Any] = {}
+    for prefix, cls, node in _nodes(RunConfig, config, ""):
+        for name in identity_fields(cls):
+            out[f"{prefix}.{name}" if prefix else name] = _get(node, name)
+    return out
+
+
+@cache
+def names(cls: type[BaseModel] = RunConfig) -> frozenset[str]:
+    """The names of every identity field below ``cls``."""
+    out = set(identity_fields(cls))
+    for _name, _shape_kind, sub in _children(cls):
+        out |= names(sub)
+    return frozenset(out)
+
+
+def mentions(tree: Any) -> bool:
+    """Does a raw grid value (mappings, lists, dotted keys) use the name of an identity field as a key? When it
+    does not, no config made from it sets one (``given`` need not look)."""
+    if isinstance(tree, dict):
+        return any(str(k).rsplit(".", 1)[-1] in names() or mentions(v) for k, v in tree.items())
+    if isinstance(tree, (list, tuple)):
+        return any(mentions(v) for v in tree)
+    return False
+
+
+def given(config: RunConfig) -> list[str]:
+    """The identity fields ``config`` sets (paths): a grid file may not set them."""
+    return [path for path, value in values(config).items() if value is not None]
+
+
+def check_current(config: RunConfig, resolver: Any) -> None:
+    """Raise ``RunError`` when an identity value of ``config`` is not what it would be filled with now (its data
+    changed since the run was planned): a run trains only on what its id says. One that cannot be filled now
+    (its data is gone) is left to the data loader to report."""
+    from ablate.errors import RunError
+
+    now = values(fill(strip(config), resolver))
+    then = values(config)
+    diff = [p for p, v in then.items() if v is not None and now.get(p) is not None and now[p] != v]
+    if diff:
+        raise RunError(f"{diff[0]} is {now[diff[0]]} now, {then[diff[0]]} when this run was planned (what it reads "
+                       "changed since): run `ablate run` again, which plans it as a new run")
+
+
+def changed(planned: RunConfig | dict[str, Any], stored: RunConfig | dict[str, Any]) -> list[str]:
+    """The identity fields whose values differ between two configs of one stem (paths, sorted)."""
+    a, b = values(planned), values(stored)
+    return sorted(p for p in {*a, *b} if a.get(p) != b.get(p))
+
+
+# ---------------------------------------------------------------- filling and stripping: over models
+def fill(config: M, resolver: Any, *, strict: bool = False) -> M:
+    """``config`` (a RunConfig or a section of one) with every identity field that is None filled by its
+    ``filled_by`` (stages' overrides too). A filler raises ``InputMissingError`` when what it fingerprints is not
+    here: ``strict`` passes it on, else the field stays None (the data check says what is missing)."""
+    return _rebuild(config, lambda model: _filled(model, resolver, strict))
+
+
+def strip(config: M) -> M:
+    """``config`` with every identity field back at None (what the stem id hashes); ``config`` itself when it
+    sets none."""
+    return _rebuild(config, _stripped)
+
+
+def _filled(model: BaseModel, resolver: Any, strict: bool) -> dict[str, Any]:
+    from ablate.errors import InputMissingError
+
+    updates: dict[str, Any] = {}
+    for name, spec in identity_fields(type(model)).items():
+        if getattr(model, name) is None and spec:
+            current = model.model_copy(update=updates) if updates else model
+            try:
+                updates.update(filler(spec)(current, resolver))
+            except InputMissingError as exc:
+                if strict:
+                    raise
+                updates.update(exc.updates)
+    return {k: v for k, v in updates.items() if getattr(model, k) != v}
+
+
+def _stripped(model: BaseModel) -> dict[str, Any]:
+    return {name: None for name in identity_fields(type(model)) if getattr(model, name) is not None}
+
+
+def _rebuild(model: BaseModel, own: Callable[[BaseModel], dict[str, Any]]) -> Any:
+    """``model`` with ``own(m)`` applied to every model ``m`` in it that holds identity fields (children first)."""
+    cls = type(model)
+    updates: dict[str, Any] = {}
+    for name, _shape_kind, _sub in _children(cls):
+        value = getattr(model, name)
+        new = _rebuild_value(value, own)
+        if new is not value:
+            updates[name] = new
+    if cls is RunConfig and model.stages:  # type: ignore[attr-defined]
+        stages = [_stage(stage, own) if isinstance(stage, dict) else stage for stage in model.stages]  # type: ignore[attr-defined]
+        if stages != model.stages:  # type: ignore[attr-defined]
+            updates["stages"] = stages
+    current = model.model_copy(update=updates) if updates else model
+    mine = own(current) if identity_fields(cls) else {}
+    return current.model_copy(update=mine) if mine else current
+
+
+def _rebuild_value(value: Any, own: Callable[[BaseModel], dict[str, Any]]) -> Any:
+    if isinstance(value, BaseModel):
+        return _rebuild(value, own)
+    if isinstance(value, list):
+        new = [_rebuild_value(v, own) for v in value]
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    if isinstance(value, dict):
+        new_d = {k: _rebuild_value(v, own) for k, v in value.items()}
+        return value if all(new_d[k] is value[k] for k in value) else new_d
+    return value
+
+
+def _stage(stage: dict[str, Any], own: Callable[[BaseModel], dict[str, Any]]) -> dict[str, Any]:
+    """A stage's dotted overrides with the identity fields of each model value updated (only the keys that change
+    are written, so a stage stays as it was written)."""
+    out = dict(stage)
+    for key, value in stage.items():
+        found = _stage_shape(key)
+        if found is not None:
+            out[key] = _raw(*found, value, own)
+    return out
+
+
+def _raw(shape: str, cls: type[BaseModel], raw: Any, own: Callable[[BaseModel], dict[str, Any]]) -> Any:
+    if shape == "list" and isinstance(raw, list):
+        return [_raw("model", cls, v, own) for v in raw]
+    if shape == "dict" and isinstance(raw, dict):
+        return {k: _raw("model", cls, v, own) for k, v in raw.items()}
+    if shape != "model" or not isinstance(raw, dict):
+        return raw
+    try:
+        model = cls.model_validate(raw)
+    except ValueError:
+        return raw  # refused when the stage is validated
+    new = _rebuild(model, own)
+    diff = {name: getattr(new, name) for name in cls.model_fields if getattr(new, name) != getattr(model, name)}
+    out = {**raw, **{k: _dumped(v) for k, v in diff.items()}}
+    return {k: v for k, v in out.items() if not (k in identity_fields(cls) and v is None)}
+
+
+def strip_minimal(reduced: dict[str, Any]) -> dict[str, Any]:
+    """A run's reduced config (``ablate.grid.ids.minimal``) with its identity fields taken out, as the reduced
+    config of ``strip(config)`` is (a field left at its default by that is left out); ``reduced`` itself when it
+    holds none. What the stem id hashes, without reducing the config again."""
+    return _strip_reduced(RunConfig, reduced)
+
+
+def _strip_reduced(cls: type[BaseModel], reduced: Any) -> Any:
+    if not isinstance(reduced, dict):
+        return reduced
+    out: dict[str, Any] = {}
+    changed = False
+    shapes = {name: (shape, sub) for name, shape, sub in _children(cls)}
+    for name, value in reduced.items():
+        if name in identity_fields(cls):
+            changed = True
+            continue
+        new = value
+        if name in shapes:
+            shape, sub = shapes[name]
+            new = _strip_shaped(shape, sub, value)
+        elif cls is RunConfig and name == "stages" and isinstance(value, list):
+            new = [_strip_stage(stage) if isinstance(stage, dict) else stage for stage in value]
+            new = value if all(a is b for a, b in zip(new, value, strict=True)) else new
+        if new is not value:
+            changed = True
+            if name in shapes and new == _reduced_default(cls, name):
+                continue  # back at its default: left out, as minimal() leaves it
+        out[name] = new
+    return out if changed else reduced
+
+
+def _strip_shaped(shape: str, sub: type[BaseModel], value: Any) -> Any:
+    if shape == "list" and isinstance(value, list):
+        new = [_strip_reduced(sub, v) for v in value]
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    if shape == "dict" and isinstance(value, dict):
+        new_d = {k: _strip_reduced(sub, v) for k, v in value.items()}
+        return value if all(new_d[k] is value[k] for k in value) else new_d
+    return _strip_reduced(sub, value) if shape == "model" else value
+
+
+def _strip_stage(stage: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in stage.items():
+        found = _stage_shape(key)
+        out[key] = _strip_shaped(*found, value) if found is not None else value
+    return stage if all(out[k] is stage[k] for k in stage) else out
+
+
+@cache
+def _reduced_default(cls: type[BaseModel], name: str) -> Any:
+    """The reduced form of a field's default (``{}`` for a model section left at its defaults)."""
+    from ablate.grid.defaults import _reduced
+
+    info = cls.model_fields[name]
+    return None if info.is_required() else _reduced(info.get_default(call_default_factory=True))
+
+
+def _dumped(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_defaults=True)
+    return value
