@@ -221,7 +221,8 @@ def test_a_read_only_home_with_a_writable_store(read_only_dir: Path, tmp_path: P
                                       r"sqlite and postgresql"),
     ("postgresql+pg8000://user@localhost/ablate", r"needs the database driver pg8000, which is not installed"),
     ("postgresql+nosuch://user@localhost/ablate", r"unknown database driver 'nosuch' in 'postgresql\+nosuch://"),
-    ("sqlite+nosuch:///x/ablate.db", r"unknown database driver 'nosuch' in 'sqlite\+nosuch:///x/ablate.db'"),
+    ("sqlite+nosuch:///x/ablate.db",
+     r"unknown database driver 'nosuch' in 'sqlite\+nosuch:///x/ablate.db \(here /.+/x/ablate.db\)'"),
     ("sqlite://tmp/x/y.db", r"'sqlite://tmp/x/y.db' is not a SQLite file: a SQLite URL has no host, and this "
                             r"one names 'tmp'; for the relative path x/y.db \(here .*/cwd/x/y.db\) write "
                             r"sqlite:///x/y.db, for the absolute path /tmp/x/y.db write sqlite:////tmp/x/y.db"),

@@ -288,7 +288,8 @@ def test_schema_of_one_section_and_a_field_that_is_not_there():
     assert "[eos] + prompt + answer" in out.stdout
     paths = [line.split("│")[1].strip() for line in out.stdout.splitlines() if line.startswith("│ data")]
     assert paths == ["data.train", "data.train[].kind", "data.train[].name", "data.train[].path",
-                     "data.train[].field", "data.train[].dtype", "data.train[].weight", "data.train[].loss"]
+                     "data.train[].field", "data.train[].dtype", "data.train[].weight", "data.train[].fingerprint",
+                     "data.train[].loss"]
     bad = runner.invoke(app, ["schema", "data.tokenizr"])
     assert bad.exit_code == 2
     assert bad.stderr.startswith("error: FIELD: no field 'data.tokenizr' (did you mean 'data.tokenizer'?)")
