@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from ablate.ablations import VARIANTS, ModelConfig, apply_variant, build_model, count_params
-from ablate.ablations.gates import QueryGateProjection, fuse_query_gate, fuses_g1, query_gate_rows, split_query_gate
+from ablate.ablations.gates import (
+    QueryGateProjection,
+    fuse_query_gate,
+    fuses_g1,
+    query_gate_rows,
+    split_query_gate,
+)
 
 FUSED = [n for n, v in VARIANTS.items() if not v.requires_moe and fuses_g1(apply_variant(ModelConfig(), n).gate)]
 
