@@ -141,3 +141,45 @@ def test_a_per_head_checkpoint_resumes_with_its_adam_moments_reordered() -> None
     for key in ("exp_avg", "exp_avg_sq"):
         assert torch.equal(old["optimizer_states"][0]["state"][i][key], today["optimizer_states"][0]["state"][i][key])
     assert stack_per_head_gates(old, fused) == 0  # a checkpoint of today is left alone
+
+
+def test_a_run_cut_in_the_per_head_layout_resumes_to_the_same_losses(tmp_path) -> None:
+    """A run of a G1 variant cut at step 6, its checkpoint rewritten as ablate wrote it before (``q_proj.weight``
+    per head, AdamW's moments too), resumes to exactly the losses of the run never cut."""
+    import threading
+
+    from ablate.config import RunConfig
+    from ablate.layout import CHECKPOINT
+    from ablate.runner import RunInterrupted, run_one
+    from ablate.runner.module import param_groups
+
+    config = RunConfig.model_validate({
+        "model": {"preset": "tiny"}, "variant": "sdpa-elementwise",
+        "data": {"train": [{"kind": "builtin", "name": "arithmetic"}], "heldout": {}, "seq_len": 32,
+                 "stream_tokens": 20_000},
+        "train": {"steps": 10, "batch_size": 4, "lr": 1e-2, "checkpoint_every": 100},
+        "eval": {"probes": False}})
+    whole = run_one(config, tmp_path / "whole", run_id="w")
+    stop = threading.Event()
+    with pytest.raises(RunInterrupted):
+        run_one(config, tmp_path / "cut", run_id="c", on_step=lambda row: row["step"] == 5 and stop.set(), stop=stop)
+    path = tmp_path / "cut" / CHECKPOINT
+    ckpt = torch.load(path, weights_only=False)
+    cfg = apply_variant(config.model, config.variant)
+    model = build_model(cfg)
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for g in param_groups(model, 0.0) for p in g["params"]]
+
+    def per_head(w: torch.Tensor) -> torch.Tensor:
+        return fuse_query_gate(*w.tensor_split([cfg.n_heads * cfg.head_dim]), cfg.n_heads)
+
+    for i, name in enumerate(order):
+        if name.endswith("q_proj.proj.weight"):
+            key = f"model.{name}"
+            ckpt["state_dict"][key.replace(".proj.weight", ".weight")] = per_head(ckpt["state_dict"].pop(key))
+            moments = ckpt["optimizer_states"][0]["state"][i]
+            moments.update({k: per_head(moments[k]) for k in ("exp_avg", "exp_avg_sq")})
+    torch.save(ckpt, path)
+    resumed = run_one(config, tmp_path / "cut", run_id="c")
+    assert resumed.resumed_from == 6
+    assert resumed.metrics["loss"] == whole.metrics["loss"]
