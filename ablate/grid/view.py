@@ -98,7 +98,7 @@ class Costs:
     def __call__(self, run: PlannedRun) -> dict[str, Any]:
         c = run.config
         # frozen pydantic models hash by value; stages are plain dicts, so they go in as JSON
-        key = (c.model, c.variant, c.train, c.data.seq_len, json.dumps(c.stages, sort_keys=True) if c.stages else None)
+        key = (c.model, c.variant, c.train, c.data.seq_len, json.dumps(c.stages, sort_keys=True, default=str) if c.stages else None)
         if (found := self.done.get(key)) is None:
             found = self.done[key] = compute(run) | memory(run, gpu=self.gpu)
         return found

@@ -74,11 +74,11 @@ def _stored_revision(engine: Engine) -> str | None:
     """The revision in the database's ``alembic_version`` table, by plain SQL; None when that cannot say."""
     from sqlalchemy.exc import DBAPIError
 
-    try:
-        with engine.execution_options(ablate_read_only=True).connect() as conn:
+    with engine.execution_options(ablate_read_only=True).connect() as conn:  # a store not there raises, as before
+        try:
             rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-    except DBAPIError:  # no such table (a new database): alembic decides
-        return None
+        except DBAPIError:  # no such table (a new database): alembic decides
+            return None
     return rows[0][0] if len(rows) == 1 else None
 
 
