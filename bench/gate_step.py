@@ -8,12 +8,14 @@ fusion gives for the paper's best gate (target: <= 1.03x the baseline on the sma
 
     .venv/bin/python bench/gate_step.py                       # small preset, CPU
     .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise   # a busy CPU machine
+    .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise sdpa-headwise --compile  # train.compile
     .venv/bin/python bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 --batch 8 --seq 2048
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -42,6 +44,7 @@ def step_fn(label: str, args: argparse.Namespace):
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = build_model(cfg, device=device, fuse_g1=not label.endswith(UNFUSED))
+    forward = torch.compile(model.forward) if args.compile else model.forward  # as LitDecoder with train.compile
     idx = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -50,7 +53,7 @@ def step_fn(label: str, args: argparse.Namespace):
         sync()
         t0 = time.perf_counter()
         with torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda"):
-            out = model(idx)
+            out = forward(idx)
             loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), idx.flatten()) + out.aux_loss
         loss.backward()
         model.zero_grad(set_to_none=True)
@@ -71,6 +74,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--variants", nargs="*", default=MAIN_VARIANTS)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--compile", action="store_true", help="torch.compile each model's forward (train.compile)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -93,14 +97,18 @@ def main() -> None:
         for n in names:
             ratios[n].append(rep[n] / rep["baseline"])
     print(f"# {args.preset} ({args.layers or 'all'} layers), batch {args.batch} x seq {args.seq}, {args.device}, "
-          f"{args.reps} interleaved reps; baseline step {statistics.median(base_s) * 1e3:.1f} ms (median)")
-    print(f"{'variant':<30} {'params':>12} {'step / baseline':>16}")
+          f"{'compiled, ' if args.compile else ''}{torch.get_num_threads()} threads, {args.reps} interleaved reps, "
+          f"load {os.getloadavg()[0]:.2f}; baseline step {statistics.median(base_s) * 1e3:.1f} ms (median)")
+    print(f"{'variant':<30} {'params':>12} {'step / baseline':>16} {'fused / unfused':>16}")
     for n in names:
-        print(f"{n:<30} {params[n]:>12,} {statistics.median(ratios[n]):>16.3f}")
+        rel = ""
+        if n + UNFUSED in names:  # per repetition, so drift between the two cancels
+            rel = f"{statistics.median(a / b for a, b in zip(ratios[n], ratios[n + UNFUSED], strict=True)):>16.3f}"
+        print(f"{n:<30} {params[n]:>12,} {statistics.median(ratios[n]):>16.3f} {rel}")
     if G1 in names:
         unfused = f", unfused {statistics.median(ratios[G1 + UNFUSED]):.3f}x" if G1 + UNFUSED in names else ""
-        print(f"fused G1 ({G1}) step / baseline: {statistics.median(ratios[G1]):.3f}x{unfused}")
-
+        print(f"fused G1 ({G1}) step / baseline: {statistics.median(ratios[G1]):.3f}x{unfused}; "
+              f"load {os.getloadavg()[0]:.2f}")
 
 if __name__ == "__main__":
     main()

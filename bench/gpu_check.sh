@@ -6,8 +6,9 @@
 #      baseline and G1-gated: throughput, MFU against the GPU's dense bf16 peak, gated/baseline step time, training
 #      peak memory against the memory plan's estimate; the paper's dense 1.7B at sequence length 4096: peak memory
 #      against the estimate (baseline; G1 with activation checkpointing); with 2+ GPUs, FSDP over all of them;
-#   3. bench/gate_step.py: the fused G1 gate's step time over the baseline's (and unfused) on 4 layers of the
-#      paper's dense 1.7B model, batch 8 x 2048 (the paper: < 2% wall time).
+#   3. bench/gate_step.py: the fused G1 gate's step time (one matmul, query rows then gate rows), elementwise and
+#      headwise, over the baseline's (and unfused) on 4 layers of the paper's dense 1.7B model, batch 8 x 2048
+#      (the paper: < 2% wall time).
 # Usage: bench/gpu_check.sh [gpu_check.py options, e.g. --out figures.json --only mfu,memory]
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,8 +28,8 @@ part() {  # part NAME SECONDS CMD...: run one part under its time limit, note a 
 }
 part "CUDA tests" 100 "$py" -m pytest -m cuda -q -p no:cacheprovider tests/
 part "training: MFU, memory, FSDP" 420 "$py" bench/gpu_check.py "$@"
-part "fused G1 step overhead" 60 "$py" bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 \
-  --batch 8 --seq 2048 --reps 10 --warmup 3 --variants sdpa-elementwise
+part "fused G1 step overhead" 90 "$py" bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 \
+  --batch 8 --seq 2048 --reps 10 --warmup 3 --variants sdpa-elementwise sdpa-headwise
 echo "== total $((SECONDS - t0)) s"
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'FAILED: %s\n' "${failed[@]}"

@@ -7,12 +7,14 @@
    at most 1.05x), with and without the workers' start-up, and the per-job overhead in seconds.
 3. Worker start-up (importing torch and Lightning) is paid once per worker: the twelve jobs ran in as many
    worker processes as there are workers, and the start-up is seconds before the first job, not per job.
+   And ``ablate status`` and ``ablate runs --format csv`` on a store of 10,000 finished runs (aim: under 1.5 s
+   of CPU each).
 4. A finished 100-run grid (filled into the store directly), rerun through the CLI as a user would: the wall time
    of the whole ``ablate run`` process.
 5. ``ablate --help`` (aim: under 0.5 s): its wall time, beside the same help drawn by Typer's rich formatter (which
    ablate turned off: it imports rich.markdown) and beside a bare ``python -c pass``, interleaved in one run.
 
-    .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow] [--only plan|pool|rerun|help]
+    .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow] [--only plan|store|pool|rerun|help]
 """
 
 from __future__ import annotations
@@ -79,6 +81,16 @@ def overhead(root: Path, steps: int, mlflow: bool) -> None:
           f"{len(pids)} worker process(es) for 2 workers (paid once per worker: {len(pids) == 2})")
 
 
+def cpu_s(cmd: list[str], *, env: dict[str, str] | None = None, expect: str = "") -> float:
+    """The CPU seconds (user + system, children's rusage) of one whole process: what load on a shared machine
+    changes least."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert out.returncode == 0 and expect in out.stdout, out.stderr
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
 def plan_10k(root: Path) -> None:
     """``ablate plan`` of 10,000 runs: the CPU of the whole process (children's rusage), cold and warm."""
     path = root / "tenk.yaml"
@@ -89,21 +101,46 @@ def plan_10k(root: Path) -> None:
     env = {**os.environ, "ABLATE_CACHE": str(root / "plan-cache")}  # a fresh cache: the first plan is cold
 
     def cpu(*args: str) -> float:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        out = subprocess.run([ABLATE, "plan", str(path), "--home", str(root / "plan-home"), *args], env=env,
-                             capture_output=True, text=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        assert out.returncode == 0 and ("10000 runs" in out.stdout or '"runs"' in out.stdout), out.stderr
-        return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        return cpu_s([ABLATE, "plan", str(path), "--home", str(root / "plan-home"), *args], env=env,
+                     expect='"runs"' if args else "10000 runs")
 
     cold = cpu()
     warm = sorted(cpu() for _ in range(3))
-    js = cpu("--format", "json")
-    print("ablate plan of a 10,000-run grid (CPU seconds of the whole process; aim < 3 s):")
+    js = sorted(cpu("--format", "json") for _ in range(3))
+    print(f"ablate plan of a 10,000-run grid (CPU seconds of the whole process; aim < 3 s warm, < 5 s cold; "
+          f"load {os.getloadavg()[0]:.2f}):")
     print(f"  table, warm (model counts kept from an earlier process)  {warm[1]:5.2f} s median of 3 "
           f"(best {warm[0]:.2f} s)")
     print(f"  table, cold (counts the models: imports torch)           {cold:5.2f} s")
-    print(f"  json, warm                                               {js:5.2f} s")
+    print(f"  json, warm                                               {js[1]:5.2f} s median of 3 "
+          f"(best {js[0]:.2f} s)")
+
+
+def store_10k(root: Path) -> None:
+    """``ablate status`` and ``ablate runs --format csv`` on a store of 10,000 finished runs (one grid), built as
+    bench/store_scale.py builds its store (short curves: the figures are about the runs, not their points)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from store_scale import make_result
+
+    from ablate.config import RunConfig
+    from ablate.store import Store
+
+    home, n = root / "store-home", 10_000
+    base = RunConfig().model_dump(mode="json")
+    t0 = time.monotonic()
+    with Store.open(home=home) as store:
+        store.register_grid(name="scale", text="name: scale\n", runs=[
+            {"run_id": f"r{i:06d}", "config": make_result(i, 1, 1, base).config, "params": 1_700_000_000,
+             "added_params": 0} for i in range(n)])
+        for i in range(n):
+            store.ingest(make_result(i, 5, 2, base))
+    made = time.monotonic() - t0
+    status = sorted(cpu_s([ABLATE, "status", "--home", str(home)], expect="10000") for _ in range(3))
+    csv = sorted(cpu_s([ABLATE, "runs", "--home", str(home), "--format", "csv"], expect="run_id") for _ in range(3))
+    print(f"a store of {n:,} finished runs (made in {made:.0f} s; CPU seconds of the whole process, median of 3; "
+          f"aim < 1.5 s; load {os.getloadavg()[0]:.2f}):")
+    print(f"  ablate status                                            {status[1]:5.2f} s (best {status[0]:.2f} s)")
+    print(f"  ablate runs --format csv                                 {csv[1]:5.2f} s (best {csv[0]:.2f} s)")
 
 
 def rerun_100(root: Path) -> None:
@@ -160,11 +197,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--no-mlflow", action="store_true")
-    ap.add_argument("--only", choices=["plan", "pool", "rerun", "help"])
+    ap.add_argument("--only", choices=["plan", "store", "pool", "rerun", "help"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="ablate-bench-") as tmp:
         if args.only in (None, "plan"):
             plan_10k(Path(tmp))
+        if args.only in (None, "store"):
+            store_10k(Path(tmp))
         os.environ.setdefault("ABLATE_CACHE", str(Path(tmp) / "cache"))
         if args.only in (None, "pool"):
             overhead(Path(tmp), args.steps, not args.no_mlflow)

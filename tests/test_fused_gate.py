@@ -1,6 +1,7 @@
-"""The fused G1 projection: the query projection and the SDPA-output gate's projection in one matmul, laid out as
-Qwen3-Next's ``q_proj`` (per head ``[q_h ; g_h]``), is the same function as the two projections apart, with the
-same parameter count, for every input-dependent G1 variant of the catalogue."""
+"""The fused G1 projection: the query projection and the SDPA-output gate's projection in one matmul (all query rows,
+then all gate rows), is the same function as the two projections apart, with the same parameter count, for every
+input-dependent G1 variant of the catalogue; it converts to Qwen3-Next's per-head ``q_proj`` layout, and
+checkpoints in that layout (ablate's before) load and resume."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import pytest
 import torch
 
 from ablate.ablations import VARIANTS, ModelConfig, apply_variant, build_model, count_params
-from ablate.ablations.gates import QueryGateProjection, fuse_query_gate, fuses_g1, split_query_gate
+from ablate.ablations.gates import (
+    QueryGateProjection,
+    fuse_query_gate,
+    fuses_g1,
+    query_gate_rows,
+    split_query_gate,
+)
 
 FUSED = [n for n, v in VARIANTS.items() if not v.requires_moe and fuses_g1(apply_variant(ModelConfig(), n).gate)]
 
@@ -41,7 +48,7 @@ def test_fused_equals_unfused(name: str) -> None:
     a.logits.square().mean().backward()
     b.logits.square().mean().backward()
     for fb, ub in zip(fused.blocks, unfused.blocks, strict=True):
-        g_q, g_gate = split_query_gate(fb.attn.q_proj.weight.grad, cfg.n_heads, cfg.head_dim)
+        g_q, g_gate = fb.attn.q_proj.proj.weight.grad.split(fb.attn.q_proj.rows)
         assert torch.allclose(g_q, ub.attn.q_proj.weight.grad, atol=1e-6)
         assert torch.allclose(g_gate, ub.attn.gate_sdpa.proj.weight.grad, atol=1e-6)
         assert torch.allclose(fb.ffn.down_proj.weight.grad, ub.ffn.down_proj.weight.grad, atol=1e-6)
@@ -64,16 +71,115 @@ def test_a_gate_bias_stays_under_its_unfused_name() -> None:
     assert torch.allclose(fused(idx).logits, unfused(idx).logits, atol=2e-6)
 
 
-def test_layout_is_qwen3_next_q_proj() -> None:
-    """transformers' Qwen3NextAttention reads its q_proj output as ``chunk(view(..., H, 2 * dk), 2)``: query, gate."""
+def test_query_rows_then_gate_rows_and_the_qwen3_next_layout() -> None:
+    """Ours: ``q`` is the first H * dk features of the one matmul, the gate's logits the rest. transformers'
+    Qwen3NextAttention reads its q_proj output as ``chunk(view(..., H, 2 * dk), 2)``: query, gate, per head."""
     cfg, fused, unfused = pair("sdpa-elementwise")
-    proj = fused.blocks[0].attn.q_proj
+    proj, ref = fused.blocks[0].attn.q_proj, unfused.blocks[0].attn
     x = torch.randn(2, 5, cfg.d_model)
-    q, g = torch.chunk(proj.weight.new_tensor(x @ proj.weight.T).view(2, 5, -1, 2 * cfg.head_dim), 2, dim=-1)
     ours_q, ours_g = proj(x)
-    assert torch.equal(q, ours_q) and torch.equal(g, ours_g)
-    ref = unfused.blocks[0].attn
-    assert torch.allclose(q.flatten(-2), x @ ref.q_proj.weight.T, atol=1e-6)
-    assert torch.allclose(g.flatten(-2), x @ ref.gate_sdpa.proj.weight.T, atol=1e-6)
-    w = proj.weight
-    assert torch.equal(fuse_query_gate(*split_query_gate(w, cfg.n_heads, cfg.head_dim), cfg.n_heads), w)
+    out = x @ proj.proj.weight.T
+    n = cfg.n_heads * cfg.head_dim
+    assert torch.equal(out[..., :n].unflatten(-1, (cfg.n_heads, -1)), ours_q)
+    assert torch.equal(out[..., n:].unflatten(-1, (cfg.n_heads, -1)), ours_g)
+    assert torch.allclose(ours_q.flatten(-2), x @ ref.q_proj.weight.T, atol=1e-6)
+    assert torch.allclose(ours_g.flatten(-2), x @ ref.gate_sdpa.proj.weight.T, atol=1e-6)
+    rows = query_gate_rows(fused.state_dict(), "blocks.0.attn.", cfg.n_heads, cfg.head_dim)
+    theirs = fuse_query_gate(*rows, cfg.n_heads)  # [H * 2 dk, d], per head [q_h ; g_h]
+    q, g = torch.chunk((x @ theirs.T).view(2, 5, cfg.n_heads, 2 * cfg.head_dim), 2, dim=-1)
+    assert torch.allclose(q, ours_q, atol=1e-6) and torch.allclose(g, ours_g, atol=1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(split_query_gate(theirs, cfg.n_heads, cfg.head_dim), rows,
+                                                     strict=True))
+
+
+def per_head_state(model: torch.nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """``model``'s state dict as ablate wrote it before the contiguous layout: ``q_proj.weight`` per head."""
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.endswith("q_proj.proj.weight"):
+            key, value = key.replace(".proj.weight", ".weight"), fuse_query_gate(
+                *value.tensor_split([cfg.n_heads * cfg.head_dim]), cfg.n_heads)
+        state[key] = value
+    return state
+
+
+@pytest.mark.parametrize("name", ["sdpa-elementwise", "sdpa-headwise"])
+def test_a_per_head_checkpoint_loads_as_the_same_function(name: str) -> None:
+    cfg, fused, _ = pair(name)
+    old = per_head_state(fused, cfg)
+    assert "blocks.0.attn.q_proj.weight" in old and "blocks.0.attn.q_proj.proj.weight" not in old
+    loaded = build_model(cfg)
+    loaded.load_state_dict(old)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), fused.state_dict().values(),
+                                                     strict=True))
+    idx = torch.randint(0, cfg.vocab_size, (1, 9))
+    assert torch.equal(loaded(idx).logits, fused(idx).logits)
+
+
+def test_a_per_head_checkpoint_resumes_with_its_adam_moments_reordered() -> None:
+    """Lightning's checkpoint of a run from before: the weights and AdamW's moments of ``q_proj`` per head;
+    ``LitDecoder.on_load_checkpoint`` reorders both before Lightning restores them."""
+    from ablate.config import TrainConfig
+    from ablate.runner.module import LitDecoder, stack_per_head_gates
+
+    cfg, fused, _ = pair("sdpa-elementwise")
+    lit = LitDecoder(fused, TrainConfig(steps=2))
+    opt = lit.configure_optimizers()["optimizer"]
+    lit.model(torch.randint(0, cfg.vocab_size, (2, 8))).logits.square().mean().backward()
+    opt.step()
+    today = {"state_dict": lit.state_dict(), "optimizer_states": [opt.state_dict()]}
+    per_head = per_head_state(fused, cfg)
+    old = {"state_dict": {f"model.{k}": v for k, v in per_head.items()}, "optimizer_states": [opt.state_dict()]}
+    i = next(i for i, p in enumerate(p for g in opt.param_groups for p in g["params"])
+             if p is fused.blocks[0].attn.q_proj.proj.weight)
+    moments = old["optimizer_states"][0]["state"][i] = dict(old["optimizer_states"][0]["state"][i])
+    for key in ("exp_avg", "exp_avg_sq"):
+        moments[key] = fuse_query_gate(*moments[key].tensor_split([cfg.n_heads * cfg.head_dim]), cfg.n_heads)
+    assert stack_per_head_gates(old, fused) == cfg.n_layers
+    assert old["state_dict"].keys() == today["state_dict"].keys()
+    assert all(torch.equal(old["state_dict"][k], v) for k, v in today["state_dict"].items())
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(old["optimizer_states"][0]["state"][i][key], today["optimizer_states"][0]["state"][i][key])
+    assert stack_per_head_gates(old, fused) == 0  # a checkpoint of today is left alone
+
+
+def test_a_run_cut_in_the_per_head_layout_resumes_to_the_same_losses(tmp_path) -> None:
+    """A run of a G1 variant cut at step 6, its checkpoint rewritten as ablate wrote it before (``q_proj.weight``
+    per head, AdamW's moments too), resumes to exactly the losses of the run never cut."""
+    import threading
+
+    from ablate.config import RunConfig
+    from ablate.layout import CHECKPOINT
+    from ablate.runner import RunInterrupted, run_one
+    from ablate.runner.module import param_groups
+
+    config = RunConfig.model_validate({
+        "model": {"preset": "tiny"}, "variant": "sdpa-elementwise",
+        "data": {"train": [{"kind": "builtin", "name": "arithmetic"}], "heldout": {}, "seq_len": 32,
+                 "stream_tokens": 20_000},
+        "train": {"steps": 10, "batch_size": 4, "lr": 1e-2, "checkpoint_every": 100},
+        "eval": {"probes": False}})
+    whole = run_one(config, tmp_path / "whole", run_id="w")
+    stop = threading.Event()
+    with pytest.raises(RunInterrupted):
+        run_one(config, tmp_path / "cut", run_id="c", on_step=lambda row: row["step"] == 5 and stop.set(), stop=stop)
+    path = tmp_path / "cut" / CHECKPOINT
+    ckpt = torch.load(path, weights_only=False)
+    cfg = apply_variant(config.model, config.variant)
+    model = build_model(cfg)
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for g in param_groups(model, 0.0) for p in g["params"]]
+
+    def per_head(w: torch.Tensor) -> torch.Tensor:
+        return fuse_query_gate(*w.tensor_split([cfg.n_heads * cfg.head_dim]), cfg.n_heads)
+
+    for i, name in enumerate(order):
+        if name.endswith("q_proj.proj.weight"):
+            key = f"model.{name}"
+            ckpt["state_dict"][key.replace(".proj.weight", ".weight")] = per_head(ckpt["state_dict"].pop(key))
+            moments = ckpt["optimizer_states"][0]["state"][i]
+            moments.update({k: per_head(moments[k]) for k in ("exp_avg", "exp_avg_sq")})
+    torch.save(ckpt, path)
+    resumed = run_one(config, tmp_path / "cut", run_id="c")
+    assert resumed.resumed_from == 6
+    assert resumed.metrics["loss"] == whole.metrics["loss"]

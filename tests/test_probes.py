@@ -50,9 +50,9 @@ def constructed(variant: str = "baseline", *, sink_heads: int = 4, n_layers: int
                 norm.weight.fill_(1.0)
             # RoPE's slowest pair (7, 15) turns by < 0.005 rad over 16 positions: the logits barely depend on position
             a.q_norm.weight[dk // 2 - 1] = a.k_norm.weight[dk // 2 - 1] = 30.0
-            stride = a.q_proj.weight.shape[0] // cfg.n_heads  # dk, or dk + the G1 gate's rows when fused into q_proj
+            q_rows = getattr(a.q_proj, "proj", a.q_proj).weight  # query head h: rows h * dk.., a fused gate's after
             for h in range(sink_heads):  # every token's query points along dim 7 of the head
-                a.q_proj.weight[h * stride + dk // 2 - 1, :2] = 1.0
+                q_rows[h * dk + dk // 2 - 1, :2] = 1.0
             for j in range(cfg.n_kv_heads):  # BOS's key along dim 7, every other key along dim 0
                 a.kv.k_proj.proj.weight[j * dk + dk // 2 - 1, 0] = 1.0
                 a.kv.k_proj.proj.weight[j * dk, 1] = 1.0

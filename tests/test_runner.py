@@ -188,7 +188,8 @@ def test_probes_on_a_model_with_known_attention(variant):
     model = build_model(cfg)
     with torch.no_grad():
         for block in model.blocks:
-            block.attn.q_proj.weight.zero_()  # and the G1 gate's rows: they are fused into q_proj
+            for w in block.attn.q_proj.parameters():  # and the G1 gate's rows: they are fused into q_proj
+                w.zero_()
     T = 16
     windows = np.random.default_rng(0).integers(0, 256, size=(3, T + 1))
     p = probe(model, windows, hist_bins=10, device=torch.device("cpu"))

@@ -132,3 +132,10 @@ def test_pruned_runs_stored_as_failed_become_pruned(store_url: str) -> None:
         assert events["data"].tolist() == [{"value": 812.3, "metric": "val_ppl"}, {"value": None}]
         with pytest.raises(Exception, match="(?i)check"), store.engine.begin() as conn:  # the enum is enforced
             conn.execute(text("UPDATE runs SET status = 'finished' WHERE run_id = 'f1'"))
+
+
+def test_the_head_read_from_the_scripts_is_alembics() -> None:
+    """``Store.open`` tells an up-to-date store without importing alembic, by the scripts' revision lines."""
+    from ablate.store.migrate import head_revision, packaged_head
+
+    assert packaged_head() == head_revision()

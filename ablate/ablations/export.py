@@ -132,22 +132,22 @@ def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int
 def _gated_q_proj(state: Mapping[str, Any], prefix: str, cfg: ModelConfig) -> Any:
     """Qwen3-Next's ``q_proj`` weight, ``[nq * 2 dk, d]``: per head the query rows then dk gate rows.
 
-    ``state`` holds the G1 gate fused into ablate's query projection (per head ``[q_h ; g_h]``, ``g_h`` dk rows
-    or 1 for headwise: ``QueryGateProjection``) or, from a model built with ``fuse_g1=False``, apart from it.
+    ``state`` holds the G1 gate in any form ablate writes (``gates.query_gate_rows``): fused into the query
+    projection (all query rows, then all gate rows: ``QueryGateProjection``), apart from it (``fuse_g1=False``),
+    or in the per-head layout of checkpoints from before.
     """
-    import torch
-
-    from ablate.ablations.gates import split_query_gate
+    from ablate.ablations.gates import fuse_query_gate, query_gate_rows
 
     nq, dk, d = cfg.n_heads, cfg.head_dim, cfg.d_model
-    q, g = state[f"{prefix}attn.q_proj.weight"], state.get(f"{prefix}attn.gate_sdpa.proj.weight")
-    if g is None:
-        q, g = split_query_gate(q, nq, dk)
+    rows = query_gate_rows(state, prefix + "attn.", nq, dk)
+    if rows is None:
+        raise KeyError(f"{prefix}attn.q_proj.proj.weight")
+    q, g = rows
     g = g.reshape(nq, -1, d)  # (nq, dk or 1, d): elementwise or headwise rows
     if cfg.gate is not None and cfg.gate.shared:  # the heads' logits are averaged before the sigmoid
         g = g.mean(0, keepdim=True)
-    g = g.expand(nq, dk, d)  # headwise: its one row repeated over the head's dims
-    return torch.cat([q.reshape(nq, dk, d), g], dim=1).reshape(nq * 2 * dk, d)
+    g = g.expand(nq, dk, d).reshape(nq * dk, d)  # headwise: its one row repeated over the head's dims
+    return fuse_query_gate(q, g, nq)
 
 
 def hf_state_dict(state: Mapping[str, Any], cfg: ModelConfig) -> dict[str, Any]:

@@ -7,6 +7,8 @@ attention's forward never branches on what is gated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -100,7 +102,9 @@ class Gate(nn.Module):
 
     def forward(self, y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s = self.act(self.reduce(self.proj(x)))  # (B, T, H, w or 1)
-        return self.combine(y, s.to(y.dtype)), s.expand(*y.shape[:-1], s.shape[-1])
+        # the scores first: the result takes their (contiguous) layout, not that of a transposed SDPA output, so
+        # flattening it for W_o copies nothing
+        return self.combine(s.to(y.dtype), y), s.expand(*y.shape[:-1], s.shape[-1])
 
 
 class FlatGate(nn.Module):
@@ -149,28 +153,31 @@ class QueryProjection(nn.Linear):
         return super().forward(x).unflatten(-1, (-1, self.head_dim)), x
 
 
-class QueryGateProjection(nn.Linear):
-    """The query projection and the G1 gate's projection in one matmul, as Qwen3-Next's ``q_proj`` (and
+class QueryGateProjection(nn.Module):
+    """The query projection and the G1 gate's projection in one matmul (as Qwen3-Next's ``q_proj`` and
     Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``.
 
-    Layout of ``weight`` (``[H * (dk + w), d_model]``), head by head: rows ``h * (dk + w) .. + dk`` are query head
-    h's (the unfused ``q_proj`` rows ``h * dk .. + dk``), the ``w`` rows after them its gate's (the unfused gate
-    ``proj`` rows ``h * w .. + w``); ``w`` = dk (elementwise) or 1 (headwise). For the elementwise sigmoid gate
-    this is exactly transformers' ``Qwen3NextAttention.q_proj``. ``fuse_query_gate`` / ``split_query_gate`` convert.
+    ``proj.weight`` is ``[H * dk + H * w, d_model]``: all query rows first (the unfused ``q_proj`` rows), then all
+    gate rows (the unfused gate ``proj`` rows); ``w`` = dk (elementwise) or 1 (headwise). So ``q`` and the logits
+    are each one block of the output's features, and ``q`` of head h is rows ``h * dk .. + dk`` as without a
+    gate. Qwen3-Next interleaves them per head (``[q_h ; g_h]``): ``fuse_query_gate`` / ``split_query_gate``
+    convert, in export only. The weight sits under ``proj`` so that a checkpoint of the per-head layout (which
+    ablate wrote under ``q_proj.weight`` before) can never load into this one unconverted (``query_gate_rows``).
     """
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int, gate_width: int):
-        super().__init__(d_model, n_heads * (head_dim + gate_width), bias=False)
+        super().__init__()
+        self.proj = nn.Linear(d_model, n_heads * (head_dim + gate_width), bias=False)
         self.head_dim, self.gate_width = head_dim, gate_width
+        self.rows = (n_heads * head_dim, n_heads * gate_width)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        qg = super().forward(x).unflatten(-1, (-1, self.head_dim + self.gate_width))  # (B, T, H, dk + w)
-        q, g = qg.split((self.head_dim, self.gate_width), dim=-1)
-        return q, g
+        q, g = self.proj(x).split(self.rows, dim=-1)  # (B, T, H * dk), (B, T, H * w)
+        return q.unflatten(-1, (-1, self.head_dim)), g.unflatten(-1, (-1, self.gate_width))
 
 
 def fuse_query_gate(q_weight: torch.Tensor, gate_weight: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """``[H * dk, d]`` query rows and ``[H * w, d]`` gate rows -> the fused ``[H * (dk + w), d]`` weight.
+    """``[H * dk, d]`` query rows and ``[H * w, d]`` gate rows -> Qwen3-Next's per-head ``[H * (dk + w), d]``.
 
     >>> fuse_query_gate(torch.zeros(4, 3), torch.ones(2, 3), n_heads=2)[:, 0].tolist()
     [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
@@ -180,14 +187,32 @@ def fuse_query_gate(q_weight: torch.Tensor, gate_weight: torch.Tensor, n_heads: 
 
 
 def split_query_gate(weight: torch.Tensor, n_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fused weight -> ``(query rows [H * dk, d], gate rows [H * w, d])``; the inverse of ``fuse_query_gate``."""
+    """Qwen3-Next's per-head weight -> ``(query rows [H * dk, d], gate rows [H * w, d])``; the inverse of
+    ``fuse_query_gate``."""
     d = weight.shape[-1]
     q, g = weight.view(n_heads, -1, d).split((head_dim, weight.shape[0] // n_heads - head_dim), dim=1)
     return q.reshape(-1, d), g.reshape(-1, d)
 
 
+def query_gate_rows(state: Mapping[str, torch.Tensor], prefix: str, n_heads: int,
+                    head_dim: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(query rows, gate rows)`` of the attention at ``prefix`` in a state dict of any form ablate has written:
+    ``q_proj.proj.weight`` (``QueryGateProjection``), the per-head layout under ``q_proj.weight`` (ablate before
+    the contiguous layout), or the two apart (``q_proj.weight`` and ``gate_sdpa.proj.weight``: unfused). None
+    without a fused gate's rows (a plain query projection)."""
+    if (w := state.get(f"{prefix}q_proj.proj.weight")) is not None:
+        q, g = w.split((n_heads * head_dim, w.shape[0] - n_heads * head_dim))
+        return q, g
+    q = state.get(f"{prefix}q_proj.weight")
+    if q is None:
+        return None
+    if (g := state.get(f"{prefix}gate_sdpa.proj.weight")) is not None:
+        return q, g
+    return split_query_gate(q, n_heads, head_dim) if q.shape[0] > n_heads * head_dim else None
+
+
 def query_projection(gate: GateSpec | None, d_model: int, n_heads: int, head_dim: int, *,
-                     fuse: bool = True) -> nn.Linear:
+                     fuse: bool = True) -> nn.Module:
     """The query projection: with the G1 gate's projection fused into it when ``fuses_g1(gate)`` (and ``fuse``)."""
     if fuse and gate is not None and fuses_g1(gate):
         return QueryGateProjection(d_model, n_heads, head_dim, gate_width(gate, head_dim))

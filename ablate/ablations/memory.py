@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +68,8 @@ class MemoryEstimate:
 
     def itemised_gb(self) -> dict[str, float]:
         """Each item and the total in GiB, rounded to 0.0001."""
-        return {k: round(v / GiB, 4) for k, v in asdict(self).items()} | {"total": round(self.gb, 4)}
+        items = {f.name: getattr(self, f.name) for f in fields(self)}  # not asdict: it deep-copies, per run of a plan
+        return {k: round(v / GiB, 4) for k, v in items.items()} | {"total": round(self.gb, 4)}
 
 
 def parse_memory(text: str, *, where: str = "--device-memory") -> float:

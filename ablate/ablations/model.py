@@ -16,9 +16,9 @@ from torch import nn
 from ablate.ablations.config import ModelConfig
 from ablate.ablations.gates import (
     QueryGateProjection,
-    fuse_query_gate,
     gate_for,
     kv_for,
+    query_gate_rows,
     query_projection,
     sdpa_post_for,
 )
@@ -70,13 +70,16 @@ class Attention(nn.Module):
         self.sdpa_post = sdpa_post_for(cfg.sdpa_norm, cfg.sdpa_silu, nq, dk, cfg.norm_eps)
         self.gate_sdpa = gate_for(g, "G1", d, nq, dk, fused=fused)
         self.gate_out = gate_for(g, "G5", d, nq, dk)
-        if fused:  # a checkpoint written before the fusion has the gate's rows apart: fuse them on load
-            self._register_load_state_dict_pre_hook(self._fuse_unfused_gate)
+        if fused:  # a checkpoint with the gate's rows apart, or per head (ablate before): stacked on load
+            self._register_load_state_dict_pre_hook(self._stack_query_gate)
 
-    def _fuse_unfused_gate(self, state: dict, prefix: str, *args) -> None:
-        gate = state.pop(f"{prefix}gate_sdpa.proj.weight", None)
-        if gate is not None:
-            state[f"{prefix}q_proj.weight"] = fuse_query_gate(state[f"{prefix}q_proj.weight"], gate, self.n_heads)
+    def _stack_query_gate(self, state: dict, prefix: str, *args) -> None:
+        key = f"{prefix}q_proj.proj.weight"
+        rows = None if key in state else query_gate_rows(state, prefix, self.n_heads, self.head_dim)
+        if rows is not None:
+            state.pop(f"{prefix}q_proj.weight")
+            state.pop(f"{prefix}gate_sdpa.proj.weight", None)
+            state[key] = torch.cat(rows)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, probe: bool = False

@@ -211,8 +211,22 @@ def print_wide(renderable: Any) -> None:
     stdout_console().print(renderable)
 
 
-def echo_json(data: Any) -> None:
-    """``data`` as indented JSON on stdout."""
+def echo_json(data: Any, *, flat_from: int | None = None) -> None:
+    """``data`` as indented JSON on stdout; with ``flat_from``, the values that deep (0: ``data`` itself) each on
+    one line: ``plan``'s 10,000 runs, one a line, take a tenth of the time of json's indenting encoder."""
     import json
 
-    typer.echo(json.dumps(data, indent=2, default=str))
+    if flat_from is None:
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+
+    def text(value: Any, depth: int) -> str:
+        if depth >= flat_from or not isinstance(value, (dict, list)) or not value:
+            return json.dumps(value, default=str)
+        pad = "  " * (depth + 1)
+        if isinstance(value, dict):
+            items = [f"{pad}{json.dumps(str(k))}: {text(v, depth + 1)}" for k, v in value.items()]
+            return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
+        return "[\n" + ",\n".join(pad + text(v, depth + 1) for v in value) + "\n" + "  " * depth + "]"
+
+    typer.echo(text(data, 0))

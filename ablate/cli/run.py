@@ -75,7 +75,7 @@ def plan(
 
         check_memory(runs, status, parse_memory(device_memory), "--device-memory")
     if fmt == "json":
-        echo_json(plan_json(spec.name, runs, status))
+        echo_json(plan_json(spec.name, runs, status), flat_from=2)  # a run a line
         return
     table = plan_rows(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None)
     if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns

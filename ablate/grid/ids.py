@@ -62,6 +62,20 @@ def _key(value: Any) -> str:
     return json.dumps(canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+_KEYS: dict[str, str] = {}  # a value's JSON as it is -> its canonical JSON
+
+
+def _fast_key(value: Any) -> str:
+    """``_key(value)`` through a cache keyed by ``value``'s plain JSON (json's C encoder, no ``canonical`` walk):
+    a grid's runs repeat a few sections, and this is asked for each section of each run."""
+    raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if (key := _KEYS.get(raw)) is None:
+        if len(_KEYS) >= _MINIMAL_CACHE_SIZE:
+            _KEYS.clear()
+        key = _KEYS[raw] = _key(value)
+    return key
+
+
 @cache
 def _fills_omitted(cls: type[BaseModel]) -> bool:
     """Does ``cls`` have a ``before``/``wrap`` model validator (which may fill an omitted field from others)?"""
@@ -95,7 +109,7 @@ def _dump(value: Any) -> Any:
 def _render(value: Any, dumped: Any, key: str | None = None) -> Any:
     """A kept field's value for the hash: nested models reduced to their own non-default fields."""
     if isinstance(value, BaseModel):
-        return _minimal(type(value), value, dumped, key or _key(dumped))
+        return _minimal(type(value), value, dumped, key or _fast_key(dumped))
     if isinstance(value, list):
         return [_render(v, d) for v, d in zip(value, dumped, strict=True)]
     if isinstance(value, dict):
@@ -125,10 +139,10 @@ def _minimal(cls: type[BaseModel], model: BaseModel, dumped: dict[str, Any], key
         return cached
     field_keys: dict[str, str] = {}
     if _fills_omitted(cls):
-        kept = _revalidated(cls, key or _key(dumped), dumped)
+        kept = _revalidated(cls, key or _fast_key(dumped), dumped)
     else:
         defaults = _default_keys(cls)
-        field_keys = {name: _key(dumped[name]) for name in cls.model_fields}
+        field_keys = {name: _fast_key(dumped[name]) for name in cls.model_fields}
         kept = [name for name in cls.model_fields if defaults[name] is None or field_keys[name] != defaults[name]]
     out = {name: _render(getattr(model, name), dumped[name], field_keys.get(name)) for name in kept}
     if key is not None:

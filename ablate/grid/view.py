@@ -6,6 +6,7 @@ creates a database.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,10 +87,30 @@ def memory(run: PlannedRun, *, gpu: bool | None = None, items: bool = True) -> d
     return {"memory_gb": round(est.gb, 4), **({"memory": est.itemised_gb()} if items else {})}
 
 
+class Costs:
+    """``compute(run) | memory(run)`` of each run, worked out once per distinct model, variant, train section,
+    sequence length and stages: a grid's 10,000 runs share a few hundred (the other fields cost nothing)."""
+
+    def __init__(self, *, gpu: bool):
+        self.gpu = gpu
+        self.done: dict[Any, dict[str, Any]] = {}
+
+    def __call__(self, run: PlannedRun) -> dict[str, Any]:
+        c = run.config
+        # frozen pydantic models hash by value; stages are plain dicts, so they go in as JSON
+        key = (c.model, c.variant, c.train, c.data.seq_len, json.dumps(c.stages, sort_keys=True, default=str) if c.stages else None)
+        if (found := self.done.get(key)) is None:
+            found = self.done[key] = compute(run) | memory(run, gpu=self.gpu)
+        return found
+
+
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
     """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
     "added_params", "status", "config"}, ...]}``, plus each run's ``axes``, ``match_residual``, planned
     ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items."""
+    from ablate.ablations.memory import gpu_here
+
+    costs = Costs(gpu=gpu_here())
     return {
         "grid": name,
         "runs": [
@@ -97,7 +118,7 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
                 "run_id": r.run_id, "variant": r.config.variant, "seed": r.config.seed, "params": r.params,
                 "added_params": r.added_params, "status": status.get(r.run_id, NEW),
                 "config": r.config.model_dump(mode="json"), "axes": r.axes, "match_residual": r.match_residual,
-                **compute(r), **memory(r),
+                **costs(r),
             }
             for r in runs
         ],
@@ -146,7 +167,7 @@ def plan_rows(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, 
     from ablate.ablations.memory import GiB, fmt_gb, gpu_here
     from ablate.grid.ladder import rung_label
 
-    gpu = gpu_here()
+    costs = Costs(gpu=gpu_here())
     dumps = [r.config.model_dump(mode="json") for r in runs]
     axes = varying_axes(runs, dumps)
     if ladder:
@@ -165,9 +186,8 @@ def plan_rows(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, 
         cells += [human(r.params), human(r.added_params, sign=True)]
         if matched is not None:
             cells.append("-" if r.match_residual is None else f"{r.match_residual:+.3%}")
-        cost = compute(r)
-        cells += [human(cost["tokens"]), f"{cost['flops']:.2e}",
-                  fmt_gb(memory(r, gpu=gpu, items=False)["memory_gb"] * GiB)]
+        cost = costs(r)
+        cells += [human(cost["tokens"]), f"{cost['flops']:.2e}", fmt_gb(cost["memory_gb"] * GiB)]
         cells.append(status.get(r.run_id, NEW))
         rows.append(cells)
     return f"grid {name}: {len(runs)} run{'s' * (len(runs) != 1)}", columns, rows

@@ -53,6 +53,31 @@ def param_groups(model: nn.Module, weight_decay: float, *, decay_embeddings: boo
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def stack_per_head_gates(checkpoint: dict, model: nn.Module, *, decay_embeddings: bool = False) -> int:
+    """A Lightning checkpoint from before the contiguous G1 layout (a fused gate's rows per head under
+    ``q_proj.weight``), reordered in place to ``QueryGateProjection``'s rows: the weights and the AdamW moments,
+    so that the run resumes exactly. Returns how many projections it reordered (0: a checkpoint of today)."""
+    from ablate.ablations.gates import QueryGateProjection, split_query_gate
+
+    state, n = checkpoint.get("state_dict", {}), 0
+    flat = [p for group in param_groups(model, 0.0, decay_embeddings=decay_embeddings) for p in group["params"]]
+    index = {id(p): i for i, p in enumerate(flat)}  # the optimizer's state is keyed by this order
+    for name, module in model.named_modules():
+        old = f"model.{name}.weight"
+        if not isinstance(module, QueryGateProjection) or old not in state:
+            continue
+        rows = torch.arange(state[old].shape[0])[:, None]
+        order = torch.cat(split_query_gate(rows, module.rows[0] // module.head_dim, module.head_dim))[:, 0]
+        state[f"model.{name}.proj.weight"] = state.pop(old)[order]
+        for opt in checkpoint.get("optimizer_states", []):
+            moments = opt.get("state", {}).get(index[id(module.proj.weight)], {})
+            for key, value in moments.items():
+                if torch.is_tensor(value) and value.shape[:1] == order.shape:  # exp_avg, exp_avg_sq; not step
+                    moments[key] = value[order]
+        n += 1
+    return n
+
+
 class LitDecoder(L.LightningModule):
     """Trains ``model`` on ``{"step", "tokens": [B, T + 1]}`` batches; keeps the last loss and gradient norm as
     tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled mid-step)."""
@@ -133,6 +158,7 @@ class LitDecoder(L.LightningModule):
                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        stack_per_head_gates(checkpoint, self.model, decay_embeddings=self.train_cfg.decay_embeddings)
         rng = checkpoint.get("rng") or {}
         if rng.get("torch") is not None:
             torch.set_rng_state(rng["torch"])
