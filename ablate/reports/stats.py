@@ -142,8 +142,9 @@ EMPTY = Delta(None, None, None, 0)
 
 
 # ---------------------------------------------------------------- the t machinery
-def t_interval(x: Sequence[float], *, level: float = CI_LEVEL) -> tuple[float | None, float | None]:
-    """Student t interval (n-1 df) of the mean of ``x``; ``(None, None)`` with fewer than two values.
+def t_interval(x: object, *, level: float = CI_LEVEL) -> tuple[object, object]:
+    """Student t interval (n-1 df) of the mean of ``x``; ``(None, None)`` with fewer than two values. ``x`` may
+    be an array of samples along its last axis (then the bounds are arrays).
 
     >>> lo, hi = t_interval([1.0, 2.0, 3.0]); round(lo, 3), round(hi, 3)
     (-0.484, 4.484)
@@ -152,24 +153,30 @@ def t_interval(x: Sequence[float], *, level: float = CI_LEVEL) -> tuple[float | 
     from scipy.stats import t as student
 
     a = np.asarray(x, dtype=float)
-    if a.size < 2:
+    n = a.shape[-1]
+    if n < 2:
         return None, None
-    half = float(student.ppf(0.5 + level / 2, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
-    return float(a.mean() - half), float(a.mean() + half)
+    mean = a.mean(axis=-1)
+    half = student.ppf(0.5 + level / 2, n - 1) * a.std(ddof=1, axis=-1) / math.sqrt(n)
+    lo, hi = mean - half, mean + half
+    return (float(lo), float(hi)) if a.ndim == 1 else (lo, hi)
 
 
-def t_pvalue(x: Sequence[float], null: float = 0.0) -> float | None:
-    """Two-sided one-sample t p-value of ``mean(x) == null``; no spread gives 0 (or 1 at the null)."""
+def t_pvalue(x: object, null: float = 0.0) -> object:
+    """Two-sided one-sample t p-value of ``mean(x) == null`` (a float; an array for samples along the last axis);
+    no spread gives 0 (or 1 exactly at the null); None with fewer than two values."""
     import numpy as np
     from scipy.stats import t as student
 
     a = np.asarray(x, dtype=float) - null
-    if a.size < 2:
+    n = a.shape[-1]
+    if n < 2:
         return None
-    sd = a.std(ddof=1)
-    if sd == 0 or not math.isfinite(sd):
-        return 1.0 if a.mean() == 0 else 0.0
-    return float(2 * student.sf(abs(a.mean()) / (sd / math.sqrt(a.size)), a.size - 1))
+    mean, sd = a.mean(axis=-1), a.std(ddof=1, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = 2 * student.sf(np.abs(mean) / (sd / math.sqrt(n)), n - 1)
+    p = np.where(sd > 0, p, np.where(mean == 0, 1.0, 0.0))
+    return float(p) if a.ndim == 1 else p
 
 
 def sign_flip_pvalue(x: Sequence[float], null: float = 0.0) -> float | None:
@@ -272,9 +279,9 @@ def level(values: Iterable[float | None], *, bound: float, stats: Stats = DEFAUL
 
 
 # ---------------------------------------------------------------- the family
-def adjust(p: Sequence[float], correction: str = "holm") -> list[float]:
+def adjust(p: object, correction: str = "holm") -> object:
     """p-values corrected over their family: Holm's step-down (family-wise error), Benjamini-Hochberg's step-up
-    (false discovery rate) or ``none``.
+    (false discovery rate) or ``none``. A list gives a list; an array gives an array, one family per row.
 
     >>> adjust([0.01, 0.04, 0.03], "holm")
     [0.03, 0.06, 0.06]
@@ -282,21 +289,22 @@ def adjust(p: Sequence[float], correction: str = "holm") -> list[float]:
     import numpy as np
 
     a = np.asarray(p, dtype=float)
-    m = a.size
-    if m == 0 or correction == "none":
-        return [float(v) for v in a]
-    order = np.argsort(a, kind="stable")
-    ranked = a[order]
-    if correction == "holm":
-        adj = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * ranked))
-    elif correction == "bh":
-        adj = np.minimum.accumulate(m / np.arange(m, 0, -1) * ranked[::-1])[::-1]
-        adj = np.minimum(1.0, adj)
-    else:
+    m = a.shape[-1] if a.ndim else 0
+    if correction not in CORRECTIONS:
         raise UserInputError(one_of(correction, CORRECTIONS, what="correction") + " (option --correction)")
-    out = np.empty(m)
-    out[order] = adj
-    return [round(float(v), 15) for v in out]
+    if m == 0 or correction == "none":
+        adj = a
+    else:
+        order = np.argsort(a, axis=-1, kind="stable")
+        ranked = np.take_along_axis(a, order, axis=-1)
+        if correction == "holm":
+            steps = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * ranked), axis=-1)
+        else:  # bh
+            scaled = (m / np.arange(1, m + 1) * ranked)[..., ::-1]
+            steps = np.minimum(1.0, np.minimum.accumulate(scaled, axis=-1)[..., ::-1])
+        adj = np.empty_like(a)
+        np.put_along_axis(adj, order, steps, axis=-1)
+    return [round(float(v), 15) for v in adj] if a.ndim == 1 else adj
 
 
 def correct(deltas: Sequence[Delta], stats: Stats = DEFAULT) -> list[Delta]:
@@ -335,7 +343,9 @@ def power(effect: float, sd: float, n: int | Sequence[int], alpha: float = ALPHA
     df = n - 1
     crit = student.ppf(1 - alpha / 2, df)
     nc = abs(effect) / sd * np.sqrt(n)
-    return nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc)
+    upper = np.nan_to_num(nct.sf(crit, df, nc), nan=1.0)
+    lower = np.nan_to_num(nct.cdf(-crit, df, nc), nan=0.0)  # the far tail: scipy gives nan where it is ~0
+    return np.minimum(1.0, upper + lower)
 
 
 def mde(sd: float | None, n: int, alpha: float = ALPHA, target: float = POWER) -> float | None:
