@@ -184,3 +184,26 @@ def test_the_family_is_corrected_and_the_footer_says_how() -> None:
                                 "(bold) after Holm over 3 comparisons at alpha=0.05")
     line = unresolved_line("x vs baseline", fam[1], 2, m=3)
     assert line.startswith("x vs baseline: +0.05 ± 0.37, needs ≈ ") and line.endswith(" seeds")
+
+
+# ---------------------------------------------------------------- looking again
+def test_looking_again_with_alpha_spending_keeps_the_false_positive_rate_over_all_looks() -> None:
+    from ablate.reports.stats import look_levels, looks
+
+    plan = looks(3, 2, 12)
+    assert plan == [3, 5, 7, 9, 11, 12]
+    levels = look_levels(plan)
+    assert sum(levels) == pytest.approx(0.05) and levels[0] < 0.001  # O'Brien-Fleming: little spent early
+    rng = np.random.default_rng(12)
+    for dist in ("normal", "t3"):
+        x = _null_pairs(rng, dist, (20000, plan[-1]))
+        p = np.stack([t_pvalue(x[:, :n]) for n in plan], axis=1)  # (draws, looks)
+        spending = float(np.mean((p < np.asarray(levels)).any(axis=1)))
+        naive = float(np.mean((p < 0.05).any(axis=1)))  # looking again at 0.05 each time
+        assert spending <= 0.05 and naive > 0.08, (dist, spending, naive)
+    # under a true effect, spending still resolves most comparisons by the last look
+    x = 1.0 + rng.standard_normal((4000, plan[-1]))
+    p = np.stack([t_pvalue(x[:, :n]) for n in plan], axis=1)
+    assert float(np.mean((p < np.asarray(levels)).any(axis=1))) > 0.6
+    with pytest.raises(UserInputError, match="need 2 <= first seeds"):
+        looks(1, 2, 10)

@@ -408,3 +408,37 @@ def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ
         text += "; n=1: no interval"
     return (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
             f"{'s' if m != 1 else ''} at alpha={ALPHA:g}")
+
+
+# ---------------------------------------------------------------- looking again (for adding seeds until resolved)
+def looks(first: int, step: int, most: int) -> list[int]:
+    """The planned looks of a comparison that starts with ``first`` seeds and adds ``step`` per round up to
+    ``most``: ``looks(3, 2, 10) == [3, 5, 7, 9, 10]``."""
+    if first < 2 or step < 1 or most < first:
+        raise UserInputError(f"looks: need 2 <= first seeds ({first}) <= the most seeds ({most}) and a round of at "
+                             f"least 1 seed ({step})")
+    out = list(range(first, most + 1, step))
+    return out if out[-1] == most else [*out, most]
+
+
+def spent(fraction: float, alpha: float = ALPHA) -> float:
+    """Lan-DeMets' O'Brien-Fleming-shaped alpha spending: the error allowed by the time ``fraction`` of the planned
+    seeds has been seen, ``2 - 2 Phi(z_{alpha/2} / sqrt(fraction))``; ``spent(1) == alpha``."""
+    from scipy.stats import norm
+
+    if fraction <= 0:
+        return 0.0
+    return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(min(fraction, 1.0))))
+
+
+def look_levels(plan: Sequence[int], alpha: float = ALPHA) -> list[float]:
+    """The level each look's p must beat: the alpha spent since the previous look (O'Brien-Fleming spending over
+    the planned seeds ``plan``). Each look spends its own share, so the chance of a false resolution at any look is
+    at most their sum, ``alpha``, whatever the looks' dependence: a conservative split, exact to compute at any n.
+
+    >>> [round(x, 5) for x in look_levels([5, 10])]
+    [0.00557, 0.04443]
+    """
+    most = plan[-1]
+    fractions = [n / most for n in plan]
+    return [spent(f, alpha) - spent(prev, alpha) for prev, f in zip([0.0, *fractions[:-1]], fractions, strict=True)]
