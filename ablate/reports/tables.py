@@ -128,10 +128,16 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
         if family_size(family):
             notes.append(method_note(family, stats))
         metric = key.removeprefix("delta:")
-        unresolved += [unresolved_line(f"{p.label} vs baseline ({metric})", d, digits(metric), stats,
+        labels = Counter(p.label for p in plans)
+        unresolved += [unresolved_line(f"{_name(p, labels)} vs baseline ({metric})", d, digits(metric), stats,
                                        family_size(family))
                        for p, d in zip(plans, family, strict=True) if d.mean is not None and not d.resolved]
     return Table(number, spec.title, grid, columns, rows, notes, unresolved)
+
+
+def _name(plan: RowPlan, labels: Counter[str]) -> str:
+    """A row's label, with its group where another row has the same label."""
+    return f"{plan.label} ({plan.group})" if labels[plan.label] > 1 and plan.group else plan.label
 
 
 def with_length_columns(runs: Any) -> Any:
