@@ -39,6 +39,8 @@ def prepare(slot: Slot) -> None:
     import ablate.runner.run  # noqa: F401 - the runner, Lightning and the model, imported once per worker
 
     torch.set_num_threads(slot.threads)
+    log.info("worker %d: %d torch threads, OMP_WAIT_POLICY=%s", slot.index, torch.get_num_threads(),
+             os.environ.get("OMP_WAIT_POLICY", "(OpenMP's default)"))
 
 
 @contextlib.contextmanager
