@@ -60,14 +60,18 @@ def plan(
     """Expand a grid without running it: run ids, parameter counts, estimated peak memory per device, each
     run's status in the store, and the workers `ablate run` would start here (with the same --jobs, --devices,
     --threads)."""
-    from ablate.errors import ConfigError
+    from ablate.errors import ConfigError, InputMissingError
     from ablate.grid import expand, load_grid
     from ablate.grid.view import plan_json, plan_rows, statuses
     from ablate.runner.fingerprints import Fingerprints
-    from ablate.runner.preflight import check_data, heldout_warnings
+    from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
 
     spec = load_grid(grid, sets or ())
     runs = expand(spec, fingerprints=Fingerprints.for_home(home_dir(home)))
+    try:  # as `ablate run`: exit 2, but for a tokenizer that is not on this machine (a cluster's grid)
+        check_tokenizers(runs, source=spec.source)
+    except InputMissingError as exc:
+        warn(f"{exc} (`ablate run` stops here)")
     try:  # planning a cluster's grid where its data is not: say so, as `ablate run` would refuse it
         check_data(runs, source=spec.source)
     except ConfigError as exc:
