@@ -362,3 +362,48 @@ def total_steps(config: RunConfig | Mapping[str, Any]) -> int:
             return int((config.get("train") or {}).get("steps", TrainConfig.model_fields["steps"].default))
         config = RunConfig.model_validate(dict(config))
     return sum(c.train.steps for c in stage_configs(config))
+
+
+BYTE_IDS = 257  # the byte tokenizer: 256 bytes and an end-of-document id
+VOCAB_MULTIPLE = 64  # a vocabulary taken from the tokenizer is padded to this, as litgpt pads (faster matmuls)
+
+
+def padded_vocab(ids: int) -> int:
+    """``ids`` rounded up to a multiple of ``VOCAB_MULTIPLE``.
+
+    >>> padded_vocab(1000), padded_vocab(257), padded_vocab(320)
+    (1024, 320, 320)
+    """
+    return -(-ids // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
+def tokenizer_ids(tokenizer: str, bpe_vocab_size: int) -> int | None:
+    """The most ids a tokenizer can have, known from the config alone: ``byte`` 257, ``bpe`` its
+    ``bpe_vocab_size``; None when only its files say (``hf:``) or it follows the model's (``bpe`` at 0)."""
+    if tokenizer == "byte":
+        return BYTE_IDS
+    if tokenizer == "bpe" and bpe_vocab_size:
+        return bpe_vocab_size
+    return None
+
+
+def vocab_from_tokenizer(raw: Any) -> Any:
+    """A run config as a grid gives it (a mapping, before validation), with ``model.vocab_size`` taken from the
+    tokenizer (padded: ``padded_vocab``) when the grid leaves it out and its preset's is too small for the
+    tokenizer's ids (``bpe_vocab_size: 1000`` on the tiny preset's 320 gives 1024). The value is written into the
+    config, so the run records it and its id covers it as if the grid had set it; a config whose model held its
+    tokenizer is left as it is, so no id of a run that could train changes (the ones that change could not train:
+    the runner refused their vocabulary)."""
+    from ablate.ablations.presets import PRESETS
+
+    if not isinstance(raw, Mapping):
+        return raw
+    model, data = raw.get("model", {}), raw.get("data", {})
+    if not isinstance(model, Mapping) or not isinstance(data, Mapping) or "vocab_size" in model:
+        return raw
+    preset = PRESETS.get(model.get("preset", "tiny"), {})
+    bpe = data.get("bpe_vocab_size", 0)
+    ids = tokenizer_ids(data.get("tokenizer", "byte"), bpe) if type(bpe) is int else None  # else validation says
+    if ids is None or "vocab_size" not in preset or ids <= preset["vocab_size"]:
+        return raw
+    return {**raw, "model": {**model, "vocab_size": padded_vocab(ids)}}

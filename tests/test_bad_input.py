@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,18 @@ CORPUS: dict[str, tuple[str | bytes | None, str]] = {
     "a-fingerprint-given": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
                                          "train: [{kind: builtin, name: arithmetic, fingerprint: 0123abcd}]"),
                             r"base: data.train.0.fingerprint is filled by ablate from what the run reads"),
+    # tokenizers (#25): caught before any worker starts, as a bad data path is
+    "tokenizer-wrong-case": (_grid(rest="").replace("seq_len: 32", "seq_len: 32\n    tokenizer: BPE"),
+                             r"data.tokenizer: unknown tokenizer 'BPE' \(did you mean 'bpe'\?\); allowed: 'byte', "
+                             r"'bpe', 'hf:<name>'"),
+    "bpe-beyond-the-models-vocabulary": (
+        GOOD.replace("preset: tiny}", "preset: tiny, vocab_size: 320}").replace(
+            "seq_len: 32", "seq_len: 32\n    tokenizer: bpe\n    bpe_vocab_size: 1000"),
+        r"model.vocab_size: tokenizer 'bpe' has up to 1000 ids but model.vocab_size is 320; set model.vocab_size "
+        r">= 1000 \(1024 is a multiple of 64\)"),
+    "hf-tokenizer-not-here": (GOOD.replace("seq_len: 32", "seq_len: 32\n    tokenizer: 'hf:ablate-tests/not-here'"),
+                              r"data.tokenizer: tokenizer 'ablate-tests/not-here' is not available locally "
+                              r"\(nothing is downloaded"),
     "task-length-too-short": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
                                            "train: [{kind: task, name: 'niah-single@48,256'}]"),
                               r"data.train.0.name: length 48 is too short for task 'niah-single': it needs at least"),
@@ -104,6 +117,39 @@ def test_a_broken_grid_through_ablate_run(case: str, tmp_path: Path) -> None:
     assert_refused(result, pattern)
     assert str(path) in result.stderr
     assert_nothing_recorded(home)
+
+
+@pytest.mark.parametrize("case", ["tokenizer-wrong-case", "bpe-beyond-the-models-vocabulary",
+                                  "hf-tokenizer-not-here"])
+def test_a_tokenizer_that_cannot_work_is_refused_by_plan_too(case: str, tmp_path: Path) -> None:
+    path = tmp_path / "grid.yaml"
+    path.write_text(CORPUS[case][0])
+    home = tmp_path / "home"
+    result = runner.invoke(app, ["plan", str(path), "--home", str(home)], env={"ABLATE_STORE": None})
+    if case == "hf-tokenizer-not-here":  # a cluster's grid plans where its tokenizer is not: the line as a warning
+        assert result.exit_code == 0 and re.search(CORPUS[case][1], result.stderr)
+        assert "`ablate run` stops here" in result.stderr
+    else:
+        assert_refused(result, CORPUS[case][1])
+    assert_nothing_recorded(home)
+
+
+def test_a_grid_without_model_vocab_size_takes_it_from_the_tokenizer(monkeypatch) -> None:  # noqa: ANN001
+    from ablate.grid import expand, parse_grid
+    expand_module = sys.modules["ablate.grid.expand"]  # the module (the package's name is the function)
+
+    bpe = GOOD.replace("seq_len: 32", "seq_len: 32\n    tokenizer: bpe\n    bpe_vocab_size: 1000")
+    (taken,) = {p.config.model.vocab_size for p in expand(parse_grid(bpe))}
+    assert taken == 1024  # padded to a multiple of 64, and recorded in the config: the same run as setting it
+    given = expand(parse_grid(bpe.replace("preset: tiny}", "preset: tiny, vocab_size: 1024}")))
+    assert [p.run_id for p in expand(parse_grid(bpe))] == [p.run_id for p in given]
+    # a grid whose model holds its tokenizer (or that sets model.vocab_size) keeps its vocabulary and its ids
+    held = [GOOD, GOOD.replace("seq_len: 32", "seq_len: 32\n    tokenizer: bpe\n    bpe_vocab_size: 300"),
+            bpe.replace("preset: tiny}", "preset: tiny, vocab_size: 2048}"), "name: paper\nbase: {model: {preset: "
+            "paper-dense-1.7b}}\ngrid: {variant: [baseline]}\n"]
+    now = [[(p.run_id, p.config.model.vocab_size) for p in expand(parse_grid(text))] for text in held]
+    monkeypatch.setattr(expand_module, "vocab_from_tokenizer", lambda raw: raw)  # as before the rule
+    assert now == [[(p.run_id, p.config.model.vocab_size) for p in expand(parse_grid(text))] for text in held]
 
 
 def test_data_too_short_for_seq_len_is_found_before_training(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from ablate.store import Store
 pytestmark = pytest.mark.slow
 
 ABLATE = str(Path(sys.executable).parent / "ablate")
+TASKSET_0 = ["taskset", "-c", "0"] if shutil.which("taskset") else []
 
 
 def grid_text(name: str, seeds: list[int], extra: str = "") -> str:
@@ -91,7 +93,7 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     assert set(runs["variant"]) == {"baseline", "sdpa-elementwise"}
     assert (runs["steps"] == 60).all() and runs["resumed_from"].isna().all()
     assert set(runs["device"]) == {"cpu"}
-    assert "2 to run (0 resuming), 0 skipped; 2 worker(s) on cpu" in result.output
+    assert "2 to run (0 resuming), 0 skipped; 2 workers on cpu, " in result.output
     # no terminal here (#14 item 9): "starting workers", plain progress lines, finished lines with variant and seed
     assert "starting workers" in result.output
     assert re.search(r"progress quick: [0-2]/2 ended; (starting workers|running: .*step \d+/60)", result.output)
@@ -100,7 +102,8 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     # the run's log and the workers' logs say what happened (#26): start, a line per tenth of the steps, end
     for rid, variant in runs["variant"].items():
         lines = (home / "runs" / rid / "train.log").read_text().splitlines()
-        assert f"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, from step 0" in lines[0], lines
+        assert re.search(rf"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, \d+ threads?, from step 0",
+                         lines[0]), lines
         assert sum(re.search(r"step \d+/60, loss [\d.]+", x) is not None for x in lines) == 10, lines
         assert re.search(rf"run {rid}: done after 60 steps in [\d.]+ s \(train_loss [\d.]+", lines[-1]), lines
     # provenance (#24): the software that trained each run, its device and the grid's commit, in result.json,
@@ -193,7 +196,8 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     _, path, ref_home, _ = finished
     reference = frame(ref_home, "quick")
     home = tmp_path / "home"
-    cmd = [ABLATE, "run", str(path), "--jobs", "1", "--home", str(home), "--no-mlflow"]
+    # on one CPU (#25): its one worker takes 1 thread, whatever the machine's cores
+    cmd = [*TASKSET_0, ABLATE, "run", str(path), "--jobs", "1", "--home", str(home), "--no-mlflow"]
     log = tmp_path / "stderr.txt"
     with log.open("w") as err:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
@@ -218,6 +222,11 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)
     (cut,) = status["running"]
     assert cut["gone"] and cut["stale"] and status["stale"] == [cut["run_id"]]
+    if TASKSET_0:
+        assert cut["device"] == "cpu, 1 thread"
+        policy = env.get("OMP_WAIT_POLICY", "PASSIVE")  # the workers' own, unless the environment says
+        assert f"worker 0: 1 torch threads, OMP_WAIT_POLICY={policy}" in (home / "logs" / "worker-0.log").read_text()
+        assert "seed 0 on cpu, 1 thread, from step 0" in (home / "runs" / cut["run_id"] / "train.log").read_text()
     table = invoke("status", "--home", str(home))
     assert "GONE" in table.stdout and "cut off" in table.output
 

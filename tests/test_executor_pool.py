@@ -192,3 +192,61 @@ def test_run_lock_is_exclusive_and_dies_with_its_holder(tmp_path):
     assert not RunLock(tmp_path).acquire()
     lock.release()
     assert not is_locked(tmp_path)
+
+
+# ---------------------------------------------------------------- the CPUs this process may use (#25)
+
+
+@pytest.mark.parametrize(("cpu_max", "affinity", "slurm", "usable"), [
+    (None, 8, None, 8),  # no cgroup v2: the affinity mask
+    ("max 100000\n", 8, None, 8),  # a cgroup without a quota
+    ("200000 100000\n", 8, None, 2),  # a quota of 2 CPUs of time
+    ("150000 100000\n", 8, None, 2),  # 1.5 CPUs: rounded up
+    ("50000 100000\n", 8, None, 1),
+    ("400000 100000\n", 3, None, 3),  # taskset -c 0-2 under a looser quota
+    ("max 100000\n", 8, "4", 4),  # Slurm's --cpus-per-task
+    ("garbage\n", 8, "", 8),
+], ids=["no-cgroup", "no-quota", "quota-2", "quota-1.5", "quota-0.5", "affinity-3", "slurm-4", "unreadable"])
+def test_usable_cpus_are_the_fewest_of_affinity_quota_and_slurm(tmp_path, monkeypatch, cpu_max, affinity, slurm,
+                                                                 usable):
+    from ablate.execute.devices import usable_cpus
+
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    env = {} if slurm is None else {"SLURM_CPUS_PER_TASK": slurm}
+    assert usable_cpus(cpu_max=path, environ=env) == usable
+
+
+def test_without_affinity_or_quota_the_machines_cores(tmp_path, monkeypatch):
+    from ablate.execute.devices import usable_cpus
+
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert usable_cpus(cpu_max=tmp_path / "none", environ={}) == 6
+
+
+def test_threads_override_and_the_workers_in_words():
+    from ablate.execute.devices import describe
+
+    slots = plan_slots(devices=["cpu"], jobs=2, jobs_per_device=1, cpu_count=8, threads=3)
+    assert [s.threads for s in slots] == [3, 3] and slots[0].label == "cpu, 3 threads"
+    assert describe(slots) == "2 workers on cpu, 3 threads each"
+    assert describe(plan_slots(devices=["cpu"], jobs=1, jobs_per_device=1, cpu_count=1)) == "1 worker on cpu, 1 thread"
+    gpu = plan_slots(devices=["cuda:0", "cuda:1"], jobs=None, jobs_per_device=1, cpu_count=16, threads=2)
+    assert [s.label for s in gpu] == ["cuda:0, 2 threads", "cuda:1, 2 threads"]
+    with pytest.raises(Exception, match="--threads: 0 threads per worker"):
+        plan_slots(devices=["cpu"], jobs=1, jobs_per_device=1, cpu_count=2, threads=0)
+
+
+def test_workers_wait_for_work_passively(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with WorkerPool([Slot(0, "cpu", 1)], _job_fn("policy")) as pool:
+        events, _ = _collect(pool, [J("r0")])
+    assert [e.outcome for e in events if isinstance(e, Finished)] == ["PASSIVE"]
+
+
+def policy(job: J, ctx: JobContext) -> str:
+    """The worker's OpenMP wait policy."""
+    return os.environ.get("OMP_WAIT_POLICY", "")

@@ -304,8 +304,9 @@ def test_tune_stops_cleanly_when_the_store_goes_away_and_resumes_its_study(tmp_p
     url, stop, start = own_postgres
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("tuneaway", variants=["baseline"], steps=1500, checkpoint_every=50))
+    # --jobs 2 for one trial: one worker with one torch thread (steady pace on a busy machine, as _run's workers)
     args = [ABLATE, "tune", str(path), "--param", "train.lr", "--low", "1e-3", "--high", "1e-2", "--log", "--trials",
-            "1", "--jobs", "1", "--no-mlflow", "--home", str(home), "--store", url]
+            "1", "--jobs", "2", "--no-mlflow", "--home", str(home), "--store", url]
     proc = subprocess.Popen([*args, "--store-patience", "4"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

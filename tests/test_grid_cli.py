@@ -91,6 +91,19 @@ def test_table_output_shows_the_varying_axes_and_statuses(tmp_path):
     assert "grid t: 4 runs" in result.stdout
 
 
+def test_plan_shows_the_workers_and_threads_ablate_run_would_start(tmp_path, monkeypatch):
+    from ablate.execute import devices
+
+    monkeypatch.setattr(devices, "usable_cpus", lambda **_: 4)
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+    grid = write(tmp_path, "name: t\ngrid: {variant: [baseline, sdpa-headwise, sdpa-elementwise]}\n")
+    assert "ablate run here: 1 worker on cpu, 4 threads (4 CPUs usable" in plan(str(grid), home=tmp_path).stdout
+    two = plan(str(grid), "--jobs", "2", "--format", "json", home=tmp_path)
+    assert json.loads(two.stdout)["workers"] == [{"device": "cpu", "threads": 2}] * 2
+    many = plan(str(grid), "--jobs", "8", "--threads", "3", home=tmp_path)  # never more workers than runs
+    assert "3 workers on cpu, 3 threads each" in many.stdout
+
+
 def test_statuses_come_from_an_existing_store(tmp_path):
     from ablate.store import Store
 

@@ -15,6 +15,7 @@ import math
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +62,13 @@ def wait_until(predicate, timeout: float, what: str, poll: float = 0.1):
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; squeue: {squeue()}")
 
 
+def ended(job: str) -> bool:
+    """Every task of the job (or array) ``job`` has ended (or aged out of squeue). A task ends only after its
+    lifecycle closed: its MLflow mirror complete (or given up), its store writes flushed. The exact trigger for
+    what a task writes last, where a wall-clock window would race a busy machine."""
+    return all(state not in ALIVE for j, (state, _) in squeue().items() if j == job or j.startswith(f"{job}_"))
+
+
 @pytest.fixture(scope="session")
 def arrayed(slurm_cluster, tmp_path_factory):
     """A two-run grid run as one job array and waited for (the reference for the other tests)."""
@@ -92,11 +100,10 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
 
     client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
 
-    def mlflow_ids() -> dict[str, str] | None:  # written once each mirror is complete, just after the run is done
-        ids = runs(home, "arr")["mlflow_run_id"]
-        return dict(ids) if ids.notna().all() else None
-
-    ids = wait_until(mlflow_ids, 60, "the MLflow run ids", poll=0.5)  # --wait returns once the store says done
+    # --wait returns once the store says done; each task then completes its mirror and writes the MLflow run id
+    wait_until(lambda: ended(array), 600, "the array's tasks to end", poll=0.5)
+    ids = dict(runs(home, "arr")["mlflow_run_id"])
+    assert all(isinstance(v, str) for v in ids.values()), ids
     exp = client.get_experiment_by_name("arr")
     nested = client.search_runs([exp.experiment_id], filter_string="tags.`ablate.role` = 'run'")
     assert sorted(r.data.tags["run_id"] for r in nested) == sorted(frame.index)
@@ -157,9 +164,9 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
-    # the store learns the MLflow run id once its mirror is complete, just after the run is recorded done
-    mlflow_id = wait_until(lambda: m if isinstance(m := runs(home).loc[run_id, "mlflow_run_id"], str) else None, 60,
-                           "the MLflow run id", poll=0.5)
+    # the store learns the MLflow run id once its mirror is complete, before the task ends
+    wait_until(lambda: ended(job), 600, "the resumed task to end", poll=0.5)
+    mlflow_id = runs(home).loc[run_id, "mlflow_run_id"]
     (nested,) = client.search_runs([client.get_experiment_by_name("pre").experiment_id],
                                    filter_string="tags.`ablate.role` = 'run'")
     assert nested.info.status == "FINISHED" and nested.info.run_id == mlflow_id
@@ -270,6 +277,14 @@ def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm
                              "--home", str(home), "--store", url, "--store-patience", patience, "--slurm-opt",
                              "cpus_per_task=1", "--time", "0:10:00"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []  # its stderr, line by line as it comes
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
 
     def training() -> bool:
         try:
@@ -283,10 +298,13 @@ def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm
     try:
         wait_until(training, 300, "the task to train", poll=0.2)
         stop()
-        if outage == "back in time":
-            time.sleep(8)  # longer than one look of the wait (5 s)
+        if outage == "back in time":  # back once the wait has seen it away (not after a guess at how long that takes)
+            wait_until(lambda: any("is unreachable" in line for line in lines), 300, "the wait to see the outage")
             start()
-        out, err = proc.communicate(timeout=600)
+        out = proc.stdout.read()
+        proc.wait(timeout=600)
+        reader.join(timeout=10)
+        err = "".join(lines)
     finally:
         if proc.poll() is None:
             proc.kill()

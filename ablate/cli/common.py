@@ -172,6 +172,8 @@ JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU:
                                              "on CPU, one per GPU]")]
 DevicesOpt = Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or a comma list of GPU indices "
                                                 "[default: every GPU, else cpu]")]
+ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="torch threads per worker [default: the CPUs "
+                                               "this process may use (taskset, cgroup quota, Slurm) // workers]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 StorePatienceOpt = Annotated[float | None, typer.Option(
     "--store-patience", min=0, show_default=False,

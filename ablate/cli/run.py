@@ -17,6 +17,7 @@ from ablate.cli.common import (
     SetOpt,
     StoreOpt,
     StorePatienceOpt,
+    ThreadsOpt,
     app,
     echo_json,
     handles_errors,
@@ -52,17 +53,25 @@ def plan(
     home: HomeOpt = None,
     store: StoreOpt = None,
     device_memory: DeviceMemoryOpt = None,
+    jobs: JobsOpt = None,
+    devices: DevicesOpt = None,
+    threads: ThreadsOpt = None,
 ) -> None:
-    """Expand a grid without running it: run ids, parameter counts, estimated peak memory per device, and each
-    run's status in the store."""
-    from ablate.errors import ConfigError
+    """Expand a grid without running it: run ids, parameter counts, estimated peak memory per device, each
+    run's status in the store, and the workers `ablate run` would start here (with the same --jobs, --devices,
+    --threads)."""
+    from ablate.errors import ConfigError, InputMissingError
     from ablate.grid import expand, load_grid
     from ablate.grid.view import plan_json, plan_rows, statuses
     from ablate.runner.fingerprints import Fingerprints
-    from ablate.runner.preflight import check_data, heldout_warnings
+    from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
 
     spec = load_grid(grid, sets or ())
     runs = expand(spec, fingerprints=Fingerprints.for_home(home_dir(home)))
+    try:  # as `ablate run`: exit 2, but for a tokenizer that is not on this machine (a cluster's grid)
+        check_tokenizers(runs, source=spec.source)
+    except InputMissingError as exc:
+        warn(f"{exc} (`ablate run` stops here)")
     try:  # planning a cluster's grid where its data is not: say so, as `ablate run` would refuse it
         check_data(runs, source=spec.source)
     except ConfigError as exc:
@@ -74,8 +83,10 @@ def plan(
         from ablate.ablations.memory import parse_memory
 
         check_memory(runs, status, parse_memory(device_memory), "--device-memory")
+    slots = _planned_workers(runs, status, jobs=jobs, devices=devices, threads=threads)
     if fmt == "json":
-        echo_json(plan_json(spec.name, runs, status), flat_from=2)  # a run a line
+        echo_json({**plan_json(spec.name, runs, status),
+                   "workers": [{"device": s.device, "threads": s.threads} for s in slots]}, flat_from=2)  # a run a line
         return
     table = plan_rows(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None)
     if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns
@@ -86,6 +97,22 @@ def plan(
         from ablate.cli.views import rich_table
 
         print_wide(rich_table(*table))
+    if slots:
+        from ablate.execute.devices import crowding, describe, usable_cpus
+
+        cpus = usable_cpus()
+        typer.echo(f"ablate run here: {describe(slots)} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)")
+        if (crowded := crowding(slots, cpu_count=cpus)):
+            warn(crowded)
+
+
+def _planned_workers(runs, status: dict[str, str], **how):
+    """The local workers `ablate run` would start for the runs still to train (never more than them)."""
+    from ablate.execute.devices import local_slots
+
+    todo = sum(status.get(r.run_id) not in ("done", "diverged") for r in runs)
+    per_run = max((r.config.train.devices for r in runs), default=1)
+    return local_slots(**how, per_run=per_run)[:todo] if todo else []
 
 
 @app.command()
@@ -124,6 +151,7 @@ def run(
     sets: SetOpt = None,
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
+    threads: ThreadsOpt = None,
     jobs_per_device: Annotated[int, typer.Option("--jobs-per-device", help="small jobs packed onto each GPU")] = 1,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="run failed runs again (from their "
                                                "last checkpoint)")] = False,
@@ -173,7 +201,7 @@ def run(
                                    gpus_per_node=gpus_per_node, store_patience=store_patience, append=append))
     from ablate.execute import RunOptions, print_summary, run_grid
 
-    options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices,
+    options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
                          jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait,
                          append=append,
                          progress_every_s=progress_every, **patience(store_patience))

@@ -2,7 +2,11 @@
 
 One worker per CUDA device by default (``jobs_per_device`` packs several small jobs onto one GPU); without a GPU,
 ``jobs`` CPU workers split the cores between them. ``parse_devices`` and ``plan_slots`` are pure: the caller says
-how many GPUs and cores there are (``gpu_count()`` counts them here).
+how many GPUs and cores there are (``gpu_count()`` and ``usable_cpus()`` count them here).
+
+The cores are those this process may use, not the machine's: a ``taskset`` or cgroup allocation of 4 cores on a
+64-core node is 4. More torch threads than cores make OpenMP's threads wait for each other: a step on 2
+oversubscribed cores took 4x as long as on one thread (docs/internals.md, bench/contended.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 
 from ablate.errors import ConfigError
 
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" in microseconds, or "max <period>"
 
 @dataclass(frozen=True)
 class Slot:
@@ -22,6 +27,12 @@ class Slot:
     index: int
     device: str
     threads: int
+
+    @property
+    def label(self) -> str:
+        """Where the worker runs and with how many threads (``cpu, 2 threads``): what the display and the store's
+        ``device`` of a running run show."""
+        return f"{self.device}, {self.threads} thread{'s' if self.threads != 1 else ''}"
 
     @property
     def cuda_visible(self) -> str:
@@ -36,6 +47,31 @@ def gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count()
+
+
+def cpu_quota(cpu_max: Path = CPU_MAX) -> int | None:
+    """The CPUs a cgroup v2 quota allows (``cpu.max``: quota / period, rounded up: ``150000 100000`` is 2), or
+    None without a quota (``max 100000``, or no cgroup v2)."""
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        return max(1, -(-int(quota) // int(period))) if int(quota) > 0 and int(period) > 0 else None  # ceil: 1.5 CPUs of time keep 2 threads busy part-time
+    except (OSError, ValueError):  # no cgroup v2, "max" (no quota), or a file we cannot read
+        return None
+
+
+def usable_cpus(*, cpu_max: Path = CPU_MAX, environ: dict[str, str] | None = None) -> int:
+    """The CPUs this process may use: the fewest of its affinity mask (``taskset``, Slurm's and containers'
+    cpusets), its cgroup's CPU quota and Slurm's ``SLURM_CPUS_PER_TASK``; ``os.cpu_count()`` when none says.
+    Every thread count of ablate starts here."""
+    env = os.environ if environ is None else environ
+    counts = []
+    if hasattr(os, "sched_getaffinity"):
+        counts.append(len(os.sched_getaffinity(0)))
+    if (quota := cpu_quota(cpu_max)) is not None:
+        counts.append(quota)
+    if (slurm := env.get("SLURM_CPUS_PER_TASK", "")).isdigit() and int(slurm) > 0:
+        counts.append(int(slurm))
+    return max(1, min(counts) if counts else os.cpu_count() or 1)
 
 
 def parse_devices(spec: str | None, n_gpus: int) -> list[str]:
@@ -69,12 +105,13 @@ def parse_devices(spec: str | None, n_gpus: int) -> list[str]:
 
 
 def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cpu_count: int,
-               per_run: int = 1) -> list[Slot]:
+               per_run: int = 1, threads: int | None = None) -> list[Slot]:
     """The pool's worker slots.
 
     On GPUs: ``jobs_per_device`` workers per device, or ``jobs`` workers dealt round-robin over them. On CPU: ``jobs`` workers (default 1),
-    each with ``cpu_count // jobs`` torch threads (at least one). Runs of ``per_run`` devices (``train.devices``)
-    get that many GPUs per worker (``cuda:0,1,2,3``: the worker sees them all and its run starts a process on each).
+    each with ``cpu_count // jobs`` torch threads (at least one; ``cpu_count`` is ``usable_cpus()``, and ``threads``
+    (``--threads``) overrides). Runs of ``per_run`` devices (``train.devices``) get that many GPUs per worker
+    (``cuda:0,1,2,3``: the worker sees them all and its run starts a process on each).
 
     >>> [s.threads for s in plan_slots(devices=["cpu"], jobs=2, jobs_per_device=1, cpu_count=8)]
     [4, 4]
@@ -83,10 +120,12 @@ def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cp
         raise ConfigError(f"{jobs} workers asked for; allowed: 1 or more", where="--jobs")
     if jobs_per_device < 1:
         raise ConfigError(f"{jobs_per_device} jobs per device; allowed: 1 or more", where="--jobs-per-device")
+    if threads is not None and threads < 1:
+        raise ConfigError(f"{threads} threads per worker asked for; allowed: 1 or more", where="--threads")
     cpu_count = max(1, cpu_count)
     if devices == ["cpu"]:
         n = jobs or 1
-        return [Slot(i, "cpu", max(1, cpu_count // n)) for i in range(n)]
+        return [Slot(i, "cpu", threads or max(1, cpu_count // n)) for i in range(n)]
     if per_run > 1:  # a worker per group of per_run GPUs
         if len(devices) < per_run:
             raise ConfigError(f"runs with train.devices = {per_run} need {per_run} GPUs, {len(devices)} given "
@@ -94,8 +133,30 @@ def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cp
         devices = ["cuda:" + ",".join(d.split(":", 1)[1] for d in devices[i:i + per_run])
                    for i in range(0, len(devices) - per_run + 1, per_run)]
     n = jobs or len(devices) * jobs_per_device
-    threads = max(1, cpu_count // n)
+    threads = threads or max(1, cpu_count // n)
     return [Slot(i, devices[i % len(devices)], threads) for i in range(n)]
+
+
+def local_slots(*, devices: str | None, jobs: int | None, jobs_per_device: int = 1, threads: int | None = None,
+                per_run: int = 1) -> list[Slot]:
+    """The slots of a local pool on this machine: ``--devices`` among the GPUs here, the CPUs this process may
+    use (``usable_cpus``) split between the workers unless ``threads`` says. What ``ablate run``, ``ablate tune``
+    and ``ablate plan`` (which shows it) use."""
+    return plan_slots(devices=parse_devices(devices, gpu_count()), jobs=jobs, jobs_per_device=jobs_per_device,
+                      cpu_count=usable_cpus(), per_run=per_run, threads=threads)
+
+
+def describe(slots: list[Slot]) -> str:
+    """The workers in words: ``2 workers on cpu, 1 thread each``.
+
+    >>> describe([Slot(0, "cpu", 2)])
+    '1 worker on cpu, 2 threads'
+    """
+    threads = sorted({s.threads for s in slots})
+    each = " each" if len(slots) > 1 else ""
+    count = "/".join(map(str, threads))
+    return (f"{len(slots)} worker{'s' if len(slots) != 1 else ''} on {', '.join(sorted({s.device for s in slots}))}, "
+            f"{count} thread{'s' if threads != [1] else ''}{each}")
 
 
 def crowding(slots: list[Slot], *, cpu_count: int, jobs_per_device: int = 1) -> str | None:

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ablate import layout
-from ablate.execute.devices import crowding, gpu_count, parse_devices, plan_slots
+from ablate.execute.devices import crowding, describe, local_slots, usable_cpus
 from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.lifecycle import STORE_PATIENCE_S, Lifecycle, unmirrored
 from ablate.execute.local import TRAIN_JOB, LocalRunner
@@ -44,6 +43,7 @@ class RunOptions:
     jobs: int | None = None
     devices: str | None = None
     jobs_per_device: int = 1
+    threads: int | None = None  # torch threads per worker (--threads); default: the usable CPUs // workers
     retry_failed: bool = False
     mlflow: bool = True
     wait: bool = False  # wait for runs another process is training, then run what they left
@@ -112,9 +112,8 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     opts = options or RunOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
-                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1,
-                       per_run=_devices_per_run(path, sets))
+    slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device,
+                        threads=opts.threads, per_run=_devices_per_run(path, sets))
     report: GridReport | None = None
     while True:
         with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
@@ -168,9 +167,8 @@ def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOption
     jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)), d.run.config.model_dump(mode="json")) for d in o.todo]
     used = slots[:len(jobs)]  # never more workers than jobs
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "
-                  f"resuming), {len(o.planned) - len(jobs)} skipped; {len(used)} worker(s) on "
-                  f"{', '.join(sorted({s.device for s in used}))}", highlight=False)
-    if (crowded := crowding(used, cpu_count=os.cpu_count() or 1, jobs_per_device=opts.jobs_per_device)):
+                  f"resuming), {len(o.planned) - len(jobs)} skipped; {describe(used)}", highlight=False)
+    if (crowded := crowding(used, cpu_count=usable_cpus(), jobs_per_device=opts.jobs_per_device)):
         console.print(Text.assemble(("warning:", "yellow"), f" {crowded}"), highlight=False, soft_wrap=True)
     with LocalRunner(used, lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
                      store_patience_s=opts.store_patience_s, progress_every_s=opts.progress_every_s) as runner:

@@ -39,6 +39,8 @@ def prepare(slot: Slot) -> None:
     import ablate.runner.run  # noqa: F401 - the runner, Lightning and the model, imported once per worker
 
     torch.set_num_threads(slot.threads)
+    log.info("worker %d: %d torch threads, OMP_WAIT_POLICY=%s", slot.index, torch.get_num_threads(),
+             os.environ.get("OMP_WAIT_POLICY", "(OpenMP's default)"))
 
 
 @contextlib.contextmanager
@@ -160,7 +162,7 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOut
             with _run_log(run_dir / "train.log", job.run_id, quiet=RunInterrupted):
                 start = f"resuming from {run_dir / CHECKPOINT}" if resuming else "from step 0"
                 log.info("run %s: %s seed %d on %s, %s", job.run_id, config.variant, config.seed,
-                         ctx.slot.device, start)
+                         ctx.slot.label, start)
                 result = run_one(config, run_dir, run_id=job.run_id, stop=ctx.stop, callbacks=callbacks,
                                  on_step=_logging(steps, total_steps(config)))
                 log.info("run %s: %s after %s steps in %.1f s (train_loss %s, val_ppl %s)", job.run_id,

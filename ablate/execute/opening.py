@@ -156,13 +156,14 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     configuration, its other runs kept as older ones; with ``--set`` they join the current runs."""
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
-    from ablate.runner.preflight import check_data, heldout_warnings
+    from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
     from ablate.store import Store
 
     grid = load_grid(path, sets)
     provenance.announce(path)  # the grid's commit, for the workers this process starts
     fingerprints = Fingerprints.for_home(Path(home))
     planned = expand(grid, fingerprints=fingerprints)
+    check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit the model
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
     home = layout.usable_home(Path(home).absolute() if slurm else Path(home))  # checked; nothing made yet
     opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made

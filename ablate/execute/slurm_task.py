@@ -167,12 +167,16 @@ class SlurmTask(Checkpointable):
 
 
 def _use_allocated_cpus() -> None:
-    """Give torch the CPUs Slurm allocated to this task (``--cpus-per-task``), not every core of the node."""
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
-    if cpus and cpus.isdigit():
-        import torch
+    """Give torch the CPUs this task may use (``--cpus-per-task``, its cpuset), not every core of the node, and
+    OpenMP threads that sleep when they wait (``worker.QUIET_THREADS``; read when torch loads OpenMP)."""
+    from ablate.execute.devices import usable_cpus
+    from ablate.execute.worker import QUIET_THREADS
 
-        torch.set_num_threads(int(cpus))
+    for var, value in QUIET_THREADS.items():
+        os.environ.setdefault(var, value)
+    import torch
+
+    torch.set_num_threads(usable_cpus())
 
 
 def _device_label(job: Job) -> str:

@@ -43,6 +43,11 @@ from ablate.execute.messages import (
 
 log = logging.getLogger(__name__)
 
+# OpenMP threads that wait by sleeping, not spinning: on cores that other processes use too, spinning threads
+# take the cores from the threads with work, and a step took 4x as long (bench/contended.py). Read by OpenMP
+# when torch loads it, so set before; a user's own setting wins.
+QUIET_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
 
 class JobInterrupted(Exception):
     """Raised by a job function that stopped because it was asked to (its progress is saved)."""
@@ -59,7 +64,7 @@ class JobContext:
 
     def started(self, *, resuming: bool = False) -> None:
         """The job took its run and starts training."""
-        self.send(Started(self.run_id, pid=os.getpid(), device=self.slot.device, resuming=resuming))
+        self.send(Started(self.run_id, pid=os.getpid(), device=self.slot.label, resuming=resuming))
 
     def progress(self, rows: Iterable[dict[str, Any]]) -> None:
         """Step metrics since the last call (never blocks)."""
@@ -110,6 +115,8 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
     os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(slot.threads)
+    for var, value in QUIET_THREADS.items():
+        os.environ.setdefault(var, value)
 
     stop = threading.Event()
     inbox: queue.Queue[Any] = queue.Queue()

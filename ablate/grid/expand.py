@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ablate.ablations.config import ModelConfig
-from ablate.config import RunConfig
+from ablate.config import RunConfig, vocab_from_tokenizer
 from ablate.errors import ConfigError
 from ablate.grid import identity
 from ablate.grid.ids import canonical, run_and_stem_ids
@@ -70,7 +70,7 @@ def _resolve(grid: Grid, values: dict[str, Any], origins: dict[str, str], *, che
     for path, value in values.items():
         raw = assign(raw, path, value)
     try:
-        config = RunConfig.model_validate(raw)
+        config = RunConfig.model_validate(vocab_from_tokenizer(raw))
     except ValidationError as exc:
         loc, msg = explain(exc)
         raise ConfigError(describe(loc, msg), where=f"{grid.source}: {_blame(loc, origins, grid)}") from None

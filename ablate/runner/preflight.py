@@ -43,6 +43,30 @@ def check_data(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = N
             _check(stage.data, where=f"{source}: " if source else "", stage=i)
 
 
+def check_tokenizers(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> None:
+    """Raise ``ConfigError`` for the first run whose tokenizer cannot be made or does not fit its model's
+    vocabulary (``tokenizers.check_tokenizer``: an ``hf:`` one is loaded from this machine's files; one that is not
+    here is an ``InputMissingError``, which ``ablate plan`` only warns of, as of missing data). Each
+    distinct tokenizer and vocabulary once; stages keep both (``STAGE_FIXED_DATA_FIELDS``)."""
+    from ablate.runner.tokenizers import check_tokenizer
+
+    seen: set[tuple[Any, ...]] = set()
+    for run in runs:
+        config: RunConfig = getattr(run, "config", run)
+        data, model = config.data, config.model
+        key = (data.tokenizer, data.bpe_vocab_size, model.vocab_size, data.tokenizer == "bpe" and all(
+            s.kind == "tokens" for s in data.train))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_tokenizer(data, model)
+        except ConfigError as exc:
+            field = exc.where or "data.tokenizer"  # InputMissingError stays one: plan only warns of it
+            raise type(exc)(str(exc).removeprefix(f"{field}: "),
+                            where=f"{source}: {field}" if source else field) from None
+
+
 def _check(data: DataConfig, *, where: str, stage: int) -> None:
     at = f" (training stage {stage})" if stage else ""
     for i, src in enumerate(data.train):

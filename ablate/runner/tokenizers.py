@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from ablate.ablations.config import ModelConfig
-from ablate.config import DataConfig
-from ablate.errors import ConfigError
+from ablate.config import DataConfig, padded_vocab, tokenizer_ids
+from ablate.errors import ConfigError, InputMissingError, did_you_mean
 from ablate.layout import atomic_path
 
 log = logging.getLogger(__name__)
@@ -122,19 +122,53 @@ def get_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig, cache_dir: str |
     Hugging Face tokenizer already in the local cache or a local folder; nothing is downloaded).
     """
     spec = data_cfg.tokenizer
+    check_spec(spec)
     if spec == "byte":
         tok: Tokenizer = ByteTokenizer()
     elif spec == "bpe":
         tok = _bpe(data_cfg, data_cfg.bpe_vocab_size or model_cfg.vocab_size, Path(cache_dir))
-    elif spec.startswith("hf:") and len(spec) > 3:
-        tok = _hf(spec[3:])
     else:
-        raise ConfigError(f"unknown tokenizer {spec!r}; allowed: 'byte', 'bpe', 'hf:<name>'", where="data.tokenizer")
-    if tok.vocab_size > model_cfg.vocab_size:
-        raise ConfigError(
-            f"tokenizer {tok.name!r} has {tok.vocab_size} ids but model.vocab_size is {model_cfg.vocab_size}; "
-            f"set model.vocab_size >= {tok.vocab_size}", where="model.vocab_size")
+        tok = _hf(spec[3:])
+    check_vocab(tok.vocab_size, tok.name, model_cfg)
     return tok
+
+
+def check_spec(spec: str) -> None:
+    """``data.tokenizer`` names a tokenizer: ``byte``, ``bpe`` or ``hf:<name or folder>`` (exact case)."""
+    if spec in ("byte", "bpe") or (spec.startswith("hf:") and len(spec) > 3):
+        return
+    raise ConfigError(f"unknown tokenizer {spec!r}{did_you_mean(spec.lower(), ['byte', 'bpe'])}; allowed: 'byte', "
+                      "'bpe', 'hf:<name>'", where="data.tokenizer")
+
+
+def check_vocab(ids: int, name: str, model_cfg: ModelConfig) -> None:
+    """The model's embedding holds every id of the tokenizer ``name``."""
+    if ids > model_cfg.vocab_size:
+        raise ConfigError(
+            f"tokenizer {name!r} has {'up to ' if name == 'bpe' else ''}{ids} ids but model.vocab_size is "
+            f"{model_cfg.vocab_size}; set model.vocab_size >= {ids} ({padded_vocab(ids)} is a multiple of 64), or "
+            "leave it out for a byte or bpe tokenizer: ablate then takes that", where="model.vocab_size")
+
+
+def check_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig) -> None:
+    """What ``get_tokenizer`` would refuse, found without training or tokenizing anything: the name, a BPE's
+    training text and size, an ``hf:`` tokenizer loaded from this machine's files, and the model's vocabulary
+    holding its ids. The run's preflight (``runner.preflight.check_tokenizers``)."""
+    check_spec(data_cfg.tokenizer)
+    if data_cfg.tokenizer == "bpe":
+        _bpe_can_train(data_cfg, data_cfg.bpe_vocab_size or model_cfg.vocab_size)
+    ids = tokenizer_ids(data_cfg.tokenizer, data_cfg.bpe_vocab_size)
+    if ids is None and data_cfg.tokenizer.startswith("hf:"):
+        ids = _hf(data_cfg.tokenizer[3:]).vocab_size
+    if ids is not None:
+        check_vocab(ids, "bpe" if data_cfg.tokenizer == "bpe" else data_cfg.tokenizer, model_cfg)
+
+
+def _bpe_can_train(data_cfg: DataConfig, vocab_size: int) -> None:
+    if not [s for s in data_cfg.train if s.kind != "tokens"]:
+        raise ConfigError("tokenizer 'bpe' needs a text source in data.train to learn from", where="data.tokenizer")
+    if vocab_size < 257:
+        raise ConfigError(f"a byte-level BPE needs at least 257 ids, got {vocab_size}", where="data.bpe_vocab_size")
 
 
 def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
@@ -143,11 +177,8 @@ def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
 
     from ablate.runner.corpora import corpus_version, documents
 
+    _bpe_can_train(data_cfg, vocab_size)
     text_sources = [s for s in data_cfg.train if s.kind != "tokens"]
-    if not text_sources:
-        raise ConfigError("tokenizer 'bpe' needs a text source in data.train to learn from", where="data.tokenizer")
-    if vocab_size < 257:
-        raise ConfigError(f"a byte-level BPE needs at least 257 ids, got {vocab_size}", where="data.bpe_vocab_size")
     key = json.dumps([vocab_size, data_cfg.heldout_fraction, BPE_TRAIN_CHARS,
                       [(s.model_dump(mode="json", exclude={"fingerprint"}), corpus_version(s)) for s in text_sources]],
                      sort_keys=True)
@@ -185,7 +216,7 @@ def _hf(name: str) -> Tokenizer:
     try:
         tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"tokenizer {name!r} is not available locally (nothing is downloaded; put it in the "
+        raise InputMissingError(f"tokenizer {name!r} is not available locally (nothing is downloaded; put it in the "
                           f"Hugging Face cache or give a local folder): {exc.__class__.__name__}",
                           where="data.tokenizer") from None
     eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id

@@ -22,7 +22,6 @@ differ from the grid's own runs.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +53,7 @@ log = logging.getLogger(__name__)
 
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
-    from ablate.execute.devices import crowding, gpu_count, parse_devices, plan_slots
+    from ablate.execute.devices import crowding, local_slots, usable_cpus
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
     from ablate.store import Store
@@ -81,12 +80,11 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
         raise ConfigError("the grid has no runs", where=str(path))
     metric = check_metric(opts.metric, planned[0].config)
     cells = cells_of(planned, space.param)
-    slots = plan_slots(devices=parse_devices(opts.devices, gpu_count()), jobs=opts.jobs,
-                       jobs_per_device=opts.jobs_per_device, cpu_count=os.cpu_count() or 1)
+    slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device)
     slots = slots[:max(1, opts.trials * len(cells))]  # never more workers than trials
     home = Path(opts.home)
     console = opts.console or Console(stderr=True)
-    if (crowded := crowding(slots, cpu_count=os.cpu_count() or 1, jobs_per_device=opts.jobs_per_device)):
+    if (crowded := crowding(slots, cpu_count=usable_cpus(), jobs_per_device=opts.jobs_per_device)):
         console.print(f"[yellow]warning:[/] {crowded}", highlight=False, soft_wrap=True)
     store = Store.open(opts.store, home=home)
     resume = (f"when the store is back, run the same command again: the studies resume, and trials that finished "
