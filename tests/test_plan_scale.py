@@ -52,7 +52,8 @@ def test_a_long_plan_prints_plain_columns_with_the_same_cells(tmp_path, monkeypa
     assert lines[0] == f"grid long: {2 * len(seeds)} runs"
     assert lines[1].split() == ["run", "id", "variant", "seed", "params", "added", "tokens", "FLOPs", "memory",
                                 "status"]
-    assert set(lines[2]) == {"-", " "} and len(lines) == 3 + 2 * len(seeds)
+    assert set(lines[2]) == {"-", " "} and len(lines) == 4 + 2 * len(seeds)
+    assert lines[-1].startswith("ablate run here: 1 worker on cpu")  # what `ablate run` would start
     first = lines[3].split()
     assert first[1:3] == ["baseline", "0"] and first[-1] == "new" and "│" not in out.stdout
     short = tmp_path / "short.yaml"
