@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ablate.ablations.presets import PRESETS
 
 GatePosition = Literal["G1", "G2", "G3", "G4", "G5"]
+AttnWeights = Literal["softmax", "sink-learned", "softmax1", "sigmoid", "softpick"]
 
 
 class _Strict(BaseModel):
@@ -89,6 +90,10 @@ class ModelConfig(_Strict):
     sandwich_norm: bool = Field(False, description="RMSNorm on attention and FFN outputs before the residual")
     output_clip: float | None = Field(None, gt=0, description="clip attention/FFN outputs to (-c, c) (A.5)")
     switch: SwitchSpec | None = None
+    # the field's other sink fixes (ablate/ablations/weights.py)
+    attn_weights: AttnWeights = Field(
+        "softmax", description="how scores become attention weights: softmax; sink-learned (a learned per-head "
+        "sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick")
 
     @model_validator(mode="before")
     @classmethod
