@@ -150,3 +150,31 @@ def test_arms_are_listed_with_their_source() -> None:
     for name, kind in ARMS.items():
         assert authors[kind] in sources[name]
     assert "2505.06708" in sources["sdpa-elementwise"]
+
+
+@pytest.mark.slow
+def test_arms_train_and_are_probed_and_stored_through_ablate_run(tmp_path, module_cache) -> None:
+    from tiny_grids import tiny_grid
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.store import Store
+
+    grid = tmp_path / "sinks.yaml"
+    grid.write_text(tiny_grid("sinks-e2e", variants=list(ARMS), steps=10, checkpoint_every=10))
+    home = tmp_path / "home"
+    result = CliRunner().invoke(app, ["run", str(grid), "--jobs", "2", "--home", str(home), "--no-mlflow"])
+    assert result.exit_code == 0, result.output
+    with Store.open(home=home) as store:
+        runs = store.runs_frame(grid="sinks-e2e").set_index("run_id")
+        probes = store.probes(run_ids=list(runs.index))
+    assert sorted(runs["variant"]) == sorted(ARMS) and set(runs["status"]) == {"done"}
+    tiny = ModelConfig(preset="tiny")
+    for rid, variant in runs["variant"].items():
+        assert runs.loc[rid, "params"] == count_params(apply_variant(tiny, variant)).total
+        assert runs.loc[rid, "added_params"] == added_params(tiny, variant)
+        mine = probes[probes["run_id"] == rid].set_index(["name", "layer"])["value"]
+        f_attn = [mine[("f_attn", layer)] for layer in range(2)]
+        assert all(0 <= f <= 1 for f in f_attn)  # each arm's own weight on the first token, from its probe path
+        assert runs.loc[rid, "f_attn"] == pytest.approx(sum(f_attn) / 2)
+        assert mine[("m_act", 0)] > 0
