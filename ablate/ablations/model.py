@@ -22,6 +22,7 @@ from ablate.ablations.gates import (
     sdpa_post_for,
 )
 from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope, init_std_for
+from ablate.ablations.plugins import build as build_plugin
 from ablate.ablations.weights import weights_for
 
 
@@ -56,7 +57,7 @@ class Attention(nn.Module):
         self.gate_q = gate_for(g, "G4", d, nq, dk)
         self.gate_k = gate_for(g, "G3", d, nk, dk)
         self.gate_v = gate_for(g, "G2", d, nk, dk)
-        self.weights = weights_for(cfg.attn_weights, nq)
+        self.weights = build_plugin(cfg) if cfg.plugin is not None else weights_for(cfg.attn_weights, nq)
         self.sdpa_post = sdpa_post_for(cfg.sdpa_norm, cfg.sdpa_silu, nq, dk, cfg.norm_eps)
         self.gate_sdpa = gate_for(g, "G1", d, nq, dk, fused=fused)
         self.gate_out = gate_for(g, "G5", d, nq, dk)

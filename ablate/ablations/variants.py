@@ -182,8 +182,21 @@ def get_variant(name: str) -> Variant:
         raise ConfigError(one_of(name, VARIANTS, what="variant"), where="variant") from None
 
 
+def is_plugin_arm(model: ModelConfig, name: str) -> bool:
+    """Is ``name`` the label of the plugin arm ``model`` carries (``PluginArm.label``)? Then the plugin is the
+    variant: applying it changes nothing more, and the model without it is ``without_variant``."""
+    return model.plugin is not None and name == model.plugin.label
+
+
+def without_variant(model: ModelConfig, name: str) -> ModelConfig:
+    """The reference a variant's added parameters are counted against: ``model``, less a plugin arm's plugin."""
+    return model.model_copy(update={"plugin": None}) if is_plugin_arm(model, name) else model
+
+
 def resolve_changes(model: ModelConfig, name: str) -> dict[str, Any]:
     """The variant's changes as plain field values for this base config (``Rel`` applied)."""
+    if is_plugin_arm(model, name):
+        return {}
     variant = get_variant(name)
     if variant.requires_moe and not model.is_moe:
         raise ConfigError(

@@ -57,7 +57,7 @@ def plan(
     run's status in the store."""
     from ablate.errors import ConfigError
     from ablate.grid import expand, load_grid
-    from ablate.grid.view import plan_json, plan_rows, statuses
+    from ablate.grid.view import plan_imports, plan_json, plan_rows, statuses
     from ablate.runner.fingerprints import Fingerprints
     from ablate.runner.preflight import check_data, heldout_warnings
 
@@ -78,6 +78,9 @@ def plan(
         echo_json(plan_json(spec.name, runs, status), flat_from=2)  # a run a line
         return
     table = plan_rows(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None)
+    imported = plan_imports(runs)
+    if imported:
+        typer.echo(f"imports (plugin arms): {', '.join(imported)}")
     if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns
         from ablate.cli.views import text_table
 

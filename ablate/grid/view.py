@@ -104,15 +104,24 @@ class Costs:
         return found
 
 
+def plan_imports(runs: Sequence[PlannedRun]) -> list[str]:
+    """The modules of the user's code the runs' plugin arms import, sorted."""
+    from ablate.ablations.plugins import imports
+
+    return imports(r.config.model.plugin.arm for r in runs if r.config.model.plugin is not None)
+
+
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
-    """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
+    """CLI.md's ``plan --format json``: ``{"grid", "imports", "runs": [{"run_id", "variant", "seed", "params",
     "added_params", "status", "config"}, ...]}``, plus each run's ``axes``, ``match_residual``, planned
-    ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items."""
+    ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items;
+    ``imports``: the plugin modules the grid imports."""
     from ablate.ablations.memory import gpu_here
 
     costs = Costs(gpu=gpu_here())
     return {
         "grid": name,
+        "imports": plan_imports(runs),
         "runs": [
             {
                 "run_id": r.run_id, "variant": r.config.variant, "seed": r.config.seed, "params": r.params,
