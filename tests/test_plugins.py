@@ -130,3 +130,26 @@ def test_a_plugin_grid_trains_is_probed_stored_and_goes_stale(plugin_dir, tmp_pa
     assert out.exit_code == 0, out.output
     assert "stale" in out.output and "model.plugin.version" in out.output, out.output
     assert "done" in out.output
+
+
+def test_export_refuses_a_plugin_arm_in_one_line(plugin_dir) -> None:
+    from ablate.ablations.export import hf_target, hf_unsupported
+    from ablate.errors import ConfigError
+
+    cfg = ModelConfig(preset="tiny", plugin=PluginArm(**ARM))
+    with pytest.raises(ConfigError, match=r"^model.plugin: cannot export plugin=.* a plugin arm is the user's code"):
+        hf_target(cfg)
+    assert list(hf_unsupported(cfg)) == ["plugin"]
+
+
+def test_an_entry_point_arm_is_listed_and_usable_without_plugins(plugin_dir, tmp_path, monkeypatch) -> None:
+    from ablate.ablations import plugins
+
+    monkeypatch.setattr(plugins, "registered", lambda: {"capped": "myattn:CappedSoftmax"})  # as a package would
+    rows = json.loads(CliRunner().invoke(app, ["variants", "--format", "json"]).output)
+    assert rows[-1]["name"] == "capped" and rows[-1]["source"] == "plugin: myattn:CappedSoftmax"
+    result = plan(grid_file(tmp_path, plugins="[]", arm='{arm: capped, args: {cap: 2}}'), tmp_path / "home")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["imports"] == ["myattn"]
+    assert [r["variant"] for r in out["runs"]] == ["baseline", "capped(cap=2)"]

@@ -18,6 +18,7 @@ Importing this module never imports torch or any plugin.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -34,9 +35,17 @@ ENTRY_POINTS = "ablate.arms"
 SLOTS = ("weights",)
 
 
+@functools.cache  # read once per process: a grid asks for each of its runs
 def registered() -> dict[str, str]:
     """``{name: "module:Class"}`` of the arms installed packages register under ``ablate.arms``."""
     return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
+
+
+def catalogue_rows() -> list[dict[str, Any]]:
+    """``ablate variants``' rows of the registered arms (nothing imported): the source is the entry point."""
+    return [dict(name=name, description=f"plugin arm {value} (an installed {ENTRY_POINTS!r} entry point)", paper=[],
+                 changes={"plugin": {"arm": name}}, requires_moe=False, act_func="-", score_shape="-",
+                 source=f"plugin: {value}") for name, value in sorted(registered().items())]
 
 
 def target(arm: str) -> str:

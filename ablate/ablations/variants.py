@@ -230,9 +230,13 @@ def apply_variant(model: ModelConfig, name: str) -> ModelConfig:
 
 
 def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
-    """``ablate variants``: every variant as a JSON-ready dict, with ``added_params`` at ``preset`` when given
-    (None for an MoE-only variant on a dense preset). An unknown preset is a ConfigError naming ``--preset``."""
-    rows = [v.as_dict() for v in VARIANTS.values()]
+    """``ablate variants``: every variant as a JSON-ready dict, then the plugin arms installed packages register
+    (``ablate.arms`` entry points), with ``added_params`` at ``preset`` when given (None for an MoE-only variant on
+    a dense preset, and for a plugin arm, whose arguments the grid gives). An unknown preset is a ConfigError
+    naming ``--preset``."""
+    from ablate.ablations.plugins import catalogue_rows as plugin_rows
+
+    rows = [v.as_dict() for v in VARIANTS.values()] + plugin_rows()
     if preset is None:
         return rows
     from ablate.ablations.params import added_params
@@ -242,5 +246,7 @@ def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
         raise ConfigError(one_of(preset, PRESETS, what="preset"), where="--preset")
     base = ModelConfig(preset=preset)
     for row in rows:
-        row["added_params"] = None if row["requires_moe"] and not base.is_moe else added_params(base, row["name"])
+        plugin = row["name"] not in VARIANTS  # counted only when asked for the plugin's own arguments: none here
+        row["added_params"] = None if plugin or (row["requires_moe"] and not base.is_moe) else added_params(
+            base, row["name"])
     return rows
