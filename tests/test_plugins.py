@@ -153,3 +153,9 @@ def test_an_entry_point_arm_is_listed_and_usable_without_plugins(plugin_dir, tmp
     out = json.loads(result.output)
     assert out["imports"] == ["myattn"]
     assert [r["variant"] for r in out["runs"]] == ["baseline", "capped(cap=2)"]
+
+
+def test_the_example_grid_plans_with_the_example_on_the_path(plugin_dir, tmp_path) -> None:
+    out = json.loads(plan(EXAMPLE / "grid.yaml", tmp_path / "home").output)
+    assert out["imports"] == ["myattn"]
+    assert [r["variant"] for r in out["runs"]] == ["baseline", "myattn:CappedSoftmax(cap=5)"]

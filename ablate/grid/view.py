@@ -112,8 +112,8 @@ def plan_imports(runs: Sequence[PlannedRun]) -> list[str]:
 
 
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
-    """CLI.md's ``plan --format json``: ``{"grid", "imports", "runs": [{"run_id", "variant", "seed", "params",
-    "added_params", "status", "config"}, ...]}``, plus each run's ``axes``, ``match_residual``, planned
+    """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
+    "added_params", "status", "config"}, ...], "imports"}``, plus each run's ``axes``, ``match_residual``, planned
     ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items;
     ``imports``: the plugin modules the grid imports."""
     from ablate.ablations.memory import gpu_here
@@ -121,7 +121,6 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
     costs = Costs(gpu=gpu_here())
     return {
         "grid": name,
-        "imports": plan_imports(runs),
         "runs": [
             {
                 "run_id": r.run_id, "variant": r.config.variant, "seed": r.config.seed, "params": r.params,
@@ -131,6 +130,7 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
             }
             for r in runs
         ],
+        "imports": plan_imports(runs),
     }
 
 
