@@ -84,6 +84,8 @@ class RunResult(BaseModel):
     - ``probes``: per-layer values, name -> list over layers (``gate_score``, ``f_attn``, ``m_act``,
       ``mean_abs_pre``, ``mean_abs_post``, ``frac_below_1e-2_pre``, ...).
     - ``histograms``: name -> per-layer bin counts, with ``histogram_edges`` shared by all of them.
+    - ``provenance``: the software, device and grid commit that produced it (``ablate.provenance``); empty in
+      files written before it was recorded.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -103,6 +105,7 @@ class RunResult(BaseModel):
     host: str | None = None
     device: str | None = None
     error: str | None = None
+    provenance: dict[str, Any] = Field(default_factory=dict)
 
 
 def write_result(result: RunResult, run_dir: str | os.PathLike[str]) -> Path:

@@ -64,6 +64,10 @@ def finished(tmp_path_factory, env):
     root = tmp_path_factory.mktemp("finished")
     path = root / "g.yaml"
     path.write_text(grid_text("quick", [0]))
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "g.yaml"], check=True)
+    subprocess.run([*git, "commit", "-qm", "grid"], check=True)
     home = root / "home"
     cwd, cache = os.getcwd(), os.environ.get("ABLATE_CACHE")
     os.environ["ABLATE_CACHE"] = env["ABLATE_CACHE"]
@@ -99,6 +103,19 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
         assert f"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, from step 0" in lines[0], lines
         assert sum(re.search(r"step \d+/60, loss [\d.]+", x) is not None for x in lines) == 10, lines
         assert re.search(rf"run {rid}: done after 60 steps in [\d.]+ s \(train_loss [\d.]+", lines[-1]), lines
+    # provenance (#24): the software that trained each run, its device and the grid's commit, in result.json,
+    # the store and `ablate show`
+    import torch
+
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    for rid in runs.index:
+        prov = json.loads((home / "runs" / rid / "result.json").read_text())["provenance"]
+        assert (prov["torch"], prov["device"], prov["git_commit"], prov["git_dirty"]) == (
+            torch.__version__, "cpu", commit, False)
+        assert prov["python"].startswith("3.") and prov["config_version"] == 2 and len(prov["model_code"]) == 12
+    shown = invoke("show", runs.index[0], "--home", str(home))
+    assert shown.exit_code == 0 and "provenance" in shown.stdout and commit in shown.stdout, shown.output
     workers = "".join(p.read_text() for p in sorted((home / "logs").glob("worker-*.log")))
     assert workers.count("ready on cpu") == 2 and all(f"run {rid}: ended" in workers for rid in runs.index)
 
@@ -112,11 +129,12 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
         rid = r.data.tags["run_id"]
         assert r.data.tags["status"] == "done" and r.data.tags["variant"] == runs.loc[rid, "variant"]
         assert r.data.params["train.steps"] == "60"
+        assert r.data.tags["provenance.git_commit"] == commit and r.data.tags["provenance.device"] == "cpu"
         loss = client.get_metric_history(r.info.run_id, "loss")
         assert [m.step for m in loss] == list(range(60))
         assert r.data.metrics["train_loss"] == pytest.approx(runs.loc[rid, "train_loss"])
         assert runs.loc[rid, "mlflow_run_id"] == r.info.run_id
-    assert sorted(p.name for p in root.iterdir()) == ["g.yaml", "home"]  # no ./mlruns
+    assert sorted(p.name for p in root.iterdir()) == [".git", "g.yaml", "home"]  # no ./mlruns (.git: the grid's repository)
 
 
 def test_a_rerun_trains_nothing_and_returns_fast(finished):

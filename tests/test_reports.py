@@ -165,7 +165,12 @@ def test_table1_known_cells(data: Any) -> None:
     # paired delta to the baseline: the same seed offsets, so every pair differs by exactly -0.20
     delta = t.cell("SDPA Elementwise G1", "delta:val_ppl")
     assert delta.text == "-0.20 [-0.20, -0.20]" and delta.n == 3
+    assert delta.significant and delta.p == 0.0 and delta.p_adj == 0.0  # no spread: resolved, bold
+    assert "**-0.20 [-0.20, -0.20]**" in render(t, "markdown")
     assert t.cell("Baseline", "delta:val_ppl").text == ""
+    footer = [n for n in t.notes if n.startswith("Δ: ")]
+    assert len(footer) == 1 and "paired Student t 95% CI" in footer[0] and "after Holm over" in footer[0]
+    assert all(" vs baseline (val_ppl): " in line for line in t.unresolved)
     assert any("left out" in note and "train.lr=0.003" in note for note in t.notes)
 
 

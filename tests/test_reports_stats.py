@@ -84,9 +84,15 @@ def test_grid_resolution() -> None:
 
 
 def test_paired_delta_and_bootstrap() -> None:
+    from scipy.stats import ttest_rel
+
     d = paired_delta({0: 5.0, 1: 5.2, 2: None}, {0: 6.0, 1: 6.0, 2: 6.1, 3: 6.0})
     assert d.n == 2 and d.diffs == pytest.approx((-1.0, -0.8)) and d.mean == pytest.approx(-0.9)
-    assert d.lo == pytest.approx(-1.0) and d.hi == pytest.approx(-0.8) and d.side() == -1
+    # two seeds that agree in sign: the paired t interval (1 df) is wide, not the [min, max] the bootstrap gave
+    ci = ttest_rel([5.0, 5.2], [6.0, 6.0]).confidence_interval()
+    assert (d.lo, d.hi) == pytest.approx((ci.low, ci.high))
+    assert (d.lo, d.hi) == pytest.approx((-2.1706, 0.3706), abs=1e-4)
+    assert d.side() == 0 and d.method == "t" and d.p == pytest.approx(ttest_rel([5.0, 5.2], [6.0, 6.0]).pvalue)
     assert bootstrap_ci([1.0]) == (None, None)
     lo, hi = bootstrap_ci([0.1, -0.3, 0.2, 0.05, -0.1])
     assert lo < 0 < hi and (lo, hi) == bootstrap_ci([0.1, -0.3, 0.2, 0.05, -0.1])  # fixed seed: reproducible

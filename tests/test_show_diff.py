@@ -4,6 +4,7 @@ trains) and `ablate diff RUN_A RUN_B` (config fields that differ, results side b
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from store_data import planned, result
@@ -85,3 +86,43 @@ def test_diff_two_runs(filled: Store) -> None:
     assert same["config"] == [] and all(r["b_minus_a"] in (0, None) for r in same["results"])
     bad = runner.invoke(app, ["diff", "run000", "nope", "--store", filled.url])
     assert bad.exit_code == 2 and "no run 'nope'" in bad.stderr
+
+
+PROVENANCE = {"ablate": "0.1.0", "torch": "2.13.0", "lightning": "2.6.6", "cuda": None, "python": "3.11.9",
+              "model_code": "0123456789ab", "config_version": 2, "device": "cpu", "git_commit": "f" * 40,
+              "git_dirty": False}
+
+
+def test_show_prints_provenance_and_diff_a_changed_torch_version(store: Store) -> None:
+    store.register_grid(name="g", text="g", runs=[planned(0), planned(3)])
+    store.ingest(result(0).model_copy(update={"provenance": PROVENANCE}))
+    store.ingest(result(3).model_copy(update={"provenance": {**PROVENANCE, "torch": "2.14.0"}}))
+    assert show(store, "run000")["provenance"] == PROVENANCE
+    out = runner.invoke(app, ["show", "run000", "--store", store.url])
+    assert out.exit_code == 0 and "provenance" in out.stdout and "f" * 40 in out.stdout, out.output
+    assert diff(store, "run000", "run003")["provenance"] == [{"field": "torch", "a": "2.13.0", "b": "2.14.0"}]
+    out = runner.invoke(app, ["diff", "run000", "run003", "--store", store.url])
+    assert out.exit_code == 0 and "provenance that differs" in out.stdout, out.output
+    assert re.search(r"torch\s*│\s*2\.13\.0\s*│\s*2\.14\.0", out.stdout), out.stdout
+
+
+def test_a_run_recorded_before_provenance_shows_none(filled: Store) -> None:
+    assert show(filled, "run000")["provenance"] == {} and diff(filled, "run000", "run007")["provenance"] == []
+    out = runner.invoke(app, ["show", "run000", "--store", filled.url])
+    assert out.exit_code == 0 and "provenance" not in out.stdout
+
+
+def test_a_report_across_model_code_warns_once(store: Store) -> None:
+    from ablate.reports.data import current_runs
+
+    store.register_grid(name="g", text="g", runs=[planned(i) for i in range(3)])
+    for i, code in enumerate(["aaa", "aaa", "bbb"]):
+        store.ingest(result(i).model_copy(update={"provenance": {**PROVENANCE, "model_code": code}}))
+    lines: list[str] = []
+    current_runs(store, "g", warn=lines.append)
+    assert lines == ["the report of grid g compares runs trained by different model code (aaa, bbb): their "
+                     "differences may be the code, not the arms"]
+    lines.clear()
+    store.ingest(result(2).model_copy(update={"provenance": {**PROVENANCE, "model_code": "aaa"}}))
+    current_runs(store, "g", warn=lines.append)
+    assert lines == []

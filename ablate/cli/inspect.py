@@ -88,6 +88,8 @@ def _show_parts(view: dict[str, Any]) -> list[Any]:
             data = ", ".join(f"{k} {_text(v)}" for k, v in (e["data"] or {}).items())
             table.add_row(str(e["step"]), e["kind"], data)
         parts.append(table)
+    if view.get("provenance"):
+        parts.append(_pairs("provenance", view["provenance"]))
     points = view["curve"]["points"]
     if len(points) >= 2:
         parts.append(loss_plot(points))
@@ -107,7 +109,10 @@ def _diff_parts(d: dict[str, Any]) -> list[Any]:
     from rich.table import Table
 
     parts = []
-    for title, rows, key in (("", d["lifecycle"], "field"), ("config fields that differ", d["config"], "field")):
+    sections = [("", d["lifecycle"], "field"), ("config fields that differ", d["config"], "field")]
+    if d.get("provenance"):
+        sections.append(("provenance that differs", d["provenance"], "field"))
+    for title, rows, key in sections:
         table = Table(title=title or f"{d['a']} vs {d['b']}", title_justify="left")
         for col in (key, d["a"], d["b"]):
             table.add_column(col)

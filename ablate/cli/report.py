@@ -37,11 +37,21 @@ def report_cmd(
     ladder_target: Annotated[str, typer.Option("--target", help="ladder: where to predict: paper (1.7B dense at "
                                                "400B and 3.5T tokens, 15B-A2.5B MoE at 3.5T) or FLOPs, "
                                                "comma-separated")] = "paper",
+    interval: Annotated[Literal["t", "bootstrap"], typer.Option(
+        "--interval", help="the deltas' 95% CI: t (paired Student t, n-1 df) or bootstrap (BCa, only from 20 "
+                           "seeds; below that t, and the table says so)")] = "t",
+    correction: Annotated[Literal["holm", "bh", "none"], typer.Option(
+        "--correction", help="the family correction over a table's deltas and the scorecard's claims: holm "
+                             "(family-wise error), bh (Benjamini-Hochberg, false discovery rate) or none")] = "holm",
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, deltas with bootstrap CIs)."""
+    """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, paired deltas with t CIs
+    and p-values corrected per table); ends with one line per unresolved comparison and the seeds it needs."""
     from ablate import reports
+    from ablate.reports.stats import Stats
+
+    stats = Stats(interval, correction)
 
     with open_store(home, store) as opened:
         if target == "ladder":  # a directory: the report in --format and its figure
@@ -60,11 +70,12 @@ def report_cmd(
                                                                   warn=warn).values()]
             else:
                 written = [str(p) for p in reports.report_all(opened, out_dir, grid=grid, paper=paper, where=where,
-                                                              warn=warn).values()]
+                                                              warn=warn, stats=stats).values()]
             typer.echo(f"wrote {len(written)} files to {out_dir}" + (f": {out_dir / 'report.html'}"
                                                                     if target == "all" else ""))
             return
-        text = reports.report_table(opened, target, grid=grid, paper=paper, fmt=fmt, where=where, warn=warn)
+        text = reports.report_table(opened, target, grid=grid, paper=paper, fmt=fmt, where=where, warn=warn,
+                                    stats=stats)
     if out is None:
         typer.echo(text, nl=False)
     else:

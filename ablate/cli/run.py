@@ -136,8 +136,8 @@ def run(
     no_mlflow: NoMlflowOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
-    executor: Annotated[str, typer.Option("--executor", help="local (worker pool here) or slurm (one job array)")]
-    = "local",
+    executor: Annotated[Literal["local", "slurm"], typer.Option("--executor", help="local (worker pool here) or "
+                                                               "slurm (one job array)")] = "local",
     partition: Annotated[str | None, typer.Option("--partition", help="slurm: the partition")] = None,
     gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="slurm: GPUs per run (= train.devices; "
                                                      "0 = CPU) [default: train.devices if GPUs here, else 0]")] = None,
@@ -166,10 +166,10 @@ def run(
         raise ConfigError("only the Slurm executor spans nodes; add --executor slurm (a local run uses "
                           "train.devices processes on this machine)", where=flag)
     _check_run_memory(grid, sets, device_memory, local=executor == "local", home=home, store=store)
-    if executor != "local":
+    if executor == "slurm":
         from ablate.cli.slurm import run_slurm
 
-        raise typer.Exit(run_slurm(grid, sets, executor, home=home, store=store, partition=partition,
+        raise typer.Exit(run_slurm(grid, sets, home=home, store=store, partition=partition,
                                    gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
                                    array_parallelism=array_parallelism, slurm_opts=slurm_opts,
                                    retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,

@@ -21,17 +21,14 @@ from ablate.cli.common import (
 )
 
 
-def run_slurm(grid: Path, sets: list[str] | None, executor: str, *, home: Path | None, store: str | None,
+def run_slurm(grid: Path, sets: list[str] | None, *, home: Path | None, store: str | None,
               partition: str | None, gpus_per_job: int | None, time_limit: str, wait: bool,
               array_parallelism: int | None, slurm_opts: list[str] | None, retry_failed: bool,
               nodes: int = 1, gpus_per_node: int | None = None,
               mlflow: bool = True, store_patience: float | None = None, append: bool = False) -> int:
     """``ablate run --executor slurm``: submit the grid as one job array; the exit status."""
-    from ablate.errors import ConfigError, one_of
     from ablate.execute.slurm import SlurmOptions, submit_grid
 
-    if executor != "slurm":
-        raise ConfigError(one_of(executor, ["local", "slurm"], what="executor"), where="--executor")
     options = SlurmOptions(home=home_dir(home), store=store, partition=partition, gpus_per_job=gpus_per_job,
                            time=time_limit, array_parallelism=array_parallelism, slurm_opts=slurm_opts or [],
                            retry_failed=retry_failed, wait=wait, nodes=nodes, gpus_per_node=gpus_per_node, mlflow=mlflow,

@@ -3,7 +3,8 @@
     claim ──> progress ... ──> finished (result.json -> store, MLflow) | failed | died | pruned
                            └─> interrupted (back to ``queued``; the next run resumes it) | busy (held elsewhere)
 
-``Lifecycle(store, home=, grid=, mirror=)`` is that record:
+``Lifecycle(store, home=, mirror=, metric=, ...)`` is that record (``expect(job)`` first, for each run it will
+see):
 
 - ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened (RUNNING, params, tags);
   its heartbeat and step metrics then go to the store (``ablate.execute.live``) and to MLflow
@@ -12,7 +13,7 @@
   ``val_ppl``); thread-safe, never blocks.
 - ``finished(run_id)``, ``failed(run_id, error)``, ``died(run_id, exitcode)``, ``pruned(run_id, step=, value=)``,
   ``interrupted(run_id)``, ``busy(run_id)``: how it ended, each returning an ``Ended`` (what the executor shows and
-  tune tells Optuna). ``record(event, job)`` maps a pool ``JobEvent`` onto these.
+  tune tells Optuna). ``record(event)`` maps a pool ``JobEvent`` onto these (the job it names was ``expect``-ed).
 
 The store may go away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept,
 in order, and replayed with backoff (``tick``); heartbeats are skipped meanwhile. ``away()`` says why, in the

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate import layout
+from ablate import layout, provenance
 from ablate.execute.job import ERROR_FILE
 from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
 from ablate.execute.triage import Decision, triage
@@ -160,6 +160,7 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     from ablate.store import Store
 
     grid = load_grid(path, sets)
+    provenance.announce(path)  # the grid's commit, for the workers this process starts
     fingerprints = Fingerprints.for_home(Path(home))
     planned = expand(grid, fingerprints=fingerprints)
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded

@@ -13,8 +13,9 @@ from ablate.reports.data import GridData, load_grid_data
 from ablate.reports.figures import write_figures
 from ablate.reports.page import report_page
 from ablate.reports.render import FORMATS, SUFFIX, render
-from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_markdown
+from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_markdown, unresolved_lines
 from ablate.reports.spec import TABLES
+from ablate.reports.stats import DEFAULT, Stats
 from ablate.reports.tables import build_table
 
 log = logging.getLogger(__name__)
@@ -30,34 +31,50 @@ def table_number(target: str) -> int:
     return int(target[5:])
 
 
-def grid_table(data: GridData, number: int, *, paper: bool = False) -> Table:
+def grid_table(data: GridData, number: int, *, paper: bool = False, stats: Stats = DEFAULT) -> Table:
     """Table ``number`` of the grid in ``data``."""
-    return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper, added_params=data.added_params)
+    return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper, added_params=data.added_params,
+                       stats=stats)
+
+
+def _tell(lines: list[str], fmt: str, warn: Warn | None) -> None:
+    """The unresolved comparisons' lines, on stderr for a machine format (CSV, JSON) so stdout stays parseable; the
+    other formats carry them under the table."""
+    if warn is not None and fmt in ("csv", "json"):
+        for line in lines:
+            warn(f"unresolved: {line}")
 
 
 def report_table(store: Any, target: str, *, grid: str | None = None, paper: bool = False,
-                 fmt: str = "markdown", where: str | None = None, warn: Warn | None = None) -> str:
+                 fmt: str = "markdown", where: str | None = None, warn: Warn | None = None,
+                 stats: Stats = DEFAULT) -> str:
     """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html), of the runs that
-    satisfy ``where``, at one configuration (``warn`` gets the line naming what was left out)."""
+    satisfy ``where``, at one configuration (``warn`` gets the line naming what was left out, and for CSV the
+    unresolved deltas' lines), read with ``stats`` (interval method, family correction)."""
     if target == "lr":
         from ablate.reports.lr import report_lr
 
         return report_lr(store, grid=grid, fmt=fmt)
     if target == "scorecard":
-        return report_scorecard(store, grid=grid, fmt=fmt, where=where, warn=warn)
+        return report_scorecard(store, grid=grid, fmt=fmt, where=where, warn=warn, stats=stats)
     number = table_number(target)
     if fmt not in FORMATS:  # before any query
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
-    return render(grid_table(load_grid_data(store, grid, where=where, warn=warn), number, paper=paper), fmt)
+    table = grid_table(load_grid_data(store, grid, where=where, warn=warn), number, paper=paper, stats=stats)
+    _tell(table.unresolved, fmt, warn)
+    return render(table, fmt)
 
 
 def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdown", where: str | None = None,
-                     warn: Warn | None = None) -> str:
-    """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html)."""
+                     warn: Warn | None = None, stats: Stats = DEFAULT) -> str:
+    """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html), the
+    claims' p-values corrected together (``stats``)."""
     if fmt not in SCORECARD_FORMATS:  # before any query
         raise UserInputError(one_of(fmt, SCORECARD_FORMATS, what="scorecard format") + " (option --format)")
     data = load_grid_data(store, grid, where=where, warn=warn)
-    return SCORECARD_FORMATS[fmt](scorecard(data.runs, data.catalogue))
+    verdicts = scorecard(data.runs, data.catalogue, stats=stats)
+    _tell(unresolved_lines(verdicts), fmt, warn)
+    return SCORECARD_FORMATS[fmt](verdicts, stats)
 
 
 def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
@@ -67,12 +84,12 @@ def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None, 
 
 
 def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
-                 sections: tuple[str, ...] = ()) -> dict[str, Path]:
+                 sections: tuple[str, ...] = (), stats: Stats = DEFAULT) -> dict[str, Path]:
     """The whole report into ``out_dir``: ``report.html`` (self-contained), each table as .md/.tex/.csv, the
     figures as PNG and the scorecard as markdown. Returns ``{name: path}``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tables = [grid_table(data, n, paper=paper) for n in TABLES]
+    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLES]
     written: dict[str, Path] = {}
     for t in tables:
         for fmt in ("markdown", "latex", "csv"):
@@ -81,26 +98,26 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
             written[path.name] = path
     figures = write_figures(data, out / "figures")
     written.update({p.name: p for p in figures.values()})
-    verdicts = scorecard(data.runs, data.catalogue)
-    (out / "scorecard.md").write_text(scorecard_markdown(verdicts))
+    verdicts = scorecard(data.runs, data.catalogue, stats=stats)
+    (out / "scorecard.md").write_text(scorecard_markdown(verdicts, stats))
     written["scorecard.md"] = out / "scorecard.md"
     counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}
     page = out / PAGE
     page.write_text(report_page(data.grid, tables, figures, verdicts, counts={str(k): int(v) for k, v in counts.items()},
-                                sections=sections))
+                                sections=sections, stats=stats))
     written[PAGE] = page
     log.info("report for grid %s -> %s", data.grid, page)
     return written
 
 
 def report_all(store: Any, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
-               where: str | None = None, warn: Warn | None = None) -> dict[str, Path]:
+               where: str | None = None, warn: Warn | None = None, stats: Stats = DEFAULT) -> dict[str, Path]:
     """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when the
     grid has tuning studies."""
     from ablate.reports.lr import write_lr_report
 
     data = load_grid_data(store, grid, where=where, warn=warn)
     lr_files, lr_section = write_lr_report(store, data.grid, out_dir)
-    written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else ())
+    written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else (), stats=stats)
     written.update(lr_files)
     return written

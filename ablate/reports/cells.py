@@ -59,8 +59,11 @@ class Cell:
     std: float | None = None
     n: int = 0
     diverged: int = 0
-    lo: float | None = None  # delta cells: the bootstrap CI
+    lo: float | None = None  # delta cells: the 95% CI (stats.py's method)
     hi: float | None = None
+    p: float | None = None  # delta cells: the paired t p-value, and after the table's family correction
+    p_adj: float | None = None
+    significant: bool = False  # delta cells: resolved after the correction (bold in every format)
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Table:
     columns: list[Column]
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)  # "G1 vs baseline (val_ppl): -0.05 ± 0.08, needs ≈ 9 seeds"
 
     @property
     def name(self) -> str:
@@ -157,7 +161,8 @@ def summary_cell(s: Summary, d: int, usual_n: int) -> Cell:
 
 
 def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
-    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its bootstrap CI; ``(n=1)`` with one pair."""
+    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its 95% CI; ``(n=1)`` with one pair (no interval);
+    significant when the delta is resolved after its family's correction (``stats.correct``)."""
     if delta.mean is None:
         return Cell()
     text = f"{delta.mean:+.{d}f}"
@@ -165,4 +170,5 @@ def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
         text += f" [{delta.lo:+.{d}f}, {delta.hi:+.{d}f}]"
     if delta.n == 1 or delta.n != usual_n:
         text += f" (n={delta.n})"
-    return Cell(text, delta.mean, None, delta.n, 0, delta.lo, delta.hi)
+    return Cell(text, delta.mean, None, delta.n, 0, delta.lo, delta.hi, delta.p, delta.p_adj,
+                delta.p_adj is not None and delta.resolved)

@@ -84,12 +84,21 @@ def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = N
 def current_runs(store: Any, name: str, *, where: str | None = None, warn: Callable[[str], None] | None = None
                  ) -> Any:
     """The runs of grid ``name``'s current configuration (``ablate status`` counts the same) that satisfy
-    ``where``; ``warn`` gets one line saying how many runs of older configurations were left out, if any."""
+    ``where``; ``warn`` gets one line saying how many runs of older configurations were left out, if any, and
+    one line when the finished runs were trained under different config versions or model code
+    (``ablate.provenance.spread_warning``)."""
+    from ablate.provenance import spread_warning
+
     runs = store.runs_frame(grid=name, where=where, current=True)
     older = store.older_runs(name)
+    lines = []
     if older:
-        line = (f"report of grid {name}: {older} run(s) of older configurations of the grid left out (runs its "
-                "last `ablate run` did not plan: an edited grid file, changed data)")
+        lines.append(f"report of grid {name}: {older} run(s) of older configurations of the grid left out (runs "
+                     "its last `ablate run` did not plan: an edited grid file, changed data)")
+    finished = list(runs.loc[runs["status"].isin(RESULT_STATUSES), "run_id"])
+    if (spread := spread_warning(store.provenance(finished).values(), what=f"the report of grid {name}")):
+        lines.append(spread)
+    for line in lines:
         log.info(line)
         if warn is not None:
             warn(line)

@@ -13,6 +13,7 @@ from ablate.reports.cells import Table
 from ablate.reports.figures import FIGURES
 from ablate.reports.render import html_document, to_html
 from ablate.reports.scorecard import Verdict, scorecard_html
+from ablate.reports.stats import DEFAULT, Stats
 
 FIGURE_CAPTIONS = {
     1: "Figure 1: training loss, baseline vs SDPA-gated (EMA 0.9), loss spikes marked",
@@ -31,7 +32,7 @@ def _img(path: Path) -> str:
 
 
 def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdicts: list[Verdict], *,
-                counts: dict[str, int] | None = None, sections: Sequence[str] = ()) -> str:
+                counts: dict[str, int] | None = None, sections: Sequence[str] = (), stats: Stats = DEFAULT) -> str:
     """The whole report as one HTML document; figures are read from ``figures`` and embedded. ``sections``: extra
     HTML sections appended at the end (``ablate tune``'s learning-rate report)."""
     e = html.escape
@@ -40,8 +41,9 @@ def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdic
     parts = [f"<h1>ablate report: grid <code>{e(grid)}</code></h1>",
              f'<p class="note">ablate {e(__version__)}, {e(when)}. Runs: {e(status or "none")}. Cells: mean ± std '
              "over seeds (n where it differs); '-' = diverged; Δ = paired difference to the baseline "
-             "(same config and seed) with a 95% bootstrap CI.</p>",
-             '<section id="scorecard-section"><h2>Scorecard</h2>', scorecard_html(verdicts), "</section>",
+             "(same config and seed) with its 95% CI (the method, n and family correction are under each table; "
+             "bold: significant after the correction).</p>",
+             '<section id="scorecard-section"><h2>Scorecard</h2>', scorecard_html(verdicts, stats), "</section>",
              '<section id="tables"><h2>Tables</h2>']
     parts += [to_html(t) for t in tables]
     parts += ["</section>", '<section id="figures"><h2>Figures</h2>']

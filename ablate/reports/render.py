@@ -1,5 +1,8 @@
 """A Table as markdown, LaTeX (booktabs, best per column in bold), CSV (unformatted numbers) or HTML.
 
+A delta is bold in every format only when it is significant after the table's family correction; the notes under
+the table say which method, n and correction, then one line per unresolved delta with the seeds it needs.
+
 Renderers only read the Table; every number was formatted (or kept raw, for CSV) by the builder.
 """
 
@@ -46,6 +49,8 @@ def _segments(table: Table) -> Iterator[tuple[str | None, Row | None]]:
 
 
 def _is_best(table: Table, col: Column, cell: Cell, best: dict[str, float | None]) -> bool:
+    if col.kind == "delta":
+        return cell.significant
     b = best.get(col.key)
     return (b is not None and col.kind in ("measured", "paper") and isinstance(cell.value, float | int)
             and math.isclose(float(cell.value), b))
@@ -65,8 +70,11 @@ def to_markdown(table: Table) -> str:
         if row is None:
             lines.append("| " + " | ".join([f"**{_md(group)}**"] + [""] * len(cols)) + " |")
         else:
-            lines.append("| " + " | ".join([_md(row.label)] + [_md(row.cells[c.key].text) for c in cols]) + " |")
-    lines += [""] + [f"*{_md(n)}*" for n in table.notes]
+            texts = [_md(row.cells[c.key].text) for c in cols]
+            texts = [f"**{t}**" if t and c.kind == "delta" and row.cells[c.key].significant else t
+                     for c, t in zip(cols, texts, strict=True)]
+            lines.append("| " + " | ".join([_md(row.label), *texts]) + " |")
+    lines += [""] + [f"*{_md(n)}*" for n in [*table.notes, *table.unresolved]]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -106,6 +114,8 @@ def to_latex(table: Table) -> str:
     out += [r"\bottomrule", r"\end{tabular}"]
     if table.notes:
         out.append(r"\par\smallskip{\footnotesize " + tex_escape("; ".join(table.notes)) + "}")
+    for line in table.unresolved:
+        out.append(r"\par{\footnotesize " + tex_escape(line) + "}")
     out.append(r"\end{table}")
     return "\n".join(out) + "\n"
 
@@ -118,7 +128,8 @@ def csv_header(table: Table) -> list[str]:
         if c.kind == "measured":
             head += [f"{c.key}:std", f"{c.key}:n", f"{c.key}:diverged"]
         elif c.kind == "delta":
-            head += [f"{c.key}:lo", f"{c.key}:hi", f"{c.key}:n"]
+            head += [f"{c.key}:lo", f"{c.key}:hi", f"{c.key}:n", f"{c.key}:p", f"{c.key}:p_adj",
+                     f"{c.key}:significant"]
     return head
 
 
@@ -141,7 +152,8 @@ def to_csv(table: Table) -> str:
             if c.kind == "measured":
                 line += [_raw(cell.std), cell.n, cell.diverged]
             elif c.kind == "delta":
-                line += [_raw(cell.lo), _raw(cell.hi), cell.n]
+                line += [_raw(cell.lo), _raw(cell.hi), cell.n, _raw(cell.p), _raw(cell.p_adj),
+                         int(cell.significant) if cell.p_adj is not None else ""]
         w.writerow(line)
     return buf.getvalue()
 
@@ -184,7 +196,7 @@ def to_html(table: Table) -> str:
             tds.append(f'<td class="{c.kind}">{text}</td>')
         out.append(f'<tr><td class="method">{e(row.label)}</td>{"".join(tds)}</tr>')
     out.append("</tbody></table></div>")
-    out += [f'<p class="note">{e(n)}</p>' for n in table.notes]
+    out += [f'<p class="note">{e(n)}</p>' for n in [*table.notes, *table.unresolved]]
     return "\n".join(out) + "\n"
 
 

@@ -1,19 +1,20 @@
-"""The paper's claims as measured in a grid: effect, bootstrap CI, sample size, and a verdict with its reason.
+"""The paper's claims as measured in a grid: effect, 95% CI, sample size, and a verdict with its reason.
 
 A claim names the arms it is about by their catalogue refs (``tableN:R``) and is one of four kinds:
 
 - ``delta``: the paired difference ``treatment - reference`` of a metric over runs with the same configuration apart
-  from the variant and the same seed; it *holds* when the whole 95% CI lies on the side the paper reports, is
-  *contradicted* when it lies wholly on the other side;
-- ``ratio``: ``mean(treatment) / mean(reference)`` over paired runs (how much of the reference's value is left, CI
-  from resampling the pairs); holds when the whole CI is at or below ``bound``, contradicted when wholly above;
-- ``level``: one arm's value over its runs (the baseline's F-Attn: does it form a sink at all?); holds when the whole
-  CI is at or above ``bound``, contradicted when wholly below;
+  from the variant and the same seed;
+- ``ratio``: the geometric mean of the paired ratios ``treatment / reference`` (how much of the reference's value
+  is left; t interval on the paired log ratios), read against ``bound``: it holds below, is contradicted above;
+- ``level``: one arm's value over its runs (the baseline's F-Attn: does it form a sink at all?), read against
+  ``bound``: it holds above, is contradicted below;
 - ``stability``: at the configurations (learning rates) where some run of either arm diverged (``survival``) or
   diverged or recorded a loss spike (``trouble``), the paired share of runs that trained through.
 
-Anything else is *not enough evidence*, and the detail says why (an arm missing, fewer than two pairs, a CI across
-the line). Only done runs are measured; a diverged run counts in the stability claims only. The probe claims
+Every claim is read by ``stats.py``, the machinery the tables use: paired t p-values, corrected over the scorecard's
+claims together (Holm by default). A claim *holds* when its corrected p is below 0.05 on the side the paper reports,
+is *contradicted* when it is below 0.05 on the other side. Anything else is *not enough evidence*, and the detail
+says why: an arm missing, one pair only, or the seeds too few for the effect observed ("needs ≈ N seeds"). Only done runs are measured; a diverged run counts in the stability claims only. The probe claims
 (F-Attn, M-Act, gate scores: the paper's Table 4, measured at one training setting) read the grid's most common
 configuration, as Table 4 does, so a high-learning-rate arm added for the stability claims does not mix in; the PPL
 claims pair runs at every configuration.
@@ -22,14 +23,27 @@ claims pair runs at every configuration.
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
-from ablate.reports.stats import Delta, bootstrap_ci, bootstrap_ratio_ci, paired_delta
+from ablate.reports.stats import (
+    CORRECTION_NAMES,
+    DEFAULT,
+    EMPTY,
+    Delta,
+    Stats,
+    correct,
+    family_size,
+    level,
+    method_note,
+    needs,
+    needs_text,
+    paired_delta,
+    paired_ratio,
+)
 
 HOLDS, CONTRADICTED, UNCLEAR = "holds", "contradicted", "not enough evidence"
 VERDICTS = (HOLDS, CONTRADICTED, UNCLEAR)
@@ -116,6 +130,9 @@ class Verdict:
     delta: Delta
     verdict: str
     detail: str
+    basis: str = ""  # what was measured (the detail before the verdict's reason)
+    where: str = ""  # the configuration a probe claim was read at
+    needs: int | None = None  # seeds to resolve the observed effect, for a claim without enough evidence
 
     def _fmt(self, x: float) -> str:
         digits = 2 if self.claim.kind == "ratio" else _DIGITS.get(self.claim.metric, 3)
@@ -143,24 +160,53 @@ class Verdict:
         return {"key": self.claim.key, "claim": self.claim.text, "effect": d.mean,
                 "ci": None if d.lo is None else [d.lo, d.hi], "n": d.n, "verdict": self.verdict,
                 "detail": self.detail, "kind": self.claim.kind, "metric": self.claim.metric,
-                "paper": self.claim.paper}
+                "paper": self.claim.paper, "p": d.p, "p_adj": d.p_adj, "p_perm": d.p_perm, "method": d.method,
+                "needs_seeds": self.needs}
 
 
 def _variant(catalogue: Mapping[str, VariantInfo], ref: str) -> str | None:
     return next((v.name for v in catalogue.values() if ref in v.paper), None)
 
 
-def _side_verdict(delta: Delta, expect: int) -> str:
-    if delta.n < 2:
-        return UNCLEAR
-    side = delta.side()
-    return HOLDS if side == expect else CONTRADICTED if side == -expect else UNCLEAR
+def _expected_side(claim: Claim) -> int:
+    """The side of the null the paper's claim puts the effect on: a ratio stays under its bound, a level above."""
+    return -1 if claim.kind == "ratio" else 1 if claim.kind == "level" else claim.expect
 
 
-def _why_unclear(delta: Delta, what: str) -> str:
-    if delta.n < 2:
-        return "; a confidence interval needs at least two"
-    return f"; the CI crosses {what}"
+def _line(claim: Claim) -> str:
+    if claim.kind in ("delta", "stability"):
+        return "0"
+    bound = claim.bound if claim.bound is not None else (1.0 if claim.kind == "ratio" else 0.0)
+    return f"{bound:.2g}" if claim.kind == "ratio" else f"{bound:g}"
+
+
+def decide(v: Verdict, stats: Stats = DEFAULT, m: int = 1) -> Verdict:
+    """The verdict of a measured claim from its (corrected) p: holds, contradicted, or not enough evidence with
+    the reason (one pair; the seeds the observed effect needs; the interval across the line). ``m`` is the size
+    of the family its p was corrected over."""
+    d, where, n = v.delta, f" (at {v.where})" if v.where else "", None
+    if not v.basis:  # an arm or the pairs are missing: the detail says which
+        return v
+    if d.resolved and d.sign == _expected_side(v.claim):
+        verdict, reason = HOLDS, ""
+    elif d.resolved and d.sign == -_expected_side(v.claim):
+        verdict, reason = CONTRADICTED, ""
+    elif d.n < 2:
+        verdict, reason = UNCLEAR, "; n=1: a confidence interval needs at least two"
+    else:
+        n = needs(d, stats, m)
+        n = max(n, d.n + 1) if n is not None else None
+        line = _line_value(v.claim)
+        crosses = (f"the CI crosses {_line(v.claim)}" if d.lo is None or d.lo <= line <= d.hi else
+                   f"not significant after {CORRECTION_NAMES[stats.correction]} over {m} claims")
+        verdict, reason = UNCLEAR, f"; {crosses}; not enough evidence: {needs_text(n)}"
+    return replace(v, verdict=verdict, detail=f"{v.basis}{reason}{where}", needs=n)
+
+
+def _line_value(claim: Claim) -> float:
+    if claim.kind in ("delta", "stability"):
+        return 0.0
+    return claim.bound if claim.bound is not None else (1.0 if claim.kind == "ratio" else 0.0)
 
 
 def arms(claim: Claim, catalogue: Mapping[str, VariantInfo]) -> tuple[str | None, str | None]:
@@ -176,20 +222,32 @@ def testable(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo]) -> b
     return all(v in present for v in arms(claim, catalogue))
 
 
-def evaluate_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo]) -> Verdict:
+def evaluate_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo], *,
+                   stats: Stats = DEFAULT) -> Verdict:
     """One claim's verdict over the runs frame (every status; done runs are measured, diverged ones count in the
-    stability claims)."""
+    stability claims), as a family of one; ``scorecard`` corrects the claims together."""
+    return decide(measure_claim(claim, runs, catalogue, stats=stats), stats)
+
+
+def measure_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo], *,
+                  stats: Stats = DEFAULT) -> Verdict:
+    """A claim measured, before its verdict (``decide`` gives it, from the family's corrected p)."""
     treat_v, ref_v = arms(claim, catalogue)
     where = ""
     if claim.modal:
         runs, _, where = modal_context(runs)
-    verdict = _evaluate(claim, runs, treat_v, ref_v)
-    if where:
-        verdict = replace(verdict, detail=f"{verdict.detail} (at {where})")
-    return verdict
+    return replace(_evaluate(claim, runs, treat_v, ref_v, stats), where=where)
 
 
-def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None) -> Verdict:
+def _missing(claim: Claim, treat_v: str | None, ref_v: str | None, detail: str) -> Verdict:
+    return Verdict(claim, treat_v, ref_v, EMPTY, UNCLEAR, detail)
+
+
+def _measured(claim: Claim, treat_v: str | None, ref_v: str | None, delta: Delta, basis: str) -> Verdict:
+    return Verdict(claim, treat_v, ref_v, delta, UNCLEAR, basis, basis)
+
+
+def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None, stats: Stats) -> Verdict:
     runs = runs[runs["status"].isin(RESULT_STATUSES)] if len(runs) else runs
     treat = runs[runs["variant"] == treat_v] if len(runs) else runs
     ref = runs[runs["variant"] == ref_v] if len(runs) else runs
@@ -197,57 +255,39 @@ def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None) -
         (treat_v, claim.treatment, treat), (ref_v, claim.reference, ref))
     missing = [v or ref_name for v, ref_name, r in needed if not len(r)]
     if missing:
-        return Verdict(claim, treat_v, ref_v, Delta(None, None, None, 0), UNCLEAR,
-                       f"the grid has no finished runs of {' and '.join(missing)}")
+        return _missing(claim, treat_v, ref_v, f"the grid has no finished runs of {' and '.join(missing)}")
     if claim.kind == "stability":
-        return _stability(claim, treat, ref, treat_v, ref_v)
+        return _stability(claim, treat, ref, treat_v, ref_v, stats)
     t = {pair_key(r): cell_value(r, claim.metric) for _, r in treat.iterrows() if r["status"] == "done"}
     if claim.kind == "level":
-        return _level(claim, t, treat_v)
+        return _level(claim, t, treat_v, stats)
     b = {pair_key(r): cell_value(r, claim.metric) for _, r in ref.iterrows() if r["status"] == "done"}
     if claim.kind == "ratio":
-        return _ratio(claim, t, b, treat_v, ref_v)
-    delta = paired_delta(t, b)
-    verdict = _side_verdict(delta, claim.expect)
+        return _ratio(claim, t, b, treat_v, ref_v, stats)
+    delta = paired_delta(t, b, stats=stats)
     if delta.n == 0:
-        detail = f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)"
-    else:
-        detail = f"{treat_v} vs {ref_v}, {delta.n} paired seed(s)"
-        if verdict == UNCLEAR:
-            detail += _why_unclear(delta, "0")
-    return Verdict(claim, treat_v, ref_v, delta, verdict, detail)
+        return _missing(claim, treat_v, ref_v,
+                        f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
+    return _measured(claim, treat_v, ref_v, delta, f"{treat_v} vs {ref_v}, {delta.n} paired seed(s)")
 
 
-def _level(claim: Claim, values: Mapping[Any, float | None], variant: str | None) -> Verdict:
-    vals = [v for v in values.values() if v is not None]
-    if not vals:
-        return Verdict(claim, variant, None, Delta(None, None, None, 0), UNCLEAR,
-                       f"no {claim.metric} measured on {variant} (probes off?)")
-    lo, hi = bootstrap_ci(vals)
-    delta = Delta(sum(vals) / len(vals), lo, hi, len(vals), tuple(vals))
+def _level(claim: Claim, values: Mapping[Any, float | None], variant: str | None, stats: Stats) -> Verdict:
     bound = claim.bound if claim.bound is not None else 0.0
-    verdict = UNCLEAR if lo is None else HOLDS if lo >= bound else CONTRADICTED if hi < bound else UNCLEAR
-    detail = f"{variant}, mean of {len(vals)} run(s) against {bound:g}"
-    if verdict == UNCLEAR:
-        detail += _why_unclear(delta, f"{bound:g}")
-    return Verdict(claim, variant, None, delta, verdict, detail)
+    delta = level(values.values(), bound=bound, stats=stats)
+    if delta.n == 0:
+        return _missing(claim, variant, None, f"no {claim.metric} measured on {variant} (probes off?)")
+    return _measured(claim, variant, None, delta, f"{variant}, mean of {delta.n} run(s) against {bound:g}")
 
 
 def _ratio(claim: Claim, t: Mapping[Any, float | None], b: Mapping[Any, float | None], treat_v: str | None,
-           ref_v: str | None) -> Verdict:
-    keys = [k for k in sorted(set(t) & set(b), key=repr) if t[k] is not None and b[k] is not None]
-    tv, bv = [t[k] for k in keys], [b[k] for k in keys]
-    if not keys or sum(bv) <= 0 or not math.isfinite(sum(tv) / sum(bv)):
-        return Verdict(claim, treat_v, ref_v, Delta(None, None, None, 0), UNCLEAR,
-                       f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
-    lo, hi = bootstrap_ratio_ci(tv, bv)
-    delta = Delta(sum(tv) / sum(bv), lo, hi, len(keys), tuple(x / y if y else math.inf for x, y in zip(tv, bv, strict=True)))
+           ref_v: str | None, stats: Stats) -> Verdict:
     bound = claim.bound if claim.bound is not None else 1.0
-    verdict = UNCLEAR if lo is None else HOLDS if hi <= bound else CONTRADICTED if lo > bound else UNCLEAR
-    detail = f"mean {treat_v} / mean {ref_v}, {len(keys)} paired seed(s), against {bound:.2g}"
-    if verdict == UNCLEAR:
-        detail += _why_unclear(delta, f"{bound:.2g}")
-    return Verdict(claim, treat_v, ref_v, delta, verdict, detail)
+    delta = paired_ratio(t, b, bound=bound, stats=stats)
+    if delta.n == 0:
+        return _missing(claim, treat_v, ref_v,
+                        f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
+    basis = f"geometric mean of {treat_v} / {ref_v}, {delta.n} paired seed(s), against {bound:.2g}"
+    return _measured(claim, treat_v, ref_v, delta, basis)
 
 
 def _trained_through(r: Any, metric: str) -> float:
@@ -257,7 +297,8 @@ def _trained_through(r: Any, metric: str) -> float:
     return float(metric == "survival" or not (cell_value(r, "loss_spikes") or 0))
 
 
-def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: str | None) -> Verdict:
+def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: str | None,
+               stats: Stats) -> Verdict:
     t = {pair_key(r): _trained_through(r, claim.metric) for _, r in treat.iterrows()}
     b = {pair_key(r): _trained_through(r, claim.metric) for _, r in ref.iterrows()}
     shared = set(t) & set(b)
@@ -265,35 +306,48 @@ def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: s
     keys = [k for k in shared if k[0] in stormy]
     trouble = "diverged" if claim.metric == "survival" else "diverged or spiked"
     if not keys:
-        return Verdict(claim, treat_v, ref_v, Delta(None, None, None, 0), UNCLEAR,
-                       f"no paired run of either arm {trouble}: raise the learning rate until the baseline does")
-    delta = paired_delta({k: t[k] for k in keys}, {k: b[k] for k in keys})
+        return _missing(claim, treat_v, ref_v,
+                        f"no paired run of either arm {trouble}: raise the learning rate until the baseline does")
+    delta = paired_delta({k: t[k] for k in keys}, {k: b[k] for k in keys}, stats=stats)
     lrs = sorted({dict(k[0]).get("train.lr") for k in keys}, key=lambda x: (x is None, x))
     t_ok, b_ok = sum(t[k] for k in keys), sum(b[k] for k in keys)
     verb = "survived" if claim.metric == "survival" else "trained through"
-    detail = (f"at lr {', '.join(f'{x:g}' for x in lrs if x is not None)}: {treat_v} {verb} {t_ok:.0f}/{len(keys)}, "
-              f"{ref_v} {b_ok:.0f}/{len(keys)}")
-    verdict = _side_verdict(delta, claim.expect)
-    if verdict == UNCLEAR:
-        detail += _why_unclear(delta, "0")
-    return Verdict(claim, treat_v, ref_v, delta, verdict, detail)
+    basis = (f"at lr {', '.join(f'{x:g}' for x in lrs if x is not None)}: {treat_v} {verb} {t_ok:.0f}/{len(keys)}, "
+             f"{ref_v} {b_ok:.0f}/{len(keys)}")
+    return _measured(claim, treat_v, ref_v, delta, basis)
 
 
-def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: bool = False) -> list[Verdict]:
+def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: bool = False,
+              stats: Stats = DEFAULT) -> list[Verdict]:
     """The claims of CLAIMS that the grid can test (both arms ran; ``every_claim``: all of them), measured on
-    ``runs`` (the store's runs frame of one grid)."""
-    return [evaluate_claim(c, runs, catalogue) for c in CLAIMS if every_claim or testable(c, runs, catalogue)]
+    ``runs`` (the store's runs frame of one grid), their p-values corrected together (``stats.correction``)."""
+    measured = [measure_claim(c, runs, catalogue, stats=stats) for c in CLAIMS
+                if every_claim or testable(c, runs, catalogue)]
+    deltas = correct([v.delta for v in measured], stats)
+    m = family_size(deltas)
+    return [decide(replace(v, delta=d), stats, m) for v, d in zip(measured, deltas, strict=True)]
+
+
+def scorecard_note(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
+    """The line under the scorecard: method, n, correction, family size."""
+    return method_note([v.delta for v in verdicts], stats, what="CIs").replace("(bold)", "(holds)")
+
+
+def unresolved_lines(verdicts: list[Verdict]) -> list[str]:
+    """One line per claim without enough evidence that more seeds could resolve."""
+    return [f"{v.claim.text}: {v.effect} {v.ci}, {needs_text(v.needs)}" for v in verdicts
+            if v.verdict == UNCLEAR and v.delta.n >= 2]
 
 
 def _css(verdict: str) -> str:
     return {HOLDS: "holds", CONTRADICTED: "contradicted"}.get(verdict, "unclear")
 
 
-def scorecard_html(verdicts: list[Verdict]) -> str:
+def scorecard_html(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     """The scorecard as an HTML table (``id="scorecard"``)."""
     e = html.escape
     out = ['<table class="ablate" id="scorecard"><caption>The paper\'s claims, as measured in this grid '
-           '(paired by config and seed; 95% bootstrap CI)</caption>',
+           '(paired by config and seed; 95% paired t CI)</caption>',
            "<thead><tr><th class=\"method\">Claim</th><th>Effect</th><th>95% CI</th><th>n</th><th>Verdict</th>"
            '<th class="method">Detail</th><th class="method">Paper</th></tr></thead><tbody>']
     for v in verdicts:
@@ -303,26 +357,34 @@ def scorecard_html(verdicts: list[Verdict]) -> str:
     if not verdicts:
         out.append('<tr><td class="method" colspan="7">the grid runs no pair of arms that a claim compares</td></tr>')
     out.append("</tbody></table>")
+    out += [f'<p class="note">{e(line)}</p>' for line in _footer(verdicts, stats)]
     return "\n".join(out) + "\n"
 
 
-def scorecard_markdown(verdicts: list[Verdict]) -> str:
+def _footer(verdicts: list[Verdict], stats: Stats) -> list[str]:
+    return [scorecard_note(verdicts, stats), *unresolved_lines(verdicts)] if verdicts else []
+
+
+def scorecard_markdown(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     """The scorecard as a markdown table."""
     lines = ["| Claim | Effect | 95% CI | n | Verdict | Detail | Paper |",
              "| --- | ---: | ---: | ---: | --- | --- | --- |"]
     for v in verdicts:
         lines.append(f"| {v.claim.text} | {v.effect} | {v.ci} | {v.delta.n} | {v.verdict} | {v.detail} | "
                      f"{v.claim.paper} |")
+    footer = _footer(verdicts, stats)
+    lines += [""] + [f"*{line}*" for line in footer] if footer else []
     return "\n".join(lines) + "\n"
 
 
-def scorecard_csv(verdicts: list[Verdict]) -> str:
+def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     """The scorecard as CSV: the JSON rows' fields, the CI as ``ci_lo``/``ci_hi``."""
     import csv
     import io
 
     buf = io.StringIO()
-    fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "n", "verdict", "detail", "kind", "metric", "paper"]
+    fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "n", "verdict", "detail", "kind", "metric", "paper", "p",
+              "p_adj", "p_perm", "method", "needs_seeds"]
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for v in verdicts:
@@ -332,7 +394,7 @@ def scorecard_csv(verdicts: list[Verdict]) -> str:
     return buf.getvalue()
 
 
-def scorecard_json(verdicts: list[Verdict]) -> str:
+def scorecard_json(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     """The scorecard as a JSON list of ``Verdict.as_dict()`` rows."""
     import json
 

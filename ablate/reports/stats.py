@@ -1,19 +1,64 @@
-"""Statistics over seeds: a cell's mean and spread, and paired deltas with a bootstrap confidence interval.
+"""Statistics over seeds: the one owner of every interval, p-value, family correction and power figure that the
+tables and the scorecard print.
 
-The intervals are ``scipy.stats.bootstrap``'s BCa (bias-corrected and accelerated), resampling the pairs
-together; deterministic: the resampling draws from a fixed seed, so a report regenerated from the same store is
-the same report.
+A comparison is a set of paired values ``x`` (treatment minus reference per seed; for a ratio, the log of
+treatment over reference per seed; for a level, the runs' values) read against a null value ``m0``:
+
+- the interval is paired Student t with n-1 degrees of freedom (``Stats.interval = "t"``, the default). It keeps
+  its 95% coverage at 2-10 seeds, where a bootstrap of n values cannot reach outside their range. The BCa
+  bootstrap is opt-in (``"bootstrap"``) and used only from ``BOOTSTRAP_MIN_N`` pairs; below that the t interval
+  is used and the table says so. One value gets no interval ("n=1");
+- a ratio's interval is the t interval of the mean paired log ratio, exponentiated: its point estimate is the
+  geometric mean of the per-seed ratios;
+- the p-value is the paired t test's (two-sided), beside an exact sign-flip permutation p for n <= ``PERM_MAX_N``
+  as a distribution-free check (reported, not used for verdicts: with 3 seeds it cannot go below 0.25);
+- a family (a table's deltas, the scorecard's claims) is corrected together: Holm by default (family-wise error),
+  Benjamini-Hochberg or none. A comparison is *resolved* (bold, "holds") only when its corrected p is below
+  ``ALPHA``;
+- power: the minimum effect the seeds detect with 80% power, and the seeds needed to resolve the effect observed
+  (noncentral t, at the per-comparison level ``ALPHA / m`` of a corrected family of m).
+
+Everything is deterministic: the bootstrap draws from a fixed seed, the permutation is exact.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from ablate.errors import UserInputError, one_of
 
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_DRAWS = 4000
+BOOTSTRAP_MIN_N = 20  # below this a bootstrap of n values undercovers badly (it never leaves their range)
 CI_LEVEL = 0.95
+ALPHA = 0.05
+POWER = 0.8
+PERM_MAX_N = 12  # 2**12 sign flips: exact and instant
+MAX_SEEDS = 1000  # seeds_needed gives up beyond this
+INTERVALS = ("t", "bootstrap")
+CORRECTIONS = ("holm", "bh", "none")
+CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}
+Scale = Literal["diff", "log", "level"]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """How a report reads its comparisons: the interval method and the family correction."""
+
+    interval: str = "t"
+    correction: str = "holm"
+
+    def __post_init__(self) -> None:
+        if self.interval not in INTERVALS:
+            raise UserInputError(one_of(self.interval, INTERVALS, what="interval") + " (option --interval)")
+        if self.correction not in CORRECTIONS:
+            raise UserInputError(one_of(self.correction, CORRECTIONS, what="correction") + " (option --correction)")
+
+
+DEFAULT = Stats()
 
 
 @dataclass(frozen=True)
@@ -53,13 +98,23 @@ def summarize(values: Iterable[float | None], *, diverged: int = 0) -> Summary:
 
 @dataclass(frozen=True)
 class Delta:
-    """A paired difference ``treatment - reference`` over the keys (seeds, configs) both have measured."""
+    """One comparison: ``mean`` with its interval ``[lo, hi]`` over ``n`` values, on the scale the reader sees
+    (a difference, a ratio, a level). ``p`` is the paired t p-value against ``null`` (on the test's scale: the
+    log of the bound for a ratio), ``p_perm`` the exact sign-flip p (n <= 12), ``p_adj`` the p after the family's
+    correction; ``sd`` the spread of the tested values; ``method`` the interval actually used."""
 
     mean: float | None
     lo: float | None
     hi: float | None
     n: int
     diffs: tuple[float, ...] = field(default=(), repr=False)
+    p: float | None = None
+    p_perm: float | None = None
+    p_adj: float | None = None
+    sd: float | None = None
+    method: str = "t"
+    scale: Scale = "diff"
+    shift: float = field(default=0.0, repr=False)  # the tested values' mean minus the null, on the test's scale
 
     def side(self) -> int:
         """+1 when the whole CI is above zero, -1 when below, 0 when it straddles zero or is unknown."""
@@ -71,75 +126,319 @@ class Delta:
             return -1
         return 0
 
+    @property
+    def resolved(self) -> bool:
+        """Significant after the family's correction (before one, uncorrected)."""
+        p = self.p_adj if self.p_adj is not None else self.p
+        return p is not None and p < ALPHA
+
+    @property
+    def sign(self) -> int:
+        """The side of the null the estimate lies on (+1, -1, 0)."""
+        return (self.shift > 0) - (self.shift < 0)
+
+
+EMPTY = Delta(None, None, None, 0)
+
+
+# ---------------------------------------------------------------- the t machinery
+def t_interval(x: object, *, level: float = CI_LEVEL) -> tuple[object, object]:
+    """Student t interval (n-1 df) of the mean of ``x``; ``(None, None)`` with fewer than two values. ``x`` may
+    be an array of samples along its last axis (then the bounds are arrays).
+
+    >>> lo, hi = t_interval([1.0, 2.0, 3.0]); round(lo, 3), round(hi, 3)
+    (-0.484, 4.484)
+    """
+    import numpy as np
+    from scipy.stats import t as student
+
+    a = np.asarray(x, dtype=float)
+    n = a.shape[-1]
+    if n < 2:
+        return None, None
+    mean = a.mean(axis=-1)
+    half = student.ppf(0.5 + level / 2, n - 1) * a.std(ddof=1, axis=-1) / math.sqrt(n)
+    lo, hi = mean - half, mean + half
+    return (float(lo), float(hi)) if a.ndim == 1 else (lo, hi)
+
+
+def t_pvalue(x: object, null: float = 0.0) -> object:
+    """Two-sided one-sample t p-value of ``mean(x) == null`` (a float; an array for samples along the last axis);
+    no spread gives 0 (or 1 exactly at the null); None with fewer than two values."""
+    import numpy as np
+    from scipy.stats import t as student
+
+    a = np.asarray(x, dtype=float) - null
+    n = a.shape[-1]
+    if n < 2:
+        return None
+    mean, sd = a.mean(axis=-1), a.std(ddof=1, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = 2 * student.sf(np.abs(mean) / (sd / math.sqrt(n)), n - 1)
+    p = np.where(sd > 0, p, np.where(mean == 0, 1.0, 0.0))
+    return float(p) if a.ndim == 1 else p
+
+
+def sign_flip_pvalue(x: Sequence[float], null: float = 0.0) -> float | None:
+    """Exact two-sided sign-flip permutation p of ``mean(x) == null`` (every one of the 2**n flips), for
+    2 <= n <= ``PERM_MAX_N``; None otherwise.
+
+    >>> sign_flip_pvalue([1.0, 2.0, 3.0])
+    0.25
+    """
+    import numpy as np
+
+    a = np.asarray(x, dtype=float) - null
+    if not 2 <= a.size <= PERM_MAX_N:
+        return None
+    flips = 1 - 2 * ((np.arange(2 ** a.size)[:, None] >> np.arange(a.size)) & 1)  # (2**n, n) of +-1
+    sums = np.abs(flips @ a)
+    return float(np.mean(sums >= abs(a.sum()) * (1 - 1e-12)))
+
 
 def bootstrap_ci(diffs: Iterable[float], *, level: float = CI_LEVEL, draws: int = BOOTSTRAP_DRAWS,
                  seed: int = BOOTSTRAP_SEED) -> tuple[float | None, float | None]:
     """BCa bootstrap CI of the mean of ``diffs`` (``scipy.stats.bootstrap``, ``draws`` resamples from ``seed``).
-
-    Fewer than two values give ``(None, None)``: one pair says nothing about the spread. Values that are all
-    equal give that value twice (no spread; BCa's acceleration is undefined there).
+    Valid only for many values: the reports use it from ``BOOTSTRAP_MIN_N`` on, and only when asked.
 
     >>> bootstrap_ci([1.0, 1.0, 1.0])
     (1.0, 1.0)
     """
     import numpy as np
-
-    x = np.asarray(list(diffs), dtype=float)
-    return _bca((x,), lambda d, axis: np.mean(d, axis=axis), level=level, draws=draws, seed=seed)
-
-
-def _bca(samples: tuple, statistic: object, *, level: float, draws: int, seed: int
-         ) -> tuple[float | None, float | None]:
-    import numpy as np
     from scipy.stats import bootstrap
 
-    first = samples[0]
-    if first.size < 2:
+    x = np.asarray(list(diffs), dtype=float)
+    if x.size < 2:
         return None, None
-    observed = float(statistic(*samples, axis=-1))  # type: ignore[operator]
-    if np.ptp(first - samples[1] if len(samples) > 1 else first) == 0:  # no spread to estimate
-        return observed, observed
-    res = bootstrap(samples, statistic, paired=len(samples) > 1, vectorized=True, method="BCa",
-                    confidence_level=level, n_resamples=draws, rng=np.random.default_rng(seed))
+    if np.ptp(x) == 0:  # no spread to estimate; BCa's acceleration is undefined there
+        return float(x[0]), float(x[0])
+    res = bootstrap((x,), np.mean, vectorized=True, method="BCa", confidence_level=level, n_resamples=draws,
+                    rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def bootstrap_ratio_ci(treatment: Iterable[float], reference: Iterable[float], *, level: float = CI_LEVEL,
-                       draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> tuple[float | None, float | None]:
-    """BCa bootstrap CI of ``mean(treatment) / mean(reference)``, resampling the pairs together.
+def compare(x: Sequence[float], *, null: float = 0.0, scale: Scale = "diff", stats: Stats = DEFAULT) -> Delta:
+    """The comparison of values ``x`` (paired differences, paired log ratios with ``scale="log"``, or a level's
+    values) against ``null`` on the same scale. A log comparison reports its mean and interval exponentiated.
 
-    >>> bootstrap_ratio_ci([1.0, 2.0], [4.0, 8.0])
-    (0.25, 0.25)
+    >>> d = compare([-1.0, -0.8]); round(d.lo, 2), round(d.hi, 2), d.method
+    (-2.17, 0.37, 't')
     """
     import numpy as np
 
-    t, b = np.asarray(list(treatment), dtype=float), np.asarray(list(reference), dtype=float)
-    if t.size >= 2 and np.ptp(t / b) == 0:  # every pair has the same ratio: no spread to estimate
-        return float(t.mean() / b.mean()), float(t.mean() / b.mean())
-    return _bca((t, b), lambda x, y, axis: np.mean(x, axis=axis) / np.mean(y, axis=axis), level=level, draws=draws,
-                seed=seed)
+    a = np.asarray(x, dtype=float)
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        return EMPTY
+    mean = float(a.mean())
+    method = "bootstrap" if stats.interval == "bootstrap" and a.size >= BOOTSTRAP_MIN_N else "t"
+    lo, hi = bootstrap_ci(a) if method == "bootstrap" else t_interval(a)
+    out = (lambda v: v if v is None else math.exp(v)) if scale == "log" else (lambda v: v)
+    return Delta(round(out(mean), 12), out(lo), out(hi), int(a.size), tuple(map(float, a)), t_pvalue(a, null),
+                 sign_flip_pvalue(a, null), None, float(a.std(ddof=1)) if a.size > 1 else None, method, scale,
+                 mean - null)
 
 
-def paired_delta(treatment: Mapping[object, float | None], reference: Mapping[object, float | None]) -> Delta:
-    """Mean of ``treatment[k] - reference[k]`` over keys both measured (finite), with its bootstrap CI.
+def pairs(treatment: Mapping[object, float | None], reference: Mapping[object, float | None]
+          ) -> list[tuple[float, float]]:
+    """``(treatment[k], reference[k])`` over the keys both measured (finite), in key order."""
+    out = []
+    for key in sorted(set(treatment) & set(reference), key=repr):
+        a, b = treatment[key], reference[key]
+        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
+            out.append((float(a), float(b)))
+    return out
+
+
+def paired_delta(treatment: Mapping[object, float | None], reference: Mapping[object, float | None], *,
+                 stats: Stats = DEFAULT) -> Delta:
+    """Mean of ``treatment[k] - reference[k]`` over keys both measured (finite), with its interval and p.
 
     Keys are what makes two runs a pair: the same config apart from the variant, and the same seed.
 
     >>> paired_delta({0: 5.0, 1: 5.2}, {0: 6.0, 1: 6.0, 2: 6.1}).mean
     -0.9
     """
+    return compare([a - b for a, b in pairs(treatment, reference)], stats=stats)
+
+
+def paired_ratio(treatment: Mapping[object, float | None], reference: Mapping[object, float | None], *,
+                 bound: float = 1.0, stats: Stats = DEFAULT) -> Delta:
+    """The geometric mean of the paired ratios ``treatment[k] / reference[k]``, with the exponentiated t interval
+    of the mean log ratio, tested against ``bound``. Pairs with a non-positive value are dropped (no log).
+
+    >>> round(paired_ratio({0: 1.0, 1: 2.0}, {0: 4.0, 1: 8.0}).mean, 6)
+    0.25
+    """
+    logs = [math.log(a / b) for a, b in pairs(treatment, reference) if a > 0 and b > 0]
+    return compare(logs, null=math.log(bound), scale="log", stats=stats)
+
+
+def level(values: Iterable[float | None], *, bound: float, stats: Stats = DEFAULT) -> Delta:
+    """The mean of the finite ``values`` with its interval, tested against ``bound``."""
+    return compare(summarize(values).values, null=bound, scale="level", stats=stats)
+
+
+# ---------------------------------------------------------------- the family
+def adjust(p: object, correction: str = "holm") -> object:
+    """p-values corrected over their family: Holm's step-down (family-wise error), Benjamini-Hochberg's step-up
+    (false discovery rate) or ``none``. A list gives a list; an array gives an array, one family per row.
+
+    >>> adjust([0.01, 0.04, 0.03], "holm")
+    [0.03, 0.06, 0.06]
+    """
     import numpy as np
 
-    pairs = []
-    for key in sorted(set(treatment) & set(reference), key=repr):
-        a, b = treatment[key], reference[key]
-        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-            continue
-        pairs.append((float(a), float(b)))
-    if not pairs:
-        return Delta(None, None, None, 0)
-    treat, ref = np.array(pairs).T
-    lo, hi = _bca((treat, ref), lambda t, r, axis: np.mean(t - r, axis=axis), level=CI_LEVEL,
-                  draws=BOOTSTRAP_DRAWS, seed=BOOTSTRAP_SEED)
-    diffs = tuple(a - b for a, b in pairs)
-    return Delta(round(sum(diffs) / len(diffs), 12), lo, hi, len(diffs), diffs)
+    a = np.asarray(p, dtype=float)
+    m = a.shape[-1] if a.ndim else 0
+    if correction not in CORRECTIONS:
+        raise UserInputError(one_of(correction, CORRECTIONS, what="correction") + " (option --correction)")
+    if m == 0 or correction == "none":
+        adj = a
+    else:
+        order = np.argsort(a, axis=-1, kind="stable")
+        ranked = np.take_along_axis(a, order, axis=-1)
+        if correction == "holm":
+            steps = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * ranked), axis=-1)
+        else:  # bh
+            scaled = (m / np.arange(1, m + 1) * ranked)[..., ::-1]
+            steps = np.minimum(1.0, np.minimum.accumulate(scaled, axis=-1)[..., ::-1])
+        adj = np.empty_like(a)
+        np.put_along_axis(adj, order, steps, axis=-1)
+    return [round(float(v), 15) for v in adj] if a.ndim == 1 else adj
+
+
+def correct(deltas: Sequence[Delta], stats: Stats = DEFAULT) -> list[Delta]:
+    """The family's deltas with ``p_adj`` set; a delta without a p (n < 2) is not part of the family."""
+    idx = [i for i, d in enumerate(deltas) if d.p is not None]
+    adjusted = adjust([deltas[i].p for i in idx], stats.correction)  # type: ignore[misc]
+    out = list(deltas)
+    for i, q in zip(idx, adjusted, strict=True):
+        out[i] = replace(deltas[i], p_adj=q)
+    return out
+
+
+def family_size(deltas: Iterable[Delta]) -> int:
+    return sum(d.p is not None for d in deltas)
+
+
+def level_for(stats: Stats, m: int) -> float:
+    """The per-comparison level a planned comparison must reach: ``ALPHA / m`` under a correction (Holm's first
+    step, the strictest; BH's too), ``ALPHA`` without."""
+    return ALPHA if stats.correction == "none" else ALPHA / max(m, 1)
+
+
+# ---------------------------------------------------------------- power
+def power(effect: float, sd: float, n: int | Sequence[int], alpha: float = ALPHA) -> object:
+    """The two-sided paired t test's power at ``n`` seeds for a true mean ``effect`` with spread ``sd``
+    (noncentral t). ``n`` may be an array.
+
+    >>> round(float(power(1.0, 1.0, 10)), 3)
+    0.803
+    """
+    import numpy as np
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    n = np.asarray(n, dtype=float)
+    df = n - 1
+    crit = student.ppf(1 - alpha / 2, df)
+    nc = abs(effect) / sd * np.sqrt(n)
+    upper = np.nan_to_num(nct.sf(crit, df, nc), nan=1.0)
+    lower = np.nan_to_num(nct.cdf(-crit, df, nc), nan=0.0)  # the far tail: scipy gives nan where it is ~0
+    return np.minimum(1.0, upper + lower)
+
+
+def mde(sd: float | None, n: int, alpha: float = ALPHA, target: float = POWER) -> float | None:
+    """The minimum detectable effect: the true mean the paired t test finds with ``target`` power at ``n`` seeds."""
+    from scipy.optimize import brentq
+
+    if sd is None or n < 2 or not sd > 0:
+        return None
+    return float(brentq(lambda d: float(power(d, sd, n, alpha)) - target, 1e-12 * sd, 1e4 * sd))
+
+
+def seeds_needed(effect: float, sd: float | None, alpha: float = ALPHA, target: float = POWER) -> int | None:
+    """The fewest seeds at which an effect of ``effect`` with spread ``sd`` is found with ``target`` power;
+    None beyond ``MAX_SEEDS`` (an effect of zero is never found) or without a spread.
+
+    >>> seeds_needed(1.0, 1.0)
+    10
+    """
+    import numpy as np
+
+    if sd is None or not sd > 0 or effect == 0:
+        return None
+    ns = np.arange(2, MAX_SEEDS + 1)
+    ok = np.nonzero(np.asarray(power(effect, sd, ns, alpha)) >= target)[0]
+    return int(ns[ok[0]]) if ok.size else None
+
+
+def needs(d: Delta, stats: Stats = DEFAULT, m: int = 1) -> int | None:
+    """Seeds needed to resolve ``d``'s observed effect at the level its family asks (None: no spread yet, or more
+    than ``MAX_SEEDS``)."""
+    return seeds_needed(d.shift, d.sd, level_for(stats, m))
+
+
+def needs_text(n: int | None) -> str:
+    return f"needs ≈ {n} seeds" if n is not None else f"needs > {MAX_SEEDS} seeds (effect ≈ 0)"
+
+
+def unresolved_line(name: str, d: Delta, digits: int, stats: Stats = DEFAULT, m: int = 1) -> str:
+    """``G1 vs baseline: -0.05 ± 0.08, needs ≈ 9 seeds``: the effect, its interval's half-width, the seeds."""
+    if d.lo is None or d.hi is None or d.mean is None:
+        return f"{name}: {d.mean:+.{digits}f} (n={d.n}), needs a second seed for a spread"
+    half = (d.hi - d.lo) / 2
+    return f"{name}: {d.mean:+.{digits}f} ± {half:.{digits}f}, {needs_text(needs(d, stats, m))}"
+
+
+# ---------------------------------------------------------------- what a table says under it
+def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ") -> str:
+    """The line under a table: the interval method, the n, the correction and the family's size."""
+    ns = sorted({d.n for d in deltas if d.mean is not None})
+    m = family_size(deltas)
+    nn = "n=" + ("/".join(map(str, ns)) if ns else "0")
+    text = f"{what}: paired Student t 95% CI ({nn} seeds, n-1 df)"
+    if stats.interval == "bootstrap":
+        boot = [d for d in deltas if d.method == "bootstrap"]
+        text = f"{what}: BCa bootstrap 95% CI ({nn} seeds)" if boot and len(boot) == len(
+            [d for d in deltas if d.lo is not None]) else text
+        if len(boot) < len([d for d in deltas if d.lo is not None]):
+            text += f"; bootstrap needs n >= {BOOTSTRAP_MIN_N}, paired t used below that"
+    if any(d.n == 1 for d in deltas):
+        text += "; n=1: no interval"
+    return (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
+            f"{'s' if m != 1 else ''} at alpha={ALPHA:g}")
+
+
+# ---------------------------------------------------------------- looking again (for adding seeds until resolved)
+def looks(first: int, step: int, most: int) -> list[int]:
+    """The planned looks of a comparison that starts with ``first`` seeds and adds ``step`` per round up to
+    ``most``: ``looks(3, 2, 10) == [3, 5, 7, 9, 10]``."""
+    if first < 2 or step < 1 or most < first:
+        raise UserInputError(f"looks: need 2 <= first seeds ({first}) <= the most seeds ({most}) and a round of at "
+                             f"least 1 seed ({step})")
+    out = list(range(first, most + 1, step))
+    return out if out[-1] == most else [*out, most]
+
+
+def spent(fraction: float, alpha: float = ALPHA) -> float:
+    """Lan-DeMets' O'Brien-Fleming-shaped alpha spending: the error allowed by the time ``fraction`` of the planned
+    seeds has been seen, ``2 - 2 Phi(z_{alpha/2} / sqrt(fraction))``; ``spent(1) == alpha``."""
+    from scipy.stats import norm
+
+    if fraction <= 0:
+        return 0.0
+    return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(min(fraction, 1.0))))
+
+
+def look_levels(plan: Sequence[int], alpha: float = ALPHA) -> list[float]:
+    """The level each look's p must beat: the alpha spent since the previous look (O'Brien-Fleming spending over
+    the planned seeds ``plan``). Each look spends its own share, so the chance of a false resolution at any look is
+    at most their sum, ``alpha``, whatever the looks' dependence: a conservative split, exact to compute at any n.
+
+    >>> [round(x, 5) for x in look_levels([5, 10])]
+    [0.00557, 0.04443]
+    """
+    most = plan[-1]
+    fractions = [n / most for n in plan]
+    return [spent(f, alpha) - spent(prev, alpha) for prev, f in zip([0.0, *fractions[:-1]], fractions, strict=True)]

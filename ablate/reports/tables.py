@@ -2,7 +2,9 @@
 
 ``build_table(n, runs, catalogue)`` matches each of the paper's rows to runs (``rows.py``), then fills the
 descriptor columns, the measured columns (mean ± spread over seeds, "-" for diverged), the paper's numbers
-(``paper=True``) and the paired delta to the table's baseline with a bootstrap CI.
+(``paper=True``) and the paired delta to the table's baseline with its 95% CI, the deltas corrected together as one
+family (``stats.py``); the notes under the table name the method, the n, the correction and the family's size, and
+``Table.unresolved`` says what each unresolved delta needs.
 """
 
 from __future__ import annotations
@@ -41,7 +43,17 @@ from ablate.reports.spec import (
     paper_number,
     paper_rows,
 )
-from ablate.reports.stats import paired_delta, summarize
+from ablate.reports.stats import (
+    DEFAULT,
+    Delta,
+    Stats,
+    correct,
+    family_size,
+    method_note,
+    paired_delta,
+    summarize,
+    unresolved_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +90,8 @@ def length_measure(length: int, yarn: bool = False) -> Measure:
 
 
 def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *, grid: str = "",
-                paper: bool = False, added_params: Callable[[str], int | None] | None = None) -> Table:
+                paper: bool = False, added_params: Callable[[str], int | None] | None = None,
+                stats: Stats = DEFAULT) -> Table:
     """The paper's table ``number`` rebuilt from ``runs`` (a DataFrame with CLI.md's ``runs`` columns).
 
     ``catalogue`` maps variant names to VariantInfo (their ``tableN:R`` refs); ``added_params(variant)`` gives the
@@ -98,15 +111,33 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
     columns = _columns(spec, prows, measured, paper, plans)
     usual_n = _usual_n(plans)
     ref_plans = [p for p in plans if p.is_reference]
+    deltas = {col.key: correct([_delta(col.metric or "", p, ref_plans, runs, stats) for p in plans], stats)
+              for col in columns if col.kind == "delta"}
     rows = []
-    for plan in plans:
+    for i, plan in enumerate(plans):
         row = Row(plan.label, plan.group, plan.paper_row, list(plan.runs["run_id"]) if len(plan.runs) else [])
         for col in columns:
-            row.cells[col.key] = _cell(spec, col, plan, ref_plans, runs, catalogue, added_params, usual_n)
+            row.cells[col.key] = (delta_cell(deltas[col.key][i], digits(col.metric or ""), usual_n)
+                                  if col.key in deltas else
+                                  _cell(spec, col, plan, ref_plans, runs, catalogue, added_params, usual_n))
         rows.append(row)
     if number == 5 and not measured:
         notes.append("no retrieval scores at lengths (bench/<task>@<len>) in this grid yet")
-    return Table(number, spec.title, grid, columns, rows, notes)
+    unresolved = []
+    for key, family in deltas.items():
+        if family_size(family):
+            notes.append(method_note(family, stats))
+        metric = key.removeprefix("delta:")
+        labels = Counter(p.label for p in plans)
+        unresolved += [unresolved_line(f"{_name(p, labels)} vs baseline ({metric})", d, digits(metric), stats,
+                                       family_size(family))
+                       for p, d in zip(plans, family, strict=True) if d.mean is not None and not d.resolved]
+    return Table(number, spec.title, grid, columns, rows, notes, unresolved)
+
+
+def _name(plan: RowPlan, labels: Counter[str]) -> str:
+    """A row's label, with its group where another row has the same label."""
+    return f"{plan.label} ({plan.group})" if labels[plan.label] > 1 and plan.group else plan.label
 
 
 def with_length_columns(runs: Any) -> Any:
@@ -229,8 +260,6 @@ def _cell(spec: TableSpec, col: Column, plan: RowPlan, refs: list[RowPlan], runs
     if col.kind == "descriptor":
         return _descriptor(col.key, plan, catalogue, added_params)
     assert col.metric is not None
-    if col.kind == "delta":
-        return _delta(col.metric, plan, refs, runs, usual_n)
     values, div = [], 0
     for _, r in plan.runs.iterrows():
         if r.get("status") == "diverged":
@@ -261,11 +290,12 @@ def _descriptor(key: str, plan: RowPlan, catalogue: Mapping[str, VariantInfo],
     return Cell(fmt_count(n), n)
 
 
-def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: Any, usual_n: int) -> Cell:
+def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: Any, stats: Stats) -> Delta:
+    """The paired delta of a row to the table's reference rows (empty for a reference row, a row with no runs)."""
     if plan.is_reference or not len(plan.runs):
-        return Cell()
+        return Delta(None, None, None, 0)
     ref_variants = {v for r in refs for v in r.variants}
     reference = runs[runs["variant"].isin(ref_variants)] if len(runs) else runs
     ref_map = {pair_key(r): cell_value(r, metric) for _, r in reference.iterrows() if r.get("status") == "done"}
     treat = {pair_key(r): cell_value(r, metric) for _, r in plan.runs.iterrows() if r.get("status") == "done"}
-    return delta_cell(paired_delta(treat, ref_map), digits(metric), usual_n)
+    return paired_delta(treat, ref_map, stats=stats)

@@ -33,6 +33,7 @@ from ablate.ablations.flops import flops_per_token
 from ablate.ablations.memory import resolved_precision
 from ablate.config import RunConfig
 from ablate.layout import CHECKPOINT
+from ablate.provenance import collect
 from ablate.result import Event, RunResult, write_result
 from ablate.runner import RunInterrupted
 from ablate.runner.callbacks import RunMonitor
@@ -198,13 +199,14 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
         summary.setdefault(key, None)
     wall = monitor.train_wall_s + (time.perf_counter() - t_start - fit_s)
     summary["wall_s"] = round(wall, 3)
+    device_name = torch.cuda.get_device_name(device) if gpu else "cpu"
     result = RunResult(
         run_id=run_id, config=config.model_dump(mode="json"), status=status, summary=summary,
         metrics=monitor.metrics, probes=probes.layers if probes else {},
         histograms=probes.histograms if probes else {}, histogram_edges=probes.edges if probes else [],
         events=sorted(monitor.events, key=lambda e: e.step), resumed_from=resumed_from, started=monitor.started,
         finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), host=socket.gethostname(),
-        device=torch.cuda.get_device_name(device) if gpu else "cpu",
+        device=device_name, provenance=collect(device_name),
     )
     if trainer.is_global_zero:
         write_result(result, run_dir)

@@ -211,6 +211,10 @@ class Store:
         """A run's stored config."""
         return self._read(lambda s: queries.run_config(s, run_id))
 
+    def provenance(self, run_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        """``{run_id: provenance}``: the software, device and grid commit that produced each run."""
+        return self._read(lambda s: queries.provenance(s, run_ids))
+
     def grid_axes(self, grid: str) -> list[str]:
         """The config paths ``grid`` varies on purpose (its runs' axes)."""
         return self._read(lambda s: queries.grid_axes(s, grid))

@@ -2,9 +2,11 @@
 
 - ``show(store, ref)``: the run's identity and lifecycle (with its progress while it trains), its config as the
   fields that differ from the defaults (what its id hashes), its summary metrics, its events (loss spikes,
-  resumptions, divergence, pruning) and its loss curve, whose points fill in live while the run trains.
+  resumptions, divergence, pruning), its loss curve, whose points fill in live while the run trains, and its
+  provenance (``ablate.provenance``: versions, device, the grid's commit).
 - ``diff(store, a, b)``: the config fields whose values differ between two runs (each config re-read by today's
-  code, so a field added since one of them ran compares at its default), and their results side by side.
+  code, so a field added since one of them ran compares at its default), the provenance that differs (a torch
+  upgrade, another device, another commit), and their results side by side.
 
 ``ref`` is a run id or the start of one.
 """
@@ -17,6 +19,7 @@ from typing import Any
 from ablate.config import total_steps
 from ablate.metrics import metric
 from ablate.metrics import order as summary_order
+from ablate.provenance import differing
 from ablate.store.records import flatten, utcnow
 from ablate.store.render import _cell
 
@@ -62,7 +65,8 @@ def show(store: Any, ref: str, *, curve_points: int | None = None) -> dict[str, 
            "results": _results(row),
            "events": [{"kind": k, "step": int(s), "data": d} for k, s, d in
                       zip(events["kind"], events["step"], events["data"], strict=True)],
-           "curve": {"metric": "loss", "points": curve}}
+           "curve": {"metric": "loss", "points": curve},
+           "provenance": store.provenance([run_id]).get(run_id) or {}}
     if row.get("status") == "running" and config is not None:
         out["progress"] = _progress(row, curve, total_steps(config))
     return out
@@ -94,10 +98,12 @@ def diff(store: Any, a: str, b: str) -> dict[str, Any]:
         va, vb = row_a.get(key), row_b.get(key)
         delta = vb - va if _number(va) and _number(vb) else None
         results.append({"metric": key, "a": va, "b": vb, "b_minus_a": delta})
+    prov = store.provenance(ids)
     return {"a": ids[0], "b": ids[1],
             "lifecycle": [{"field": k, "a": row_a.get(k), "b": row_b.get(k)} for k in ("status", "grid", "error")
                           if row_a.get(k) is not None or row_b.get(k) is not None],
             "config": [{"field": k, "a": flat_a.get(k), "b": flat_b.get(k)} for k in fields],
+            "provenance": differing(prov.get(ids[0]), prov.get(ids[1])),
             "results": results}
 
 

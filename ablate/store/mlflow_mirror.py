@@ -198,7 +198,8 @@ class MlflowMirror:
         from mlflow.entities import Metric
 
         rid = self._runs.get(result.run_id) or self.start(result.run_id, result.config, parent=parent, tags=tags)
-        run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from)}
+        run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from),
+                    **{f"provenance.{k}": str(v) for k, v in result.provenance.items()}}
         if result.error:
             run_tags["error"] = result.error[:5000]
         self._log(rid, self._new_points(rid, self._metrics(result, Metric)), tags=run_tags)

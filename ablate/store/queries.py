@@ -72,6 +72,17 @@ def run_config(session: Session, run_id: str) -> dict[str, Any]:
     return dict(session.scalar(select(Run.config).where(Run.run_id == run_id)) or {})
 
 
+def provenance(session: Session, run_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+    """``{run_id: provenance}`` of the given runs (None: recorded before provenance was; see ablate.provenance)."""
+    ids = list(run_ids)
+    out: dict[str, dict[str, Any] | None] = {}
+    for i in range(0, len(ids), IN_CHUNK):
+        chunk = ids[i:i + IN_CHUNK]
+        rows = session.execute(select(Run.run_id, Run.provenance).where(Run.run_id.in_(chunk)))
+        out.update((run_id, prov) for run_id, prov in rows)
+    return out
+
+
 def grid_text(session: Session, name: str) -> str | None:
     """The text a grid was last registered with (None: no such grid)."""
     return session.scalar(select(Grid.text).where(Grid.name == name))

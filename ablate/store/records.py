@@ -304,7 +304,8 @@ def ingest(session: Session, result: RunResult) -> str:
     for key in ("params", "added_params"):  # keep the planned counts when the run did not measure them
         if values[key] is None:
             values.pop(key)
-    known = {"started": _time(result.started, "started"), "host": result.host, "device": result.device}
+    known = {"started": _time(result.started, "started"), "host": result.host, "device": result.device,
+             "provenance": result.provenance or None}
     values.update({k: v for k, v in known.items() if v is not None})  # else keep what mark_running recorded
     _update_run(session, run_id, status=result.status, finished=_time(result.finished, "finished"),
                 resumed_from=result.resumed_from, error=result.error, **values)

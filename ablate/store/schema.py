@@ -122,6 +122,8 @@ class Run(Base):
     step: Mapped[int | None]  # the last step a heartbeat reported
     host: Mapped[str | None] = mapped_column(String(200))
     device: Mapped[str | None] = mapped_column(String(200))
+    # the software, device and grid commit that produced it (ablate.provenance); None: recorded before it existed
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     resumed_from: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))

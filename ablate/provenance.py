@@ -1,0 +1,133 @@
+"""Where a run came from: the software that trained it, its device, and the commit of the grid's repository.
+
+One owner for a run's provenance, recorded beside its result (``result.json``'s ``provenance``, the store's
+``runs.provenance``, MLflow tags ``provenance.<key>``), shown by ``ablate show`` and compared by ``ablate diff``:
+
+- ``ablate``, ``torch``, ``lightning``, ``python``: the versions that trained it; ``cuda``: torch's CUDA build
+  (None on a CPU build); ``device``: what it trained on (``cpu`` or the GPU's name);
+- ``model_code``: a hash of the model's source (``ablate/ablations/*.py``): two runs of one config whose model
+  code differs may not compare, even at one ablate version;
+- ``config_version``: the ``CONFIG_VERSION`` its id was computed under;
+- ``git_commit`` and ``git_dirty``: the commit of the git repository holding the grid file, and whether its
+  tracked files had uncommitted changes (absent where the grid is not in a repository, or git is missing).
+
+The grid's commit is read once, by the process that opens the grid (``announce``), and reaches the workers it
+starts (local, Slurm, torchrun ranks) through the environment variable ``ABLATE_GRID_SOURCE``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SOURCE_ENV = "ABLATE_GRID_SOURCE"
+# what must agree for runs to compare in one table: the id scheme and the model's code
+COMPARABLE = ("config_version", "model_code")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def model_code() -> str:
+    """A short hash of the model's source files (``ablate/ablations/*.py``, by name and content)."""
+    digest = hashlib.sha256()
+    for path in sorted((Path(__file__).parent / "ablations").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+@functools.cache
+def software() -> dict[str, Any]:
+    """The versions of this process's software, and the model code's hash (imports torch)."""
+    import torch
+
+    from ablate import __version__
+    from ablate.config import CONFIG_VERSION
+
+    return {"ablate": __version__, "torch": torch.__version__, "lightning": _version("lightning"),
+            "cuda": torch.version.cuda, "python": platform.python_version(), "model_code": model_code(),
+            "config_version": CONFIG_VERSION}
+
+
+def git_source(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"git_commit": ..., "git_dirty": ...}`` of the git repository holding ``path``; ``{}`` when there is none
+    (or no git).
+
+    >>> git_source("/")
+    {}
+    """
+    folder = Path(path).resolve()
+    folder = folder if folder.is_dir() else folder.parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--verify", "-q", "HEAD")
+    if not commit:
+        return {}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def announce(grid_file: str | os.PathLike[str] | None) -> None:
+    """Read the grid file's repository commit once and hand it to the workers this process starts."""
+    source = git_source(grid_file) if grid_file is not None and Path(grid_file).exists() else {}
+    os.environ[SOURCE_ENV] = json.dumps(source)
+
+
+def collect(device: str) -> dict[str, Any]:
+    """This run's provenance (see the module docstring): the software, ``device`` and the grid's commit."""
+    try:
+        source = json.loads(os.environ.get(SOURCE_ENV) or "{}")
+    except ValueError:
+        source = {}
+    return {**software(), "device": device, **(source if isinstance(source, dict) else {})}
+
+
+def differing(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The provenance keys whose values differ between two runs, as ``{field, a, b}`` rows (sorted).
+
+    >>> differing({"torch": "2.13.0", "python": "3.11.9"}, {"torch": "2.14.0", "python": "3.11.9"})
+    [{'field': 'torch', 'a': '2.13.0', 'b': '2.14.0'}]
+    """
+    a, b = a or {}, b or {}
+    return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
+
+
+def spread_warning(provenances: Iterable[Mapping[str, Any] | None], *, what: str) -> str | None:
+    """One line when the runs compared in ``what`` span more than one config version or model code, else None.
+
+    Runs recorded before provenance existed (None) are left out of the check.
+
+    >>> spread_warning([{"config_version": 2, "model_code": "a"}, {"config_version": 2, "model_code": "b"}],
+    ...                what="table1")
+    'table1 compares runs trained by different model code (a, b): their differences may be the code, not the arms'
+    >>> spread_warning([{"config_version": 2, "model_code": "a"}, None], what="table1") is None
+    True
+    """
+    known = [p for p in provenances if p]
+    spread = {key: sorted({str(p.get(key)) for p in known if p.get(key) is not None}) for key in COMPARABLE}
+    names = {"config_version": "config versions", "model_code": "model code"}
+    parts = [f"{names[key]} ({', '.join(values)})" for key, values in spread.items() if len(values) > 1]
+    if not parts:
+        return None
+    return (f"{what} compares runs trained by different {' and '.join(parts)}: their differences may be the code, "
+            "not the arms")
