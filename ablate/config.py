@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ablate.ablations.config import ModelConfig
+from ablate.ablations.config import ModelConfig, PluginArm
 
 # What a field left out of a config means: bumped by hand when a default's value changes (ablate/grid/ids.py).
 # 2: data sources and hf: tokenizers carry fingerprints of their files, relative paths are made absolute.
@@ -270,6 +270,17 @@ class RunConfig(_Strict):
     stages: list[dict[str, Any]] = Field(
         default_factory=list, description="later training stages: dotted overrides of train.*, data.*, model.rope_*"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugin_variant(cls, data: Any) -> Any:
+        # variant: {arm: module:Class, args: {...}} is the plugin arm: its label names the run, the model carries it
+        if not (isinstance(data, dict) and isinstance(data.get("variant"), dict)):
+            return data
+        arm = PluginArm.model_validate(data["variant"])
+        model = data.get("model", {})
+        model = model.model_dump() if isinstance(model, BaseModel) else dict(model)
+        return {**data, "variant": arm.label, "model": {**model, "plugin": arm.model_dump(exclude_none=True)}}
 
     @field_validator("stages", mode="before")
     @classmethod

@@ -1,4 +1,5 @@
-"""Step time (forward + backward) of each main gated variant relative to the baseline, measured side by side.
+"""Step time (forward + backward) of each main gated variant, and of each attention-weights arm (the other sink
+fixes), relative to the baseline, measured side by side.
 
 Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs) hits
 all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
@@ -28,6 +29,7 @@ from ablate.ablations.gates import fuses_g1
 MAIN_VARIANTS = [
     "baseline", "sdpa-elementwise", "sdpa-headwise", "sdpa-head-shared", "v-elementwise", "v-headwise",
     "sdpa-additive-silu", "dense-output", "sdpa-groupnorm", "switch-v-1top1",
+    "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick",  # the attention weights slot's arms
 ]
 
 

@@ -50,6 +50,7 @@ def test_every_shipped_grid_plans(path, tmp_path):
     lines = result.stdout.splitlines()  # a run a line, between the grid's lines
     runs = lines[3:3 + len(out["runs"])]
     assert [json.loads(line.strip().rstrip(",")) for line in runs] == out["runs"]
+    assert out["imports"] == []  # no plugin arms in a shipped grid
     for run in out["runs"]:
         assert {"run_id", "variant", "seed", "params", "added_params", "status", "config"} <= set(run)
         assert run["status"] == "new" and run["params"] > 0

@@ -66,6 +66,8 @@ CASES = {
     "tiny-G1-accumulated": dict(preset="tiny", variant="sdpa-elementwise", rows=4, seq_len=64, accumulate=2),
     "small-G1-checkpointed-bf16": dict(preset="small", variant="sdpa-elementwise", rows=2, seq_len=64,
                                        checkpointing=True, half=True),
+    **{f"tiny-{arm}": dict(preset="tiny", variant=arm, rows=8, seq_len=256)  # T x T maps: the attention weights arms
+       for arm in ("sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick")},
 }
 
 

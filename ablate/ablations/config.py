@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ablate.ablations.presets import PRESETS
 
 GatePosition = Literal["G1", "G2", "G3", "G4", "G5"]
+AttnWeights = Literal["softmax", "sink-learned", "softmax1", "sigmoid", "softpick"]
 
 
 class _Strict(BaseModel):
@@ -55,6 +56,30 @@ class SwitchSpec(_Strict):
         return self
 
 
+class PluginArm(_Strict):
+    """An arm from the user's code (``ablate.ablations.plugins``): ``arm`` is ``module:Class`` (or the name an
+    installed package registers under the ``ablate.arms`` entry points), ``args`` the keyword arguments its
+    ``Args`` model validates. ``version`` is filled by ablate when the grid is loaded: the package's version, or
+    else a hash of the module's source, so the run id changes with the plugin's code."""
+
+    arm: str = Field(pattern=r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$",
+                     description="module:Class, or a name registered under the ablate.arms entry points")
+    args: dict[str, Any] = Field(default_factory=dict, description="the arm's arguments (its Args model)")
+    version: str | None = Field(
+        None, description="filled by ablate when the grid is loaded (a grid file never sets it): the plugin "
+        "package's version, or sha256 of its module's source",
+        json_schema_extra={"identity": True, "filled_by": "ablate.ablations.plugins:fill_version"})
+
+    def __hash__(self) -> int:  # args is a dict: hash by value, so a ModelConfig holding it can be cached on
+        return hash(self.model_dump_json())
+
+    @property
+    def label(self) -> str:
+        """The run's variant name: ``module:Class``, with its arguments when it has some."""
+        args = ",".join(f"{k}={v}" for k, v in sorted(self.args.items()))
+        return f"{self.arm}({args})" if args else self.arm
+
+
 class ModelConfig(_Strict):
     """A Qwen3-style decoder. Every field has a default; ``preset`` supplies the shape fields."""
 
@@ -89,6 +114,12 @@ class ModelConfig(_Strict):
     sandwich_norm: bool = Field(False, description="RMSNorm on attention and FFN outputs before the residual")
     output_clip: float | None = Field(None, gt=0, description="clip attention/FFN outputs to (-c, c) (A.5)")
     switch: SwitchSpec | None = None
+    # the field's other sink fixes (ablate/ablations/weights.py)
+    attn_weights: AttnWeights = Field(
+        "softmax", description="how scores become attention weights: softmax; sink-learned (a learned per-head "
+        "sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick")
+    plugin: PluginArm | None = Field(None, description="an attention weights function from the user's code (set by a "
+                                     "grid's variant {arm: module:Class, args: {...}}; replaces attn_weights)")
 
     @model_validator(mode="before")
     @classmethod

@@ -13,8 +13,8 @@ The target class follows from the config's fields, never from the variant's name
   a head-shared gate one whose rows are the heads' mean (its logits are averaged before the sigmoid).
 
 Everything else (gates at G2-G5, other activations, additive gates, input-independent gates, SDPA norm or SiLU,
-sandwich norm, clipping, switch heads, no q/k norm) has no transformers class and is refused with a ConfigError
-naming the field, before anything is written.
+sandwich norm, clipping, switch heads, no q/k norm, attention weights other than softmax, plugin arms) has no
+transformers class and is refused with a ConfigError naming the field, before anything is written.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ _NO_CLASS: dict[str, tuple[Any, str]] = {
     "sandwich_norm": (False, "Qwen3 and Qwen3-Next have no norm after attention and FFN (sandwich norm)"),
     "output_clip": (None, "no transformers decoder clips its attention/FFN outputs"),
     "qk_norm": (True, "Qwen3 and Qwen3-Next always normalize queries and keys per head"),
+    "attn_weights": ("softmax", "Qwen3 and Qwen3-Next attend with a plain softmax (no sink, sigmoid or softpick)"),
+    "plugin": (None, "a plugin arm is the user's code, which no transformers class holds"),
 }
 # G1 gate fields Qwen3-Next fixes: sigmoid(x W) times the SDPA output, W without bias.
 _QWEN3_NEXT_GATE: dict[str, Any] = dict(position="G1", combine="multiplicative", activation="sigmoid",

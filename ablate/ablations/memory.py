@@ -14,7 +14,9 @@ What a device holds (docs/scale.md itemises it with numbers):
 - **activations** of one micro-batch (``rows x seq_len`` tokens): what each block saves for the backward pass,
   counted tensor by tensor from ``ablate.ablations.model`` (``_block_elements``: norms, projections, RoPE,
   SDPA's output and log-sum-exp, the gate's logits, scores and product, the FFN's four intermediates), plus the
-  head's logits (the model's dtype, an fp32 copy and ``log_softmax``'s fp32 output). With activation
+  head's logits (the model's dtype, an fp32 copy and ``log_softmax``'s fp32 output). An attention-weights arm other
+  than softmax keeps fp32 ``T x T`` maps per head (``SCORE_MAPS``: the sink's probabilities, where SDPA falls back to
+  its math kernel for a float mask; sigmoid's and softpick's hand-computed intermediates). With activation
   checkpointing only each block's input is kept and one block is recomputed at a time.
 - **temporaries** at the peak: the start of the backward pass, where the logits' fp32 gradients (two) are alive
   with every activation.
@@ -84,6 +86,11 @@ def parse_memory(text: str, *, where: str = "--device-memory") -> float:
         raise ConfigError(f"{text!r} is not an amount of memory; give a positive number with a unit, e.g. 80GB, "
                           "40GiB, 24000MB (1 GB = 2^30 bytes)", where=where)
     return float(m.group(1)) * _UNITS[unit]
+
+
+# fp32 T x T maps per head that one block keeps for the backward pass, by ``ModelConfig.attn_weights``: counted on
+# CPU with MemTracker (tests/test_memory.py); a GPU's fused kernel with a float mask keeps fewer for the sinks.
+SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "softpick": 6}
 
 
 def _block_elements(cfg: ModelConfig) -> float:
@@ -163,6 +170,7 @@ def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: 
     step_temp = 4 * n / k if gpu else 4 * max(vocab / (2 - model.tie_embeddings), block / 3) / k
 
     per_block = _block_elements(model) * act + (_norm_elements(model) * 4 if half else 0)  # norms' fp32 copies
+    per_block += SCORE_MAPS[model.attn_weights] * model.n_heads * seq_len * 4  # per token: a row of each map
     if checkpointing:  # each block's input kept; one block recomputed at a time
         blocks = model.n_layers * model.d_model * act + per_block
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ablate.ablations.config import ModelConfig
@@ -23,6 +22,8 @@ from ablate.ablations.gates import (
     sdpa_post_for,
 )
 from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope, init_std_for
+from ablate.ablations.plugins import build as build_plugin
+from ablate.ablations.weights import weights_for
 
 
 class ModelOutput(NamedTuple):
@@ -33,22 +34,11 @@ class ModelOutput(NamedTuple):
     probes: list[dict[str, torch.Tensor | None]] | None
 
 
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal softmax attention computed by hand, returning the probabilities too.
-
-    ``q [B, q, T, dk]``, ``k``/``v`` ``[B, q, T, dk]`` (already repeated for GQA) -> ``(y [B, q, T, dk], p [B, q, T, T])``.
-    """
-    T = q.shape[-2]
-    scores = (q.float() @ k.float().transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, q, T, T)
-    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    p = scores.masked_fill(~mask, float("-inf")).softmax(-1)
-    return (p @ v.float()).to(q.dtype), p
-
-
 class Attention(nn.Module):
-    """GQA with per-head q/k RMSNorm, RoPE, causal SDPA and the five gate slots G1..G5.
+    """GQA with per-head q/k RMSNorm, RoPE, causal attention weights and the five gate slots G1..G5.
 
-    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> SDPA -> SDPA norm/SiLU -> G1 -> W_o -> G5.
+    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> weights (SDPA) -> SDPA norm/SiLU -> G1 -> W_o -> G5.
+    The weights slot (``weights``, from ``attn_weights``) is softmax through SDPA unless an arm replaces it.
     An input-dependent G1 gate is computed in the query projection's matmul (``fuse_g1``, Qwen3-Next's layout:
     see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function with a separate gate projection.
     """
@@ -67,6 +57,7 @@ class Attention(nn.Module):
         self.gate_q = gate_for(g, "G4", d, nq, dk)
         self.gate_k = gate_for(g, "G3", d, nk, dk)
         self.gate_v = gate_for(g, "G2", d, nk, dk)
+        self.weights = build_plugin(cfg) if cfg.plugin is not None else weights_for(cfg.attn_weights, nq)
         self.sdpa_post = sdpa_post_for(cfg.sdpa_norm, cfg.sdpa_silu, nq, dk, cfg.norm_eps)
         self.gate_sdpa = gate_for(g, "G1", d, nq, dk, fused=fused)
         self.gate_out = gate_for(g, "G5", d, nq, dk)
@@ -93,12 +84,7 @@ class Attention(nn.Module):
         v, g2 = self.gate_v(v, x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, dk)
-        if probe:
-            rep = self.n_heads // self.n_kv_heads
-            y, attn = explicit_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            attn = None
+        y, attn = self.weights(q, k, v, probe)  # (B, q, T, dk); attn (B, q, T, T) when probed
         y_pre = y.transpose(1, 2)  # (B, T, q, dk)
         y, g1 = self.gate_sdpa(self.sdpa_post(y_pre), g1_in)
         out, g5 = self.gate_out(self.o_proj(y.flatten(-2)), x)  # (B, T, d)

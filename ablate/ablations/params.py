@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from ablate.ablations.config import ModelConfig
 from ablate.ablations.meta_counts import kept
-from ablate.ablations.variants import apply_variant
+from ablate.ablations.variants import apply_variant, without_variant
 from ablate.errors import ConfigError
 
 
@@ -27,8 +27,7 @@ def _count(cfg_json: str) -> ParamCount:
     return ParamCount(*_counted(cfg_json))
 
 
-@kept("params")
-def _counted(cfg_json: str) -> list[int]:
+def _count_now(cfg_json: str) -> list[int]:
     from ablate.ablations.model import build_model
 
     cfg = ModelConfig.model_validate_json(cfg_json)
@@ -38,6 +37,9 @@ def _counted(cfg_json: str) -> list[int]:
     return [total, total - vocab]
 
 
+_counted = kept("params")(_count_now)  # kept on disk per version of ablate's code: not for a plugin's
+
+
 @functools.lru_cache(maxsize=4096)
 def count_params(cfg: ModelConfig) -> ParamCount:
     """Total and non-embedding parameters of ``cfg``'s model, counted on the meta device (cached by config).
@@ -45,12 +47,14 @@ def count_params(cfg: ModelConfig) -> ParamCount:
     >>> count_params(ModelConfig(preset="tiny")).total
     119168
     """
+    if cfg.plugin is not None:  # the user's code may change under the same config: count it now
+        return ParamCount(*_count_now(cfg.model_dump_json()))
     return _count(cfg.model_dump_json())
 
 
 def added_params(base: ModelConfig, variant: str) -> int:
     """Parameters the variant adds over ``base`` (negative when it removes some)."""
-    return count_params(apply_variant(base, variant)).total - count_params(base).total
+    return count_params(apply_variant(base, variant)).total - count_params(without_variant(base, variant)).total
 
 
 def match_ffn(cfg: ModelConfig, target_total: int) -> tuple[ModelConfig, float]:

@@ -38,10 +38,14 @@ class Rel:
         return f"{self.op}{self.value:g}"
 
 
+GATED_ATTENTION = "Qiu et al. 2025, Gated Attention for LLMs (arXiv 2505.06708)"
+
+
 @dataclass(frozen=True)
 class Variant:
     """One catalogue entry. ``paper`` lists the rows it reproduces (``"table1:5"``); ``act_func`` and
-    ``score_shape`` are the paper's descriptor columns (``"-"`` where they do not apply)."""
+    ``score_shape`` are the paper's descriptor columns (``"-"`` where they do not apply); ``source`` names the
+    paper the arm comes from (the gated-attention paper unless said)."""
 
     name: str
     description: str
@@ -50,13 +54,14 @@ class Variant:
     requires_moe: bool = False
     act_func: str = "-"
     score_shape: str = "-"
+    source: str = GATED_ATTENTION
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ``Rel`` changes as strings like ``"x2"``."""
         changes = {k: (str(v) if isinstance(v, Rel) else v) for k, v in self.changes.items()}
         return dict(
             name=self.name, description=self.description, paper=list(self.paper), changes=changes,
-            requires_moe=self.requires_moe, act_func=self.act_func, score_shape=self.score_shape,
+            requires_moe=self.requires_moe, act_func=self.act_func, score_shape=self.score_shape, source=self.source,
         )
 
 
@@ -150,6 +155,20 @@ _CATALOGUE: list[Variant] = [
             (), _gate("G1", **_ELEM, activation="identity"), act_func="identity", score_shape="n x q x dk"),
     Variant("sdpa-headwise-input-independent", "SDPA headwise gate from a learned per-head constant (not in the paper)",
             (), _gate("G1", **_HEAD, input="independent"), act_func="sigmoid", score_shape="q"),
+    # ---- the field's other sink fixes: the attention weights slot (ablate/ablations/weights.py), no gate
+    Variant("sink-learned", "softmax with a learned per-head sink logit in the denominator (a zero-value key)",
+            (), {"attn_weights": "sink-learned"}, act_func="softmax+sink", score_shape="q",
+            source="OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card; Xiao et al. 2023 (arXiv 2309.17453)"),
+    Variant("softmax-off-by-one", "softmax with an extra zero logit: a sink fixed at 0 (softmax1)",
+            (), {"attn_weights": "softmax1"}, act_func="softmax1",
+            source="Miller 2023, Attention Is Off By One (blog post)"),
+    Variant("sigmoid-attention", "sigmoid(QK^T/sqrt(d) - log T) per key, no normalisation across keys",
+            (), {"attn_weights": "sigmoid"}, act_func="sigmoid",
+            source="Ramapuram et al. 2024, Theory, Analysis, and Best Practices for Sigmoid Self-Attention "
+                   "(arXiv 2409.04431)"),
+    Variant("softpick", "ReLU(e^x - 1) / (sum |e^x - 1| + eps) over the visible keys, instead of softmax",
+            (), {"attn_weights": "softpick"}, act_func="softpick",
+            source="Zuhri et al. 2025, Softpick: No Attention Sink, No Massive Activations (arXiv 2504.20966)"),
 ]
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in _CATALOGUE}
@@ -163,8 +182,21 @@ def get_variant(name: str) -> Variant:
         raise ConfigError(one_of(name, VARIANTS, what="variant"), where="variant") from None
 
 
+def is_plugin_arm(model: ModelConfig, name: str) -> bool:
+    """Is ``name`` the label of the plugin arm ``model`` carries (``PluginArm.label``)? Then the plugin is the
+    variant: applying it changes nothing more, and the model without it is ``without_variant``."""
+    return model.plugin is not None and name == model.plugin.label
+
+
+def without_variant(model: ModelConfig, name: str) -> ModelConfig:
+    """The reference a variant's added parameters are counted against: ``model``, less a plugin arm's plugin."""
+    return model.model_copy(update={"plugin": None}) if is_plugin_arm(model, name) else model
+
+
 def resolve_changes(model: ModelConfig, name: str) -> dict[str, Any]:
     """The variant's changes as plain field values for this base config (``Rel`` applied)."""
+    if is_plugin_arm(model, name):
+        return {}
     variant = get_variant(name)
     if variant.requires_moe and not model.is_moe:
         raise ConfigError(
@@ -198,9 +230,13 @@ def apply_variant(model: ModelConfig, name: str) -> ModelConfig:
 
 
 def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
-    """``ablate variants``: every variant as a JSON-ready dict, with ``added_params`` at ``preset`` when given
-    (None for an MoE-only variant on a dense preset). An unknown preset is a ConfigError naming ``--preset``."""
-    rows = [v.as_dict() for v in VARIANTS.values()]
+    """``ablate variants``: every variant as a JSON-ready dict, then the plugin arms installed packages register
+    (``ablate.arms`` entry points), with ``added_params`` at ``preset`` when given (None for an MoE-only variant on
+    a dense preset, and for a plugin arm, whose arguments the grid gives). An unknown preset is a ConfigError
+    naming ``--preset``."""
+    from ablate.ablations.plugins import catalogue_rows as plugin_rows
+
+    rows = [v.as_dict() for v in VARIANTS.values()] + plugin_rows()
     if preset is None:
         return rows
     from ablate.ablations.params import added_params
@@ -210,5 +246,7 @@ def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
         raise ConfigError(one_of(preset, PRESETS, what="preset"), where="--preset")
     base = ModelConfig(preset=preset)
     for row in rows:
-        row["added_params"] = None if row["requires_moe"] and not base.is_moe else added_params(base, row["name"])
+        plugin = row["name"] not in VARIANTS  # counted only when asked for the plugin's own arguments: none here
+        row["added_params"] = None if plugin or (row["requires_moe"] and not base.is_moe) else added_params(
+            base, row["name"])
     return rows

@@ -62,7 +62,7 @@ def plan(
     --threads)."""
     from ablate.errors import ConfigError, InputMissingError
     from ablate.grid import expand, load_grid
-    from ablate.grid.view import plan_json, plan_rows, statuses
+    from ablate.grid.view import plan_imports, plan_json, plan_rows, statuses
     from ablate.runner.fingerprints import Fingerprints
     from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
 
@@ -89,6 +89,9 @@ def plan(
                    "workers": [{"device": s.device, "threads": s.threads} for s in slots]}, flat_from=2)  # a run a line
         return
     table = plan_rows(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None)
+    imported = plan_imports(runs)
+    if imported:
+        typer.echo(f"imports (plugin arms): {', '.join(imported)}")
     if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns
         from ablate.cli.views import text_table
 

@@ -15,12 +15,13 @@ def variants_table(rows: list[dict[str, Any]], preset: str | None) -> Table:
 
     table = Table(title="ablate variants")
     table.add_column("variant", no_wrap=True, style="bold")
-    for col in ("paper rows", "act", "score shape", "description"):
+    for col in ("paper rows", "act", "score shape", "description", "source"):
         table.add_column(col)
     if preset is not None:
         table.add_column(f"added @ {preset}", justify="right")
     for row in rows:
-        cells = [row["name"], " ".join(row["paper"]) or "-", row["act_func"], row["score_shape"], row["description"]]
+        cells = [row["name"], " ".join(row["paper"]) or "-", row["act_func"], row["score_shape"], row["description"],
+                 row["source"]]
         if preset is not None:
             cells.append("-" if row["added_params"] is None else f"{row['added_params'] / 1e6:,.2f}M")
         table.add_row(*cells)

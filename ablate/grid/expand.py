@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.variants import without_variant
 from ablate.config import RunConfig, vocab_from_tokenizer
 from ablate.errors import ConfigError
 from ablate.grid import identity
@@ -193,7 +194,14 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
             excluded += 1
             continue
         where = f"{grid.source}: {_blame('variant', origins, grid)}"
-        reference = _count(config.model, where)
+        if config.model.plugin is not None:  # before anything imports it: only listed modules
+            from ablate.ablations.plugins import check
+
+            try:
+                check(config.model.plugin, grid.plugins)
+            except ConfigError as exc:
+                raise _reraise(exc, where) from None
+        reference = _count(without_variant(config.model, config.variant), where)
         residual = None
         if grid.match_params is not None:
             config, residual = _match(config, grid.match_params, where, grid.source)

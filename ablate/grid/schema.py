@@ -69,6 +69,9 @@ class GridFile(BaseModel):
     )
     match_params: str | None = Field(None, description="shrink each run's FFN to this variant's parameter count")
     ladder: LadderSpec | None = Field(None, description="model sizes and a token budget: one more axis (grid/ladder.py)")
+    plugins: list[str] = Field(default_factory=list, description="modules of the user's code whose arms the grid "
+                               "names (variant: {arm: module:Class, args: {...}}); only these, and installed "
+                               "ablate.arms entry points, are imported")
 
     @model_validator(mode="before")
     @classmethod
@@ -112,6 +115,7 @@ class Grid:
     text: str = ""
     base_origins: dict[str, str] = field(default_factory=dict)  # dotted path set by --set -> "--set"
     ladder: LadderSpec | None = None  # its rungs are the first axis; expand sets each run's train.steps from it
+    plugins: tuple[str, ...] = ()  # the modules its plugin arms may come from (ablate.ablations.plugins.check)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -252,6 +256,7 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
     return Grid(
         name=spec.name, base=base, axes=tuple(axes), include=tuple(spec.include), exclude=exclude,
         match_params=spec.match_params, source=source, text=text, base_origins=origins, ladder=spec.ladder,
+        plugins=tuple(spec.plugins),
     )
 
 

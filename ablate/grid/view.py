@@ -104,10 +104,18 @@ class Costs:
         return found
 
 
+def plan_imports(runs: Sequence[PlannedRun]) -> list[str]:
+    """The modules of the user's code the runs' plugin arms import, sorted."""
+    from ablate.ablations.plugins import imports
+
+    return imports(r.config.model.plugin.arm for r in runs if r.config.model.plugin is not None)
+
+
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
     """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
-    "added_params", "status", "config"}, ...]}``, plus each run's ``axes``, ``match_residual``, planned
-    ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items."""
+    "added_params", "status", "config"}, ...], "imports"}``, plus each run's ``axes``, ``match_residual``, planned
+    ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items;
+    ``imports``: the plugin modules the grid imports."""
     from ablate.ablations.memory import gpu_here
 
     costs = Costs(gpu=gpu_here())
@@ -122,6 +130,7 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
             }
             for r in runs
         ],
+        "imports": plan_imports(runs),
     }
 
 

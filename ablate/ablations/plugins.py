@@ -1,0 +1,135 @@
+"""Arms from the user's code: an attention weights function that a grid names by import path.
+
+The protocol (docs/internals.md, "plugins"): the class a ``PluginArm.arm`` names (``module:Class``) is an
+``nn.Module`` with
+
+- ``slot = "weights"``: it fills the attention weights slot (``ablate.ablations.weights``), in place of softmax;
+- ``Args``: a pydantic model of its arguments (the grid's ``args``, validated when the grid is loaded);
+- ``__init__(self, args: Args, cfg: ModelConfig)`` and ``forward(q, k, v, probe) -> (y, p | None)`` as the
+  built-in weights modules: ``q [B, q, T, dk]``, ``k``/``v`` ``[B, k, T, dk]``, causal; ``p [B, q, T, T]`` when
+  ``probe`` (F-Attn reads it).
+
+Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the ``ablate.arms``
+entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported (``check``). Identity: the
+arm's ``version`` is filled when the grid is loaded (``fill_version``): its distribution's version when the module
+comes from an installed package, else ``sha256:`` of its source files, so a changed plugin changes the run id.
+Importing this module never imports torch or any plugin.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ablate.ablations.config import ModelConfig, PluginArm
+from ablate.errors import ConfigError
+
+ENTRY_POINTS = "ablate.arms"
+SLOTS = ("weights",)
+
+
+@functools.cache  # read once per process: a grid asks for each of its runs
+def registered() -> dict[str, str]:
+    """``{name: "module:Class"}`` of the arms installed packages register under ``ablate.arms``."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
+
+
+def catalogue_rows() -> list[dict[str, Any]]:
+    """``ablate variants``' rows of the registered arms (nothing imported): the source is the entry point."""
+    return [dict(name=name, description=f"plugin arm {value} (an installed {ENTRY_POINTS!r} entry point)", paper=[],
+                 changes={"plugin": {"arm": name}}, requires_moe=False, act_func="-", score_shape="-",
+                 source=f"plugin: {value}") for name, value in sorted(registered().items())]
+
+
+def target(arm: str) -> str:
+    """``module:Class`` of an arm: itself, or what an entry point of that name points at."""
+    return arm if ":" in arm else registered().get(arm, arm)
+
+
+def module_of(arm: str) -> str:
+    return target(arm).partition(":")[0]
+
+
+def imports(arms: Iterable[str]) -> list[str]:
+    """The modules loading ``arms`` imports, sorted (what ``ablate plan`` lists)."""
+    return sorted({module_of(a) for a in arms})
+
+
+def load(arm: str) -> type:
+    """The class ``arm`` names; a ConfigError naming the module and the exception when it cannot be imported."""
+    module, _, name = target(arm).partition(":")
+    if not name:
+        raise ConfigError(f"plugin arm {arm!r} is neither module:Class nor a name registered under the "
+                          f"{ENTRY_POINTS!r} entry points ({', '.join(sorted(registered())) or 'none installed'})",
+                          where="model.plugin.arm")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
+        raise ConfigError(f"cannot import plugin module {module!r}: {type(exc).__name__}: {exc}",
+                          where="model.plugin.arm") from None
+    cls = getattr(mod, name, None)
+    if cls is None:
+        raise ConfigError(f"plugin module {module!r} has no {name!r}", where="model.plugin.arm")
+    slot, args = getattr(cls, "slot", None), getattr(cls, "Args", None)
+    if slot not in SLOTS or not (isinstance(args, type) and issubclass(args, BaseModel)):
+        raise ConfigError(f"plugin arm {arm!r} must declare slot = one of {list(SLOTS)} (has {slot!r}) and Args, "
+                          "a pydantic model of its arguments", where="model.plugin.arm")
+    return cls
+
+
+def arguments(spec: PluginArm) -> BaseModel:
+    """``spec.args`` validated by the arm's ``Args``; a ConfigError naming the argument and what is wrong."""
+    try:
+        return load(spec.arm).Args.model_validate(spec.args)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{spec.arm}: {err['msg']} (got {err.get('input')!r})",
+                          where=f"model.plugin.args{'.' + loc if loc else ''}") from None
+
+
+def check(spec: PluginArm, listed: Iterable[str]) -> None:
+    """Refuse an arm whose module the grid does not list (nor an entry point registers), then load it and
+    validate its arguments."""
+    allowed = set(listed) | {module_of(v) for v in registered().values()}
+    module = module_of(spec.arm)
+    if module not in allowed:
+        raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}, which the grid does not list: add "
+                          f"`plugins: [{module}]` (only listed modules and installed {ENTRY_POINTS!r} entry points are "
+                          "imported)", where="model.plugin.arm")
+    arguments(spec)
+
+
+def version_of(module: str) -> str:
+    """``dist==version`` when ``module`` comes from an installed distribution, else ``sha256:`` of its source
+    (a package: every ``.py`` file below it, by relative path)."""
+    top = module.partition(".")[0]
+    dists = importlib.metadata.packages_distributions().get(top)
+    if dists:
+        return f"{dists[0]}=={importlib.metadata.version(dists[0])}"
+    mod = importlib.import_module(module)
+    path = Path(mod.__file__ or "")
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(path.parent).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def fill_version(spec: PluginArm, resolver: Any = None) -> dict[str, Any]:
+    """Identity filler (``ablate.grid.identity``): the arm's current version."""
+    load(spec.arm)
+    return {"version": version_of(module_of(spec.arm))}
+
+
+def build(cfg: ModelConfig) -> Any:
+    """The plugin's weights module for ``cfg`` (torch is the plugin's import)."""
+    assert cfg.plugin is not None
+    return load(cfg.plugin.arm)(arguments(cfg.plugin), cfg)
