@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from ablate.config import total_steps
 from ablate.metrics import metric
@@ -107,7 +107,7 @@ def diff(store: Any, a: str, b: str) -> dict[str, Any]:
             "results": results}
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -37,6 +37,7 @@ from ablate.store.records import _upsert, config_columns
 from ablate.store.schema import Event, GridRun, Histogram, Metric, Probe, Run, Score
 
 if TYPE_CHECKING:
+    from sqlalchemy import Row
     from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ def move_rows(session: Session, move: Move) -> str | None:
     taken = _status(session, move.new)
     if taken is not None and taken != "queued":
         return conflict(move, taken)
-    members = []
+    members: Sequence[Row[int, dict[str, Any] | None, bool]] = []
     if taken == "queued":  # the grid was registered anew and never started: its memberships join the old run's
         members = session.execute(select(GridRun.grid_id, GridRun.axes, GridRun.current)
                                   .where(GridRun.run_id == move.new)).all()
@@ -169,7 +170,7 @@ def move_rows(session: Session, move: Move) -> str | None:
     row = session.execute(select(Run.__table__).where(Run.run_id == move.old)).mappings().one()
     values = {**row, "run_id": move.new, "config": move.config, **config_columns(move.config),
               "config_version": CONFIG_VERSION, "stem_id": move.stem}
-    session.execute(insert(Run.__table__).values(**values))
+    session.execute(insert(Run.__table__).values(**values))  # type: ignore[arg-type]  # the stubs: a FromClause; it is a Table
     for table in (*_CHILDREN, GridRun):
         session.execute(update(table).where(table.run_id == move.old).values(run_id=move.new))
     if members:

@@ -40,11 +40,9 @@ def optuna_storage(url: str) -> RDBStorage:
     if sqlite:
         # the store's own connection settings: a writer takes the lock up front (BEGIN IMMEDIATE) and waits for
         # it, instead of failing when its read snapshot went stale while a worker wrote a report
-        from sqlalchemy import event
-
         from ablate.store.engine import _sqlite_settings
 
-        _sqlite_settings(storage.engine, event)
+        _sqlite_settings(storage.engine)
         storage.engine.dispose()  # connections made before the settings are dropped
     return storage
 
