@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError, one_of
 from ablate.reports.cells import Table
@@ -16,6 +16,9 @@ from ablate.reports.render import FORMATS, SUFFIX, render
 from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_markdown
 from ablate.reports.spec import TABLES
 from ablate.reports.tables import build_table
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 TARGETS = (*(f"table{n}" for n in TABLES), "lr", "scorecard", "figures", "all")  # lr: ablate tune's (reports/lr.py)
@@ -35,7 +38,7 @@ def grid_table(data: GridData, number: int, *, paper: bool = False) -> Table:
     return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper, added_params=data.added_params)
 
 
-def report_table(store: Any, target: str, *, grid: str | None = None, paper: bool = False,
+def report_table(store: Store, target: str, *, grid: str | None = None, paper: bool = False,
                  fmt: str = "markdown", where: str | None = None, warn: Warn | None = None) -> str:
     """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html), of the runs that
     satisfy ``where``, at one configuration (``warn`` gets the line naming what was left out)."""
@@ -51,7 +54,7 @@ def report_table(store: Any, target: str, *, grid: str | None = None, paper: boo
     return render(grid_table(load_grid_data(store, grid, where=where, warn=warn), number, paper=paper), fmt)
 
 
-def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdown", where: str | None = None,
+def report_scorecard(store: Store, *, grid: str | None = None, fmt: str = "markdown", where: str | None = None,
                      warn: Warn | None = None) -> str:
     """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html)."""
     if fmt not in SCORECARD_FORMATS:  # before any query
@@ -60,7 +63,7 @@ def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdow
     return SCORECARD_FORMATS[fmt](scorecard(data.runs, data.catalogue))
 
 
-def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
+def report_figures(store: Store, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
                    warn: Warn | None = None) -> dict[int, Path]:
     """``ablate report figures``: Figures 1-7 as PNG files in ``out_dir``."""
     return write_figures(load_grid_data(store, grid, where=where, warn=warn), out_dir)
@@ -93,7 +96,7 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
     return written
 
 
-def report_all(store: Any, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
+def report_all(store: Store, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
                where: str | None = None, warn: Warn | None = None) -> dict[str, Path]:
     """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when the
     grid has tuning studies."""

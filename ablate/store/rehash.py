@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from sqlalchemy import Row
     from sqlalchemy.orm import Session
 
+    from ablate.runner.fingerprints import Fingerprints
+    from ablate.store.api import Store
+
 log = logging.getLogger(__name__)
 
 _CHILDREN = (Score, Metric, Probe, Histogram, Event)
@@ -90,7 +93,7 @@ class RehashReport:
         return out
 
 
-def plan(session: Session, *, only_outdated: bool = True, fingerprints: Any = None) -> RehashPlan:
+def plan(session: Session, *, only_outdated: bool = True, fingerprints: Fingerprints | None = None) -> RehashPlan:
     """Today's id of every stored run (of those not recorded at today's ``CONFIG_VERSION`` when
     ``only_outdated``), from its stored config with the identity fields it lacks filled from what is here now
     (``ablate.grid.identity``: its data files' fingerprints, a relative path read from the working directory;
@@ -244,7 +247,7 @@ def retag_mlflow(uri: str, moves: list[Move], home: Path) -> int:
     return count
 
 
-def rehash(store: Any, home: Path, *, mlflow_uri: str | None = None, dry_run: bool = False
+def rehash(store: Store, home: Path, *, mlflow_uri: str | None = None, dry_run: bool = False
            ) -> tuple[RehashPlan, RehashReport]:
     """Carry every outdated run of ``store`` (and its directory under ``home``, and its MLflow runs at
     ``mlflow_uri``) over to today's id. ``dry_run``: only the plan."""

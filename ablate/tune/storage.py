@@ -21,6 +21,8 @@ from ablate.errors import ConfigError
 if TYPE_CHECKING:
     from optuna.storages import RDBStorage
 
+    from ablate.store.api import Store
+
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 60.0
@@ -60,7 +62,7 @@ def grid_studies(storage: Any, grid: str) -> list[Any]:
     return sorted(studies, key=lambda s: s.study_name)
 
 
-def store_studies(store: Any, grid: str) -> list[Any]:
+def store_studies(store: Store, grid: str) -> list[Any]:
     """The tuning studies of ``grid`` in an open ablate ``Store`` ([] when it has none, creating nothing)."""
     if not has_study_tables(store.engine):
         return []
