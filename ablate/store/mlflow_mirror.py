@@ -146,9 +146,11 @@ class MlflowMirror:
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(self.grid)
         if exp is not None:
-            return exp.experiment_id
+            found: str = exp.experiment_id
+            return found
         location = artifact_root(self.home) + f"/{self.grid}" if self._local_store else None
-        return self.client.create_experiment(self.grid, artifact_location=location)
+        made: str = self.client.create_experiment(self.grid, artifact_location=location)
+        return made
 
     def _parent(self, name: str, *, role: str) -> str:
         """The parent run named ``name`` (the grid's, or a tuning study's), made on first use."""
