@@ -173,7 +173,7 @@ def _coalesce(a: Any, b: Any) -> Any:
 
 def _update_run(session: Session, run_id: str, **values: Any) -> None:
     result = session.execute(update(Run).where(Run.run_id == run_id).values(**values))
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    if result.rowcount != 1:  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult; the stubs say Result
         raise StoreError(f"run {run_id!r} is not in the store; register its grid first (or ingest its result)")
 
 
@@ -208,7 +208,7 @@ def record_progress(session: Session, progress: Mapping[str, Sequence[Mapping[st
         done = session.execute(update(Run).where(Run.run_id == run_id, Run.status == "running").values(**values))
         points = {(name, int(r["step"])): _num(v, float) for r in rows for name, v in r.items()
                   if name != "step" and v is not None}
-        if done.rowcount != 1 or not points:  # type: ignore[attr-defined]
+        if done.rowcount != 1 or not points:  # type: ignore[attr-defined]  # as above: a CursorResult
             continue
         ins = _upsert(session, Metric.__table__)
         ins = ins.on_conflict_do_update(index_elements=["run_id", "name", "step"], set_={"value": ins.excluded.value})
@@ -357,7 +357,7 @@ def _insert(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
 
 def _copy_metrics(session: Session, rows: list[dict[str, Any]]) -> None:
     """PostgreSQL's COPY for curves (several times faster than batched INSERTs), in the session's transaction."""
-    cursor = session.connection().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = session.connection().connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once detached
     with cursor.copy("COPY metrics (run_id, name, step, value) FROM STDIN") as copy:
         for r in rows:
             copy.write_row((r["run_id"], r["name"], r["step"], r["value"]))
