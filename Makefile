@@ -22,3 +22,4 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check ablate tests bench
+	$(BIN)/mypy  # strict on the modules [tool.mypy] lists in pyproject.toml

@@ -85,7 +85,7 @@ class SourceConfig(_Strict):
         "from; None for a synthetic stream or a task, which ablate's code makes). A relative path is made absolute "
         "at the same time.")
     loss: Literal["all", "answer"] = Field(
-        None,  # type: ignore[assignment]  # resolved by kind in _loss_default
+        None,  # type: ignore[arg-type]  # a sentinel: _loss_default resolves it by kind before validation
         description="which tokens of this source's training rows the loss is on: 'all' (every token) or 'answer' "
                     "(only the answer tokens of task examples, as zoology trains MQAR: the rest of the row is "
                     "context). Default: 'answer' for a 'task' source, 'all' otherwise; 'answer' needs a 'task' "
@@ -311,7 +311,7 @@ def _check_stage_path(path: str, where: str) -> None:
     from ablate.errors import did_you_mean
 
     section, _, name = path.partition(".")
-    sections = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+    sections: dict[str, type[BaseModel]] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
     if section not in sections or not name or "." in name:
         hint = did_you_mean(path, [f"{s}.{f}" for s, m in sections.items() for f in m.model_fields])
         raise ValueError(f"{where}: a stage sets 'train.<field>', 'data.<field>' or 'model.<field>', "

@@ -55,7 +55,7 @@ Status = RunStatus  # the name earlier code imported
 def _declared(summary: dict[str, float | int | None]) -> dict[str, float | int | None]:
     from ablate.metrics import metric
 
-    unknown = [k for k in summary if metric(k) is None or not metric(k).in_summary]  # type: ignore[union-attr]
+    unknown = [k for k in summary if (m := metric(k)) is None or not m.in_summary]
     if unknown:
         raise ValueError(f"summary keys {unknown} are not declared summary metrics; declare them in "
                          "ablate/metrics.py (SUMMARY)")
@@ -106,6 +106,13 @@ class RunResult(BaseModel):
     device: str | None = None
     error: str | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
+
+
+def curve_step(run_id: str, step: float | None) -> int:
+    """A step of a run's curves (``step``, ``val_step``) as the whole number it is; a null one is refused."""
+    if step is None:
+        raise StoreError(f"result of run {run_id}: a step of its curves is null; steps are whole numbers")
+    return int(step)
 
 
 def write_result(result: RunResult, run_dir: str | os.PathLike[str]) -> Path:

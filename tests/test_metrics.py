@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # the runs table's columns that are not summary metrics: identity, config fields for SQL filters, lifecycle
 NOT_METRICS = {"run_id", "config", "config_flat", "config_version", "stem_id", "variant", "seed", "model_preset",
                "n_layers", "d_model", "lr", "train_steps", "batch_size", "seq_len", "status", "created", "started",
-               "finished", "heartbeat", "step", "host", "device", "error", "mlflow_run_id", "slurm_job_id"}
+               "finished", "heartbeat", "step", "host", "device", "error", "mlflow_run_id", "slurm_job_id",
+               "provenance"}
 
 
 @pytest.mark.parametrize("m", COLUMNS, ids=[m.name for m in COLUMNS])

@@ -18,10 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate import layout
 from ablate.errors import AblateError, UserInputError, did_you_mean
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ class RunScores:
     error: str | None = None
 
 
-def select_runs(store: Any, run_ids: Sequence[str], grid: str | None) -> list[str]:
+def select_runs(store: Store, run_ids: Sequence[str], grid: str | None) -> list[str]:
     """The finished runs to score: ``run_ids`` (each must be known and finished), else the finished runs of
     ``grid``. A UserInputError says what is wrong."""
     if bool(run_ids) == bool(grid):
@@ -59,7 +62,7 @@ def select_runs(store: Any, run_ids: Sequence[str], grid: str | None) -> list[st
     return list(dict.fromkeys(run_ids))
 
 
-def evaluate_runs(store: Any, home: str | os.PathLike[str], run_ids: Sequence[str], tasks: Sequence[str], *,
+def evaluate_runs(store: Store, home: str | os.PathLike[str], run_ids: Sequence[str], tasks: Sequence[str], *,
                   limit: int | None = None, include_path: Sequence[str | os.PathLike[str]] = (),
                   device: str = "cpu", batch_size: int = 8,
                   on_run: Callable[[RunScores], None] | None = None) -> list[RunScores]:
@@ -87,7 +90,7 @@ def evaluate_runs(store: Any, home: str | os.PathLike[str], run_ids: Sequence[st
     return out
 
 
-def _score_run(store: Any, run_dir: Path, res: RunScores, tasks: Sequence[str], *, limit: int | None,
+def _score_run(store: Store, run_dir: Path, res: RunScores, tasks: Sequence[str], *, limit: int | None,
                include_path: Sequence[str | os.PathLike[str]], device: str, batch_size: int) -> None:
     held = _read_scores(run_dir)
     missing = [t for t in tasks if t not in held or held[t].get("limit") != limit]

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate import layout
 from ablate.execute.live import LiveWriter
@@ -49,6 +49,9 @@ from ablate.execute.messages import (
     Started,
 )
 from ablate.result import RESULT_FILE, RunResult, read_result
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +123,7 @@ def how_away(exc: BaseException) -> str:
 class Lifecycle:
     """Records runs' lives in the store (and MLflow through ``mirror``); see the module docstring."""
 
-    def __init__(self, store: Any, *, home: Path, mirror: Any = None, metric: str = "val_ppl",
+    def __init__(self, store: Store, *, home: Path, mirror: Any = None, metric: str = "val_ppl",
                  host: str | None = None, live_every_s: float | None = None):
         from ablate.store.engine import display_url
 
@@ -386,7 +389,7 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(orig).__name__
 
 
-def unmirrored(store: Any, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:
+def unmirrored(store: Store, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:
     """Finished runs of ``grid`` among ``run_ids`` that MLflow never got (e.g. the last ``ablate run`` was
     killed, or ran with ``--no-mlflow``): their results, to mirror now."""
     wanted = {rid for rid in run_ids if (layout.run_dir(home, rid) / RESULT_FILE).is_file()}

@@ -23,13 +23,16 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate import layout, provenance
 from ablate.execute.job import ERROR_FILE
 from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
 from ablate.execute.triage import Decision, triage
 from ablate.layout import CHECKPOINT
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +106,7 @@ class Liveness:
         return running
 
 
-def slurm_liveness(store: Any, home: Path, running: Sequence[Mapping[str, Any]], run_ids: Iterable[str] | None = None
+def slurm_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]], run_ids: Iterable[str] | None = None
                    ) -> Liveness:
     """The liveness rule with the Slurm jobs of ``run_ids`` (all runs when None) asked of squeue."""
     from ablate.execute.slurm_queue import alive, grid_slurm_runs
@@ -121,7 +124,7 @@ class Opened:
     name: str
     text: str
     planned: list[Any]
-    store: Any
+    store: Store
     home: Path
     decisions: list[Decision]
     todo: list[Decision] = field(default_factory=list)  # resumed first, then new
@@ -181,7 +184,7 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     return opened
 
 
-def check_grid_name(store: Any, grid: Any, *, append: bool) -> None:
+def check_grid_name(store: Store, grid: Any, *, append: bool) -> None:
     """Refuse (UserInputError) a grid whose name ``store`` holds with another base, unless ``append``: two grid
     files of one name would merge silently into one grid."""
     from ablate.errors import UserInputError
@@ -253,7 +256,7 @@ def unrecorded_crash(o: Opened, run_id: str) -> str | None:
     return None if o.liveness.is_alive(run_id) else crashed(layout.run_dir(o.home, run_id))
 
 
-def ingest_found(store: Any, home: Path, run_id: str) -> str | None:
+def ingest_found(store: Store, home: Path, run_id: str) -> str | None:
     """Ingest a complete ``result.json`` of a finished run already in its directory; its status, else None."""
     from ablate.execute.job import finished_result
 

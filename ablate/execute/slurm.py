@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -36,6 +36,9 @@ from ablate.execute.messages import Job
 from ablate.execute.slurm_queue import ALIVE, have_slurm, job_states
 from ablate.execute.triage import Decision
 from ablate.layout import run_dir
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +250,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOption
     return report
 
 
-def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmOptions, report: SlurmReport,
+def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: SlurmOptions, report: SlurmReport,
             console: Console) -> None:
     import submitit
 
@@ -282,7 +285,7 @@ def _submit(todo: list[Decision], store: Any, home: Path, url: str, opts: SlurmO
 
 
 # ------------------------------------------------------------ wait
-def wait_for(store: Any, report: SlurmReport, opts: SlurmOptions, console: Console) -> None:
+def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Console) -> None:
     """Follow the submitted runs until each has ended (done, diverged, failed) or its Slurm job is gone; a run
     whose job ended without recording anything is marked failed (one that left a complete ``result.json`` is
     ingested). A store that goes away is waited for, up to ``opts.store_patience_s`` seconds: the tasks train
@@ -362,7 +365,7 @@ def wait_for(store: Any, report: SlurmReport, opts: SlurmOptions, console: Conso
             raise
 
 
-def _lost(store: Any, gone: list[str], report: SlurmReport, states: dict[str, str]) -> None:
+def _lost(store: Store, gone: list[str], report: SlurmReport, states: dict[str, str]) -> None:
     from ablate.execute.opening import ingest_found
 
     statuses = store.statuses(run_ids=gone)

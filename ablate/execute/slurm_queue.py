@@ -12,9 +12,12 @@ import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import RunError
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 # Job states in which a job still holds (or will hold) its run: it may yet train it.
 ALIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
@@ -63,7 +66,7 @@ def alive(job_ids: Iterable[str]) -> set[str]:
     return {j for j in ids if states.get(j) in ALIVE}
 
 
-def grid_slurm_runs(store: Any, grid: str | None = None) -> list[dict[str, Any]]:
+def grid_slurm_runs(store: Store, grid: str | None = None) -> list[dict[str, Any]]:
     """The runs (of ``grid``, or all) that carry a Slurm job id: ``{"run_id", "grid", "variant", "seed",
     "status", "slurm_job_id"}``, ordered by job id. An unknown grid is a UserInputError."""
     from sqlalchemy import select
@@ -91,7 +94,7 @@ def _job_key(job_id: str) -> tuple[int, int]:
     return (int(array) if array.isdigit() else 0, int(index) if index.isdigit() else -1)
 
 
-def slurm_rows(store: Any, grid: str | None = None) -> list[dict[str, Any]]:
+def slurm_rows(store: Store, grid: str | None = None) -> list[dict[str, Any]]:
     """What ``ablate status`` shows about Slurm: each unfinished run that carries a job id, with the job's state
     from ``squeue`` (``"gone"`` when squeue no longer knows it, ``None`` when Slurm is not installed here)."""
     rows = [r for r in grid_slurm_runs(store, grid) if r["status"] in ("queued", "running")]
@@ -113,7 +116,7 @@ class CancelReport:
     still_alive: list[str] = field(default_factory=list)  # job ids squeue still listed when we stopped waiting
 
 
-def cancel_grid(store: Any, grid: str, *, wait_s: float = 120.0, poll_s: float = 0.5) -> CancelReport:
+def cancel_grid(store: Store, grid: str, *, wait_s: float = 120.0, poll_s: float = 0.5) -> CancelReport:
     """Cancel the Slurm jobs of ``grid``'s unfinished runs (``scancel`` of their arrays), wait until squeue no
     longer lists them as alive, then mark those runs ``queued`` and forget their job ids.
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 import importlib
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from ablate.config import RunConfig
 
@@ -49,7 +50,8 @@ def identity_fields(cls: type[BaseModel]) -> dict[str, str]:
 def filler(spec: str) -> Filler:
     """The function a ``filled_by`` spec ("module:function") names."""
     module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    fn: Filler = getattr(importlib.import_module(module), name)
+    return fn
 
 
 def _models(tp: Any) -> list[type[BaseModel]]:
@@ -84,12 +86,17 @@ def _shape(tp: Any) -> tuple[str, type[BaseModel]] | None:
     return (item[0], inner[0]) if item is not None and inner and _holds(inner[0]) else None
 
 
+def _annotation(info: FieldInfo) -> Hashable:
+    """A field's annotation, as the cached helpers key on it (a type, so hashable)."""
+    return typing.cast(Hashable, info.annotation)
+
+
 @cache
 def _children(cls: type[BaseModel]) -> tuple[tuple[str, str, type[BaseModel]], ...]:
     """The fields of ``cls`` holding identity fields below them: ``(name, shape, model)`` (``stages`` aside)."""
     out = []
     for name, info in cls.model_fields.items():
-        shape = None if (cls is RunConfig and name == "stages") else _shape(info.annotation)
+        shape = None if (cls is RunConfig and name == "stages") else _shape(_annotation(info))
         if shape is not None:
             out.append((name, *shape))
     return tuple(out)
@@ -98,7 +105,7 @@ def _children(cls: type[BaseModel]) -> tuple[tuple[str, str, type[BaseModel]], .
 @cache
 def _holds(cls: type[BaseModel]) -> bool:
     return bool(identity_fields(cls)) or any(
-        _shape(f.annotation) is not None for n, f in cls.model_fields.items() if not (cls is RunConfig and n == "stages"))
+        _shape(_annotation(f)) is not None for n, f in cls.model_fields.items() if not (cls is RunConfig and n == "stages"))
 
 
 def holds_identity(tp: Any) -> bool:
@@ -244,7 +251,7 @@ def _stripped(model: BaseModel) -> dict[str, Any]:
     return {name: None for name in identity_fields(type(model)) if getattr(model, name) is not None}
 
 
-def _rebuild(model: BaseModel, own: Callable[[BaseModel], dict[str, Any]]) -> Any:
+def _rebuild(model: M, own: Callable[[BaseModel], dict[str, Any]]) -> M:
     """``model`` with ``own(m)`` applied to every model ``m`` in it that holds identity fields (children first)."""
     cls = type(model)
     updates: dict[str, Any] = {}
@@ -253,9 +260,9 @@ def _rebuild(model: BaseModel, own: Callable[[BaseModel], dict[str, Any]]) -> An
         new = _rebuild_value(value, own)
         if new is not value:
             updates[name] = new
-    if cls is RunConfig and model.stages:  # type: ignore[attr-defined]
-        stages = [_stage(stage, own) if isinstance(stage, dict) else stage for stage in model.stages]  # type: ignore[attr-defined]
-        if stages != model.stages:  # type: ignore[attr-defined]
+    if cls is RunConfig and isinstance(model, RunConfig) and model.stages:
+        stages = [_stage(stage, own) if isinstance(stage, dict) else stage for stage in model.stages]
+        if stages != model.stages:
             updates["stages"] = stages
     current = model.model_copy(update=updates) if updates else model
     mine = own(current) if identity_fields(cls) else {}
@@ -306,7 +313,8 @@ def strip_minimal(reduced: dict[str, Any]) -> dict[str, Any]:
     """A run's reduced config (``ablate.grid.ids.minimal``) with its identity fields taken out, as the reduced
     config of ``strip(config)`` is (a field left at its default by that is left out); ``reduced`` itself when it
     holds none. What the stem id hashes, without reducing the config again."""
-    return _strip_reduced(RunConfig, reduced)
+    out: dict[str, Any] = _strip_reduced(RunConfig, reduced)
+    return out
 
 
 def _strip_reduced(cls: type[BaseModel], reduced: Any) -> Any:

@@ -124,7 +124,8 @@ def minimal(model: BaseModel) -> dict[str, Any]:
     >>> minimal(RunConfig(seed=2, train={"lr": 3e-3, "steps": 50}))
     {'train': {'steps': 50}, 'seed': 2}
     """
-    return json.loads(json.dumps(_shared_minimal(model)))  # a copy: the cache's dicts are shared
+    out: dict[str, Any] = json.loads(json.dumps(_shared_minimal(model)))  # a copy: the cache's dicts are shared
+    return out
 
 
 def _shared_minimal(model: BaseModel, dumped: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -147,7 +147,8 @@ def ladder_axis(spec: LadderSpec, base: Mapping[str, Any], source: str, *, axis_
     (8, 384)
     """
     where = f"{source}: ladder"
-    train = base.get("train") if isinstance(base.get("train"), dict) else {}
+    train = base.get("train")
+    train = train if isinstance(train, dict) else {}
     if "steps" in train:
         origin = "--set" if "train.steps" in (base_origins or {}) else "base"
         raise ConfigError(f"train.steps follows from the ladder's budget (tokens_per_param); remove it from "
@@ -155,7 +156,8 @@ def ladder_axis(spec: LadderSpec, base: Mapping[str, Any], source: str, *, axis_
     if include:
         raise ConfigError("include entries cannot be combined with a ladder (every run of a ladder is a rung of "
                           "its product); write their values as axes instead", where=where)
-    model = base.get("model") if isinstance(base.get("model"), dict) else {}
+    model = base.get("model")
+    model = model if isinstance(model, dict) else {}
     models = rung_models(spec, model, source)
     keys = [k for k in ("preset", *SHAPE_FIELDS, *PINNED_FIELDS) if any(k in m for m in models)]
     paths = tuple(f"model.{k}" for k in keys)

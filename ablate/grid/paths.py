@@ -113,7 +113,8 @@ def nest_dotted(tree: Any) -> Any:
         value = nest_dotted(value)
         if isinstance(key, str) and "." in key:
             head, rest = key.split(".", 1)
-            merged = out.get(head) if isinstance(out.get(head), dict) else {}
+            prior = out.get(head)
+            merged = prior if isinstance(prior, dict) else {}
             out[head] = nest_dotted({**merged, rest: value})
         elif isinstance(out.get(key), dict) and isinstance(value, dict):
             out[key] = {**out[key], **value}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError, one_of
 from ablate.reports.cells import Table
@@ -17,6 +17,9 @@ from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_mar
 from ablate.reports.spec import TABLES
 from ablate.reports.stats import DEFAULT, Stats
 from ablate.reports.tables import build_table
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 TARGETS = (*(f"table{n}" for n in TABLES), "lr", "scorecard", "figures", "all")  # lr: ablate tune's (reports/lr.py)
@@ -45,7 +48,7 @@ def _tell(lines: list[str], fmt: str, warn: Warn | None) -> None:
             warn(f"unresolved: {line}")
 
 
-def report_table(store: Any, target: str, *, grid: str | None = None, paper: bool = False,
+def report_table(store: Store, target: str, *, grid: str | None = None, paper: bool = False,
                  fmt: str = "markdown", where: str | None = None, warn: Warn | None = None,
                  stats: Stats = DEFAULT) -> str:
     """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html), of the runs that
@@ -65,7 +68,7 @@ def report_table(store: Any, target: str, *, grid: str | None = None, paper: boo
     return render(table, fmt)
 
 
-def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdown", where: str | None = None,
+def report_scorecard(store: Store, *, grid: str | None = None, fmt: str = "markdown", where: str | None = None,
                      warn: Warn | None = None, stats: Stats = DEFAULT) -> str:
     """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html), the
     claims' p-values corrected together (``stats``)."""
@@ -77,7 +80,7 @@ def report_scorecard(store: Any, *, grid: str | None = None, fmt: str = "markdow
     return SCORECARD_FORMATS[fmt](verdicts, stats)
 
 
-def report_figures(store: Any, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
+def report_figures(store: Store, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
                    warn: Warn | None = None) -> dict[int, Path]:
     """``ablate report figures``: Figures 1-7 as PNG files in ``out_dir``."""
     return write_figures(load_grid_data(store, grid, where=where, warn=warn), out_dir)
@@ -110,7 +113,7 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
     return written
 
 
-def report_all(store: Any, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
+def report_all(store: Store, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
                where: str | None = None, warn: Warn | None = None, stats: Stats = DEFAULT) -> dict[str, Path]:
     """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when the
     grid has tuning studies."""

@@ -10,11 +10,14 @@ import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import UserInputError, one_of
 from ablate.reports.rows import RESULT_STATUSES, context_key
 from ablate.reports.spec import VariantInfo, catalogue_info
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ def resolve_grid(grids: list[str], grid: str | None) -> str:
     raise UserInputError(f"the store has {len(grids)} grids; name one with --grid: {', '.join(sorted(grids))}")
 
 
-def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = None,
+def load_grid_data(store: Store, grid: str | None = None, *, where: str | None = None,
                    warn: Callable[[str], None] | None = None) -> GridData:
     """Read one grid's runs and their curves, probes, histograms and events from ``store`` (an ablate Store).
 
@@ -81,7 +84,7 @@ def load_grid_data(store: Any, grid: str | None = None, *, where: str | None = N
     return data
 
 
-def current_runs(store: Any, name: str, *, where: str | None = None, warn: Callable[[str], None] | None = None
+def current_runs(store: Store, name: str, *, where: str | None = None, warn: Callable[[str], None] | None = None
                  ) -> Any:
     """The runs of grid ``name``'s current configuration (``ablate status`` counts the same) that satisfy
     ``where``; ``warn`` gets one line saying how many runs of older configurations were left out, if any, and

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import UserInputError
 from ablate.reports.fit import (
@@ -37,6 +37,9 @@ from ablate.reports.fit import (
     percentile,
 )
 from ablate.reports.rows import RESULT_STATUSES, cell_value, context_columns
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 LADDER_COLUMNS = ("model.preset", "model.n_layers", "model.d_model", "train.steps")
 METRIC = "final held-out loss: mean ln(PPL) over the held-out sets (nats/token)"
@@ -314,7 +317,7 @@ def pd_concat(frames: list[Any]) -> Any:
     return pd.concat(frames, ignore_index=True)
 
 
-def report_ladder(store: Any, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",
+def report_ladder(store: Store, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",
                   out: str | Path | None = None, baseline: str = "baseline",
                   warn: Callable[[str], None] | None = None) -> tuple[str, list[Path]]:
     """``ablate report ladder``: the report as text in ``fmt``; with ``out`` (a directory) also written there as

@@ -12,11 +12,14 @@ import html
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError, one_of
 from ablate.reports.cells import Cell, Column, Row, Table, fmt_lr, fmt_num
 from ablate.tune.protocol import DEFAULT_TOLERANCE, Point, best_point, first_unstable_above, max_stable
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ def tuned_from(grid: str) -> str:
     return grid.removesuffix(TUNED) if grid.endswith(TUNED) else grid
 
 
-def load_studies(store: Any, grid: str) -> list[StudyLR]:
+def load_studies(store: Store, grid: str) -> list[StudyLR]:
     """The tuning studies of ``grid`` (or of the grid it was tuned from) in an open Store; [] when none."""
     from ablate.tune.storage import optuna_storage, store_studies
     from ablate.tune.studies import study_points
@@ -86,7 +89,7 @@ def load_studies(store: Any, grid: str) -> list[StudyLR]:
     return out
 
 
-def grid_with_studies(store: Any, grid: str | None) -> str:
+def grid_with_studies(store: Store, grid: str | None) -> str:
     """The grid to report: ``grid``, or the only grid with tuning studies."""
     if grid is not None:
         return grid
@@ -179,7 +182,7 @@ def lr_figure(studies: list[StudyLR], path: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------- ablate report lr / all
-def report_lr(store: Any, *, grid: str | None = None, fmt: str = "markdown") -> str:
+def report_lr(store: Store, *, grid: str | None = None, fmt: str = "markdown") -> str:
     """``ablate report lr``: the table of best and largest stable LR as text in ``fmt``."""
     from ablate.reports.render import FORMATS, render
 
@@ -192,7 +195,7 @@ def report_lr(store: Any, *, grid: str | None = None, fmt: str = "markdown") -> 
     return render(lr_table(studies, name), fmt)
 
 
-def write_lr_report(store: Any, grid: str, out_dir: str | Path) -> tuple[dict[str, Path], str]:
+def write_lr_report(store: Store, grid: str, out_dir: str | Path) -> tuple[dict[str, Path], str]:
     """The table (.md, .tex, .csv) and the figure into ``out_dir`` when ``grid`` has studies; returns the files
     and an HTML section for the report page (``({}, "")`` when there are no studies)."""
     from ablate.reports.page import _img

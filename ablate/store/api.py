@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.orm import Session
 
+    from ablate.runner.fingerprints import Fingerprints
+    from ablate.store.rehash import Move, RehashPlan
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRIES = 8
@@ -152,7 +155,7 @@ class Store:
         res = result
         return self._write(lambda s: records.ingest(s, res))
 
-    def move_run(self, move: Any) -> str | None:
+    def move_run(self, move: Move) -> str | None:
         """Re-key one run to today's id (``ablate.store.rehash.Move``); None when done, else why it was left."""
         from ablate.store import rehash
 
@@ -165,7 +168,7 @@ class Store:
             self._write(lambda s: records.mark_ids_current(s, stems=stems))
 
     # reads
-    def rehash_plan(self, *, only_outdated: bool = True, fingerprints: Any = None) -> Any:
+    def rehash_plan(self, *, only_outdated: bool = True, fingerprints: Fingerprints | None = None) -> RehashPlan:
         """Today's id of each run recorded under an older id scheme (``ablate.store.rehash.RehashPlan``)."""
         from ablate.store import rehash
 

@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING
 from ablate.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    import sqlite3
+
+    from sqlalchemy import Connection, Engine
+    from sqlalchemy.pool import ConnectionPoolEntry
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +142,7 @@ def check_url(url: str) -> Path | None:
 
 def make_engine(url: str) -> tuple[Engine, list[str]]:
     """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
-    from sqlalchemy import create_engine, event
+    from sqlalchemy import create_engine
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     warnings: list[str] = []
@@ -159,7 +162,7 @@ def make_engine(url: str) -> tuple[Engine, list[str]]:
     try:
         if url.startswith("sqlite"):
             engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
-            _sqlite_settings(engine, event)
+            _sqlite_settings(engine)
         else:
             engine = create_engine(url, pool_pre_ping=True)
     except (ArgumentError, NoSuchModuleError) as exc:
@@ -170,9 +173,11 @@ def make_engine(url: str) -> tuple[Engine, list[str]]:
     return engine, warnings
 
 
-def _sqlite_settings(engine: Engine, event) -> None:  # noqa: ANN001 - the sqlalchemy.event module
+def _sqlite_settings(engine: Engine) -> None:
+    from sqlalchemy import event
+
     @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn, _record) -> None:  # noqa: ANN001
+    def _connect(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -182,7 +187,7 @@ def _sqlite_settings(engine: Engine, event) -> None:  # noqa: ANN001 - the sqlal
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _begin(conn) -> None:  # noqa: ANN001
+    def _begin(conn: Connection) -> None:
         # Reads take a snapshot (deferred); writes take the write lock up front, so a writer waits in the
         # busy handler instead of failing with SQLITE_BUSY when its snapshot went stale.
         read_only = conn.get_execution_options().get("ablate_read_only", False)

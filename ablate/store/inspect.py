@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ablate.config import total_steps
 from ablate.metrics import metric
@@ -23,11 +23,14 @@ from ablate.provenance import differing
 from ablate.store.records import flatten, utcnow
 from ablate.store.render import _cell
 
+if TYPE_CHECKING:
+    from ablate.store.api import Store
+
 LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "finished", "heartbeat",
              "heartbeat_step", "resumed_from", "mlflow_run_id", "slurm_job_id", "error")
 
 
-def _resolved(store: Any, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def _resolved(store: Store, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """``(row, flat config, RunConfig or None)`` of one run; the config re-read by today's code when it can be."""
     from pydantic import ValidationError
 
@@ -48,7 +51,7 @@ def _results(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in keys if row.get(k) is not None}
 
 
-def show(store: Any, ref: str, *, curve_points: int | None = None) -> dict[str, Any]:
+def show(store: Store, ref: str, *, curve_points: int | None = None) -> dict[str, Any]:
     """Everything ``ablate show`` prints about one run (see the module docstring)."""
     from ablate.grid.ids import minimal
 
@@ -88,7 +91,7 @@ def _progress(row: dict[str, Any], curve: list[tuple[int, float]], total: int) -
     return {"step": step, "total": total, "eta_s": eta}
 
 
-def diff(store: Any, a: str, b: str) -> dict[str, Any]:
+def diff(store: Store, a: str, b: str) -> dict[str, Any]:
     """The config fields that differ between two runs, and their results side by side (see the module docstring)."""
     ids = [store.resolve_run(a), store.resolve_run(b)]
     (row_a, flat_a, _), (row_b, flat_b, _) = (_resolved(store, rid) for rid in ids)
@@ -107,7 +110,7 @@ def diff(store: Any, a: str, b: str) -> dict[str, Any]:
             "results": results}
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 

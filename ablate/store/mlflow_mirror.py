@@ -28,11 +28,11 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-from ablate.result import RunResult
+from ablate.result import RunResult, curve_step
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def _quiet_mlflow() -> None:
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -146,19 +146,20 @@ class MlflowMirror:
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(self.grid)
         if exp is not None:
-            return exp.experiment_id
+            found: str = exp.experiment_id
+            return found
         location = artifact_root(self.home) + f"/{self.grid}" if self._local_store else None
-        return self.client.create_experiment(self.grid, artifact_location=location)
+        made: str = self.client.create_experiment(self.grid, artifact_location=location)
+        return made
 
     def _parent(self, name: str, *, role: str) -> str:
         """The parent run named ``name`` (the grid's, or a tuning study's), made on first use."""
         query = f"tags.`{ROLE_TAG}` = 'grid'" if role == "grid" else f"tags.`{PARENT_TAG}` = '{name}'"
         found = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1)
-        if found:
-            return found[0].info.run_id
-        run = self.client.create_run(self.experiment_id, run_name=name,
-                                     tags={ROLE_TAG: role, PARENT_TAG: name, "grid": self.grid})
-        return run.info.run_id
+        run = found[0] if found else self.client.create_run(
+            self.experiment_id, run_name=name, tags={ROLE_TAG: role, PARENT_TAG: name, "grid": self.grid})
+        rid: str = run.info.run_id
+        return rid
 
     # ------------------------------------------------------------ one run
     def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
@@ -227,7 +228,8 @@ class MlflowMirror:
         if found:
             self._runs[run_id] = found[0].info.run_id
             return found[0].info.run_id, found[0]
-        parent_id = self._parents.get(parent or self.grid)
+        parent = parent or self.grid  # the grid's parent run is made with the mirror: only a study's is new here
+        parent_id = self._parents.get(parent)
         if parent_id is None:
             parent_id = self._parents[parent] = self._parent(parent, role="study")
         tags = {"grid": self.grid, "variant": str(config.get("variant")), "seed": str(config.get("seed")),
@@ -255,7 +257,7 @@ class MlflowMirror:
                 out.append(m)
         return out
 
-    def _tags(self, rid: str, tags: Mapping[str, Any], params: list[Any] = ()) -> None:
+    def _tags(self, rid: str, tags: Mapping[str, Any], params: Sequence[Any] = ()) -> None:
         """Tags (and params) in as few ``log_batch`` calls as MLflow's limits allow: one transaction each."""
         from mlflow.entities import RunTag
 
@@ -292,8 +294,9 @@ class MlflowMirror:
                 continue
             xs = steps if len(values) == len(steps) else val_steps if len(values) == len(val_steps) else None
             xs = xs if xs is not None else list(range(len(values)))
-            out += [Metric(mlflow_key(name), float(v), now, int(x)) for x, v in zip(xs, values, strict=True) if _finite(v)]
-        last = int(steps[-1]) if steps else 0
+            out += [Metric(mlflow_key(name), float(v), now, curve_step(result.run_id, x))
+                    for x, v in zip(xs, values, strict=True) if _finite(v)]
+        last = curve_step(result.run_id, steps[-1]) if steps else 0
         out += [Metric(mlflow_key(k), float(v), now, last) for k, v in result.summary.items()
                 if _finite(v) and k not in curves]
         for name, per_layer in result.probes.items():
@@ -317,7 +320,7 @@ class MirrorThread:
     """
 
     def __init__(self, *, home: Path, grid: str, uri: str | None = None):
-        self._args = dict(home=home, grid=grid, uri=uri)
+        self._home, self._grid, self._uri = home, grid, uri
         self._inbox: queue.Queue[tuple[str, str, tuple[Any, ...], dict[str, Any]] | None] = queue.Queue()
         self._done: queue.Queue[tuple[str, str]] = queue.Queue()
         self.errors: list[str] = []
@@ -371,12 +374,13 @@ class MirrorThread:
             self.errors.append(f"MLflow mirroring did not finish within {timeout:.0f} s")
 
     def _loop(self) -> None:
-        mirror: MlflowMirror | None = None
         try:
-            mirror = MlflowMirror(**self._args)
+            mirror = MlflowMirror(home=self._home, grid=self._grid, uri=self._uri)
         except Exception as exc:  # noqa: BLE001 - reported, the grid goes on
-            uri = self._args.get("uri") or tracking_uri(self._args["home"])
-            self._fail(f"MLflow at {uri}: {_reason(exc)}")
+            self._fail(f"MLflow at {self._uri or tracking_uri(self._home)}: {_reason(exc)}")
+            while self._inbox.get() is not None:
+                pass  # nothing to mirror to: each command is dropped, until close()
+            return
         # per run, what waits for the next flush: its start (a run shorter than STEPS_EVERY_S is then made once,
         # complete, from its result) and its step rows
         pending: dict[str, dict[str, Any]] = {}
@@ -394,10 +398,6 @@ class MirrorThread:
                 cmd = self._inbox.get(timeout=STEPS_EVERY_S)
             except queue.Empty:
                 cmd = ("tick", "", (), {})
-            if mirror is None:
-                if cmd is None:
-                    return
-                continue
             if cmd is None or time.monotonic() - flushed >= STEPS_EVERY_S:
                 for rid in list(pending):
                     flush(rid)
@@ -422,7 +422,9 @@ class MirrorThread:
 
     def _call(self, mirror: MlflowMirror, kind: str, run_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
               ) -> None:
-        fn = {"start": mirror.start, "steps": mirror.log_steps, "result": mirror.log_result, "end": mirror.end}[kind]
+        methods: dict[str, Callable[..., Any]] = {"start": mirror.start, "steps": mirror.log_steps,
+                                                  "result": mirror.log_result, "end": mirror.end}
+        fn = methods[kind]
         try:
             out = fn(run_id, *args, **kwargs) if kind != "result" else fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001

@@ -141,12 +141,9 @@ def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[s
     q = select(*(t[c] for c in _RUN_FIELDS), t.step.label("heartbeat_step"), flat).order_by(t.run_id)
     sq = select(Score.run_id, Score.name, Score.value)
     gq = select(GridRun.run_id, Grid.name).join(Grid).order_by(Grid.name)
-    if members is not None:
-        q, sq, gq = (x.where(col.in_(members)) for x, col in ((q, t.run_id), (sq, Score.run_id),
-                                                                  (gq, GridRun.run_id)))
-    if run_ids is not None:  # a few runs (`ablate show`, `ablate diff`)
-        ids = list(run_ids)
-        q, sq, gq = (x.where(col.in_(ids)) for x, col in ((q, t.run_id), (sq, Score.run_id), (gq, GridRun.run_id)))
+    for ids in (members, None if run_ids is None else list(run_ids)):  # a grid's runs; a few (`ablate show`)
+        if ids is not None:
+            q, sq, gq = q.where(t.run_id.in_(ids)), sq.where(Score.run_id.in_(ids)), gq.where(GridRun.run_id.in_(ids))
     rows = session.execute(q).all()
     grids: dict[str, list[str]] = defaultdict(list)
     for run_id, name in session.execute(gq):

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from ablate.config import CONFIG_VERSION, total_steps
 from ablate.errors import StoreError
 from ablate.metrics import COLUMNS
-from ablate.result import RunResult, RunStatus
+from ablate.result import RunResult, RunStatus, curve_step
 from ablate.store.schema import Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
 
 # summary keys stored as columns of ``runs`` (ablate.metrics: column=True); every other one is a row of ``scores``
@@ -48,7 +48,8 @@ def _upsert(session: Session, table: Any) -> Any:
 
 def _config_dict(config: Any) -> dict[str, Any]:
     if hasattr(config, "model_dump"):
-        return config.model_dump(mode="json")
+        dumped: dict[str, Any] = config.model_dump(mode="json")
+        return dumped
     if isinstance(config, Mapping):
         return dict(config)
     raise StoreError(f"a run's config must be a RunConfig or a dict, not {type(config).__name__}")
@@ -132,7 +133,7 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     now = utcnow()
     ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
     ins = ins.on_conflict_do_update(index_elements=["name"], set_={"text": ins.excluded.text})
-    grid_id = session.execute(ins.returning(Grid.__table__.c.id)).scalar_one()
+    grid_id: int = session.execute(ins.returning(Grid.__table__.c.id)).scalar_one()
     rows, members = {}, {}
     for planned in runs:
         run_id = str(_field(planned, "run_id"))
@@ -172,7 +173,7 @@ def _coalesce(a: Any, b: Any) -> Any:
 
 def _update_run(session: Session, run_id: str, **values: Any) -> None:
     result = session.execute(update(Run).where(Run.run_id == run_id).values(**values))
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    if result.rowcount != 1:  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult; the stubs say Result
         raise StoreError(f"run {run_id!r} is not in the store; register its grid first (or ingest its result)")
 
 
@@ -207,7 +208,7 @@ def record_progress(session: Session, progress: Mapping[str, Sequence[Mapping[st
         done = session.execute(update(Run).where(Run.run_id == run_id, Run.status == "running").values(**values))
         points = {(name, int(r["step"])): _num(v, float) for r in rows for name, v in r.items()
                   if name != "step" and v is not None}
-        if done.rowcount != 1 or not points:  # type: ignore[attr-defined]
+        if done.rowcount != 1 or not points:  # type: ignore[attr-defined]  # as above: a CursorResult
             continue
         ins = _upsert(session, Metric.__table__)
         ins = ins.on_conflict_do_update(index_elements=["run_id", "name", "step"], set_={"value": ins.excluded.value})
@@ -232,7 +233,8 @@ def mark_pruned(session: Session, *, run_id: str, step: int | None, value: float
     _update_run(session, run_id, status=RunStatus.PRUNED, error=None, finished=utcnow(), step=step, steps=step)
     session.execute(delete(Event).where(Event.run_id == run_id, Event.kind == "pruned"))
     data = {"value": _num(value, float)} | ({"metric": metric} if metric else {})
-    session.execute(insert(Event.__table__), [{"run_id": run_id, "kind": "pruned", "step": step or 0, "data": data}])
+    events = insert(Event.__table__)  # type: ignore[arg-type]  # the stubs type __table__ as a FromClause; it is a Table
+    session.execute(events, [{"run_id": run_id, "kind": "pruned", "step": step or 0, "data": data}])
 
 
 def mark_ids_current(session: Session, *, stems: Mapping[str, str]) -> None:
@@ -327,7 +329,7 @@ def _metric_rows(result: RunResult) -> list[dict[str, Any]]:
     metrics = result.metrics
     steps = metrics.get("step")
     val_steps = metrics.get("val_step")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, values in metrics.items():
         if name in ("step", "val_step"):
             continue
@@ -338,7 +340,7 @@ def _metric_rows(result: RunResult) -> list[dict[str, Any]]:
         if idx is None:
             raise StoreError(f"result of run {result.run_id}: metric {name!r} has {len(values)} values for "
                              f"{len(steps or [])} steps")
-        rows.extend({"run_id": result.run_id, "name": name, "step": int(s), "value": _num(v, float)}
+        rows.extend({"run_id": result.run_id, "name": name, "step": curve_step(result.run_id, s), "value": _num(v, float)}
                     for s, v in zip(idx, values, strict=True))
     return rows
 
@@ -355,7 +357,7 @@ def _insert(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
 
 def _copy_metrics(session: Session, rows: list[dict[str, Any]]) -> None:
     """PostgreSQL's COPY for curves (several times faster than batched INSERTs), in the session's transaction."""
-    cursor = session.connection().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = session.connection().connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once detached
     with cursor.copy("COPY metrics (run_id, name, step, value) FROM STDIN") as copy:
         for r in rows:
             copy.write_row((r["run_id"], r["name"], r["step"], r["value"]))

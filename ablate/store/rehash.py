@@ -37,7 +37,11 @@ from ablate.store.records import _upsert, config_columns
 from ablate.store.schema import Event, GridRun, Histogram, Metric, Probe, Run, Score
 
 if TYPE_CHECKING:
+    from sqlalchemy import Row
     from sqlalchemy.orm import Session
+
+    from ablate.runner.fingerprints import Fingerprints
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +93,7 @@ class RehashReport:
         return out
 
 
-def plan(session: Session, *, only_outdated: bool = True, fingerprints: Any = None) -> RehashPlan:
+def plan(session: Session, *, only_outdated: bool = True, fingerprints: Fingerprints | None = None) -> RehashPlan:
     """Today's id of every stored run (of those not recorded at today's ``CONFIG_VERSION`` when
     ``only_outdated``), from its stored config with the identity fields it lacks filled from what is here now
     (``ablate.grid.identity``: its data files' fingerprints, a relative path read from the working directory;
@@ -160,7 +164,7 @@ def move_rows(session: Session, move: Move) -> str | None:
     taken = _status(session, move.new)
     if taken is not None and taken != "queued":
         return conflict(move, taken)
-    members = []
+    members: Sequence[Row[int, dict[str, Any] | None, bool]] = []
     if taken == "queued":  # the grid was registered anew and never started: its memberships join the old run's
         members = session.execute(select(GridRun.grid_id, GridRun.axes, GridRun.current)
                                   .where(GridRun.run_id == move.new)).all()
@@ -169,7 +173,7 @@ def move_rows(session: Session, move: Move) -> str | None:
     row = session.execute(select(Run.__table__).where(Run.run_id == move.old)).mappings().one()
     values = {**row, "run_id": move.new, "config": move.config, **config_columns(move.config),
               "config_version": CONFIG_VERSION, "stem_id": move.stem}
-    session.execute(insert(Run.__table__).values(**values))
+    session.execute(insert(Run.__table__).values(**values))  # type: ignore[arg-type]  # the stubs: a FromClause; it is a Table
     for table in (*_CHILDREN, GridRun):
         session.execute(update(table).where(table.run_id == move.old).values(run_id=move.new))
     if members:
@@ -243,7 +247,7 @@ def retag_mlflow(uri: str, moves: list[Move], home: Path) -> int:
     return count
 
 
-def rehash(store: Any, home: Path, *, mlflow_uri: str | None = None, dry_run: bool = False
+def rehash(store: Store, home: Path, *, mlflow_uri: str | None = None, dry_run: bool = False
            ) -> tuple[RehashPlan, RehashReport]:
     """Carry every outdated run of ``store`` (and its directory under ``home``, and its MLflow runs at
     ``mlflow_uri``) over to today's id. ``dry_run``: only the plan."""

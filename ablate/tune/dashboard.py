@@ -7,9 +7,12 @@ database with Optuna's schema check, which reads ablate's Alembic revision and r
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import UserInputError
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ def dashboard_module() -> Any:
     return optuna_dashboard
 
 
-def serve(store: Any, *, port: int = 8080) -> None:
+def serve(store: Store, *, port: int = 8080) -> None:
     """Serve optuna-dashboard for an open ablate ``Store`` on http://127.0.0.1:``port`` until interrupted."""
     from ablate.tune.storage import optuna_storage
 

@@ -16,13 +16,16 @@ Ctrl-C once: running jobs save a checkpoint and the round ends (``interrupted``)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ablate.execute.devices import Slot
 from ablate.execute.lifecycle import STORE_PATIENCE_S, Ended, Lifecycle
 from ablate.execute.local import LocalRunner
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 TRIAL_JOB = "ablate.tune.job:train_trial"
 Outcome = Ended  # how one trial's run ended (``kind``, ``result``, ``error``, ``step``, ``value``)
@@ -33,7 +36,7 @@ __all__ = ["TRIAL_JOB", "Outcome", "TrialPool"]
 class TrialPool(LocalRunner):
     """``ablate run``'s local runner on the trial job, kept across rounds; a context manager."""
 
-    def __init__(self, slots: list[Slot], *, home: Path, store: Any, title: str, console: Console | None = None,
+    def __init__(self, slots: list[Slot], *, home: Path, store: Store, title: str, console: Console | None = None,
                  metric: str = "val_ppl", mlflow: bool = False, store_patience_s: float = STORE_PATIENCE_S):
         mirror = None
         if mlflow:  # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), nested under their study

@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -47,6 +47,9 @@ from ablate.tune.protocol import (
 )
 from ablate.tune.space import Cell, SearchSpace, cells_of, check_metric, study_name, with_value
 from ablate.tune.studies import open_study, result_point, study_points, tell
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,7 @@ class _Item:
 
 class _Tuner:
     def __init__(self, grid: Any, cells: list[Cell], space: SearchSpace, metric: str, pruner: str,
-                 opts: TuneOptions, store: Any, storage: Any, console: Console):
+                 opts: TuneOptions, store: Store, storage: Any, console: Console):
         self.grid, self.cells, self.space, self.metric, self.pruner = grid, cells, space, metric, pruner
         self.opts, self.store, self.storage, self.console = opts, store, storage, console
         self.tune_grid = f"{grid.name}/tune"

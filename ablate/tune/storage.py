@@ -21,6 +21,8 @@ from ablate.errors import ConfigError
 if TYPE_CHECKING:
     from optuna.storages import RDBStorage
 
+    from ablate.store.api import Store
+
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 60.0
@@ -40,11 +42,9 @@ def optuna_storage(url: str) -> RDBStorage:
     if sqlite:
         # the store's own connection settings: a writer takes the lock up front (BEGIN IMMEDIATE) and waits for
         # it, instead of failing when its read snapshot went stale while a worker wrote a report
-        from sqlalchemy import event
-
         from ablate.store.engine import _sqlite_settings
 
-        _sqlite_settings(storage.engine, event)
+        _sqlite_settings(storage.engine)
         storage.engine.dispose()  # connections made before the settings are dropped
     return storage
 
@@ -62,7 +62,7 @@ def grid_studies(storage: Any, grid: str) -> list[Any]:
     return sorted(studies, key=lambda s: s.study_name)
 
 
-def store_studies(store: Any, grid: str) -> list[Any]:
+def store_studies(store: Store, grid: str) -> list[Any]:
     """The tuning studies of ``grid`` in an open ablate ``Store`` ([] when it has none, creating nothing)."""
     if not has_study_tables(store.engine):
         return []
