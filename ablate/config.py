@@ -415,6 +415,7 @@ def vocab_from_tokenizer(raw: Any) -> Any:
     preset = PRESETS.get(model.get("preset", "tiny"), {})
     bpe = data.get("bpe_vocab_size", 0)
     ids = tokenizer_ids(data.get("tokenizer", "byte"), bpe) if type(bpe) is int else None  # else validation says
-    if ids is None or "vocab_size" not in preset or ids <= preset["vocab_size"]:
+    held = preset.get("vocab_size")
+    if ids is None or not isinstance(held, int) or ids <= held:
         return raw
     return {**raw, "model": {**model, "vocab_size": padded_vocab(ids)}}

@@ -195,10 +195,10 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
             continue
         where = f"{grid.source}: {_blame('variant', origins, grid)}"
         if config.model.plugin is not None:  # before anything imports it: only listed modules
-            from ablate.ablations.plugins import check
+            from ablate.ablations.plugins import check as check_plugin
 
             try:
-                check(config.model.plugin, grid.plugins)
+                check_plugin(config.model.plugin, grid.plugins)
             except ConfigError as exc:
                 raise _reraise(exc, where) from None
         reference = _count(without_variant(config.model, config.variant), where)
