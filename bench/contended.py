@@ -3,8 +3,9 @@ issue 25's threads fix, measured side by side in one run.
 
 - before: OpenMP's default wait (libgomp spins a while, ~300,000 iterations, before it sleeps) and
   ``os.cpu_count()`` torch threads, what a worker got until #25;
-- after: what a worker gets now: ``OMP_WAIT_POLICY=PASSIVE`` and ``usable_cpus()`` threads
-  (``ablate.execute.devices``; ``worker.QUIET_THREADS``).
+- after: passive waits, ``OMP_WAIT_POLICY=PASSIVE``, and ``usable_cpus()`` threads
+  (``ablate.execute.devices``), what a worker gets on a machine already oversubscribed (``devices.quiet_threads``;
+  on one with room it keeps OpenMP's default, the "before" wait with the usable threads).
 
 Each measurement is a fresh process (OpenMP reads its wait policy when torch loads it) that trains the tiny preset's
 G1 model (``sdpa-elementwise``) on ``--batch-size`` x ``--seq-len`` tokens and reports the steady-state seconds per
@@ -97,10 +98,8 @@ def main() -> None:
         child(args)
         return
     from ablate.execute.devices import usable_cpus
-    from ablate.execute.worker import QUIET_THREADS
-
     cores = usable_cpus()
-    arms = {"before": ({}, os.cpu_count() or 1), "after": (dict(QUIET_THREADS), cores)}
+    arms = {"before": ({}, os.cpu_count() or 1), "after": ({"OMP_WAIT_POLICY": "PASSIVE"}, cores)}
     for spec in args.arm:
         name, threads, settings = spec.split(":", 2)
         arms[name] = (dict(kv.split("=", 1) for kv in settings.split(",") if kv), int(threads) or cores)

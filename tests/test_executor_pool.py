@@ -240,11 +240,22 @@ def test_threads_override_and_the_workers_in_words():
         plan_slots(devices=["cpu"], jobs=1, jobs_per_device=1, cpu_count=2, threads=0)
 
 
-def test_workers_wait_for_work_passively(monkeypatch):
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+@pytest.mark.parametrize(("load", "cpus", "environ", "expected"), [
+    (7.0, 2, {}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # oversubscribed already: threads that sleep when they wait
+    (2.5, 4, {}, {}),  # room left: OpenMP's default (a quiet machine pays 2.2x for passive waits)
+    (7.0, 2, {"OMP_WAIT_POLICY": "ACTIVE"}, {}),  # the user's own setting wins
+])
+def test_workers_wait_passively_only_on_an_oversubscribed_machine(load, cpus, environ, expected):
+    from ablate.execute.devices import quiet_threads
+
+    assert quiet_threads(load=load, cpus=cpus, environ=environ) == expected
+
+
+def test_a_workers_wait_policy_from_the_environment_reaches_it(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     with WorkerPool([Slot(0, "cpu", 1)], _job_fn("policy")) as pool:
         events, _ = _collect(pool, [J("r0")])
-    assert [e.outcome for e in events if isinstance(e, Finished)] == ["PASSIVE"]
+    assert [e.outcome for e in events if isinstance(e, Finished)] == ["ACTIVE"]
 
 
 def policy(job: J, ctx: JobContext) -> str:

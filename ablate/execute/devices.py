@@ -74,6 +74,31 @@ def usable_cpus(*, cpu_max: Path = CPU_MAX, environ: dict[str, str] | None = Non
     return max(1, min(counts) if counts else os.cpu_count() or 1)
 
 
+def quiet_threads(*, load: float | None = None, cpus: int | None = None,
+                  environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The OpenMP settings a worker starts torch with: ``OMP_WAIT_POLICY=PASSIVE`` (threads that sleep when they
+    wait) when the machine is already oversubscribed as the worker starts (the 1-minute load average above the
+    CPUs this process may use), else nothing (OpenMP's default: threads spin a while before they sleep).
+
+    Measured with ``bench/contended.py`` (docs/internals.md): passive waits cost a quiet machine 2.2x on the tiny
+    preset and were slower beside 2 busy-loop burners too, but at load 6-7 on 2 cores (other torch jobs spinning)
+    they took a step from 710 ms to 172 ms. A user's own ``OMP_WAIT_POLICY`` always wins (``{}`` then).
+
+    >>> quiet_threads(load=7.0, cpus=2, environ={})
+    {'OMP_WAIT_POLICY': 'PASSIVE'}
+    >>> quiet_threads(load=0.5, cpus=2, environ={})
+    {}
+    >>> quiet_threads(load=7.0, cpus=2, environ={"OMP_WAIT_POLICY": "ACTIVE"})
+    {}
+    """
+    environ = os.environ if environ is None else environ
+    if "OMP_WAIT_POLICY" in environ:
+        return {}
+    load = os.getloadavg()[0] if load is None else load
+    cpus = usable_cpus() if cpus is None else cpus
+    return {"OMP_WAIT_POLICY": "PASSIVE"} if load > cpus else {}
+
+
 def parse_devices(spec: str | None, n_gpus: int) -> list[str]:
     """``--devices``: ``cpu``, ``cuda`` (every GPU), or a comma list of ``cuda:<i>`` / ``<i>``.
 

@@ -168,12 +168,11 @@ class SlurmTask(Checkpointable):
 
 def _use_allocated_cpus() -> None:
     """Give torch the CPUs this task may use (``--cpus-per-task``, its cpuset), not every core of the node, and
-    OpenMP threads that sleep when they wait (``worker.QUIET_THREADS``; read when torch loads OpenMP)."""
-    from ablate.execute.devices import usable_cpus
-    from ablate.execute.worker import QUIET_THREADS
+    OpenMP threads that sleep when they wait on a node already oversubscribed (``devices.quiet_threads``; read when
+    torch loads OpenMP)."""
+    from ablate.execute.devices import quiet_threads, usable_cpus
 
-    for var, value in QUIET_THREADS.items():
-        os.environ.setdefault(var, value)
+    os.environ.update(quiet_threads())
     import torch
 
     torch.set_num_threads(usable_cpus())

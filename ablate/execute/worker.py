@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ablate.execute.devices import Slot
+from ablate.execute.devices import Slot, quiet_threads
 from ablate.execute.messages import (
     Failed,
     Fatal,
@@ -42,11 +42,6 @@ from ablate.execute.messages import (
 )
 
 log = logging.getLogger(__name__)
-
-# OpenMP threads that wait by sleeping, not spinning: on cores that other processes use too, spinning threads
-# take the cores from the threads with work, and a step took 4x as long (bench/contended.py). Read by OpenMP
-# when torch loads it, so set before; a user's own setting wins.
-QUIET_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 class JobInterrupted(Exception):
@@ -115,8 +110,7 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
     os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(slot.threads)
-    for var, value in QUIET_THREADS.items():
-        os.environ.setdefault(var, value)
+    os.environ.update(quiet_threads())  # read by OpenMP when torch loads it
 
     stop = threading.Event()
     inbox: queue.Queue[Any] = queue.Queue()

@@ -75,8 +75,7 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
             with open(run_dir / f"rank{rank}.log", "ab") as out:
                 children.append(subprocess.Popen(
                     [sys.executable, "-m", "ablate.runner.launch", str(spec)], stdout=out, stderr=subprocess.STDOUT,
-                    env={**os.environ, **env, "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": str(threads),
-                         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
+                    env={**os.environ, **env, "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": str(threads)},
                     preexec_fn=_die_with_parent))
         os.environ.update(env | {"LOCAL_RANK": "0"})
         torch.set_num_threads(threads)
