@@ -277,7 +277,7 @@ include:
     assert "1 run(s) failed before and were skipped: --retry-failed would rerun them" in again.output
 
     retried = invoke("run", str(crashy), "--retry-failed", "--jobs", "2", "--home", str(home))
-    assert retried.exit_code == 1 and "1 to run (0 resuming), 1 skipped; 1 worker(s)" in retried.output
+    assert retried.exit_code == 1 and "1 to run (0 resuming), 1 skipped; 1 worker on cpu" in retried.output
     assert sorted(frame(home, "crashy")["status"]) == ["done", "failed"]  # retried: the same data, the same crash
 
     # the data fixed is other data: another run (its fingerprint changed), trained; the failed one is kept as a
@@ -285,7 +285,7 @@ include:
     corpus.write_text('{"text": "the quick brown fox jumps over the lazy dog."}\n' * 400)
     fixed = invoke("run", str(crashy), "--jobs", "2", "--home", str(home))
     assert fixed.exit_code == 0, fixed.output
-    assert "1 to run (0 resuming), 1 skipped; 1 worker(s)" in fixed.output
+    assert "1 to run (0 resuming), 1 skipped; 1 worker on cpu" in fixed.output
     assert set(frame(home, "crashy", current=True)["status"]) == {"done"}
     assert sorted(frame(home, "crashy")["status"]) == ["done", "done", "failed"]
 

@@ -167,7 +167,8 @@ def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOption
     jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)), d.run.config.model_dump(mode="json")) for d in o.todo]
     used = slots[:len(jobs)]  # never more workers than jobs
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "
-                  f"resuming), {len(o.planned) - len(jobs)} skipped; {describe(used)}", highlight=False)
+                  f"resuming), {len(o.planned) - len(jobs)} skipped; {describe(used)}", highlight=False,
+                  soft_wrap=True)  # one line, however narrow the console: logs and `head -1` read it
     if (crowded := crowding(used, cpu_count=usable_cpus(), jobs_per_device=opts.jobs_per_device)):
         console.print(Text.assemble(("warning:", "yellow"), f" {crowded}"), highlight=False, soft_wrap=True)
     with LocalRunner(used, lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
