@@ -390,3 +390,22 @@ def test_cli_report(filled: Any, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     groups = len({r["group"] for r in paper_rows(1)})
     assert sum(ln.startswith("| ") for ln in res.output.splitlines()) == 2 + len(paper_rows(1)) + groups
+
+
+def test_the_cli_offers_and_report_all_writes_what_the_registry_holds(filled: Any, tmp_path: Path) -> None:
+    import typer.main
+
+    from ablate.cli import app
+    from ablate.reports import TARGETS
+    from ablate.reports.registry import REPORTS, TABLE_REPORTS
+    from ablate.reports.spec import TABLES
+
+    command = typer.main.get_command(app).commands["report"]  # type: ignore[attr-defined]
+    (target,) = [p for p in command.params if p.name == "target"]
+    assert list(target.type.choices) == list(REPORTS) == list(TARGETS)
+    assert TABLE_REPORTS == TABLES and all(REPORTS[f"table{n}"].table == n for n in TABLES)
+    assert {"lr", "scorecard", "ladder", "figures", "all"} <= set(REPORTS)
+    from ablate.reports.api import report_all
+
+    written = report_all(filled, tmp_path / "r", grid=GRID)
+    assert {f"table{n}.md" for n in TABLE_REPORTS} <= set(written) and "scorecard.md" in written

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
 from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store, warn
+from ablate.reports.registry import REPORTS
 
-ReportTarget = Literal["table1", "table2", "table3", "table4", "table5", "table6", "lr", "scorecard", "ladder",
-                       "figures", "all"]
+# the choices are the registry's names (ablate.reports.registry.REPORTS): a new report is one entry there
+ReportTarget = StrEnum("ReportTarget", {name: name for name in REPORTS})
 
 
 @app.command("report")
 @handles_errors
 def report_cmd(
     target: Annotated[ReportTarget, typer.Argument(
-        help="table1..table6, lr (ablate tune's table), scorecard (the paper's claims: verdicts with CIs), "
-             "ladder (a scaling ladder's fits and predictions), figures (PNG files) or all (HTML page + files)",
+        help="; ".join(f"{name}: {r.help}" for name, r in REPORTS.items()),
         show_default=False, metavar="TABLE")],
     grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's only "
                                              "grid)")] = None,
@@ -48,34 +49,18 @@ def report_cmd(
 ) -> None:
     """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, paired deltas with t CIs
     and p-values corrected per table); ends with one line per unresolved comparison and the seeds it needs."""
-    from ablate import reports
+    from ablate.reports.registry import Request
     from ablate.reports.stats import Stats
 
-    stats = Stats(interval, correction)
-
+    request = Request(grid=grid, paper=paper, fmt=fmt, out=out, where=where, warn=warn,
+                      stats=Stats(interval, correction), target=ladder_target)
     with open_store(home, store) as opened:
-        if target == "ladder":  # a directory: the report in --format and its figure
-            from ablate.reports.ladder import report_ladder
-
-            text, written = report_ladder(opened, grid=grid, target=ladder_target, fmt=fmt, out=out, warn=warn)
-            if out is None:
-                typer.echo(text, nl=False)
-            else:
-                typer.echo(f"wrote {', '.join(str(p) for p in written)}", err=True)
-            return
-        if target in ("figures", "all"):
-            out_dir = out or Path("report")
-            if target == "figures":
-                written = [str(p) for p in reports.report_figures(opened, out_dir, grid=grid, where=where,
-                                                                  warn=warn).values()]
-            else:
-                written = [str(p) for p in reports.report_all(opened, out_dir, grid=grid, paper=paper, where=where,
-                                                              warn=warn, stats=stats).values()]
-            typer.echo(f"wrote {len(written)} files to {out_dir}" + (f": {out_dir / 'report.html'}"
-                                                                    if target == "all" else ""))
-            return
-        text = reports.report_table(opened, target, grid=grid, paper=paper, fmt=fmt, where=where, warn=warn,
-                                    stats=stats)
+        output = REPORTS[str(target.value)].make(opened, request)
+    if output.note:
+        typer.echo(output.note, err=output.note_err)
+    if output.text is None:
+        return
+    text = output.text
     if out is None:
         typer.echo(text, nl=False)
     else:

@@ -1,4 +1,5 @@
-"""What ``ablate report`` calls: a table as text, the figures, the whole report directory, from a store."""
+"""What the reports of ``ablate report`` (``reports.registry.REPORTS``) call: a table as text, the scorecard, the
+figures, the whole report directory, from a store."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from ablate.reports.cells import Table
 from ablate.reports.data import GridData, load_grid_data
 from ablate.reports.figures import write_figures
 from ablate.reports.page import report_page
+from ablate.reports.registry import REPORTS, TABLE_REPORTS
 from ablate.reports.render import FORMATS, SUFFIX, render
 from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_markdown, unresolved_lines
-from ablate.reports.spec import TABLES
 from ablate.reports.stats import DEFAULT, Stats
 from ablate.reports.tables import build_table
 
@@ -22,16 +23,17 @@ if TYPE_CHECKING:
     from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
-TARGETS = (*(f"table{n}" for n in TABLES), "lr", "scorecard", "figures", "all")  # lr: ablate tune's (reports/lr.py)
+TARGETS = tuple(REPORTS)  # every report's name
 PAGE = "report.html"
 Warn = Callable[[str], None]
 
 
 def table_number(target: str) -> int:
     """``table3`` -> 3; a clear error for anything else."""
-    if target not in TARGETS or not target.startswith("table"):
-        raise UserInputError(one_of(target, TARGETS, what="report"))
-    return int(target[5:])
+    report = REPORTS.get(target)
+    if report is None or report.table is None:
+        raise UserInputError(one_of(target, [r for r, v in REPORTS.items() if v.table is not None], what="table"))
+    return report.table
 
 
 def grid_table(data: GridData, number: int, *, paper: bool = False, stats: Stats = DEFAULT) -> Table:
@@ -54,12 +56,6 @@ def report_table(store: Store, target: str, *, grid: str | None = None, paper: b
     """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html), of the runs that
     satisfy ``where``, at one configuration (``warn`` gets the line naming what was left out, and for CSV the
     unresolved deltas' lines), read with ``stats`` (interval method, family correction)."""
-    if target == "lr":
-        from ablate.reports.lr import report_lr
-
-        return report_lr(store, grid=grid, fmt=fmt)
-    if target == "scorecard":
-        return report_scorecard(store, grid=grid, fmt=fmt, where=where, warn=warn, stats=stats)
     number = table_number(target)
     if fmt not in FORMATS:  # before any query
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
@@ -92,7 +88,7 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
     figures as PNG and the scorecard as markdown. Returns ``{name: path}``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLES]
+    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLE_REPORTS]
     written: dict[str, Path] = {}
     for t in tables:
         for fmt in ("markdown", "latex", "csv"):

@@ -131,8 +131,8 @@ def _modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, li
 def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
               catalogue: Mapping[str, VariantInfo]) -> tuple[list[RowPlan], list[str]]:
     """One RowPlan per table row (the paper's rows in order, then any extra rows), and notes for the table."""
-    if spec.number == 2:
-        return _plan_table2(spec, prows, runs, catalogue)
+    if spec.layout == "settings":
+        return _plan_settings(spec, prows, runs, catalogue)
     plans = []
     for i, prow in enumerate(prows):
         variants = row_refs(spec, prow, catalogue)
@@ -140,7 +140,7 @@ def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
         plans.append(RowPlan(prow["method"], group, 0, int(prow["row"]), prow, variants,
                              runs[runs["variant"].isin(variants)], is_reference=(spec.primary is not None and i == 0)))
     groups = [plans]
-    if spec.number == 5:
+    if spec.layout == "lengths":
         plans = _split_yarn(plans)
         groups = [[p for p in plans if p.group_index == g] for g in (0, 1)]
     notes = []
@@ -213,7 +213,7 @@ def _setting_label(setting: tuple, runs: Any) -> str:
     return ", ".join(p for p in parts if p) or "this grid"
 
 
-def _plan_table2(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
+def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
                  catalogue: Mapping[str, VariantInfo]) -> tuple[list[RowPlan], list[str]]:
     methods = list(dict.fromkeys(p["method"] for p in prows))
     method_variants = {m: row_refs(spec, next(p for p in prows if p["method"] == m), catalogue) for m in methods}

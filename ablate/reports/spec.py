@@ -1,5 +1,6 @@
 """What each of the paper's Tables 1-6 is made of: its rows (the packaged paper CSVs), how a row finds its runs, its
-descriptor and measured columns, and which paper number sits beside which measured one. Data, not code paths.
+descriptor and measured columns, and which paper number sits beside which measured one. A table's particular
+behaviour is a field of its spec (``layout``), read by the row planner and the column builder.
 
 A row finds its variants through the catalogue's ``tableN:R`` references; where the catalogue names no variant for
 a row (Table 2's and Table 5's rows, the baselines repeated in later tables), the row's ``fallback`` references
@@ -12,6 +13,9 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Literal
+
+from ablate.metrics import metric
 
 TABLES = (1, 2, 3, 4, 5, 6)
 
@@ -40,13 +44,17 @@ class TableSpec:
     primary: str | None = "val_ppl"           # the metric of the delta column
     fallback: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # row label or number -> refs
     paper_trained_len: int | None = None      # the paper's training length, where its columns are lengths
+    # how its rows and columns are laid out: "paper" (a row per paper row, its runs by variant), "settings" (rows
+    # grouped by the paper's training settings, matched on them and the learning rate: Table 2), "lengths" (the
+    # measured columns are scores by context length, the rows split into trained-length and YaRN groups: Table 5)
+    layout: Literal["paper", "settings", "lengths"] = "paper"
 
 
 _T1 = "table1"
 SPECS: dict[int, TableSpec] = {
     1: TableSpec(1, "Gating variants (paper Table 1)", ("act_func", "score_shape", "added_params")),
     2: TableSpec(
-        2, "Learning rate, batch size and depth (paper Table 2)", ("max_lr",),
+        2, "Learning rate, batch size and depth (paper Table 2)", ("max_lr",), layout="settings",
         fallback={"Baseline": (f"{_T1}:1",), "SDPA Elementwise": (f"{_T1}:5",), "SDPA Headwise": (f"{_T1}:10",),
                   "Baseline+Sandwich Norm": ("table2:7",)},
     ),
@@ -64,6 +72,7 @@ SPECS: dict[int, TableSpec] = {
         5, "Retrieval past the training length (paper Table 5)", (), paper_ppl=None, primary=None,
         fallback={"Baseline": (f"{_T1}:1",), "SDPA-Gate": (f"{_T1}:5",)},
         paper_trained_len=32 * 1024,  # its rows: "Trained at 32k", then YaRN-extended to 64k and 128k
+        layout="lengths",
     ),
     6: TableSpec(
         6, "Switch heads (paper Table 6)", ("added_params",), ppl_label="PPL", paper_ppl="ppl",
@@ -71,14 +80,15 @@ SPECS: dict[int, TableSpec] = {
     ),
 }
 
-# Column labels, and which way is better (for bold in LaTeX/HTML and for the scorecard).
+# Column labels.
 LABELS = {
     "act_func": "Act Func", "score_shape": "Score Shape", "added_params": "Added Param", "max_lr": "Max LR",
     "gate_score": "Gate Score", "m_act": "M-Act", "f_attn": "F-Attn", "val_ppl": "Avg PPL",
 }
 PAPER_DESCRIPTOR = {"act_func": "act_func", "score_shape": "score_shape", "added_params": "added_param_m",
                     "max_lr": "max_lr"}
-BETTER = {"val_ppl": "lower", "m_act": "lower", "f_attn": "lower"}
+# the paper's columns named by the metric they report (which way is better is the metric's: ablate.metrics)
+PAPER_METRIC = {"avg_ppl": "val_ppl", "ppl": "val_ppl"}
 DIGITS = {"gate_score": 3, "f_attn": 3, "m_act": 1, "val_ppl": 2}
 # Paper benchmark column -> its display name.
 BENCH_NAMES = {"hellaswag": "HellaSwag", "mmlu": "MMLU", "gsm8k": "GSM8k", "ceval": "C-eval", "humaneval": "HumanEval",
@@ -86,12 +96,14 @@ BENCH_NAMES = {"hellaswag": "HellaSwag", "mmlu": "MMLU", "gsm8k": "GSM8k", "ceva
 
 
 def better(key: str) -> str | None:
-    """``lower``/``higher``/None for a measured column key (PPL lower, benchmark scores higher)."""
-    if key.startswith("ppl/") or key in ("val_ppl", "avg_ppl", "ppl"):
-        return "lower"
-    if key.startswith("bench/") or key.startswith("len/"):
-        return "higher"
-    return BETTER.get(key)
+    """``lower``/``higher``/None for a measured column key, as ``ablate.metrics`` declares its metric (for bold in
+    LaTeX/HTML and for the scorecard); ``len/<n>``, Table 5's retrieval score at a length, is a benchmark score.
+
+    >>> better("ppl/code"), better("avg_ppl"), better("bench/arith"), better("len/4096"), better("gate_score")
+    ('lower', 'lower', 'higher', 'higher', None)
+    """
+    declared = metric("bench/arith" if key.startswith("len/") else PAPER_METRIC.get(key, key))
+    return declared.better if declared is not None else None
 
 
 def digits(key: str) -> int:

@@ -102,7 +102,7 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
     prows = paper_rows(number)
     runs = with_length_columns(finished(runs))
     plans, notes = plan_rows(spec, prows, runs, catalogue)
-    if paper and number == 2:  # say which of the paper's settings each of the grid's stands for
+    if paper and spec.layout == "settings":  # say which of the paper's settings each of the grid's stands for
         settings = {p.group_index: p.paper["setting"] for p in plans if p.paper}
         for p in plans:
             if p.group_index in settings and p.group != settings[p.group_index]:
@@ -121,7 +121,7 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
                                   if col.key in deltas else
                                   _cell(spec, col, plan, ref_plans, runs, catalogue, added_params, usual_n))
         rows.append(row)
-    if number == 5 and not measured:
+    if spec.layout == "lengths" and not measured:
         notes.append("no retrieval scores at lengths (bench/<task>@<len>) in this grid yet")
     unresolved = []
     for key, family in deltas.items():
@@ -165,7 +165,7 @@ def _measured(spec: TableSpec, plans: list[RowPlan]) -> list[Measure]:
     runs = pd.concat(frames) if frames else None
     if runs is None:
         return []
-    if spec.number == 5:
+    if spec.layout == "lengths":
         lengths = sorted({length for length, _yarn in _by_length(runs.columns)})
         return [m for m in map(length_measure, lengths) if m.key in runs and runs[m.key].notna().any()]
     have = [measure(str(c)) for c in runs.columns if runs[c].notna().any()]
@@ -228,7 +228,7 @@ def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[str], 
         cols.append(Column(key, LABELS[key], "descriptor"))
         if paper and key in ("added_params", "max_lr"):
             cols.append(Column.of_paper(PAPER_DESCRIPTOR[key], f"{LABELS[key]} (paper)"))
-    trained = _trained_len(plans) if spec.number == 5 else None
+    trained = _trained_len(plans) if spec.layout == "lengths" else None
     for m in measured:
         cols.append(Column.measured(m.key, _label(spec, m, trained), better(m.key)))
         twin = _paper_counterpart(spec, m, paper_cols, plans)
