@@ -393,16 +393,17 @@ def test_cli_report(filled: Any, tmp_path: Path) -> None:
 
 
 def test_the_cli_offers_and_report_all_writes_what_the_registry_holds(filled: Any, tmp_path: Path) -> None:
-    import typer.main
+    from typer.testing import CliRunner
 
     from ablate.cli import app
     from ablate.reports import TARGETS
     from ablate.reports.registry import REPORTS, TABLE_REPORTS
     from ablate.reports.spec import TABLES
 
-    command = typer.main.get_command(app).commands["report"]  # type: ignore[attr-defined]
-    (target,) = [p for p in command.params if p.name == "target"]
-    assert list(target.type.choices) == list(REPORTS) == list(TARGETS)
+    res = CliRunner().invoke(app, ["report", "nosuch", "--store", filled.url])
+    assert res.exit_code == 2 and "unknown report 'nosuch'; allowed: " in res.stderr
+    offered = res.stderr.strip().split("allowed: ")[1].split(", ")
+    assert sorted(offered) == sorted(REPORTS) and list(REPORTS) == list(TARGETS)
     assert TABLE_REPORTS == TABLES and all(REPORTS[f"table{n}"].table == n for n in TABLES)
     assert {"lr", "scorecard", "ladder", "figures", "all"} <= set(REPORTS)
     from ablate.reports.api import report_all
