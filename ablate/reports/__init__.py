@@ -7,7 +7,20 @@
 Importing this package imports neither pandas nor matplotlib.
 """
 
-from ablate.reports.api import TARGETS, report_all, report_figures, report_table, write_report
-from ablate.reports.tables import build_table
+from typing import Any
 
 __all__ = ["TARGETS", "build_table", "report_all", "report_figures", "report_table", "write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported when first used: the CLI reads ``reports.registry`` at start-up without
+    importing the builders."""
+    if name == "build_table":
+        from ablate.reports.tables import build_table
+
+        return build_table
+    if name in __all__:
+        from ablate.reports import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ablate.reports' has no attribute {name!r}")
