@@ -53,6 +53,7 @@ class RunOptions:
     progress_every_s: float | None = None  # without a terminal: a progress line this often (default 30 s)
     job_fn: str = TRAIN_JOB
     console: Console | None = None
+    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
 
 
 @dataclass
@@ -117,7 +118,7 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     report: GridReport | None = None
     while True:
         with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                       stale_after_s=opts.stale_after_s, append=opts.append) as opened:
+                       stale_after_s=opts.stale_after_s, append=opts.append, extra=opts.extra) as opened:
             report = _run_opened(opened, slots, opts, console, report)
             waiting = opts.wait and opened.held and not report.interrupted and report.store_error is None
             if waiting:

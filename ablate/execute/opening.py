@@ -18,6 +18,7 @@ the triage ingests it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from collections.abc import Iterable, Mapping, Sequence
@@ -151,8 +152,12 @@ class Opened:
 
 
 def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: str | None, retry_failed: bool,
-              stale_after_s: float, slurm: bool = False, append: bool = False) -> Opened:
+              stale_after_s: float, slurm: bool = False, append: bool = False,
+              extra: Sequence[Mapping[str, Any]] = ()) -> Opened:
     """Load, expand, open the store, register the grid and triage its runs (see the module docstring).
+
+    ``extra``: runs beyond the file's, as ``include`` entries (the seeds ``--until-resolved`` adds); like ``--set``
+    runs they join the grid's current ones.
 
     A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study grown: its
     runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's current
@@ -163,6 +168,8 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
     from ablate.store import Store
 
     grid = load_grid(path, sets)
+    if extra:
+        grid = dataclasses.replace(grid, include=(*grid.include, *map(dict, extra)))
     provenance.announce(path)  # the grid's commit, for the workers this process starts
     fingerprints = Fingerprints.for_home(Path(home))
     planned = expand(grid, fingerprints=fingerprints)
@@ -176,7 +183,7 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         check_grid_name(opened_store, grid, append=append)
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
-                        warnings=heldout_warnings(planned, source=grid.source), joins=bool(sets))
+                        warnings=heldout_warnings(planned, source=grid.source), joins=bool(sets) or bool(extra))
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:
         opened_store.close()

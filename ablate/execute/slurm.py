@@ -69,6 +69,7 @@ class SlurmOptions:
     stale_after_s: float = 300.0
     store_patience_s: float = STORE_PATIENCE_S  # with wait: how long an unreachable store is waited for
     console: Console | None = None
+    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
 
 
 @dataclass
@@ -230,7 +231,8 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOption
     if not have_slurm():
         raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
     with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                   stale_after_s=opts.stale_after_s, slurm=True, append=opts.append) as o:
+                   stale_after_s=opts.stale_after_s, slurm=True, append=opts.append,
+                   extra=opts.extra) as o:
         report = SlurmReport(grid=o.name, skipped=dict(o.skipped), home=o.home)
         report.skipped.update({rid: f"finished ({status}) before: ingested its result" for rid, status
                                in o.reused.items()})
