@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ablate.ablations import ModelConfig, apply_variant, build_model
-from ablate.runner.evaluate import probe
+from ablate.runner.evaluate import Probes, massive, probe
 
 BOS, T = 256, 16
 CPU = torch.device("cpu")
@@ -126,3 +126,42 @@ def test_m_act_is_per_layer_output_and_carried_by_the_residual():
     assert p.layers["m_act"] == pytest.approx([1.0, big, big, big], rel=1e-6)
     assert p.summary()["m_act"] == pytest.approx((1.0 + 3 * big) / 4, rel=1e-6)
     assert big == pytest.approx(639.744, abs=1e-3)
+
+
+def test_massive_is_the_row_max_over_the_row_median_and_where_it_sits():
+    """Sun et al.'s criterion on hand-set rows: torch.median's lower median of the T x d values; a zero median has
+    no ratio (nan) and the first-token flag still counts."""
+    h = torch.tensor([
+        [[1.0, -8.0], [2.0, 1.0], [1.0, 1.0]],   # |h| sorted 1 1 1 1 2 8: 8 / 1 on token 0
+        [[1.0, 2.0], [3.0, 6.0], [-12.0, 3.0]],  # 1 2 3 3 6 12: lower median 3, 12 / 3 on token 2
+        [[0.0, 5.0], [0.0, 0.0], [0.0, 0.0]],    # median 0: no ratio, the max on token 0
+    ])
+    ratio, first = massive(h)
+    assert ratio[:2].tolist() == [8.0, 4.0] and ratio[2].isnan()
+    assert first.tolist() == [True, False, True]
+
+
+def test_massive_probe_on_a_planted_coordinate():
+    """Every coordinate 1, BOS's 2 (so each row's max is on the first token, ratio 2), and one token 42 holding 300
+    in one window: that row's max leaves the first token and its ratio is 300."""
+    model = constructed()
+    with torch.no_grad():
+        model.embed.weight.fill_(1.0)
+        model.embed.weight[BOS] = 2.0
+        model.embed.weight[42, 3] = -300.0
+    rows = windows(4)
+    rows[rows == 42] = 7
+    rows[2, 9] = 42
+    p = probe(model, rows, hist_bins=10, device=CPU)
+    assert p.layers["massive_ratio"] == [76.5, 76.5]  # (2 + 2 + 300 + 2) / 4
+    assert p.layers["massive_first"] == [0.75, 0.75]
+    assert p.summary()["massive_ratio"] == 76.5 and p.summary()["massive_first"] == 0.75
+    one = probe(model, rows[2:3], hist_bins=10, device=CPU)  # batching does not change a row's numbers
+    assert one.layers["massive_ratio"] == [300.0, 300.0] and one.layers["massive_first"] == [0.0, 0.0]
+
+
+def test_massive_summary_is_the_peak_layer_and_its_share():
+    p = Probes({"massive_ratio": [3.0, None, 900.0, 40.0], "massive_first": [0.1, 0.2, 0.95, 0.5]}, {}, [])
+    assert (p.summary()["massive_ratio"], p.summary()["massive_first"]) == (900.0, 0.95)
+    none = Probes({"massive_ratio": [None, None], "massive_first": [0.5, 0.5]}, {}, []).summary()
+    assert (none["massive_ratio"], none["massive_first"]) == (None, None)
