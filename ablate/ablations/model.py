@@ -55,7 +55,6 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(nq * dk, d, bias=False)
         self.q_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
-        g = cfg.gate
         self.gate_q = gate_for(cfg, "G4", nq, dk)
         self.gate_k = gate_for(cfg, "G3", nk, dk)
         self.gate_v = gate_for(cfg, "G2", nk, dk)
