@@ -165,3 +165,55 @@ def test_massive_summary_is_the_peak_layer_and_its_share():
     assert (p.summary()["massive_ratio"], p.summary()["massive_first"]) == (900.0, 0.95)
     none = Probes({"massive_ratio": [None, None], "massive_first": [0.5, 0.5]}, {}, []).summary()
     assert (none["massive_ratio"], none["massive_first"]) == (None, None)
+
+
+@pytest.mark.slow
+def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, module_cache):
+    """A run stored without massive_ratio (as one trained before the probe existed) gets it from `ablate probe`,
+    equal to what its own training measured, and its other probes come out as they were."""
+    import json
+
+    from tiny_grids import tiny_grid
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.layout import run_dir
+    from ablate.result import read_result, write_result
+    from ablate.store import Store
+
+    home, grid = tmp_path / "home", tmp_path / "g.yaml"
+    grid.write_text(tiny_grid("reprobe", variants=["sdpa-elementwise"], steps=10))
+    cli = CliRunner()
+    assert (ran := cli.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])).exit_code == 0, ran.output
+    with Store.open(home=home) as store:
+        (rid,) = store.runs_frame(grid="reprobe")["run_id"]
+    trained = read_result(run_dir(home, rid))
+    new = ("massive_ratio", "massive_first")
+    older = trained.model_copy(update={"summary": {k: v for k, v in trained.summary.items() if k not in new},
+                                       "probes": {k: v for k, v in trained.probes.items() if k not in new}})
+    write_result(older, run_dir(home, rid))
+    assert cli.invoke(app, ["ingest", str(run_dir(home, rid)), "--home", str(home)]).exit_code == 0
+    with Store.open(home=home) as store:
+        assert "massive_ratio" not in store.runs_frame(grid="reprobe").columns
+
+    out = cli.invoke(app, ["probe", "--grid", "reprobe", "--home", str(home), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.stdout)
+    assert row["run_id"] == rid and row["error"] is None
+    assert row["summary"]["massive_ratio"] == trained.summary["massive_ratio"] > 1
+    again = read_result(run_dir(home, rid))
+    assert again.probes == trained.probes and again.histograms == trained.histograms
+    assert again.summary == trained.summary  # PPL, steps, wall time kept; the probe summary measured as it was
+    with Store.open(home=home) as store:
+        frame = store.runs_frame(grid="reprobe")
+    assert frame["massive_ratio"].tolist() == [trained.summary["massive_ratio"]]
+    assert frame["massive_first"].tolist() == [trained.summary["massive_first"]]
+
+
+def test_ablate_probe_takes_run_ids_or_a_grid(tmp_path):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    out = CliRunner().invoke(app, ["probe", "--home", str(tmp_path)])
+    assert out.exit_code == 2 and "give run ids or --grid NAME (one of the two)" in out.output, out.output

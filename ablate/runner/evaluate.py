@@ -102,6 +102,14 @@ class Probes:
         return out
 
 
+def probe_windows(heldout: dict[str, np.ndarray], probe_tokens: int, seq_len: int) -> np.ndarray:
+    """About ``probe_tokens`` tokens of windows, taken in turn from each held-out set (what a run probes)."""
+    n = max(1, -(-probe_tokens // seq_len))
+    sets = list(heldout.values())
+    rows = [sets[i % len(sets)][(i // len(sets)) % len(sets[i % len(sets)])] for i in range(n)]
+    return np.stack(rows)
+
+
 @torch.no_grad()
 def probe(model: torch.nn.Module, windows: np.ndarray, *, hist_bins: int, device: torch.device,
           precision: str = "32-true") -> Probes:
