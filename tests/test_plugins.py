@@ -220,6 +220,29 @@ def test_the_block_output_slot_scales_the_attention_before_the_residual(plugin_d
     assert type(build_model(cfg).blocks[1].attn_out).__name__ == "LayerScale"
 
 
+def test_an_output_plugins_scores_are_the_layers_gate_statistics(plugin_dir) -> None:
+    """A plugin in the block's output slot that returns scores (sigmoid(0) = 1/2 from a zeroed projection): the
+    probe reports them as the gate score, as a gate's."""
+    import torch
+
+    from ablate.ablations import build_model
+    from ablate.runner.evaluate import probe
+
+    (plugin_dir / "outgate.py").write_text(
+        "import torch\nfrom pydantic import BaseModel\nfrom torch import nn\n\n\nclass Gate(nn.Module):\n"
+        "    slot = 'attn_out'\n\n    class Args(BaseModel):\n        pass\n\n"
+        "    def __init__(self, args, cfg):\n        super().__init__()\n"
+        "        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)\n\n"
+        "    def forward(self, a, x):\n        s = torch.sigmoid(self.proj(x))\n        return a * s, s\n")
+    cfg = ModelConfig(preset="tiny", plugin=PluginArm(arm="outgate:Gate"))
+    assert count_params(cfg).total == count_params(ModelConfig(preset="tiny")).total + 2 * 64 * 64
+    model = build_model(cfg)
+    for block in model.blocks:
+        torch.nn.init.zeros_(block.attn_out.proj.weight)
+    p = probe(model, torch.randint(0, 256, (3, 17)).numpy(), hist_bins=10, device=torch.device("cpu"))
+    assert p.layers["gate_score"] == [0.5, 0.5] and p.histograms["gate_score"][0][5] == 1.0  # all in bin [0.5, 0.6)
+
+
 def test_match_params_rewidens_the_ffn_around_a_plugin_gate(plugin_dir, tmp_path) -> None:
     path = grid_file(tmp_path, arm='{arm: "myattn:HeadGate", args: {position: G3}}')
     path.write_text(path.read_text() + "match_params: baseline\n")
