@@ -52,10 +52,15 @@ def runs_cmd(
     """
     from ablate.store import render
 
+    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    if fmt == "csv" and not (where and where.strip()):  # the table whole, from its rows: no pandas frame
+        with open_store(home, store) as opened:
+            typer.echo(render.write_csv(opened, grid=grid, columns=names), nl=False)
+        return
     with open_store(home, store) as opened:
         frame = opened.runs_frame(grid=grid, where=where)
-    if columns:
-        cols = render.pick_columns(frame, [c.strip() for c in columns.split(",") if c.strip()])
+    if names is not None:
+        cols = render.pick_columns(frame, names)
     elif every or fmt in ("csv", "json"):
         cols = list(frame.columns)
     else:
