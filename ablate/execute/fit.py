@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ablate.grid.expand import PlannedRun
+if TYPE_CHECKING:
+    from ablate.grid.expand import PlannedRun
 
 FLAG = "--device-memory"
 
