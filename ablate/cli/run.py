@@ -3,6 +3,7 @@ pool or Slurm) and ``ablate ui``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
@@ -27,6 +28,26 @@ from ablate.cli.common import (
     warn,
 )
 
+UntilResolvedOpt = Annotated[bool, typer.Option(
+    "--until-resolved", help="train more seeds (--round at a time, up to --max-seeds) in each cell whose comparison "
+                             "with its --reference cell is unresolved on --metric, looking again with alpha "
+                             "spending; the plan shows the most it can add")]
+MaxSeedsOpt = Annotated[int, typer.Option("--max-seeds", help="--until-resolved: the most seeds per cell")]
+RoundOpt = Annotated[int, typer.Option("--round", help="--until-resolved: seeds added per open cell per look")]
+MetricOpt = Annotated[str, typer.Option("--metric", help="--until-resolved: the metric compared (val_ppl, f_attn, "
+                                                         "m_act, ...)")]
+ReferenceOpt = Annotated[str, typer.Option("--reference", help="--until-resolved: the reference variant")]
+CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until-resolved: a variant to resolve "
+                                                      "(repeat; default: every other variant)")]
+
+
+def until_resolved_spec(metric: str, reference: str, compare: list[str] | None, max_seeds: int, round_: int):
+    from ablate.execute.until_resolved import UntilResolved
+
+    return UntilResolved(metric=metric, reference=reference, compare=tuple(compare or ()), max_seeds=max_seeds,
+                         round=round_)
+
+
 RICH_ROWS = 500  # a plan longer than this prints as plain columns (views.text_table)
 
 
@@ -42,10 +63,16 @@ def plan(
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
     threads: ThreadsOpt = None,
+    until_resolved: UntilResolvedOpt = False,
+    max_seeds: MaxSeedsOpt = 10,
+    round_: RoundOpt = 2,
+    metric: MetricOpt = "val_ppl",
+    reference: ReferenceOpt = "baseline",
+    compare: CompareOpt = None,
 ) -> None:
     """Expand a grid without running it: run ids, parameter counts, estimated peak memory per device, each
     run's status in the store, and the workers `ablate run` would start here (with the same --jobs, --devices,
-    --threads)."""
+    --threads); with --until-resolved, the looks and the most runs it can add."""
     from ablate.errors import ConfigError, InputMissingError
     from ablate.grid import expand, load_grid
     from ablate.grid.view import plan_imports, plan_json, plan_rows, statuses
@@ -87,6 +114,11 @@ def plan(
         from ablate.cli.views import rich_table
 
         print_wide(rich_table(*table))
+    if until_resolved:
+        from ablate.execute.until_resolved import most_line, plan_until_resolved
+
+        spec_u = until_resolved_spec(metric, reference, compare, max_seeds, round_)
+        typer.echo(most_line(plan_until_resolved(grid, sets or (), spec_u, home=home_dir(home))[0]))
     if slots:
         from ablate.execute.devices import crowding, describe, usable_cpus
 
@@ -172,35 +204,65 @@ def run(
     gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", help="slurm: GPUs per node (= processes "
                                                       "per node; nodes x this = train.devices)")] = None,
     device_memory: DeviceMemoryOpt = None,
+    until_resolved: UntilResolvedOpt = False,
+    max_seeds: MaxSeedsOpt = 10,
+    round_: RoundOpt = 2,
+    metric: MetricOpt = "val_ppl",
+    reference: ReferenceOpt = "baseline",
+    compare: CompareOpt = None,
 ) -> None:
-    """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once)."""
+    """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once).
+    With --until-resolved: then more seeds where a comparison is still unresolved (docs/CLI.md)."""
     if executor == "local" and (nodes is not None or gpus_per_node is not None):
         from ablate.errors import ConfigError
 
         flag = "--nodes" if nodes is not None else "--gpus-per-node"
         raise ConfigError("only the Slurm executor spans nodes; add --executor slurm (a local run uses "
                           "train.devices processes on this machine)", where=flag)
+    spec = until_resolved_spec(metric, reference, compare, max_seeds, round_) if until_resolved else None
     from ablate.ablations.memory import parse_memory
 
     memory = parse_memory(device_memory) if device_memory is not None else None
-    if executor == "slurm":
-        from ablate.cli.slurm import run_slurm
 
-        raise typer.Exit(run_slurm(grid, sets, home=home, store=store, partition=partition,
-                                   gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
-                                   array_parallelism=array_parallelism, slurm_opts=slurm_opts,
-                                   retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
-                                   gpus_per_node=gpus_per_node, store_patience=store_patience, append=append,
-                                   device_memory=memory))
-    from ablate.execute import RunOptions, print_summary, run_grid
+    def run_round(extra: list[dict] | None = None) -> int:
+        if executor == "slurm":
+            from ablate.cli.slurm import run_slurm
 
-    options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
-                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait,
-                         append=append, device_memory=memory,
-                         progress_every_s=progress_every, **patience(store_patience))
-    report = run_grid(grid, sets or [], options)
-    print_summary(report)
-    raise typer.Exit(report.exit_code)
+            return run_slurm(grid, sets, home=home, store=store, partition=partition, gpus_per_job=gpus_per_job,
+                             time_limit=time_limit, wait=wait or spec is not None,
+                             array_parallelism=array_parallelism, slurm_opts=slurm_opts, retry_failed=retry_failed,
+                             mlflow=not no_mlflow, nodes=nodes or 1, gpus_per_node=gpus_per_node,
+                             store_patience=store_patience, append=append, extra=extra or (),
+                             device_memory=memory)
+        from ablate.execute import RunOptions, print_summary, run_grid
+
+        options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
+                             jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow,
+                             wait=wait, append=append, progress_every_s=progress_every, extra=tuple(extra or ()),
+                             device_memory=memory, **patience(store_patience))
+        report = run_grid(grid, sets or [], options)
+        print_summary(report)
+        return report.exit_code
+
+    if spec is None:
+        raise typer.Exit(run_round())
+    raise typer.Exit(_run_until_resolved(grid, sets or [], spec, run_round, home=home, store=store))
+
+
+def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, store) -> int:
+    """``ablate run --until-resolved``: rounds of ``run_round`` until the comparisons resolve; the verdicts."""
+    from ablate.cli.common import open_store
+    from ablate.execute.until_resolved import metric_values, until_resolved, verdict_lines
+
+    def read(run_ids):
+        with open_store(home, store) as opened:
+            return metric_values(opened, run_ids, spec.metric)
+
+    outcome = until_resolved(grid, sets, spec, home=home_dir(home), read=read, run_round=run_round,
+                             say=lambda line: typer.echo(line, err=True))
+    for line in verdict_lines(outcome, spec):
+        typer.echo(line)
+    return outcome.exit_code
 
 
 @app.command()

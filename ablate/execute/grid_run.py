@@ -57,6 +57,7 @@ class RunOptions:
     progress_every_s: float | None = None  # without a terminal: a progress line this often (default 30 s)
     job_fn: str = TRAIN_JOB
     console: Console | None = None
+    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     opts = options or RunOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    expanded = expand_grid(path, sets, home=Path(opts.home))  # once: the check, the workers and every opening
+    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: the check, workers, openings
     require_fit(expanded.planned, opts.device_memory, local=True, home=Path(opts.home), store=opts.store)
     per_run = max((p.config.train.devices for p in expanded.planned), default=1)  # each worker gets that many GPUs
     slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device,

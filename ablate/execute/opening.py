@@ -19,6 +19,7 @@ the triage ingests it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from collections.abc import Iterable, Mapping, Sequence
@@ -156,26 +157,36 @@ class Expanded:
     """A grid file loaded and expanded, once: what the memory check, the worker count and the opening all read."""
 
     path: Path
-    sets: tuple[str, ...]
-    grid: Any  # ablate.grid.Grid
+    grid: Any  # ablate.grid.Grid, with the extra runs among its include entries
     planned: list[Any]  # [PlannedRun]
     fingerprints: Any  # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
+    joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
 
 
-def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path) -> Expanded:
-    """Load the grid at ``path`` (with ``--set`` overrides) and expand it, its data fingerprinted under ``home``."""
+def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, extra: Sequence[Mapping[str, Any]] = ()
+                ) -> Expanded:
+    """Load the grid at ``path`` (with ``--set`` overrides, and ``extra`` runs beyond the file's as ``include``
+    entries: the seeds ``--until-resolved`` adds) and expand it, its data fingerprinted under ``home``."""
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
 
     grid = load_grid(path, sets)
+    if extra:
+        grid = dataclasses.replace(grid, include=(*grid.include, *map(dict, extra)))
     fingerprints = Fingerprints.for_home(Path(home))
-    return Expanded(Path(path), tuple(sets), grid, expand(grid, fingerprints=fingerprints), fingerprints)
+    return Expanded(Path(path), grid, expand(grid, fingerprints=fingerprints), fingerprints,
+                    joins=bool(sets) or bool(extra))
 
 
 def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Path, store: str | None,
-              retry_failed: bool, stale_after_s: float, slurm: bool = False, append: bool = False) -> Opened:
+              retry_failed: bool, stale_after_s: float, slurm: bool = False, append: bool = False,
+              extra: Sequence[Mapping[str, Any]] = ()) -> Opened:
     """Load, expand, open the store, register the grid and triage its runs (see the module docstring). ``path``
-    may be the grid already expanded (``expand_grid``: its own ``sets``), so that it is expanded once.
+    may be the grid already expanded (``expand_grid``, with its own ``sets`` and ``extra``), so that it is
+    expanded once.
+
+    ``extra``: runs beyond the file's, as ``include`` entries (the seeds ``--until-resolved`` adds); like ``--set``
+    runs they join the grid's current ones.
 
     A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study grown: its
     runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's current
@@ -183,7 +194,7 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
     from ablate.store import Store
 
-    expanded = path if isinstance(path, Expanded) else expand_grid(path, sets, home=Path(home))
+    expanded = path if isinstance(path, Expanded) else expand_grid(path, sets, home=Path(home), extra=extra)
     grid, planned, fingerprints = expanded.grid, expanded.planned, expanded.fingerprints
     provenance.announce(expanded.path)  # the grid's commit, for the workers this process starts
     check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit the model
@@ -196,7 +207,7 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         check_grid_name(opened_store, grid, append=append)
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
-                        warnings=heldout_warnings(planned, source=grid.source), joins=bool(expanded.sets))
+                        warnings=heldout_warnings(planned, source=grid.source), joins=expanded.joins)
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:
         opened_store.close()

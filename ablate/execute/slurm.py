@@ -70,6 +70,7 @@ class SlurmOptions:
     stale_after_s: float = 300.0
     store_patience_s: float = STORE_PATIENCE_S  # with wait: how long an unreachable store is waited for
     console: Console | None = None
+    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
 
 
 @dataclass
@@ -230,7 +231,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOption
     opts = options or SlurmOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    expanded = expand_grid(path, sets, home=Path(opts.home))  # once, for the memory check and the opening
+    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: the check, the opening
     require_fit(expanded.planned, opts.device_memory, local=False, home=Path(opts.home), store=opts.store)
     if not have_slurm():
         raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
