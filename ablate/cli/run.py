@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import typer
 
 from ablate.cli.common import (
+    DeviceMemoryOpt,
     DevicesOpt,
     GridArg,
     HomeOpt,
@@ -26,20 +27,6 @@ from ablate.cli.common import (
     print_wide,
     warn,
 )
-
-DeviceMemoryOpt = Annotated[str | None, typer.Option(
-    "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything starts "
-                            "if a run's estimated peak does not fit, naming the cheapest fix [run, on a GPU: its "
-                            "memory]")]
-
-
-def check_memory(runs, status: dict[str, str], available: float, where: str) -> None:
-    """Refuse (one line, exit 2) the runs still to train whose estimated peak memory does not fit ``available``."""
-    from ablate.ablations.memory import check_fit, gpu_here
-
-    todo = [(r.run_id, r.config.variant, r.config) for r in runs if status.get(r.run_id) not in ("done", "diverged")]
-    check_fit(todo, available, gpu=gpu_here(), where=where)
-
 
 UntilResolvedOpt = Annotated[bool, typer.Option(
     "--until-resolved", help="train more seeds (--round at a time, up to --max-seeds) in each cell whose comparison "
@@ -107,8 +94,9 @@ def plan(
     status = statuses(runs, store=store, home=home_dir(home))
     if device_memory is not None:
         from ablate.ablations.memory import parse_memory
+        from ablate.execute.fit import FLAG, check_memory
 
-        check_memory(runs, status, parse_memory(device_memory), "--device-memory")
+        check_memory(runs, status, parse_memory(device_memory), FLAG)
     slots = _planned_workers(runs, status, jobs=jobs, devices=devices, threads=threads)
     if fmt == "json":
         echo_json({**plan_json(spec.name, runs, status),
@@ -232,7 +220,9 @@ def run(
         raise ConfigError("only the Slurm executor spans nodes; add --executor slurm (a local run uses "
                           "train.devices processes on this machine)", where=flag)
     spec = until_resolved_spec(metric, reference, compare, max_seeds, round_) if until_resolved else None
-    _check_run_memory(grid, sets, device_memory, local=executor == "local", home=home, store=store)
+    from ablate.ablations.memory import parse_memory
+
+    memory = parse_memory(device_memory) if device_memory is not None else None
 
     def run_round(extra: list[dict] | None = None) -> int:
         if executor == "slurm":
@@ -242,13 +232,14 @@ def run(
                              time_limit=time_limit, wait=wait or spec is not None,
                              array_parallelism=array_parallelism, slurm_opts=slurm_opts, retry_failed=retry_failed,
                              mlflow=not no_mlflow, nodes=nodes or 1, gpus_per_node=gpus_per_node,
-                             store_patience=store_patience, append=append, extra=extra or ())
+                             store_patience=store_patience, append=append, extra=extra or (),
+                             device_memory=memory)
         from ablate.execute import RunOptions, print_summary, run_grid
 
         options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
                              jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow,
                              wait=wait, append=append, progress_every_s=progress_every, extra=tuple(extra or ()),
-                             **patience(store_patience))
+                             device_memory=memory, **patience(store_patience))
         report = run_grid(grid, sets or [], options)
         print_summary(report)
         return report.exit_code
@@ -274,25 +265,6 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
     return outcome.exit_code
 
 
-def _check_run_memory(grid, sets, device_memory: str | None, *, local: bool, home, store) -> None:
-    """``--device-memory``, or on a local GPU its real memory: every run still to train must fit."""
-    from ablate.ablations.memory import device_memory as gpu_memory
-    from ablate.ablations.memory import fmt_gb, gpu_here, parse_memory
-
-    if device_memory is not None:
-        available, where = parse_memory(device_memory), "--device-memory"
-    elif local and gpu_here() and (available := gpu_memory()) is not None:
-        where = f"GPU memory ({fmt_gb(available)}; --device-memory overrides)"
-    else:
-        return
-    from ablate.grid import expand, load_grid
-    from ablate.grid.view import statuses
-    from ablate.runner.fingerprints import Fingerprints
-
-    runs = expand(load_grid(grid, sets or ()), fingerprints=Fingerprints.for_home(home_dir(home)))
-    check_memory(runs, statuses(runs, store=store, home=home_dir(home)), available, where)
-
-
 @app.command()
 @handles_errors
 def ui(
@@ -300,74 +272,8 @@ def ui(
     home: HomeOpt = None,
 ) -> None:
     """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its workers)."""
+    from ablate.execute.serve import serve, ui_command
+
     cmd = ui_command(home_dir(home), port=port)
     typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
     raise typer.Exit(serve(cmd))
-
-
-def ui_command(home: Path, *, port: int = 5000) -> list[str]:
-    """The ``mlflow ui`` command line over this home's tracking store, listening on 127.0.0.1 only.
-
-    A ``MLFLOW_TRACKING_URI`` that is already a server has its own UI: that is a UserInputError naming it.
-    """
-    import sys
-
-    from ablate.errors import UserInputError
-    from ablate.store.mlflow_mirror import artifact_root, tracking_uri
-
-    uri = tracking_uri(home)
-    if uri.startswith(("http://", "https://", "databricks")):
-        raise UserInputError(f"MLFLOW_TRACKING_URI is a tracking server ({uri}): open it in a browser instead")
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-            "--default-artifact-root", artifact_root(home), "--host", "127.0.0.1", "--port", str(port)]
-
-
-def serve(cmd: list[str], *, grace_s: float = 3.0) -> int:
-    """Run a server command in its own process group until it exits or this process gets SIGINT or SIGTERM; then
-    stop the whole group (the server and every worker it started): SIGTERM, and after ``grace_s`` SIGKILL.
-    Returns the server's exit status (0 when stopped by a signal)."""
-    import os
-    import signal
-    import subprocess
-    import time
-
-    proc = subprocess.Popen(cmd, start_new_session=True)  # a group of its own: stopped as one, never orphaned
-    asked: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, _frame: asked.append(signum))
-           for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while proc.poll() is None and not asked:
-            time.sleep(0.1)
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        if proc.poll() is None or asked:
-            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 1.0)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + wait_s
-                while time.monotonic() < deadline and _group_alive(proc.pid):
-                    proc.poll()
-                    time.sleep(0.05)
-                if not _group_alive(proc.pid):
-                    break
-            proc.wait()
-    return 0 if asked else max(proc.returncode or 0, 0)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is left (signal 0 to the group)."""
-    import os
-
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
