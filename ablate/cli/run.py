@@ -35,7 +35,7 @@ UntilResolvedOpt = Annotated[bool, typer.Option(
 MaxSeedsOpt = Annotated[int, typer.Option("--max-seeds", help="--until-resolved: the most seeds per cell")]
 RoundOpt = Annotated[int, typer.Option("--round", help="--until-resolved: seeds added per open cell per look")]
 MetricOpt = Annotated[str, typer.Option("--metric", help="--until-resolved: the metric compared (val_ppl, f_attn, "
-                                                         "m_act, ...)")]
+                                                         "m_act, massive_ratio, ppl/<set>: any summary metric)")]
 ReferenceOpt = Annotated[str, typer.Option("--reference", help="--until-resolved: the reference variant")]
 CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until-resolved: a variant to resolve "
                                                       "(repeat; default: every other variant)")]

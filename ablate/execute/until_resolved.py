@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 SEED = "seed"
 VARIANT = "variant"
-METRICS = ("val_ppl", "train_loss", "f_attn", "m_act", "gate_score", "loss_spikes")
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,11 @@ class UntilResolved:
     correction: str = "holm"
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS and not self.metric.startswith("ppl/"):
-            raise UserInputError(one_of(self.metric, (*METRICS, "ppl/<set>"), what="metric")
-                                 + " (option --metric)")
+        from ablate.metrics import SUMMARY, metric
+
+        if metric(self.metric) is None:  # any number a run's summary declares (ablate.metrics)
+            names = [m.name + ("<name>" if m.family else "") for m in SUMMARY]
+            raise UserInputError(one_of(self.metric, names, what="metric") + " (option --metric)")
         if self.round < 1:
             raise UserInputError(f"--round must be at least 1 seed, got {self.round}")
 
