@@ -302,8 +302,8 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
     from sqlalchemy.exc import OperationalError
 
     from ablate.errors import DiskFullError
-    from ablate.execute.lifecycle import how_away, is_unavailable
     from ablate.layout import disk_full
+    from ablate.store.faults import unavailable
 
     engine = create_engine(f"sqlite:///{tmp_path / 'small.db'}")
     with engine.begin() as conn:
@@ -311,10 +311,10 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
     with pytest.raises(OperationalError) as full, engine.begin() as conn:
         conn.execute(text("PRAGMA max_page_count = 2"))
         conn.execute(text("INSERT INTO t VALUES (:x)"), [{"x": "y" * 4000}] * 10)
-    assert is_unavailable(full.value) and how_away(full.value) == "full (no space left on its disk)"
+    assert (said := unavailable(full.value, "w")) is not None and said.away == "full (no space left on its disk)"
     with pytest.raises(OperationalError) as away:
         create_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}").connect()
-    assert is_unavailable(away.value) and how_away(away.value) == "unreachable"
+    assert (said := unavailable(away.value, "w")) is not None and said.away == "unreachable"
 
     with pytest.raises(OSError) as nospace, open("/dev/full", "wb", buffering=0) as fh:
         fh.write(b"x")
