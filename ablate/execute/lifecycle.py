@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,10 +91,10 @@ class Lifecycle:
         and step metrics from now on."""
         if config is not None:
             self.expect(Job(run_id, str(self.run_dir(run_id)), dict(config)))
-        self._write(f"mark {run_id} running",
+        self.recorder.write(f"mark {run_id} running",
                     lambda s: s.mark_running(run_id=run_id, host=self.host, device=device))
         if slurm_job_id is not None:
-            self._write(f"record {run_id}'s Slurm job",
+            self.recorder.write(f"record {run_id}'s Slurm job",
                         lambda s: s.set_slurm_job_id(run_id=run_id, slurm_job_id=slurm_job_id))
         self.live.begin(run_id)
         if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
@@ -117,7 +117,8 @@ class Lifecycle:
             result = read_result(self.run_dir(run_id))
         except StoreError as exc:
             return self.failed(run_id, str(exc))
-        self._write(f"ingest {run_id}", lambda s: s.ingest(result), on_bad=lambda exc: self.failed(run_id, str(exc)))
+        self.recorder.write(f"ingest {run_id}", lambda s: s.ingest(result),
+                            on_bad=lambda exc: self.failed(run_id, str(exc)))
         if self.mirror is not None:
             self.mirror.submit(result, **_nesting(self._jobs.get(run_id)))
         note = f"loss {result.summary['train_loss']:.4f}" if result.summary.get("train_loss") is not None else ""
@@ -129,7 +130,7 @@ class Lifecycle:
         """The run crashed with ``error`` (its first line is what the user sees; the store keeps the traceback)."""
         self.live.end(run_id)
         text = f"{error}\n\n{traceback}".rstrip()
-        self._write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
+        self.recorder.write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
         if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
             self.mirror.submit(RunResult(run_id=run_id, config=job.config, status="failed", error=text,
                                          host=self.host), **_nesting(job))
@@ -145,7 +146,7 @@ class Lifecycle:
     def pruned(self, run_id: str, *, step: int | None, value: float | None) -> Ended:
         """The Optuna pruner stopped the run on purpose at ``step`` (its last reported value ``value``)."""
         self.live.end(run_id)
-        self._write(f"mark {run_id} pruned",
+        self.recorder.write(f"mark {run_id} pruned",
                     lambda s: s.mark_pruned(run_id=run_id, step=step, value=value, metric=self.metric))
         if self.mirror is not None:
             self.mirror.end(run_id, "pruned", tags={"pruned_at_step": step, f"pruned_{self.metric}": value})
@@ -154,7 +155,7 @@ class Lifecycle:
     def interrupted(self, run_id: str, *, saved: bool = True) -> Ended:
         """The run stopped on request: back to ``queued``, resumed from its checkpoint by the next run."""
         self.live.end(run_id)
-        self._write(f"put {run_id} back in the queue", lambda s: s.mark_queued(run_id=run_id))
+        self.recorder.write(f"put {run_id} back in the queue", lambda s: s.mark_queued(run_id=run_id))
         if self.mirror is not None:
             self.mirror.end(run_id, "interrupted")
         return Ended(run_id, "interrupted", "saved; the next run resumes it" if saved else "")
@@ -195,9 +196,6 @@ class Lifecycle:
         self._jobs[job.run_id] = job
 
     # ------------------------------------------------------------ the store (its recorder)
-    def _write(self, what: str, fn: Callable[[Any], Any], *, on_bad: Callable[[Exception], Any] | None = None) -> None:
-        self.recorder.write(what, fn, on_bad=on_bad)
-
     def tick(self) -> None:
         """Replay the writes kept while the store was away, and record MLflow run ids (``Recorder.tick``)."""
         self.recorder.tick()

@@ -1,15 +1,17 @@
 """The one owner of "the store went away": what a command writes to the store goes through a ``Recorder``.
 
-The store raises one ``StoreUnavailable`` when its database cannot be reached or written (``ablate.store.faults``);
-nothing else decides what that means for a command. A ``Recorder(store, home=, mirror=, patience_s=)``:
+The store raises one ``StoreUnavailable`` when its database cannot be reached or written
+(``ablate.store.faults``); nothing else decides what that means for a command. A ``Recorder(store, home=,
+mirror=, patience_s=)``:
 
-- ``write(what, fn)``: one store write (``fn(store)``); while the store is away it is kept, in order, and replayed
-  with backoff by ``tick`` (up to ``RETRY_MAX_S`` between two tries). The live writer's heartbeats and step rows
-  (``ablate.execute.live``) are skipped meanwhile: each run's ``result.json`` holds every step anyway.
+- ``write(what, fn)``: one store write (``fn(store)``); while the store is away it is kept, in order, and
+  replayed with backoff by ``tick`` (up to ``RETRY_MAX_S`` between two tries). The live writer's heartbeats
+  and step rows (``ablate.execute.live``) are skipped meanwhile: each run's ``result.json`` holds every step
+  anyway.
 - ``attempt(fn)``: a read, or a look, that a command can do without (None while the store is away).
-- ``watch(say, wording)``: says once that the store went away, once that it is back, and once that it stayed away
-  past ``patience_s`` (``gave_up`` then holds that line, and the executor stops cleanly). ``Wording`` holds what
-  each executor says: the local pool (``LOCAL``), a Slurm wait (``SLURM_WAIT``), a Slurm task's log
+- ``watch(say, wording)``: says once that the store went away, once that it is back, and once that it stayed
+  away past ``patience_s`` (``gave_up`` then holds that line, and the executor stops cleanly). ``Wording``
+  holds what each executor says: the local pool (``LOCAL``), a Slurm wait (``SLURM_WAIT``), a Slurm task's log
   (``SLURM_TASK``).
 - the background writers: the live writer (``live``) and MLflow's mirror thread (``mirror``,
   ``ablate.execute.mirror.MirrorThread``), closed by ``close``.
@@ -49,9 +51,9 @@ News = Literal["away", "back", "gave_up"]
 
 @dataclass(frozen=True)
 class Wording:
-    """What an executor says when the store goes away, when it is back, and when it stayed away past the patience:
-    ``str.format`` templates of ``where`` (the URL), ``away`` (why, in the user's words), ``patience`` and ``down``
-    (seconds). An empty template says nothing."""
+    """What an executor says when the store goes away, when it is back, and when it stayed away past the
+    patience: ``str.format`` templates of ``where`` (the URL), ``away`` (why, in the user's words),
+    ``patience`` and ``down`` (seconds). An empty template says nothing."""
 
     away: str
     back: str
@@ -67,17 +69,17 @@ class Wording:
 
 
 LOCAL = Wording(
-    away="the store {where} is {away}: training goes on, results are kept and recorded when it is back (stopping "
-         "after {patience:.0f} s)",
+    away="the store {where} is {away}: training goes on, results are kept and recorded when it is back "
+         "(stopping after {patience:.0f} s)",
     back="the store {where} is back",
     gave_up="the store {where} has been {away} for {down:.0f} s: stopping (running jobs save a checkpoint)")
 SLURM_WAIT = Wording(
-    away="the store {where} is unreachable: the Slurm tasks train on and record their runs when it is back; waiting "
-         "for it (up to {patience:.0f} s)",
+    away="the store {where} is unreachable: the Slurm tasks train on and record their runs when it is back; "
+         "waiting for it (up to {patience:.0f} s)",
     back="the store {where} is back after {down:.0f} s",
-    gave_up="the store {where} has been unreachable for {down:.0f} s: stopped waiting; array {array} goes on, and its "
-            "runs are recorded when the store is back (by their tasks, or by the next `ablate run` for a task that "
-            "ended meanwhile)")
+    gave_up="the store {where} has been unreachable for {down:.0f} s: stopped waiting; array {array} goes "
+            "on, and its runs are recorded when the store is back (by their tasks, or by the next "
+            "`ablate run` for a task that ended meanwhile)")
 SLURM_TASK = Wording(
     away="the store {where} is unreachable: training goes on, the result is kept in the run directory",
     back="the store {where} is back")
@@ -107,9 +109,11 @@ class Recorder:
     # ------------------------------------------------------------ writes and reads
     def write(self, what: str, fn: Callable[[Any], Any], *, on_bad: Callable[[Exception], Any] | None = None
               ) -> None:
-        """One store write, ``fn(store)``; while the store is away it is kept (in order) and replayed by ``tick``.
+        """One store write, ``fn(store)``; while the store is away it is kept (in order) and replayed by
+        ``tick``.
 
-        ``on_bad``: what to do when the store refuses the write itself (e.g. a malformed result): else it raises.
+        ``on_bad``: what to do when the store refuses the write itself (e.g. a malformed result): else it
+        raises.
         """
         with self._lock:
             if self._outbox:  # the store is away: keep the order of the writes
@@ -170,7 +174,8 @@ class Recorder:
         self._came_back()
 
     def _write_progress(self, batch: Mapping[str, list[dict[str, Any]]]) -> bool:
-        """The live writer's flush: heartbeats and step rows of running runs (skipped while the store is away)."""
+        """The live writer's flush: heartbeats and step rows of running runs (skipped while the store is
+        away)."""
         with self._lock:
             if self._outbox:
                 return False
@@ -216,8 +221,8 @@ class Recorder:
             return len(self._outbox)
 
     def watch(self, say: Callable[[News, str], None], wording: Wording = LOCAL) -> bool:
-        """Tell ``say`` once that the store went away, once that it is back, and once that it has been away longer
-        than the patience (that line is kept in ``gave_up``); True when it just said the last."""
+        """Tell ``say`` once that the store went away, once that it is back, and once that it has been away
+        longer than the patience (that line is kept in ``gave_up``); True when it just said the last."""
         down = self.down_s()
         fields = {"where": self.where, "away": self._away, "patience": self.patience_s or 0.0,
                   "down": down if down is not None else self._back_after}
@@ -245,8 +250,8 @@ class Recorder:
         return list(self.mirror.errors) if self.mirror is not None else []
 
     def close(self, *, flush_s: float = 10.0, mirror_s: float = 300.0) -> None:
-        """Stop the live writer, let the mirror finish (up to ``mirror_s`` seconds), and try, for up to ``flush_s``
-        seconds, to write what was kept for a store that went away."""
+        """Stop the live writer, let the mirror finish (up to ``mirror_s`` seconds), and try, for up to
+        ``flush_s`` seconds, to write what was kept for a store that went away."""
         self.live.close()
         if self.mirror is not None:
             self.mirror.close(timeout=mirror_s)
@@ -260,8 +265,8 @@ class Recorder:
 
 @contextmanager
 def stops_when_away(where: str, *, doing: str, then: str) -> Iterator[None]:
-    """The store (or Optuna's storage in its database) going away inside the block, as one ``StoreError`` line:
-    ``the store W became <away> <doing> (<reason>); <then>``. Any other error is raised as it is."""
+    """The store (or Optuna's storage in its database) going away inside the block, as one ``StoreError``
+    line: ``the store W became <away> <doing> (<reason>); <then>``. Any other error is raised as it is."""
     try:
         yield
     except Exception as exc:

@@ -1,7 +1,8 @@
-"""What a database error means: the store is busy (retry the transaction), or it went away (``StoreUnavailable``).
+"""What a database error means: the store is busy (retry the transaction), or it went away
+(``StoreUnavailable``).
 
-The store's face (``ablate.store.api``) retries a busy one itself and raises every other way of being away as one
-typed ``StoreUnavailable`` (``translated``); what a command does then (keep the writes, wait, give up) is
+The store's face (``ablate.store.api``) retries a busy one itself and raises every other way of being away as
+one typed ``StoreUnavailable`` (``translated``); what a command does then (keep the writes, wait, give up) is
 ``ablate.execute.recorder``'s. Optuna's storage, which keeps the studies in the same database, raises its own
 errors ``from`` the driver's: ``unavailable`` reads those too.
 """
@@ -29,9 +30,9 @@ def _chain(exc: BaseException, *, context: bool = False) -> Iterator[BaseExcepti
 
 
 def is_away(exc: BaseException) -> bool:
-    """Whether a database error means the database cannot be reached or written now (as opposed to a bad request):
-    a lost connection, a server that is down, a read-only or full disk. An error raised ``from`` one (Optuna's
-    storage wraps them in its own) is one too."""
+    """Whether a database error means the database cannot be reached or written now (as opposed to a bad
+    request): a lost connection, a server that is down, a read-only or full disk. An error raised ``from`` one
+    (Optuna's storage wraps them in its own) is one too."""
     from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
     return any(isinstance(e, (StoreUnavailable, OperationalError, InterfaceError, DisconnectionError))
@@ -55,8 +56,8 @@ def is_full(exc: BaseException) -> bool:
 
 
 def first_line(exc: BaseException) -> str:
-    """An error's reason in one line: the database driver's own first line (``database or disk is full``) when a
-    database error is behind it, else the error's first line."""
+    """An error's reason in one line: the database driver's own first line (``database or disk is full``) when
+    a database error is behind it, else the error's first line."""
     if isinstance(exc, StoreUnavailable):
         return exc.reason
     for cause in _chain(exc, context=True):
@@ -92,8 +93,8 @@ def translated(where: str) -> Iterator[None]:
 
 
 def is_busy(exc: BaseException) -> bool:
-    """Whether a database error is a lock timeout, deadlock or serialization failure: the same transaction, run
-    again, may well go through."""
+    """Whether a database error is a lock timeout, deadlock or serialization failure: the same transaction,
+    run again, may well go through."""
     orig = getattr(exc, "orig", None)
     if getattr(orig, "sqlstate", None) in BUSY_SQLSTATES:
         return True
