@@ -73,6 +73,11 @@ SUMMARY: tuple[SummaryMetric, ...] = (
     SummaryMetric("m_act", float, "massive activation (Table 4's M-Act): each layer's largest hidden-state "
                   "magnitude, mean over layers",
                   "runner (probes)", column=True, better="lower"),
+    SummaryMetric("massive_ratio", float, "Sun et al.'s (2024) massive activation: a layer's largest |hidden "
+                  "state| over its median (per probe row, mean over rows), the largest over layers",
+                  "runner (probes)", better="lower"),
+    SummaryMetric("massive_first", float, "the share of probe rows whose largest |hidden state| sits on the first "
+                  "token, at the layer of massive_ratio", "runner (probes)", better="lower"),
     SummaryMetric("bench/", float, "benchmark score in percent, bench/<task>[@<len>][/yarn]",
                   "runner (offline tasks), ablate eval (lm-eval)", better="higher"),
     SummaryMetric("flops", float, "training compute in FLOPs: per stage, its tokens x (6N + 12·L·H·Q·T) per token, "

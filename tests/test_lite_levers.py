@@ -59,3 +59,26 @@ def test_a_few_steps_of_the_lite_study(tmp_path, module_cache):
     s = result.summary
     assert result.status == "done" and len(result.probes["f_attn"]) == 2 and len(result.probes["m_act"]) == 2
     assert 0 < s["f_attn"] < 1 and 0 < s["gate_score"] < 1 and s["m_act"] > 0
+
+
+def test_the_sinks_study_shares_the_lite_studys_baseline_and_g1_runs():
+    """grids/sinks.yaml: lite's base unchanged, so its baseline and G1 runs are lite's (one store trains them once),
+    beside the four sink arms, lr 3e-2 only, seeds 0-2."""
+    from pathlib import Path
+
+    import yaml
+
+    from ablate.ablations.variants import VARIANTS
+    from ablate.grid import expand, load_grid
+
+    grids = Path(__file__).resolve().parents[1] / "grids"
+    sinks, lite = (yaml.safe_load(p.read_text()) for p in (grids / "sinks.yaml", grids / "paper" / "lite.yaml"))
+    assert sinks["base"] == lite["base"]
+    runs = {r.run_id: r.config for r in expand(load_grid(grids / "sinks.yaml"))}
+    lite_ids = {r.run_id for r in expand(load_grid(grids / "paper" / "lite.yaml"))}
+    arms = ["baseline", "sdpa-elementwise", "sdpa-headwise",
+            "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick"]
+    assert sorted({c.variant for c in runs.values()}) == sorted(arms) and set(arms) <= set(VARIANTS)
+    assert len(runs) == 21 and {c.train.lr for c in runs.values()} == {3e-2} and {c.seed for c in runs.values()} == {0, 1, 2}
+    shared = {i for i in runs if i in lite_ids}
+    assert {(runs[i].variant, runs[i].seed) for i in shared} == {(v, s) for v in arms[:3] for s in range(3)}

@@ -1,5 +1,6 @@
 """The memory plan: the estimated peak per device against the peak PyTorch's ``MemTracker`` measures on CPU, its
-itemisation, the fixes it proposes, and ``--device-memory`` on ``ablate plan`` / ``ablate run``.
+itemisation, the fixes it proposes, and ``--device-memory`` on ``ablate plan`` / ``ablate run`` / ``ablate tune``
+(and a library ``run_grid`` call).
 
 The measured step is the runner's (``LitDecoder``): forward under autocast when mixed, fp32 cross-entropy,
 backward (accumulated over micro-batches), gradient clipping, AdamW with the runner's parameter groups; the
@@ -164,6 +165,23 @@ def test_runs_that_cannot_fit_are_refused_before_anything_starts(grid, tmp_home,
     assert list(tmp_home.iterdir()) == []  # no store, no run directory
     bad = CliRunner().invoke(app, [command, str(grid), "--device-memory", "eighty"])
     assert bad.exit_code == 2 and "'eighty' is not an amount of memory" in bad.output
+
+
+def test_tune_and_library_callers_go_through_the_same_check(grid, tmp_home) -> None:
+    """The check is the library's: ``ablate tune`` and a ``run_grid`` call refuse what ``ablate run`` refuses, with
+    its one line, before anything is made."""
+    from ablate.execute import RunOptions, run_grid
+
+    refused = CliRunner().invoke(app, ["run", str(grid), "--device-memory", "2MB"]).output.strip()
+    tuned = CliRunner().invoke(app, ["tune", str(grid), "--low", "1e-4", "--high", "1e-2", "--trials", "1",
+                                     "--device-memory", "2MB"])
+    assert tuned.exit_code == 2, tuned.output
+    assert tuned.output.strip() == refused
+    with pytest.raises(ConfigError) as called:
+        run_grid(grid, [], RunOptions(home=tmp_home, device_memory=parse_memory("2MB"), mlflow=False))
+    assert f"error: {called.value}" == refused
+    assert refused.startswith("error: --device-memory: 2 of 2 run(s) cannot fit in 0.00195 GB per device")
+    assert list(tmp_home.iterdir()) == []  # no store, no study, no run directory
 
 
 @pytest.mark.cuda

@@ -158,4 +158,140 @@ def test_an_entry_point_arm_is_listed_and_usable_without_plugins(plugin_dir, tmp
 def test_the_example_grid_plans_with_the_example_on_the_path(plugin_dir, tmp_path) -> None:
     out = json.loads(plan(EXAMPLE / "grid.yaml", tmp_path / "home").output)
     assert out["imports"] == ["myattn"]
-    assert [r["variant"] for r in out["runs"]] == ["baseline", "myattn:CappedSoftmax(cap=5)"]
+    assert [r["variant"] for r in out["runs"]] == ["baseline", "myattn:CappedSoftmax(cap=5)",
+                                                   "myattn:HeadGate(position=G2)", "myattn:LayerScale(init=0.5)"]
+
+
+# ------------------------------------------------------------------------- gate slots and the block's attention output
+GATES = {"G1": "gate_sdpa", "G2": "gate_v", "G3": "gate_k", "G4": "gate_q", "G5": "gate_out"}
+HEADS = {"G1": 4, "G2": 2, "G3": 2, "G4": 4, "G5": 1}  # the tiny preset's query heads, kv heads, one flat "head"
+
+
+def gate_arm(position: str) -> PluginArm:
+    return PluginArm(arm="myattn:HeadGate", args={"position": position})
+
+
+@pytest.mark.parametrize("position", GATES)
+def test_a_plugin_gate_fills_its_position_and_reports_its_scores(plugin_dir, position) -> None:
+    """The plugin's module sits in the gate slot the grid chose, every other slot as without it; its zeroed
+    projection scores sigmoid(0) = 1/2 everywhere, which the probe reports as the gate score."""
+    import torch
+
+    from ablate.ablations import build_model
+    from ablate.ablations.gates import NoGate
+    from ablate.runner.evaluate import probe
+
+    cfg = ModelConfig(preset="tiny", plugin=gate_arm(position))
+    assert count_params(cfg).total == count_params(ModelConfig(preset="tiny")).total + 2 * HEADS[position] * 64
+    model = build_model(cfg)
+    for block in model.blocks:
+        assert type(getattr(block.attn, GATES[position])).__name__ == "HeadGate"
+        assert all(isinstance(getattr(block.attn, g), NoGate) for p, g in GATES.items() if p != position)
+        assert isinstance(block.attn_out, NoGate)
+        torch.nn.init.zeros_(getattr(block.attn, GATES[position]).proj.weight)
+    idx = torch.randint(0, 256, (2, 16))
+    model(idx).logits.sum().backward()  # trains: the gate's projection gets a gradient
+    assert getattr(model.blocks[0].attn, GATES[position]).proj.weight.grad.abs().sum() > 0
+    p = probe(model, torch.randint(0, 256, (3, 17)).numpy(), hist_bins=10, device=torch.device("cpu"))
+    assert p.layers["gate_score"] == [0.5, 0.5] and p.summary()["gate_score"] == 0.5
+
+
+def test_the_block_output_slot_scales_the_attention_before_the_residual(plugin_dir) -> None:
+    """LayerScale at 1 is the baseline exactly (same init: it draws nothing), at 0 the attention adds nothing."""
+    import torch
+
+    from ablate.ablations import build_model
+
+    idx = torch.randint(0, 256, (2, 16))
+
+    def logits(plugin: PluginArm | None, *, no_attention: bool = False) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(preset="tiny", plugin=plugin))
+        if no_attention:
+            for block in model.blocks:
+                torch.nn.init.zeros_(block.attn.o_proj.weight)
+        return model(idx).logits
+
+    scale = {"arm": "myattn:LayerScale"}
+    assert torch.equal(logits(PluginArm(**scale, args={"init": 1.0})), logits(None))
+    assert torch.equal(logits(PluginArm(**scale, args={"init": 0.0})), logits(None, no_attention=True))
+    cfg = ModelConfig(preset="tiny", plugin=PluginArm(**scale))
+    assert count_params(cfg).total == count_params(ModelConfig(preset="tiny")).total + 2 * 64
+    assert type(build_model(cfg).blocks[1].attn_out).__name__ == "LayerScale"
+
+
+def test_an_output_plugins_scores_are_the_layers_gate_statistics(plugin_dir) -> None:
+    """A plugin in the block's output slot that returns scores (sigmoid(0) = 1/2 from a zeroed projection): the
+    probe reports them as the gate score, as a gate's."""
+    import torch
+
+    from ablate.ablations import build_model
+    from ablate.runner.evaluate import probe
+
+    (plugin_dir / "outgate.py").write_text(
+        "import torch\nfrom pydantic import BaseModel\nfrom torch import nn\n\n\nclass Gate(nn.Module):\n"
+        "    slot = 'attn_out'\n\n    class Args(BaseModel):\n        pass\n\n"
+        "    def __init__(self, args, cfg):\n        super().__init__()\n"
+        "        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)\n\n"
+        "    def forward(self, a, x):\n        s = torch.sigmoid(self.proj(x))\n        return a * s, s\n")
+    cfg = ModelConfig(preset="tiny", plugin=PluginArm(arm="outgate:Gate"))
+    assert count_params(cfg).total == count_params(ModelConfig(preset="tiny")).total + 2 * 64 * 64
+    model = build_model(cfg)
+    for block in model.blocks:
+        torch.nn.init.zeros_(block.attn_out.proj.weight)
+    p = probe(model, torch.randint(0, 256, (3, 17)).numpy(), hist_bins=10, device=torch.device("cpu"))
+    assert p.layers["gate_score"] == [0.5, 0.5] and p.histograms["gate_score"][0][5] == 1.0  # all in bin [0.5, 0.6)
+
+
+def test_match_params_rewidens_the_ffn_around_a_plugin_gate(plugin_dir, tmp_path) -> None:
+    path = grid_file(tmp_path, arm='{arm: "myattn:HeadGate", args: {position: G3}}')
+    path.write_text(path.read_text() + "match_params: baseline\n")
+    result = plan(path, tmp_path / "home")
+    assert result.exit_code == 0, result.output
+    runs = {r["variant"]: r for r in json.loads(result.output)["runs"]}
+    gated, base = runs["myattn:HeadGate(position=G3)"], runs["baseline"]
+    # +256 gate parameters; one FFN unit is 3 x 64 x 2 layers = 384: 192 -> 191 leaves 128 under the baseline
+    assert gated["config"]["model"]["ffn_dim"] == 191 and gated["params"] == base["params"] - 128
+
+
+@pytest.mark.parametrize(("base", "arm", "message"), [
+    ("{preset: tiny, gate: {position: G3}}", '{arm: "myattn:HeadGate", args: {position: G3}}',
+     r"plugin arm 'myattn:HeadGate' is a gate at G3, where model.gate already sits"),
+    ("{preset: tiny}", '{arm: "nopos:Gate"}',
+     r"plugin arm 'nopos:Gate' fills slot 'gate' and must say where: position = one of \['G1', 'G2', 'G3', 'G4', "
+     r"'G5'\] \(has None\)"),
+])
+def test_a_gate_plugin_without_a_free_position_is_one_line_and_exit_2(plugin_dir, tmp_path, base, arm, message):
+    (plugin_dir / "nopos.py").write_text(
+        "from pydantic import BaseModel\nfrom torch import nn\n\n\nclass Gate(nn.Module):\n    slot = 'gate'\n\n"
+        "    class Args(BaseModel):\n        pass\n")
+    path = grid_file(tmp_path, plugins="[myattn, nopos]", arm=arm)
+    path.write_text(path.read_text().replace("model: {preset: tiny}", f"model: {base}"))
+    result = plan(path, tmp_path / "home")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert re.search(message, result.output), result.output
+
+
+@pytest.mark.slow
+def test_a_gate_plugin_and_an_output_plugin_train_are_probed_and_stored(plugin_dir, tmp_path, module_cache) -> None:
+    import pandas as pd
+
+    from ablate.store import Store
+
+    arms = '{arm: "myattn:HeadGate", args: {position: G3}}, {arm: "myattn:LayerScale", args: {init: 0.5}}'
+    path, home = grid_file(tmp_path, arm=arms), tmp_path / "home"
+    result = CliRunner().invoke(app, ["run", str(path), "--jobs", "2", "--home", str(home), "--no-mlflow"])
+    assert result.exit_code == 0, result.output
+    with Store.open(home=home) as store:
+        runs = store.runs_frame(grid="plug")
+        probes = store.probes(run_ids=list(runs["run_id"]))
+    assert set(runs["status"]) == {"done"} and len(runs) == 3
+    by_variant = runs.set_index("variant")
+    gated, scaled = by_variant.loc["myattn:HeadGate(position=G3)"], by_variant.loc["myattn:LayerScale(init=0.5)"]
+    assert (gated["added_params"], scaled["added_params"]) == (2 * 2 * 64, 2 * 64)
+    mine = probes[probes["run_id"] == gated["run_id"]].set_index(["name", "layer"])["value"]
+    scores = [mine[("gate_score", layer)] for layer in range(2)]
+    assert all(0 < g < 1 for g in scores) and gated["gate_score"] == pytest.approx(sum(scores) / 2)
+    assert pd.isna(scaled["gate_score"])  # no scores: null
+    assert gated["massive_ratio"] > 1 and 0 <= scaled["massive_first"] <= 1

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ablate.ablations import ModelConfig, apply_variant, build_model
-from ablate.runner.evaluate import probe
+from ablate.runner.evaluate import Probes, massive, probe
 
 BOS, T = 256, 16
 CPU = torch.device("cpu")
@@ -126,3 +126,94 @@ def test_m_act_is_per_layer_output_and_carried_by_the_residual():
     assert p.layers["m_act"] == pytest.approx([1.0, big, big, big], rel=1e-6)
     assert p.summary()["m_act"] == pytest.approx((1.0 + 3 * big) / 4, rel=1e-6)
     assert big == pytest.approx(639.744, abs=1e-3)
+
+
+def test_massive_is_the_row_max_over_the_row_median_and_where_it_sits():
+    """Sun et al.'s criterion on hand-set rows: torch.median's lower median of the T x d values; a zero median has
+    no ratio (nan) and the first-token flag still counts."""
+    h = torch.tensor([
+        [[1.0, -8.0], [2.0, 1.0], [1.0, 1.0]],   # |h| sorted 1 1 1 1 2 8: 8 / 1 on token 0
+        [[1.0, 2.0], [3.0, 6.0], [-12.0, 3.0]],  # 1 2 3 3 6 12: lower median 3, 12 / 3 on token 2
+        [[0.0, 5.0], [0.0, 0.0], [0.0, 0.0]],    # median 0: no ratio, the max on token 0
+    ])
+    ratio, first = massive(h)
+    assert ratio[:2].tolist() == [8.0, 4.0] and ratio[2].isnan()
+    assert first.tolist() == [True, False, True]
+
+
+def test_massive_probe_on_a_planted_coordinate():
+    """Every coordinate 1, BOS's 2 (so each row's max is on the first token, ratio 2), and one token 42 holding 300
+    in one window: that row's max leaves the first token and its ratio is 300."""
+    model = constructed()
+    with torch.no_grad():
+        model.embed.weight.fill_(1.0)
+        model.embed.weight[BOS] = 2.0
+        model.embed.weight[42, 3] = -300.0
+    rows = windows(4)
+    rows[rows == 42] = 7
+    rows[2, 9] = 42
+    p = probe(model, rows, hist_bins=10, device=CPU)
+    assert p.layers["massive_ratio"] == [76.5, 76.5]  # (2 + 2 + 300 + 2) / 4
+    assert p.layers["massive_first"] == [0.75, 0.75]
+    assert p.summary()["massive_ratio"] == 76.5 and p.summary()["massive_first"] == 0.75
+    one = probe(model, rows[2:3], hist_bins=10, device=CPU)  # batching does not change a row's numbers
+    assert one.layers["massive_ratio"] == [300.0, 300.0] and one.layers["massive_first"] == [0.0, 0.0]
+
+
+def test_massive_summary_is_the_peak_layer_and_its_share():
+    p = Probes({"massive_ratio": [3.0, None, 900.0, 40.0], "massive_first": [0.1, 0.2, 0.95, 0.5]}, {}, [])
+    assert (p.summary()["massive_ratio"], p.summary()["massive_first"]) == (900.0, 0.95)
+    none = Probes({"massive_ratio": [None, None], "massive_first": [0.5, 0.5]}, {}, []).summary()
+    assert (none["massive_ratio"], none["massive_first"]) == (None, None)
+
+
+@pytest.mark.slow
+def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, module_cache):
+    """A run stored without massive_ratio (as one trained before the probe existed) gets it from `ablate probe`,
+    equal to what its own training measured, and its other probes come out as they were."""
+    import json
+
+    from tiny_grids import tiny_grid
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.layout import run_dir
+    from ablate.result import read_result, write_result
+    from ablate.store import Store
+
+    home, grid = tmp_path / "home", tmp_path / "g.yaml"
+    grid.write_text(tiny_grid("reprobe", variants=["sdpa-elementwise"], steps=10))
+    cli = CliRunner()
+    assert (ran := cli.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])).exit_code == 0, ran.output
+    with Store.open(home=home) as store:
+        (rid,) = store.runs_frame(grid="reprobe")["run_id"]
+    trained = read_result(run_dir(home, rid))
+    new = ("massive_ratio", "massive_first")
+    older = trained.model_copy(update={"summary": {k: v for k, v in trained.summary.items() if k not in new},
+                                       "probes": {k: v for k, v in trained.probes.items() if k not in new}})
+    write_result(older, run_dir(home, rid))
+    assert cli.invoke(app, ["ingest", str(run_dir(home, rid)), "--home", str(home)]).exit_code == 0
+    with Store.open(home=home) as store:
+        assert "massive_ratio" not in store.runs_frame(grid="reprobe").columns
+
+    out = cli.invoke(app, ["probe", "--grid", "reprobe", "--home", str(home), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.stdout)
+    assert row["run_id"] == rid and row["error"] is None
+    assert row["summary"]["massive_ratio"] == trained.summary["massive_ratio"] > 1
+    again = read_result(run_dir(home, rid))
+    assert again.probes == trained.probes and again.histograms == trained.histograms
+    assert again.summary == trained.summary  # PPL, steps, wall time kept; the probe summary measured as it was
+    with Store.open(home=home) as store:
+        frame = store.runs_frame(grid="reprobe")
+    assert frame["massive_ratio"].tolist() == [trained.summary["massive_ratio"]]
+    assert frame["massive_first"].tolist() == [trained.summary["massive_first"]]
+
+
+def test_ablate_probe_takes_run_ids_or_a_grid(tmp_path):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    out = CliRunner().invoke(app, ["probe", "--home", str(tmp_path)])
+    assert out.exit_code == 2 and "give run ids or --grid NAME (one of the two)" in out.output, out.output

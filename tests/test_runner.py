@@ -67,6 +67,8 @@ def test_tiny_run_trains_and_writes_a_complete_result(reference):
     assert s["train_loss"] == losses[-1]
     assert s["val_ppl"] == pytest.approx(s["ppl/math"]) and 1 < s["val_ppl"] < 257
     assert s["gate_score"] is None and 0 < s["f_attn"] < 1 and s["m_act"] > 0
+    assert s["massive_ratio"] > 1 and 0 <= s["massive_first"] <= 1 and len(result.probes["massive_first"]) == 2
+    assert s["massive_ratio"] == max(result.probes["massive_ratio"])
     assert s["params"] == 119168 and s["added_params"] == 0 and s["loss_spikes"] == 0
     assert s["tokens_per_s"] > 0 and s["wall_s"] > 0
     assert len(result.probes["f_attn"]) == 2 and result.histograms == {}

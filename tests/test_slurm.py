@@ -334,3 +334,32 @@ def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm
 def runs_at(url: str):
     with Store.open(url) as store:
         return store.runs_frame().set_index("run_id")
+
+
+def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tmp_path):
+    """The file's seeds are finished already (their ``result.json`` files, ingested); the seed ``--until-resolved``
+    adds to both cells of the open comparison trains on Slurm, waited for, and the second look reads it."""
+    from ablate.execute.until_resolved import UntilResolved, plan_until_resolved
+    from ablate.grid import expand, load_grid
+    from ablate.layout import run_dir
+    from ablate.result import RunResult, write_result
+
+    path, home = tmp_path / "g.yaml", tmp_path / "home"
+    path.write_text(tiny_grid("seq", seeds=[0, 1], steps=8, checkpoint_every=1000))
+    for p in expand(load_grid(path)):
+        summary = {"steps": 8, "tokens": 1024, "train_loss": 2.0 + 0.1 * p.config.seed, "val_ppl": 9.0}
+        write_result(RunResult(run_id=p.run_id, config=p.config.model_dump(mode="json"), status="done",
+                               summary=summary, metrics={"step": [0], "loss": [2.0]}), run_dir(home, p.run_id))
+    planner, ids = plan_until_resolved(path, (), UntilResolved(max_seeds=3, round=1, metric="train_loss"),
+                                       home=home)
+    added = sorted(ids[c][2] for c in (planner.comps[0].cell, planner.comps[0].reference))
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--home", str(home),
+                    "--slurm-opt", "cpus_per_task=1", "--time", "0:10:00", "--no-mlflow", "--until-resolved",
+                    "--max-seeds", "3", "--round", "1", "--metric", "train_loss")
+    assert result.exit_code == 0, result.output
+    assert "--until-resolved: 1 comparison, looks at n=2, 3 seeds; at most 2 more runs" in result.output
+    assert "look 2 of 2 (n=3 seeds" in result.output and "sdpa-elementwise vs baseline: " in result.stdout
+    frame = runs(home, "seq")
+    assert set(frame["status"]) == {"done"} and len(frame) == 6
+    trained = frame[frame["slurm_job_id"].notna()]
+    assert sorted(trained.index) == added and set(trained["seed"]) == {2} and (trained["steps"] == 8).all()

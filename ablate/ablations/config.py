@@ -118,8 +118,9 @@ class ModelConfig(_Strict):
     attn_weights: AttnWeights = Field(
         "softmax", description="how scores become attention weights: softmax; sink-learned (a learned per-head "
         "sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick")
-    plugin: PluginArm | None = Field(None, description="an attention weights function from the user's code (set by a "
-                                     "grid's variant {arm: module:Class, args: {...}}; replaces attn_weights)")
+    plugin: PluginArm | None = Field(None, description="an arm from the user's code (set by a grid's variant {arm: "
+                                     "module:Class, args: {...}}): the attention weights (replacing attn_weights), a "
+                                     "gate at G1-G5 or the block's attention output (ablate.ablations.plugins)")
 
     @model_validator(mode="before")
     @classmethod

@@ -2,7 +2,8 @@
 
 Every gate slot takes ``(y, x)``, ``y [B, T, H, w]`` the tensor gated and ``x [B, T, d]`` the normed block input,
 and returns ``(y', scores)``; an absent gate is ``NoGate`` (an ``nn.Identity`` returning ``(y, None)``), so the
-attention's forward never branches on what is gated.
+attention's forward never branches on what is gated. A plugin arm's gate fills its slot the same way
+(``gate_for``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ablate.ablations.config import GateSpec, SwitchSpec
+from ablate.ablations import plugins
+from ablate.ablations.config import GateSpec, ModelConfig, SwitchSpec
 
 
 class NoGate(nn.Identity):
@@ -129,14 +131,17 @@ def gate_width(spec: GateSpec, head_dim: int) -> int:
     return head_dim if spec.granularity == "elementwise" else 1
 
 
-def gate_for(spec: GateSpec | None, position: str, d_model: int, n_heads: int, width: int, *,
-             fused: bool = False) -> nn.Module:
-    """The module for one gate slot: a ``Gate`` when ``spec`` sits at ``position``, else ``NoGate``."""
+def gate_for(cfg: ModelConfig, position: str, n_heads: int, width: int, *, fused: bool = False) -> nn.Module:
+    """The module for one gate slot (``"G1"`` .. ``"G5"``, or the block's ``"attn_out"``): the plugin arm's when it
+    sits there (``ablate.ablations.plugins``), a ``Gate`` when ``cfg.gate`` does, else ``NoGate``."""
+    if plugins.slot(cfg) == position:
+        return plugins.build(cfg)
+    spec = cfg.gate
     if spec is None or spec.position != position:
         return NoGate()
     if position == "G5":
-        return FlatGate(spec, d_model)
-    return Gate(spec, d_model, n_heads, width, fused=fused)
+        return FlatGate(spec, cfg.d_model)
+    return Gate(spec, cfg.d_model, n_heads, width, fused=fused)
 
 
 # ---------------------------------------------------------------- the query projection, plain or with G1 fused

@@ -23,6 +23,7 @@ from ablate.ablations.gates import (
 )
 from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope, init_std_for
 from ablate.ablations.plugins import build as build_plugin
+from ablate.ablations.plugins import slot as plugin_slot
 from ablate.ablations.weights import weights_for
 
 
@@ -38,7 +39,8 @@ class Attention(nn.Module):
     """GQA with per-head q/k RMSNorm, RoPE, causal attention weights and the five gate slots G1..G5.
 
     Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> weights (SDPA) -> SDPA norm/SiLU -> G1 -> W_o -> G5.
-    The weights slot (``weights``, from ``attn_weights``) is softmax through SDPA unless an arm replaces it.
+    The weights slot (``weights``, from ``attn_weights``) is softmax through SDPA unless an arm replaces it; a plugin
+    arm (``ablate.ablations.plugins``) fills the weights slot or one gate slot.
     An input-dependent G1 gate is computed in the query projection's matmul (``fuse_g1``, Qwen3-Next's layout:
     see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function with a separate gate projection.
     """
@@ -53,14 +55,14 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(nq * dk, d, bias=False)
         self.q_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
-        g = cfg.gate
-        self.gate_q = gate_for(g, "G4", d, nq, dk)
-        self.gate_k = gate_for(g, "G3", d, nk, dk)
-        self.gate_v = gate_for(g, "G2", d, nk, dk)
-        self.weights = build_plugin(cfg) if cfg.plugin is not None else weights_for(cfg.attn_weights, nq)
+        self.gate_q = gate_for(cfg, "G4", nq, dk)
+        self.gate_k = gate_for(cfg, "G3", nk, dk)
+        self.gate_v = gate_for(cfg, "G2", nk, dk)
+        plugged = plugin_slot(cfg) == "weights"
+        self.weights = build_plugin(cfg) if plugged else weights_for(cfg.attn_weights, nq)
         self.sdpa_post = sdpa_post_for(cfg.sdpa_norm, cfg.sdpa_silu, nq, dk, cfg.norm_eps)
-        self.gate_sdpa = gate_for(g, "G1", d, nq, dk, fused=fused)
-        self.gate_out = gate_for(g, "G5", d, nq, dk)
+        self.gate_sdpa = gate_for(cfg, "G1", nq, dk, fused=fused)
+        self.gate_out = gate_for(cfg, "G5", 1, d)
         if fused:  # a checkpoint with the gate's rows apart, or per head (ablate before): stacked on load
             self._register_load_state_dict_pre_hook(self._stack_query_gate)
 
@@ -95,7 +97,11 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm block: x + out(attn(norm(x))), then x + out(ffn(norm(x))), ``out`` = sandwich norm then clip."""
+    """Pre-norm block: x + out(attn(norm(x))), then x + out(ffn(norm(x))), ``out`` = sandwich norm then clip.
+
+    The attention's output passes the ``attn_out`` slot after its sandwich norm: ``NoGate`` unless a plugin arm
+    fills it (``(a, norm(x)) -> (a', scores)``, a G5 gate's signature); its scores are the layer's gate statistics
+    where the attention has no gate of its own."""
 
     def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
         super().__init__()
@@ -103,6 +109,7 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(d, eps)
         self.attn = Attention(cfg, fuse_g1=fuse_g1)
         self.attn_out_norm = RMSNorm(d, eps) if cfg.sandwich_norm else nn.Identity()
+        self.attn_out = gate_for(cfg, "attn_out", 1, d)
         self.ffn_norm = RMSNorm(d, eps)
         self.ffn = MoE(cfg) if cfg.is_moe else SwiGLU(d, cfg.ffn_dim)
         self.ffn_out_norm = RMSNorm(d, eps) if cfg.sandwich_norm else nn.Identity()
@@ -111,8 +118,12 @@ class Block(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, probe: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor | None] | None]:
-        a, probes = self.attn(self.attn_norm(x), cos, sin, probe)
-        x = x + self.clip(self.attn_out_norm(a))
+        h = self.attn_norm(x)
+        a, probes = self.attn(h, cos, sin, probe)
+        a, scores = self.attn_out(self.attn_out_norm(a), h)
+        x = x + self.clip(a)
+        if probes is not None and probes["gate"] is None:
+            probes["gate"] = scores
         f, aux = self.ffn(self.ffn_norm(x))
         x = x + self.clip(self.ffn_out_norm(f))
         return x, aux, probes

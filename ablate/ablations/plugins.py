@@ -1,13 +1,27 @@
-"""Arms from the user's code: an attention weights function that a grid names by import path.
+"""Arms from the user's code: a module that a grid names by import path, filling one slot of the decoder.
 
 The protocol (docs/internals.md, "plugins"): the class a ``PluginArm.arm`` names (``module:Class``) is an
 ``nn.Module`` with
 
-- ``slot = "weights"``: it fills the attention weights slot (``ablate.ablations.weights``), in place of softmax;
+- ``slot``, the slot it fills, where the built-in model holds SDPA or an identity:
+
+  - ``"weights"``: the attention weights (``ablate.ablations.weights``), in place of softmax:
+    ``forward(q, k, v, probe) -> (y, p | None)``, ``q [B, q, T, dk]``, ``k``/``v`` ``[B, k, T, dk]``, causal;
+    ``p [B, q, T, T]`` when ``probe`` (F-Attn reads it);
+  - ``"gate"``: a gate at one of the paper's positions, called as the catalogue's gates are
+    (``ablate.ablations.gates.gate_for``): ``forward(y, x) -> (y', scores | None)``, ``x [B, T, d]`` the block's
+    normed input and ``y`` the tensor gated: G1 the SDPA output ``[B, T, q, dk]``, G2 the values and G3 the keys
+    ``[B, T, k, dk]``, G4 the queries ``[B, T, q, dk]``, G5 the output after W_o ``[B, T, d]``. Its position is
+    the class's ``position`` (``"G1"`` .. ``"G5"``), or the ``position`` argument when its ``Args`` has one (the
+    grid then chooses it). ``scores`` (any shape; values in [0, 1] for the histogram) are its gate statistics;
+  - ``"attn_out"``: the block's attention output, after W_o, G5 and the sandwich norm, before the clip and the
+    residual add: ``forward(a, x) -> (a', scores | None)``, ``a`` and ``x`` ``[B, T, d]`` (a G5 gate's shapes);
+
 - ``Args``: a pydantic model of its arguments (the grid's ``args``, validated when the grid is loaded);
-- ``__init__(self, args: Args, cfg: ModelConfig)`` and ``forward(q, k, v, probe) -> (y, p | None)`` as the
-  built-in weights modules: ``q [B, q, T, dk]``, ``k``/``v`` ``[B, k, T, dk]``, causal; ``p [B, q, T, T]`` when
-  ``probe`` (F-Attn reads it).
+- ``__init__(self, args: Args, cfg: ModelConfig)``.
+
+Its parameters are the model's, so they are counted (and ``match_params`` re-widens the FFN around them). A gate
+plugin cannot sit where the config's own gate (``model.gate``) does.
 
 Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the ``ablate.arms``
 entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported (``check``). Identity: the
@@ -24,15 +38,16 @@ import importlib
 import importlib.metadata
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.ablations.config import ModelConfig, PluginArm
+from ablate.ablations.config import GatePosition, ModelConfig, PluginArm
 from ablate.errors import ConfigError
 
 ENTRY_POINTS = "ablate.arms"
-SLOTS = ("weights",)
+SLOTS = ("weights", "gate", "attn_out")
+POSITIONS: tuple[str, ...] = get_args(GatePosition)
 
 
 @functools.cache  # read once per process: a grid asks for each of its runs
@@ -95,9 +110,9 @@ def arguments(spec: PluginArm) -> BaseModel:
                           where=f"model.plugin.args{'.' + loc if loc else ''}") from None
 
 
-def check(spec: PluginArm, listed: Iterable[str]) -> None:
-    """Refuse an arm whose module the grid does not list (nor an entry point registers), then load it and
-    validate its arguments."""
+def check(spec: PluginArm, listed: Iterable[str], model: ModelConfig | None = None) -> None:
+    """Refuse an arm whose module the grid does not list (nor an entry point registers), then load it, validate its
+    arguments and (given the ``model`` it goes into) find its slot."""
     allowed = set(listed) | {module_of(v) for v in registered().values()}
     module = module_of(spec.arm)
     if module not in allowed:
@@ -105,6 +120,26 @@ def check(spec: PluginArm, listed: Iterable[str]) -> None:
                           f"`plugins: [{module}]` (only listed modules and installed {ENTRY_POINTS!r} entry points are "
                           "imported)", where="model.plugin.arm")
     arguments(spec)
+    if model is not None:
+        slot(model)
+
+
+def slot(cfg: ModelConfig) -> str | None:
+    """Where ``cfg``'s plugin arm sits: ``"weights"``, a gate position ``"G1"`` .. ``"G5"``, ``"attn_out"``; None
+    without one. A gate with no valid position, or at the position of ``cfg.gate``, is a ConfigError."""
+    if cfg.plugin is None:
+        return None
+    cls = load(cfg.plugin.arm)
+    if cls.slot != "gate":
+        return str(cls.slot)
+    position = getattr(arguments(cfg.plugin), "position", None) or getattr(cls, "position", None)
+    if position not in POSITIONS:
+        raise ConfigError(f"plugin arm {cfg.plugin.arm!r} fills slot 'gate' and must say where: position = one of "
+                          f"{list(POSITIONS)} (has {position!r})", where="model.plugin.arm")
+    if cfg.gate is not None and cfg.gate.position == position:
+        raise ConfigError(f"plugin arm {cfg.plugin.arm!r} is a gate at {position}, where model.gate already sits; "
+                          "remove model.gate or put the plugin's gate elsewhere", where="model.plugin.arm")
+    return str(position)
 
 
 def version_of(module: str) -> str:
@@ -130,6 +165,6 @@ def fill_version(spec: PluginArm, resolver: Any = None) -> dict[str, Any]:
 
 
 def build(cfg: ModelConfig) -> Any:
-    """The plugin's weights module for ``cfg`` (torch is the plugin's import)."""
+    """The plugin's module for ``cfg``, for the slot ``slot(cfg)`` names (torch is the plugin's import)."""
     assert cfg.plugin is not None
     return load(cfg.plugin.arm)(arguments(cfg.plugin), cfg)

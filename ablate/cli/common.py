@@ -174,6 +174,10 @@ DevicesOpt = Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or
                                                 "[default: every GPU, else cpu]")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="torch threads per worker [default: the CPUs "
                                                "this process may use (taskset, cgroup quota, Slurm) // workers]")]
+DeviceMemoryOpt = Annotated[str | None, typer.Option(
+    "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything starts "
+                            "if a run's estimated peak does not fit, naming the cheapest fix [run, on a GPU: its "
+                            "memory]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 StorePatienceOpt = Annotated[float | None, typer.Option(
     "--store-patience", min=0, show_default=False,

@@ -1,4 +1,4 @@
-"""lm-evaluation-harness on finished runs: ``ablate eval``."""
+"""lm-evaluation-harness on finished runs: ``ablate eval``; their probes measured again: ``ablate probe``."""
 
 from __future__ import annotations
 
@@ -77,4 +77,47 @@ def _table(results: list[Any]) -> Any:
         cells = ["-" if r.scores.get(c) is None else f"{r.scores[c]:.1f}" for c in columns]
         note = r.error or ("scored now" if r.scored else "already scored")
         table.add_row(r.run_id, *cells, note)
+    return table
+
+
+@app.command("probe")
+@handles_errors
+def probe_cmd(
+    run_ids: Annotated[list[str] | None, typer.Argument(help="runs to probe (ids as in `ablate runs`, or their "
+                                                             "first characters)", show_default=False)] = None,
+    grid: Annotated[str | None, typer.Option("--grid", help="probe every done run of this grid")] = None,
+    device: Annotated[str, typer.Option("--device", help="where the model runs: cpu, cuda, cuda:1, ...")] = "cpu",
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Probe done runs again from their last checkpoint, on the windows they probed, and store the probes (a probe
+    added since a run trained, such as massive_ratio, without training it again); exit 1 if a run failed."""
+    from ablate.execute.evaluate import RunProbes, probe_runs, select_runs
+
+    def report(res: RunProbes) -> None:
+        typer.echo(f"{res.run_id}: {'failed: ' + res.error if res.error else 'probed'}", err=True)
+
+    with open_store(home, store) as opened:
+        chosen = select_runs(opened, run_ids or [], grid, finished=("done",), command="`ablate probe` probes")
+        results = probe_runs(opened, home_dir(home), chosen, device=device, on_run=report)
+    if fmt == "json":
+        echo_json([vars(r) for r in results])
+    else:
+        print_wide(_probe_table(results))
+    raise typer.Exit(1 if any(r.error for r in results) else 0)
+
+
+def _probe_table(results: list[Any]) -> Any:
+    from rich.table import Table
+
+    columns = list(dict.fromkeys(k for r in results for k in r.summary))
+    table = Table(title=f"ablate probe: {len(results)} run{'s' * (len(results) != 1)}")
+    table.add_column("run", no_wrap=True, style="bold")
+    for c in columns:
+        table.add_column(c, justify="right")
+    table.add_column("note")
+    for r in results:
+        cells = ["-" if r.summary.get(c) is None else f"{r.summary[c]:.3g}" for c in columns]
+        table.add_row(r.run_id, *cells, r.error or "probed")
     return table

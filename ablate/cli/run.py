@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import typer
 
 from ablate.cli.common import (
+    DeviceMemoryOpt,
     DevicesOpt,
     GridArg,
     HomeOpt,
@@ -27,18 +28,24 @@ from ablate.cli.common import (
     warn,
 )
 
-DeviceMemoryOpt = Annotated[str | None, typer.Option(
-    "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything starts "
-                            "if a run's estimated peak does not fit, naming the cheapest fix [run, on a GPU: its "
-                            "memory]")]
+UntilResolvedOpt = Annotated[bool, typer.Option(
+    "--until-resolved", help="train more seeds (--round at a time, up to --max-seeds) in each cell whose comparison "
+                             "with its --reference cell is unresolved on --metric, looking again with alpha "
+                             "spending; the plan shows the most it can add")]
+MaxSeedsOpt = Annotated[int, typer.Option("--max-seeds", help="--until-resolved: the most seeds per cell")]
+RoundOpt = Annotated[int, typer.Option("--round", help="--until-resolved: seeds added per open cell per look")]
+MetricOpt = Annotated[str, typer.Option("--metric", help="--until-resolved: the metric compared (val_ppl, f_attn, "
+                                                         "m_act, ...)")]
+ReferenceOpt = Annotated[str, typer.Option("--reference", help="--until-resolved: the reference variant")]
+CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until-resolved: a variant to resolve "
+                                                      "(repeat; default: every other variant)")]
 
 
-def check_memory(runs, status: dict[str, str], available: float, where: str) -> None:
-    """Refuse (one line, exit 2) the runs still to train whose estimated peak memory does not fit ``available``."""
-    from ablate.ablations.memory import check_fit, gpu_here
+def until_resolved_spec(metric: str, reference: str, compare: list[str] | None, max_seeds: int, round_: int):
+    from ablate.execute.until_resolved import UntilResolved
 
-    todo = [(r.run_id, r.config.variant, r.config) for r in runs if status.get(r.run_id) not in ("done", "diverged")]
-    check_fit(todo, available, gpu=gpu_here(), where=where)
+    return UntilResolved(metric=metric, reference=reference, compare=tuple(compare or ()), max_seeds=max_seeds,
+                         round=round_)
 
 
 RICH_ROWS = 500  # a plan longer than this prints as plain columns (views.text_table)
@@ -56,10 +63,16 @@ def plan(
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
     threads: ThreadsOpt = None,
+    until_resolved: UntilResolvedOpt = False,
+    max_seeds: MaxSeedsOpt = 10,
+    round_: RoundOpt = 2,
+    metric: MetricOpt = "val_ppl",
+    reference: ReferenceOpt = "baseline",
+    compare: CompareOpt = None,
 ) -> None:
     """Expand a grid without running it: run ids, parameter counts, estimated peak memory per device, each
     run's status in the store, and the workers `ablate run` would start here (with the same --jobs, --devices,
-    --threads)."""
+    --threads); with --until-resolved, the looks and the most runs it can add."""
     from ablate.errors import ConfigError, InputMissingError
     from ablate.grid import expand, load_grid
     from ablate.grid.view import plan_imports, plan_json, plan_rows, statuses
@@ -81,8 +94,9 @@ def plan(
     status = statuses(runs, store=store, home=home_dir(home))
     if device_memory is not None:
         from ablate.ablations.memory import parse_memory
+        from ablate.execute.fit import FLAG, check_memory
 
-        check_memory(runs, status, parse_memory(device_memory), "--device-memory")
+        check_memory(runs, status, parse_memory(device_memory), FLAG)
     slots = _planned_workers(runs, status, jobs=jobs, devices=devices, threads=threads)
     if fmt == "json":
         echo_json({**plan_json(spec.name, runs, status),
@@ -100,6 +114,11 @@ def plan(
         from ablate.cli.views import rich_table
 
         print_wide(rich_table(*table))
+    if until_resolved:
+        from ablate.execute.until_resolved import most_line, plan_until_resolved
+
+        spec_u = until_resolved_spec(metric, reference, compare, max_seeds, round_)
+        typer.echo(most_line(plan_until_resolved(grid, sets or (), spec_u, home=home_dir(home))[0]))
     if slots:
         from ablate.execute.devices import crowding, describe, usable_cpus
 
@@ -185,51 +204,65 @@ def run(
     gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", help="slurm: GPUs per node (= processes "
                                                       "per node; nodes x this = train.devices)")] = None,
     device_memory: DeviceMemoryOpt = None,
+    until_resolved: UntilResolvedOpt = False,
+    max_seeds: MaxSeedsOpt = 10,
+    round_: RoundOpt = 2,
+    metric: MetricOpt = "val_ppl",
+    reference: ReferenceOpt = "baseline",
+    compare: CompareOpt = None,
 ) -> None:
-    """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once)."""
+    """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once).
+    With --until-resolved: then more seeds where a comparison is still unresolved (docs/CLI.md)."""
     if executor == "local" and (nodes is not None or gpus_per_node is not None):
         from ablate.errors import ConfigError
 
         flag = "--nodes" if nodes is not None else "--gpus-per-node"
         raise ConfigError("only the Slurm executor spans nodes; add --executor slurm (a local run uses "
                           "train.devices processes on this machine)", where=flag)
-    _check_run_memory(grid, sets, device_memory, local=executor == "local", home=home, store=store)
-    if executor == "slurm":
-        from ablate.cli.slurm import run_slurm
+    spec = until_resolved_spec(metric, reference, compare, max_seeds, round_) if until_resolved else None
+    from ablate.ablations.memory import parse_memory
 
-        raise typer.Exit(run_slurm(grid, sets, home=home, store=store, partition=partition,
-                                   gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait,
-                                   array_parallelism=array_parallelism, slurm_opts=slurm_opts,
-                                   retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
-                                   gpus_per_node=gpus_per_node, store_patience=store_patience, append=append))
-    from ablate.execute import RunOptions, print_summary, run_grid
+    memory = parse_memory(device_memory) if device_memory is not None else None
 
-    options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
-                         jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow, wait=wait,
-                         append=append,
-                         progress_every_s=progress_every, **patience(store_patience))
-    report = run_grid(grid, sets or [], options)
-    print_summary(report)
-    raise typer.Exit(report.exit_code)
+    def run_round(extra: list[dict] | None = None) -> int:
+        if executor == "slurm":
+            from ablate.cli.slurm import run_slurm
+
+            return run_slurm(grid, sets, home=home, store=store, partition=partition, gpus_per_job=gpus_per_job,
+                             time_limit=time_limit, wait=wait or spec is not None,
+                             array_parallelism=array_parallelism, slurm_opts=slurm_opts, retry_failed=retry_failed,
+                             mlflow=not no_mlflow, nodes=nodes or 1, gpus_per_node=gpus_per_node,
+                             store_patience=store_patience, append=append, extra=extra or (),
+                             device_memory=memory)
+        from ablate.execute import RunOptions, print_summary, run_grid
+
+        options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
+                             jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow,
+                             wait=wait, append=append, progress_every_s=progress_every, extra=tuple(extra or ()),
+                             device_memory=memory, **patience(store_patience))
+        report = run_grid(grid, sets or [], options)
+        print_summary(report)
+        return report.exit_code
+
+    if spec is None:
+        raise typer.Exit(run_round())
+    raise typer.Exit(_run_until_resolved(grid, sets or [], spec, run_round, home=home, store=store))
 
 
-def _check_run_memory(grid, sets, device_memory: str | None, *, local: bool, home, store) -> None:
-    """``--device-memory``, or on a local GPU its real memory: every run still to train must fit."""
-    from ablate.ablations.memory import device_memory as gpu_memory
-    from ablate.ablations.memory import fmt_gb, gpu_here, parse_memory
+def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, store) -> int:
+    """``ablate run --until-resolved``: rounds of ``run_round`` until the comparisons resolve; the verdicts."""
+    from ablate.cli.common import open_store
+    from ablate.execute.until_resolved import metric_values, until_resolved, verdict_lines
 
-    if device_memory is not None:
-        available, where = parse_memory(device_memory), "--device-memory"
-    elif local and gpu_here() and (available := gpu_memory()) is not None:
-        where = f"GPU memory ({fmt_gb(available)}; --device-memory overrides)"
-    else:
-        return
-    from ablate.grid import expand, load_grid
-    from ablate.grid.view import statuses
-    from ablate.runner.fingerprints import Fingerprints
+    def read(run_ids):
+        with open_store(home, store) as opened:
+            return metric_values(opened, run_ids, spec.metric)
 
-    runs = expand(load_grid(grid, sets or ()), fingerprints=Fingerprints.for_home(home_dir(home)))
-    check_memory(runs, statuses(runs, store=store, home=home_dir(home)), available, where)
+    outcome = until_resolved(grid, sets, spec, home=home_dir(home), read=read, run_round=run_round,
+                             say=lambda line: typer.echo(line, err=True))
+    for line in verdict_lines(outcome, spec):
+        typer.echo(line)
+    return outcome.exit_code
 
 
 @app.command()
@@ -239,74 +272,8 @@ def ui(
     home: HomeOpt = None,
 ) -> None:
     """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its workers)."""
+    from ablate.execute.serve import serve, ui_command
+
     cmd = ui_command(home_dir(home), port=port)
     typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
     raise typer.Exit(serve(cmd))
-
-
-def ui_command(home: Path, *, port: int = 5000) -> list[str]:
-    """The ``mlflow ui`` command line over this home's tracking store, listening on 127.0.0.1 only.
-
-    A ``MLFLOW_TRACKING_URI`` that is already a server has its own UI: that is a UserInputError naming it.
-    """
-    import sys
-
-    from ablate.errors import UserInputError
-    from ablate.store.mlflow_mirror import artifact_root, tracking_uri
-
-    uri = tracking_uri(home)
-    if uri.startswith(("http://", "https://", "databricks")):
-        raise UserInputError(f"MLFLOW_TRACKING_URI is a tracking server ({uri}): open it in a browser instead")
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-            "--default-artifact-root", artifact_root(home), "--host", "127.0.0.1", "--port", str(port)]
-
-
-def serve(cmd: list[str], *, grace_s: float = 3.0) -> int:
-    """Run a server command in its own process group until it exits or this process gets SIGINT or SIGTERM; then
-    stop the whole group (the server and every worker it started): SIGTERM, and after ``grace_s`` SIGKILL.
-    Returns the server's exit status (0 when stopped by a signal)."""
-    import os
-    import signal
-    import subprocess
-    import time
-
-    proc = subprocess.Popen(cmd, start_new_session=True)  # a group of its own: stopped as one, never orphaned
-    asked: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, _frame: asked.append(signum))
-           for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while proc.poll() is None and not asked:
-            time.sleep(0.1)
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        if proc.poll() is None or asked:
-            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 1.0)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + wait_s
-                while time.monotonic() < deadline and _group_alive(proc.pid):
-                    proc.poll()
-                    time.sleep(0.05)
-                if not _group_alive(proc.pid):
-                    break
-            proc.wait()
-    return 0 if asked else max(proc.returncode or 0, 0)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is left (signal 0 to the group)."""
-    import os
-
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -25,14 +26,15 @@ def run_slurm(grid: Path, sets: list[str] | None, *, home: Path | None, store: s
               partition: str | None, gpus_per_job: int | None, time_limit: str, wait: bool,
               array_parallelism: int | None, slurm_opts: list[str] | None, retry_failed: bool,
               nodes: int = 1, gpus_per_node: int | None = None,
-              mlflow: bool = True, store_patience: float | None = None, append: bool = False) -> int:
+              mlflow: bool = True, store_patience: float | None = None, append: bool = False,
+              extra: Sequence[dict[str, Any]] = (), device_memory: float | None = None) -> int:
     """``ablate run --executor slurm``: submit the grid as one job array; the exit status."""
     from ablate.execute.slurm import SlurmOptions, submit_grid
 
     options = SlurmOptions(home=home_dir(home), store=store, partition=partition, gpus_per_job=gpus_per_job,
                            time=time_limit, array_parallelism=array_parallelism, slurm_opts=slurm_opts or [],
                            retry_failed=retry_failed, wait=wait, nodes=nodes, gpus_per_node=gpus_per_node, mlflow=mlflow,
-                           append=append,
+                           append=append, extra=tuple(extra), device_memory=device_memory,
                            **patience(store_patience))
     report = submit_grid(grid, sets or [], options)
     for warning in report.warnings:

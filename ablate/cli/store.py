@@ -52,10 +52,15 @@ def runs_cmd(
     """
     from ablate.store import render
 
+    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    if fmt == "csv" and not (where and where.strip()):  # the table whole, from its rows: no pandas frame
+        with open_store(home, store) as opened:
+            typer.echo(render.write_csv(opened, grid=grid, columns=names), nl=False)
+        return
     with open_store(home, store) as opened:
         frame = opened.runs_frame(grid=grid, where=where)
-    if columns:
-        cols = render.pick_columns(frame, [c.strip() for c in columns.split(",") if c.strip()])
+    if names is not None:
+        cols = render.pick_columns(frame, names)
     elif every or fmt in ("csv", "json"):
         cols = list(frame.columns)
     else:
@@ -94,15 +99,10 @@ def status_cmd(
     running now (step, loss, tokens/s, ETA), and running runs whose process is gone: at once on this machine (its
     run directory's lock is free), after --stale-after without a heartbeat elsewhere; and ended runs not yet
     recorded (their result.json is complete)."""
-    from ablate.execute.opening import slurm_liveness
-    from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
+    from ablate.execute.status import grid_status, status_warnings
 
     with open_store(home, store) as opened:
-        summary = opened.status_summary(grid, stale_after_s=stale_after, older=older)
-        summary["slurm"] = slurm_rows(opened, grid)
-        if summary["running"]:  # the one liveness rule of `ablate run`
-            slurm_liveness(opened, home_dir(home), summary["running"]).mark(summary["running"])
-            summary["stale"] = [r["run_id"] for r in summary["running"] if r["stale"]]
+        summary = grid_status(opened, home_dir(home), grid, stale_after_s=stale_after, older=older)
     if fmt == "json":
         import json
 
@@ -113,29 +113,8 @@ def status_cmd(
 
     for table in status_tables(summary, STATUSES):
         print_wide(table)  # off a terminal whole ids, variants and steps (a script or a log reads them)
-    if not older:
-        for row in summary["grids"]:
-            if row["older"]:
-                warn(f"grid {row['grid']}: {row['older']} run(s) of older configurations left out (runs its last "
-                     "`ablate run` did not plan: an edited grid file, changed data); --older counts them")
-    gone = [r["run_id"] for r in summary["running"] if r.get("gone")]
-    crashed = [r["run_id"] for r in summary["running"] if r.get("failed")]
-    quiet = [rid for rid in summary["stale"] if rid not in gone and rid not in crashed]
-    ended = [r["run_id"] for r in summary["running"] if r.get("ended")]
-    if crashed:
-        warn(f"{len(crashed)} run(s) marked running failed while the store could not be told (their "
-             f"error.txt says why; the next `ablate run` of their grid records them failed): "
-             f"{', '.join(crashed)}")
-    if ended:
-        warn(f"{len(ended)} run(s) marked running have ended and wait to be recorded (by their `ablate run` in a "
-             f"moment; if it is gone, the next `ablate run` of their grid or `ablate ingest` records them): "
-             f"{', '.join(ended)}")
-    if gone:
-        warn(f"{len(gone)} run(s) marked running were cut off (their process on this machine is gone; the next "
-             f"`ablate run` of their grid resumes them): {', '.join(gone)}")
-    if quiet:
-        warn(f"{len(quiet)} running run(s) have no heartbeat for over {stale_after:.0f}s "
-             f"(worker gone?): {', '.join(quiet)}")
+    for line in status_warnings(summary, older=older, stale_after_s=stale_after):
+        warn(line)
 
 
 @app.command("ingest")

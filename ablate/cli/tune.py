@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ablate.cli.common import (
+    DeviceMemoryOpt,
     DevicesOpt,
     HomeOpt,
     JobsOpt,
@@ -56,6 +57,7 @@ def tune_cmd(
     home: HomeOpt = None,
     store: StoreOpt = None,
     store_patience: StorePatienceOpt = None,
+    device_memory: DeviceMemoryOpt = None,
 ) -> None:
     """Search a parameter (the learning rate) per grid cell with Optuna; report each variant's best and largest
     stable value; --then-run compares the variants at their best. Studies live in the results store."""
@@ -74,13 +76,15 @@ def tune_cmd(
         return
     if grid is None:
         raise ConfigError("give the grid file to tune (or --dashboard)", where="GRID")
+    from ablate.ablations.memory import parse_memory
     from ablate.tune.search import TuneOptions, tune
     from ablate.tune.summary import print_summary
 
     options = TuneOptions(param=param, low=low, high=high, log=log, trials=trials, metric=metric, pruner=pruner,
                           tolerance=tolerance, then_run=then_run, find_max_stable=find_max_stable,
                           stable_steps=stable_steps, home=home_dir(home), store=store, jobs=jobs, devices=devices,
-                          mlflow=not no_mlflow, **patience(store_patience))
+                          mlflow=not no_mlflow, **patience(store_patience),
+                          device_memory=None if device_memory is None else parse_memory(device_memory))
     report = tune(grid, sets or [], options)
     print_summary(report, param, metric)
     if report.tuned is not None:

@@ -1,4 +1,5 @@
-"""``ablate eval``: score finished runs with lm-evaluation-harness and store the scores as ``bench/<task>`` columns.
+"""``ablate eval``: score finished runs with lm-evaluation-harness and store the scores as ``bench/<task>`` columns;
+``ablate probe``: probe finished runs again from their checkpoints (``probe_runs``).
 
 For each run, the tasks it has not been scored on (at this ``--limit``) go through ablate's lm-eval model
 (``ablate.runner.lm_eval_adapter``) on the run's final checkpoint, at the run's context length. A task's score is
@@ -43,8 +44,9 @@ class RunScores:
     error: str | None = None
 
 
-def select_runs(store: Store, run_ids: Sequence[str], grid: str | None) -> list[str]:
-    """The finished runs to score: ``run_ids`` (each must be known and finished), else the finished runs of
+def select_runs(store: Store, run_ids: Sequence[str], grid: str | None, *, finished: Sequence[str] = FINISHED,
+                command: str = "`ablate eval` scores") -> list[str]:
+    """The finished runs to score: ``run_ids`` (each must be known and ``finished``), else the ``finished`` runs of
     ``grid``. A UserInputError says what is wrong."""
     if bool(run_ids) == bool(grid):
         raise UserInputError("give run ids or --grid NAME (one of the two)")
@@ -52,13 +54,13 @@ def select_runs(store: Store, run_ids: Sequence[str], grid: str | None) -> list[
         if grid not in store.grids():
             raise UserInputError(f"no grid {grid!r} in the store{did_you_mean(grid, store.grids())}")
         frame = store.runs_frame(grid=grid)
-        return [r for r, s in zip(frame["run_id"], frame["status"], strict=True) if s in FINISHED]
+        return [r for r, s in zip(frame["run_id"], frame["status"], strict=True) if s in finished]
     run_ids = [store.resolve_run(ref) for ref in run_ids]  # ids or their first characters, as show takes
     statuses = store.statuses(run_ids=run_ids)
     for rid in run_ids:
-        if statuses[rid] not in FINISHED:
-            raise UserInputError(f"run {rid} is {statuses[rid]}; `ablate eval` scores finished runs "
-                                 f"({' or '.join(FINISHED)})")
+        if statuses[rid] not in finished:
+            raise UserInputError(f"run {rid} is {statuses[rid]}; {command} finished runs "
+                                 f"({' or '.join(finished)})")
     return list(dict.fromkeys(run_ids))
 
 
@@ -151,3 +153,35 @@ def _add_to_result(run_dir: Path, scores: dict[str, float | None]) -> None:
     result = read_result(run_dir)
     if any(result.summary.get(k) != v for k, v in scores.items()):
         write_result(result.model_copy(update={"summary": {**result.summary, **scores}}), run_dir)
+
+
+@dataclass
+class RunProbes:
+    """What ``ablate probe`` did for one run: the probe summary it stored, or the ``error`` that stopped it."""
+
+    run_id: str
+    summary: dict[str, float | None] = field(default_factory=dict)
+    error: str | None = None
+
+
+def probe_runs(store: Store, home: str | os.PathLike[str], run_ids: Sequence[str], *, device: str = "cpu",
+               on_run: Callable[[RunProbes], None] | None = None) -> list[RunProbes]:
+    """Probe ``run_ids`` again on their checkpoints (``ablate.runner.reprobe``), rewrite their ``result.json`` and
+    ingest it; one run's failure is its own (``RunProbes.error``). ``on_run`` is called after each run."""
+    from ablate.metrics import SUMMARY
+    from ablate.runner.reprobe import probe_again
+
+    probed = [m.name for m in SUMMARY if m.source == "runner (probes)"]
+    out = []
+    for rid in run_ids:
+        res = RunProbes(rid)
+        try:
+            result = probe_again(layout.run_dir(home, rid), device=device)
+            store.ingest(result)
+            res.summary = {k: result.summary.get(k) for k in probed}
+        except AblateError as exc:
+            res.error = str(exc)
+        out.append(res)
+        if on_run is not None:
+            on_run(res)
+    return out

@@ -1,11 +1,13 @@
 """``ablate run``: a grid from its file to every run recorded, on the local worker pool.
 
-1. The opening every executor shares (``opening.open_grid``): expand the grid, look every run up in the store,
+1. The memory check (``fit.require_fit``): a run that cannot fit in a device's memory is refused before anything
+   starts. The grid is expanded once (``opening.expand_grid``), for it, the worker count and the opening.
+2. The opening every executor shares (``opening.open_grid``): expand the grid, look every run up in the store,
    register the grid, decide (``triage``) what trains; runs another process is training are skipped (one line
    says which), or waited for with ``wait``.
-2. The pool (``local.LocalRunner``): one worker per slot, the jobs dealt out, resumed ones first; every event goes
+3. The pool (``local.LocalRunner``): one worker per slot, the jobs dealt out, resumed ones first; every event goes
    through the run lifecycle (``lifecycle.Lifecycle``), which records it in the store and MLflow.
-3. The summary: counts by outcome and by status, and an exit code (0 all done/diverged/pruned, 1 some failed or
+4. The summary: counts by outcome and by status, and an exit code (0 all done/diverged/pruned, 1 some failed or
    the store went away, 130 when interrupted).
 """
 
@@ -24,10 +26,11 @@ from rich.text import Text
 from ablate import layout
 from ablate.execute.devices import crowding, describe, local_slots, usable_cpus
 from ablate.execute.display import LABEL, stdout_console, summary_table
+from ablate.execute.fit import require_fit
 from ablate.execute.lifecycle import Lifecycle, unmirrored
 from ablate.execute.local import TRAIN_JOB, LocalRunner
 from ablate.execute.messages import Job
-from ablate.execute.opening import Liveness, Opened, open_grid
+from ablate.execute.opening import Liveness, Opened, expand_grid, open_grid
 from ablate.execute.recorder import STORE_PATIENCE_S
 
 log = logging.getLogger(__name__)
@@ -49,11 +52,13 @@ class RunOptions:
     mlflow: bool = True
     wait: bool = False  # wait for runs another process is training, then run what they left
     append: bool = False  # a grid whose name the store holds with another base: the same study grown
+    device_memory: float | None = None  # bytes per device every run to train must fit (default: a local GPU's)
     stale_after_s: float = 300.0  # a run on another host with no heartbeat for this long is taken as dead
     store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long stops the grid cleanly
     progress_every_s: float | None = None  # without a terminal: a progress line this often (default 30 s)
     job_fn: str = TRAIN_JOB
     console: Console | None = None
+    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
 
 
 @dataclass
@@ -101,23 +106,20 @@ class GridReport:
         return 1 if any(s == "failed" for s in self.statuses.values()) else 0
 
 
-def _devices_per_run(path: str | Path, sets: Sequence[str]) -> int:
-    """The most devices (``train.devices``) a run of the grid trains on: each worker gets that many GPUs."""
-    from ablate.grid import expand, load_grid
-
-    return max((p.config.train.devices for p in expand(load_grid(path, sets))), default=1)
-
-
 def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | None = None) -> GridReport:
-    """Run the grid at ``path`` (with ``--set`` overrides): train what is new or cut off, skip what is done."""
+    """Run the grid at ``path`` (with ``--set`` overrides): train what is new or cut off, skip what is done.
+    Runs that cannot fit in ``options.device_memory`` (else a local GPU's memory) are refused first (exit 2)."""
     opts = options or RunOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
+    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: the check, workers, openings
+    require_fit(expanded.planned, opts.device_memory, local=True, home=Path(opts.home), store=opts.store)
+    per_run = max((p.config.train.devices for p in expanded.planned), default=1)  # each worker gets that many GPUs
     slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device,
-                        threads=opts.threads, per_run=_devices_per_run(path, sets))
+                        threads=opts.threads, per_run=per_run)
     report: GridReport | None = None
     while True:
-        with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
+        with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
                        stale_after_s=opts.stale_after_s, append=opts.append) as opened:
             report = _run_opened(opened, slots, opts, console, report)
             waiting = opts.wait and opened.held and not report.interrupted and report.store_error is None

@@ -3,7 +3,8 @@ the store opened, the grid registered, and each run triaged (``ablate.execute.tr
 
 ``open_grid(path, sets, home=, store=, retry_failed=, stale_after_s=, slurm=)`` -> ``Opened`` (a context manager
 that closes the store): the runs ``todo`` (resumed ones first), what was skipped and why, and who holds the runs
-that another process is training. A run that finished while nobody could record it (its ``result.json`` is
+that another process is training. ``path`` may be the grid already expanded (``expand_grid``), so that a caller
+which reads the runs first (the memory check, the worker count) expands it once. A run that finished while nobody could record it (its ``result.json`` is
 complete but the store still has it ``queued`` or ``running``: the store was away, or the process recording it was
 killed) is ingested here, not trained again.
 
@@ -18,6 +19,7 @@ the triage ingests it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from collections.abc import Iterable, Mapping, Sequence
@@ -150,22 +152,51 @@ class Opened:
         return f"{len(self.held)} running in another process ({', '.join(who)}), skipped"
 
 
-def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: str | None, retry_failed: bool,
-              stale_after_s: float, slurm: bool = False, append: bool = False) -> Opened:
-    """Load, expand, open the store, register the grid and triage its runs (see the module docstring).
+@dataclass(frozen=True)
+class Expanded:
+    """A grid file loaded and expanded, once: what the memory check, the worker count and the opening all read."""
+
+    path: Path
+    grid: Any  # ablate.grid.Grid, with the extra runs among its include entries
+    planned: list[Any]  # [PlannedRun]
+    fingerprints: Any  # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
+    joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
+
+
+def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, extra: Sequence[Mapping[str, Any]] = ()
+                ) -> Expanded:
+    """Load the grid at ``path`` (with ``--set`` overrides, and ``extra`` runs beyond the file's as ``include``
+    entries: the seeds ``--until-resolved`` adds) and expand it, its data fingerprinted under ``home``."""
+    from ablate.grid import expand, load_grid
+    from ablate.runner.fingerprints import Fingerprints
+
+    grid = load_grid(path, sets)
+    if extra:
+        grid = dataclasses.replace(grid, include=(*grid.include, *map(dict, extra)))
+    fingerprints = Fingerprints.for_home(Path(home))
+    return Expanded(Path(path), grid, expand(grid, fingerprints=fingerprints), fingerprints,
+                    joins=bool(sets) or bool(extra))
+
+
+def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Path, store: str | None,
+              retry_failed: bool, stale_after_s: float, slurm: bool = False, append: bool = False,
+              extra: Sequence[Mapping[str, Any]] = ()) -> Opened:
+    """Load, expand, open the store, register the grid and triage its runs (see the module docstring). ``path``
+    may be the grid already expanded (``expand_grid``, with its own ``sets`` and ``extra``), so that it is
+    expanded once.
+
+    ``extra``: runs beyond the file's, as ``include`` entries (the seeds ``--until-resolved`` adds); like ``--set``
+    runs they join the grid's current ones.
 
     A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study grown: its
     runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's current
     configuration, its other runs kept as older ones; with ``--set`` they join the current runs."""
-    from ablate.grid import expand, load_grid
-    from ablate.runner.fingerprints import Fingerprints
     from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
     from ablate.store import Store
 
-    grid = load_grid(path, sets)
-    provenance.announce(path)  # the grid's commit, for the workers this process starts
-    fingerprints = Fingerprints.for_home(Path(home))
-    planned = expand(grid, fingerprints=fingerprints)
+    expanded = path if isinstance(path, Expanded) else expand_grid(path, sets, home=Path(home), extra=extra)
+    grid, planned, fingerprints = expanded.grid, expanded.planned, expanded.fingerprints
+    provenance.announce(expanded.path)  # the grid's commit, for the workers this process starts
     check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit the model
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
     home = layout.usable_home(Path(home).absolute() if slurm else Path(home))  # checked; nothing made yet
@@ -176,7 +207,7 @@ def open_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, store: 
         opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
         check_grid_name(opened_store, grid, append=append)
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
-                        warnings=heldout_warnings(planned, source=grid.source), joins=bool(sets))
+                        warnings=heldout_warnings(planned, source=grid.source), joins=expanded.joins)
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:
         opened_store.close()

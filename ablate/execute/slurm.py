@@ -63,12 +63,14 @@ class SlurmOptions:
     slurm_opts: Sequence[str] = ()  # K=V: a submitit SlurmExecutor parameter, else a raw sbatch flag
     retry_failed: bool = False
     append: bool = False  # a grid whose name the store holds with another base: the same study grown
+    device_memory: float | None = None  # bytes per device every run to submit must fit (--device-memory)
     mlflow: bool = True  # each task mirrors its run into MLflow, live
     wait: bool = False
     poll_s: float = 5.0
     stale_after_s: float = 300.0
     store_patience_s: float = STORE_PATIENCE_S  # with wait: how long an unreachable store is waited for
     console: Console | None = None
+    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
 
 
 @dataclass
@@ -221,15 +223,19 @@ def executor_parameters(opts: SlurmOptions, devices: int, grid: str) -> dict[str
 
 # ------------------------------------------------------------ submit
 def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOptions | None = None) -> SlurmReport:
-    """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring)."""
-    from ablate.execute.opening import open_grid
+    """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring). Runs that
+    cannot fit in ``options.device_memory`` are refused first (exit 2)."""
+    from ablate.execute.fit import require_fit
+    from ablate.execute.opening import expand_grid, open_grid
 
     opts = options or SlurmOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
+    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: the check, the opening
+    require_fit(expanded.planned, opts.device_memory, local=False, home=Path(opts.home), store=opts.store)
     if not have_slurm():
         raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
-    with open_grid(path, sets, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
+    with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
                    stale_after_s=opts.stale_after_s, slurm=True, append=opts.append) as o:
         report = SlurmReport(grid=o.name, skipped=dict(o.skipped), home=o.home)
         report.skipped.update({rid: f"finished ({status}) before: ingested its result" for rid, status

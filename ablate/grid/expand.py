@@ -144,10 +144,12 @@ def _effective(config: RunConfig, variant: str, where: str, field: str | None = 
 
 
 def _match(config: RunConfig, target_variant: str, where: str, source: str) -> tuple[RunConfig, float]:
-    """``config`` with its FFN re-widened so its total equals ``target_variant``'s under the same config."""
+    """``config`` with its FFN re-widened so its total equals ``target_variant``'s under the same config (less the
+    run's plugin arm, which the target does not carry)."""
     from ablate.ablations.params import match_ffn
 
-    target = _count(_effective(config, target_variant, source, field="match_params"), where)
+    reference = config.model_copy(update={"model": without_variant(config.model, config.variant)})
+    target = _count(_effective(reference, target_variant, source, field="match_params"), where)
     effective = _effective(config, config.variant, where)
     if _count(effective, where) == target:
         return config, 0.0
@@ -198,7 +200,7 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
             from ablate.ablations.plugins import check as check_plugin
 
             try:
-                check_plugin(config.model.plugin, grid.plugins)
+                check_plugin(config.model.plugin, grid.plugins, config.model)
             except ConfigError as exc:
                 raise _reraise(exc, where) from None
         reference = _count(without_variant(config.model, config.variant), where)

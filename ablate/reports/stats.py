@@ -442,3 +442,15 @@ def look_levels(plan: Sequence[int], alpha: float = ALPHA) -> list[float]:
     most = plan[-1]
     fractions = [n / most for n in plan]
     return [spent(f, alpha) - spent(prev, alpha) for prev, f in zip([0.0, *fractions[:-1]], fractions, strict=True)]
+
+
+def resolved_at_look(deltas: Sequence[Delta], level: float, stats: Stats = DEFAULT) -> list[bool]:
+    """Which of a family's comparisons one look resolves: its p, corrected over the whole family (``stats``'
+    correction; a delta without a p is not part of it), below the look's ``level`` (``look_levels``). Correcting
+    the whole family at every look keeps each look's family-wise error at ``level``, so over all looks it is at
+    most their sum.
+
+    >>> resolved_at_look([compare([-1.0, -1.1, -0.9, -1.05]), compare([0.2, -0.3, 0.1, 0.0])], level=0.01)
+    [True, False]
+    """
+    return [d.p_adj is not None and d.p_adj < level for d in correct(deltas, stats)]

@@ -10,9 +10,17 @@ Probe values, per layer (fractions in [0, 1], like the paper's Table 4):
 - ``mean_abs_pre`` / ``mean_abs_post``: mean |Y| before and after the gate (Fig. 4);
 - ``f_attn``: the share of attention each query gives the first token, averaged over heads and over query
   positions 1..T-1 (position 0 can attend only to itself) (Fig. 2);
-- ``m_act``: the largest |activation| of the layer's output hidden state (Fig. 6).
+- ``m_act``: the largest |activation| of the layer's output hidden state (Fig. 6);
+- ``massive_ratio``: Sun et al.'s (2024) criterion for a massive activation, per probe row (one sequence): the
+  largest |activation| of the layer's output hidden state over its median |activation| (``torch.median``, the lower
+  median of the row's T x d values), the mean over rows (a row whose median is 0 has no ratio and is skipped);
+- ``massive_first``: the share of rows whose largest |activation| sits on the first token.
 
 Run-level ``gate_score``/``f_attn``/``m_act`` are means over layers (``gate_score`` None without a gate).
+``massive_ratio`` is the largest over layers and ``massive_first`` that layer's share: a sink's massive activation
+is a few coordinates of the first token, thousands of times the median, in the layers between the early ones that
+make it and the last ones that undo it, so the layer where it peaks is where it is seen; a residual stream that
+only grows scales its median with its maximum, and its ratio stays small wherever it grows.
 """
 
 from __future__ import annotations
@@ -66,6 +74,10 @@ class _Layer:
     f_attn_sum: float = 0.0
     f_attn_n: int = 0
     m_act: float = 0.0
+    ratio_sum: float = 0.0
+    ratio_n: int = 0
+    rows: int = 0
+    first_rows: int = 0
 
 
 @dataclass
@@ -77,12 +89,25 @@ class Probes:
     edges: list[float]
 
     def summary(self) -> dict[str, float | None]:
-        """The run-level numbers: ``gate_score``, ``f_attn``, ``m_act`` as means over layers."""
+        """The run-level numbers: ``gate_score``, ``f_attn``, ``m_act`` as means over layers; ``massive_ratio``
+        the largest over layers and ``massive_first`` that layer's share (module docstring: why)."""
         out: dict[str, float | None] = {}
         for name in ("gate_score", "f_attn", "m_act"):
             vals = [v for v in self.layers.get(name, []) if v is not None]
             out[name] = float(np.mean(vals)) if vals else None
+        ratios = [(v, i) for i, v in enumerate(self.layers.get("massive_ratio", [])) if v is not None]
+        peak = max(ratios, default=None)
+        out["massive_ratio"] = peak[0] if peak else None
+        out["massive_first"] = self.layers["massive_first"][peak[1]] if peak else None
         return out
+
+
+def probe_windows(heldout: dict[str, np.ndarray], probe_tokens: int, seq_len: int) -> np.ndarray:
+    """About ``probe_tokens`` tokens of windows, taken in turn from each held-out set (what a run probes)."""
+    n = max(1, -(-probe_tokens // seq_len))
+    sets = list(heldout.values())
+    rows = [sets[i % len(sets)][(i // len(sets)) % len(sets[i % len(sets)])] for i in range(n)]
+    return np.stack(rows)
 
 
 @torch.no_grad()
@@ -144,6 +169,26 @@ def _accumulate(acc: _Layer, p: dict[str, torch.Tensor | None], hist_bins: int) 
         acc.f_attn_sum += first.sum().item()
         acc.f_attn_n += first.numel()
     acc.m_act = max(acc.m_act, p["hidden"].float().abs().max().item())
+    ratio, first = massive(p["hidden"])
+    acc.ratio_sum += ratio.nansum().item()
+    acc.ratio_n += int(ratio.isfinite().sum().item())
+    acc.rows += len(first)
+    acc.first_rows += int(first.sum().item())
+
+
+def massive(hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sun et al.'s criterion per row of ``hidden [B, T, d]``: (max |h| / median |h| [B], nan where the median
+    is 0; does the max sit on the first token [B]).
+
+    >>> h = torch.tensor([[[1.0, -8.0], [2.0, 1.0]], [[1.0, 2.0], [4.0, 2.0]]])
+    >>> massive(h)
+    (tensor([8., 2.]), tensor([ True, False]))
+    """
+    flat = hidden.float().abs().flatten(1)  # (B, T * d)
+    top, at = flat.max(-1)
+    median = flat.median(-1).values
+    ratio = torch.where(median > 0, top / median, torch.nan)
+    return ratio, at < hidden.shape[-1]
 
 
 def _reduce(layers: list[_Layer], hist_bins: int) -> Probes:
@@ -151,6 +196,8 @@ def _reduce(layers: list[_Layer], hist_bins: int) -> Probes:
         "gate_score": [a.gate_sum / a.gate_n if a.gate_n else None for a in layers],
         "f_attn": [a.f_attn_sum / a.f_attn_n if a.f_attn_n else None for a in layers],
         "m_act": [a.m_act for a in layers],
+        "massive_ratio": [a.ratio_sum / a.ratio_n if a.ratio_n else None for a in layers],
+        "massive_first": [a.first_rows / a.rows if a.rows else None for a in layers],
         "mean_abs_pre": [a.abs_pre / a.n_sdpa for a in layers],
         "mean_abs_post": [a.abs_post / a.n_sdpa for a in layers],
     }

@@ -38,7 +38,7 @@ from ablate.result import Event, RunResult, write_result
 from ablate.runner import RunInterrupted
 from ablate.runner.callbacks import RunMonitor
 from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data, row_bos
-from ablate.runner.evaluate import perplexity, probe
+from ablate.runner.evaluate import perplexity, probe, probe_windows
 from ablate.runner.launch import node_count
 from ablate.runner.module import LitDecoder
 from ablate.runner.monitors import DivergenceDetector, SpikeDetector
@@ -190,7 +190,7 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     if status == "done" and trainer.is_global_zero:
         summary.update(_evaluate(final, model, heldout, device, precision))
         if final.eval.probes and heldout:
-            probes = probe(model, _probe_windows(heldout, final.eval.probe_tokens, final.data.seq_len),
+            probes = probe(model, probe_windows(heldout, final.eval.probe_tokens, final.data.seq_len),
                            hist_bins=final.eval.hist_bins, device=device, precision=precision)
             summary.update(probes.summary())
         if final.eval.benchmarks:
@@ -305,14 +305,6 @@ def _evaluate(config: RunConfig, model, heldout: dict[str, np.ndarray], device, 
         vals = [out[f"ppl/{n}"] for n in heldout]
         out["val_ppl"] = float(np.mean(vals)) if all(map(math.isfinite, vals)) else None
     return out
-
-
-def _probe_windows(heldout: dict[str, np.ndarray], probe_tokens: int, seq_len: int) -> np.ndarray:
-    """About ``probe_tokens`` tokens of windows, taken in turn from each held-out set."""
-    n = max(1, -(-probe_tokens // seq_len))
-    sets = list(heldout.values())
-    rows = [sets[i % len(sets)][(i // len(sets)) % len(sets[i % len(sets)])] for i in range(n)]
-    return np.stack(rows)
 
 
 def _quiet_lightning() -> None:

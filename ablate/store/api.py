@@ -253,6 +253,10 @@ class Store:
             frame = frame[cond.mask(frame).to_numpy()].reset_index(drop=True)
         return frame
 
+    def runs_records(self, grid: str | None = None) -> tuple[list[str], list[list[Any]], dict[str, str]]:
+        """``runs_frame``'s table as plain rows, without pandas: ``(columns, rows, dtypes)`` (``queries``)."""
+        return self._read(lambda s: queries.runs_records(s, grid=grid))
+
     def curves(self, *, run_ids: Sequence[str] | None = None, metrics: Iterable[str] | None = None
                ) -> pd.DataFrame:
         """Step curves, long: ``run_id, step, metric, value``."""

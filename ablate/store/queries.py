@@ -11,6 +11,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import cache
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Text, cast, func, select
@@ -134,24 +135,7 @@ def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[s
     the grid's current configuration): CLI.md's ``runs`` columns, then extras, then config fields."""
     import pandas as pd
 
-    members = _grid_filter(session, grid, current=current)
-    t = Run.__table__.c
-    # config_flat as its text, decoded below in one call: per row, the JSON type's decoding costs as much again
-    flat = cast(t.config_flat, Text).label("config_flat")
-    q = select(*(t[c] for c in _RUN_FIELDS), t.step.label("heartbeat_step"), flat).order_by(t.run_id)
-    sq = select(Score.run_id, Score.name, Score.value)
-    gq = select(GridRun.run_id, Grid.name).join(Grid).order_by(Grid.name)
-    for ids in (members, None if run_ids is None else list(run_ids)):  # a grid's runs; a few (`ablate show`)
-        if ids is not None:
-            q, sq, gq = q.where(t.run_id.in_(ids)), sq.where(Score.run_id.in_(ids)), gq.where(GridRun.run_id.in_(ids))
-    rows = session.execute(q).all()
-    grids: dict[str, list[str]] = defaultdict(list)
-    for run_id, name in session.execute(gq):
-        grids[run_id].append(name)
-    scores: dict[str, dict[str, float | None]] = defaultdict(dict)
-    for run_id, name, value in session.execute(sq):
-        scores[run_id][name] = value
-
+    rows, grids, scores = _runs_read(session, grid=grid, run_ids=run_ids, current=current)
     names = [*_RUN_FIELDS, "heartbeat_step"]
     frame = pd.DataFrame.from_records([r[:-1] for r in rows], columns=names)
     frame["status"] = frame["status"].map(str)  # RunStatus -> its value: a frame of plain strings
@@ -162,14 +146,75 @@ def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[s
     # config_flat: written with every row (migration 0002 backfilled)
     cfg = pd.DataFrame(json.loads("[" + ",".join(r[-1] or "{}" for r in rows) + "]"))
     cfg = cfg.drop(columns=[c for c in ("variant", "seed") if c in cfg.columns])
+    out = pd.concat([frame, score_frame, cfg], axis=1)
+    columns, typed = _runs_columns(score_names, list(cfg.columns))
+    out = out[columns]
+    for c, dtype in typed.items():
+        out[c] = _typed(out[c], dtype)
+    return out
+
+
+def runs_records(session: Session, *, grid: str | None = None, run_ids: Sequence[str] | None = None,
+                 current: bool = False) -> tuple[list[str], list[list[Any]], dict[str, str]]:
+    """``runs_frame`` without pandas, for what is written out whole (``ablate runs --format csv``): its columns,
+    one list of plain Python values per run (None where the frame has NA; ``status`` as text), and the dtypes
+    ``runs_frame`` gives its typed columns (``{column: "Int64" | "float64"}``; the others are inferred)."""
+    rows, grids, scores = _runs_read(session, grid=grid, run_ids=run_ids, current=current)
+    score_names = sorted({n for s in scores.values() for n in s})
+    configs = json.loads("[" + ",".join(r[-1] or "{}" for r in rows) + "]")
+    seen: dict[str, Any] = {}
+    for config in configs:  # every key, in the order of first appearance (as pandas orders a list of dicts)
+        seen.update(config)
+    cfg_names = [c for c in seen if c not in ("variant", "seed")]
+    columns, typed = _runs_columns(score_names, cfg_names)
+    # a run's own values, then its grids, then its scores: the head of its row picked from them in one call
+    at = {c: i for i, c in enumerate([*_RUN_FIELDS, "heartbeat_step", "grid", *score_names])}
+    head = itemgetter(*(at[c] for c in columns[:len(columns) - len(cfg_names)]))
+    status, no_scores = _RUN_FIELDS.index("status"), (None,) * len(score_names)
+    out = []
+    for r, config in zip(rows, configs, strict=True):
+        run_scores = scores.get(r[0])
+        values = [*r[:-1], grid if grid is not None else (", ".join(grids[r[0]]) or None),
+                  *(map(run_scores.get, score_names) if run_scores else no_scores)]
+        values[status] = str(values[status])
+        out.append([*head(values), *map(config.get, cfg_names)])
+    return columns, out, typed
+
+
+def _runs_read(session: Session, *, grid: str | None, run_ids: Sequence[str] | None, current: bool
+               ) -> tuple[list[Any], dict[str, list[str]], dict[str, dict[str, float | None]]]:
+    """The runs table's three reads: its rows (``_RUN_FIELDS``, ``heartbeat_step``, then ``config_flat`` as
+    text), each run's grids, and each run's scores."""
+    members = _grid_filter(session, grid, current=current)
+    t = Run.__table__.c
+    # config_flat as its text, decoded by the caller in one call: per row, the JSON type's decoding costs as much again
+    flat = cast(t.config_flat, Text).label("config_flat")
+    q = select(*(t[c] for c in _RUN_FIELDS), t.step.label("heartbeat_step"), flat).order_by(t.run_id)
+    sq = select(Score.run_id, Score.name, Score.value)
+    gq = select(GridRun.run_id, Grid.name).join(Grid).order_by(Grid.name)
+    for ids in (members, None if run_ids is None else list(run_ids)):  # a grid's runs; a few (`ablate show`)
+        if ids is not None:
+            q, sq, gq = q.where(t.run_id.in_(ids)), sq.where(Score.run_id.in_(ids)), gq.where(GridRun.run_id.in_(ids))
+    rows = list(session.execute(q).all())
+    grids: dict[str, list[str]] = defaultdict(list)
+    for run_id, name in session.execute(gq):
+        grids[run_id].append(name)
+    scores: dict[str, dict[str, float | None]] = defaultdict(dict)
+    for run_id, name, value in session.execute(sq):
+        scores[run_id][name] = value
+    return rows, grids, scores
+
+
+def _runs_columns(score_names: list[str], cfg_names: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The runs table's columns in order (who, declared metrics, error, extras, other scores, config fields) and
+    the dtype of each typed one (seed, heartbeat_step and the declared metrics: nullable, as ``metrics`` says)."""
     declared = [n for n in summary_order([*METRIC_COLUMNS, *score_names]) if metric(n) is not None]
     other = [n for n in score_names if metric(n) is None]
-    out = pd.concat([frame, score_frame, cfg], axis=1)
-    out = out[[*IDENTITY, *declared, "error", *EXTRA, *other, *cfg.columns]]
+    typed = {}
     for c in ["seed", "heartbeat_step", *declared]:
         m = metric(c)
-        out[c] = _typed(out[c], "Int64" if m is None else m.dtype)
-    return out
+        typed[c] = "Int64" if m is None else m.dtype
+    return [*IDENTITY, *declared, "error", *EXTRA, *other, *cfg_names], typed
 
 
 def _typed(column: pd.Series, dtype: str) -> pd.Series:

@@ -32,6 +32,7 @@ class TuneOptions:
     jobs: int | None = None
     devices: str | None = None
     jobs_per_device: int = 1
+    device_memory: float | None = None  # bytes per device every run must fit (default: a local GPU's)
     mlflow: bool = True  # trials (experiment <grid>/tune, under their study) and the --then-run runs
     store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long while trials train stops the tuning
     console: Console | None = None

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
     from ablate.execute.devices import crowding, local_slots, usable_cpus
+    from ablate.execute.fit import require_fit
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
     from ablate.store import Store
@@ -81,6 +82,7 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     planned = expand(grid, fingerprints=Fingerprints.for_home(Path(opts.home)))
     if not planned:
         raise ConfigError("the grid has no runs", where=str(path))
+    require_fit(planned, opts.device_memory, local=True)  # before any study or trial is made
     metric = check_metric(opts.metric, planned[0].config)
     cells = cells_of(planned, space.param)
     slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device)
@@ -362,7 +364,7 @@ class _Tuner:
         o = self.opts
         self.report.tuned = run_grid(path, [], RunOptions(home=o.home, store=o.store, jobs=o.jobs, devices=o.devices,
                                                           jobs_per_device=o.jobs_per_device, mlflow=o.mlflow,
-                                                          console=self.console))
+                                                          device_memory=o.device_memory, console=self.console))
 
 
 def _num(value: Any) -> float | None:

@@ -1,11 +1,19 @@
-"""An attention idea of one's own, as an ablate plugin arm: soft-capped softmax attention.
+"""Attention ideas of one's own, as ablate plugin arms, one for each kind of slot a plugin fills:
 
-The weights are softmax(cap * tanh(s / cap)) over the visible keys, s = QK^T/sqrt(d) times a learned per-head
-temperature (so the arm has parameters to count). ablate imports this module only because the grid lists it
-(``plugins: [myattn]``); see ``grid.yaml`` beside this folder and docs/internals.md, "plugins".
+- ``CappedSoftmax`` (the attention weights): softmax(cap * tanh(s / cap)) over the visible keys, s = QK^T/sqrt(d)
+  times a learned per-head temperature (so the arm has parameters to count);
+- ``HeadGate`` (a gate at one of the paper's positions G1-G5, the grid's ``position``): one sigmoid score per head
+  from the block's normed input, its scores reported as the gate statistics;
+- ``LayerScale`` (the block's attention output): a learned per-channel scale before the residual add (Touvron et
+  al. 2021), no scores.
+
+ablate imports this module only because the grid lists it (``plugins: [myattn]``); see ``grid.yaml`` beside this
+folder and docs/internals.md, "plugins".
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,3 +42,41 @@ class CappedSoftmax(nn.Module):
         capped = self.cap * torch.tanh(scores / self.cap)
         p = capped.masked_fill(~mask, float("-inf")).softmax(-1)
         return mix(p, q, v), (p if probe else None)
+
+
+class HeadGate(nn.Module):
+    """Fills a gate slot: ``forward(y, x) -> (y', scores)``, ``y`` the tensor gated at ``position`` (G1 and G4:
+    ``[B, T, q, dk]``; G2 and G3: ``[B, T, k, dk]``; G5: ``[B, T, d]``), ``x [B, T, d]`` the block's normed input."""
+
+    slot = "gate"
+
+    class Args(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        position: Literal["G1", "G2", "G3", "G4", "G5"] = Field("G2", description="where the gate sits")
+
+    def __init__(self, args: Args, cfg) -> None:
+        super().__init__()
+        heads = {"G1": cfg.n_heads, "G4": cfg.n_heads, "G2": cfg.n_kv_heads, "G3": cfg.n_kv_heads, "G5": 1}
+        self.proj = nn.Linear(cfg.d_model, heads[args.position], bias=False)
+        self.per_head = args.position != "G5"  # G5's one "head" is the flat output
+
+    def forward(self, y, x):
+        s = torch.sigmoid(self.proj(x))  # (B, T, heads)
+        return y * (s.unsqueeze(-1) if self.per_head else s).to(y.dtype), s
+
+
+class LayerScale(nn.Module):
+    """Fills the block's attention output slot: ``forward(a, x) -> (a', None)``, ``a`` and ``x`` ``[B, T, d]``."""
+
+    slot = "attn_out"
+
+    class Args(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        init: float = Field(1.0, description="the scale's initial value")
+
+    def __init__(self, args: Args, cfg) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((cfg.d_model,), args.init))
+
+    def forward(self, a, x):
+        return a * self.scale.to(a.dtype), None

@@ -1,0 +1,174 @@
+"""``ablate run --until-resolved``: seeds added only where a comparison is open, looks that keep the error rate.
+
+The simulation drives the real loop (``run_looks``) over a real grid's plan, with each run's metric drawn from a
+null (or a true effect) instead of trained; the CLI test records finished runs written as ``result.json`` files
+(nothing trains) and reads what ``ablate run --until-resolved`` added, reported and reused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.errors import UserInputError
+from ablate.execute.until_resolved import UntilResolved, plan_until_resolved, run_looks, verdict_lines
+
+runner = CliRunner()
+ARMS = ("baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise")
+
+
+def _grid(tmp_path: Path, seeds: int = 2, arms: tuple[str, ...] = ARMS, name: str = "seq") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\nbase:\n  model: {{preset: tiny}}\n  train: {{steps: 2, batch_size: 2}}\n"
+                    f"grid:\n  variant: [{', '.join(arms)}]\n  seed: [{', '.join(map(str, range(seeds)))}]\n")
+    return path
+
+
+def _simulate(planner, ids, spec, effects: dict[str, float], rng: np.random.Generator):
+    """One pass of the looks with every run's metric drawn: a per-seed offset shared by the arms of a seed (what
+    pairing cancels), noise, and ``effects[variant]`` added to that arm."""
+    cell_variant = {c.cell: c.axes["variant"] for c in planner.comps} | {c.reference: "baseline"
+                                                                            for c in planner.comps}
+    offsets: dict[int, float] = {}
+    values: dict[str, float] = {}
+    for key, runs in ids.items():
+        for seed, rid in runs.items():
+            o = offsets.setdefault(seed, float(rng.normal(0, 0.5)))
+            values[rid] = 9.0 + o + effects.get(cell_variant.get(key, ""), 0.0) + float(rng.normal(0, 0.3))
+    asked: list[list[dict]] = []
+
+    def run_round(extra):
+        asked.append(extra)
+        return 0
+
+    outcome = run_looks(planner, ids, spec, read=lambda rids: {r: values[r] for r in rids}, run_round=run_round,
+                        say=lambda line: None)
+    return outcome, asked
+
+
+def test_looking_again_keeps_the_family_wise_false_positive_rate_at_5_percent(tmp_path) -> None:
+    spec = UntilResolved(max_seeds=8, round=2)
+    planner, ids = plan_until_resolved(_grid(tmp_path, arms=ARMS[:3]), (), spec, home=tmp_path / "home")
+    assert planner.plan == [2, 4, 6, 8] and len(planner.comps) == 2
+    rng = np.random.default_rng(7)
+    draws = 1000
+    false = sum(bool(_simulate(planner, ids, spec, {}, rng)[0].resolved_at) for _ in range(draws))
+    print(f"null: {false}/{draws} families of 2 comparisons with a false resolution over 4 looks")
+    assert false / draws <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / draws), false
+
+
+def test_a_true_effect_resolves_with_power_that_grows_with_the_seeds(tmp_path) -> None:
+    from ablate.reports.stats import power
+
+    spec = UntilResolved(max_seeds=8, round=2)
+    planner, ids = plan_until_resolved(_grid(tmp_path, arms=ARMS[:2]), (), spec, home=tmp_path / "home")
+    rng = np.random.default_rng(8)
+    effect, sd = -0.5, 0.3 * np.sqrt(2)  # the paired differences' spread: two arms' noise
+    at_look = [_simulate(planner, ids, spec, {"sdpa-elementwise": effect}, rng)[0].resolved_at.get(0)
+               for _ in range(200)]
+    by = [float(np.mean([a is not None and a <= j for a in at_look])) for j in range(4)]
+    print("share of the true effect resolved by each look:", [round(b, 3) for b in by])
+    assert all(a < b for a, b in zip(by[1:], by[2:], strict=False))  # power grows with n
+    # no better than a fixed test at alpha with all the seeds, and not far below the one at the last look's level
+    assert by[-1] <= float(power(effect, sd, 8)) + 0.07
+    assert by[-1] >= float(power(effect, sd, 8, alpha=0.03)) - 0.1
+
+
+def test_only_open_comparisons_get_seeds_and_a_resolved_one_keeps_its_own(tmp_path) -> None:
+    spec = UntilResolved(max_seeds=6, round=2)
+    planner, ids = plan_until_resolved(_grid(tmp_path), (), spec, home=tmp_path / "home")
+    outcome, asked = _simulate(planner, ids, spec, {"sdpa-elementwise": -50.0}, np.random.default_rng(1))
+    g1 = next(i for i, c in enumerate(planner.comps) if c.axes["variant"] == "sdpa-elementwise")
+    assert outcome.resolved_at[g1] == 1  # n=2 cannot resolve at the first look's level; n=4 does
+    assert asked[0] == []  # the first look is the file's grid
+    seeds = [sorted({e["seed"] for e in extra if e["variant"] == "sdpa-elementwise"}) for extra in asked]
+    assert seeds == [[], [2, 3], [2, 3]][:len(asked)]  # resolved at n=4: no more seeds for it
+    others = sorted({e["seed"] for e in asked[-1] if e["variant"] == "v-elementwise"})
+    assert others == [2, 3, 4, 5] or outcome.resolved_at.get(2) is not None
+    assert any("resolved at look 2, n=4 seeds" in line for line in verdict_lines(outcome, spec))
+
+
+@pytest.mark.parametrize(("kwargs", "text"), [
+    ({"metric": "accuracy"}, "unknown metric 'accuracy'"),
+    ({"round": 0}, "--round must be at least 1 seed, got 0"),
+    ({"compare": ("no-such-arm",)}, "unknown variant 'no-such-arm'"),
+    ({"reference": "sdpa-headwise", "max_seeds": 1}, "--max-seeds 1 is below the grid's 2 seeds"),
+])
+def test_bad_until_resolved_settings_are_one_line(tmp_path, kwargs, text) -> None:
+    with pytest.raises(UserInputError, match=text.replace("(", r"\(")):
+        plan_until_resolved(_grid(tmp_path), (), UntilResolved(**kwargs), home=tmp_path / "home")
+
+
+def test_one_seed_is_refused(tmp_path) -> None:
+    with pytest.raises(UserInputError, match="needs at least 2 seeds that every compared pair has"):
+        plan_until_resolved(_grid(tmp_path, seeds=1), (), UntilResolved(), home=tmp_path / "home")
+
+
+# ---------------------------------------------------------------- through the CLI
+def _ablate(*args: str, home: Path):  # noqa: ANN202
+    return runner.invoke(app, [*args, "--home", str(home)],
+                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, "ABLATE_CACHE": None})
+
+
+def _fill(path: Path, home: Path, spec: UntilResolved, effect: dict[str, float]) -> int:
+    """Every run the plan may reach, finished with ``val_ppl`` = 9 + a seed's offset + the arm's effect + noise;
+    the number of runs written."""
+    import dataclasses
+
+    from ablate.grid import expand, load_grid
+    from ablate.layout import run_dir
+    from ablate.result import RunResult, write_result
+
+    rng = np.random.default_rng(3)
+    planner, _ = plan_until_resolved(path, (), spec, home=home)
+    grid = load_grid(path)
+    widest = expand(dataclasses.replace(grid, include=(*grid.include, *planner.most())))
+    for p in widest:
+        c = p.config
+        ppl = 9.0 + 0.5 * np.sin(c.seed) + effect.get(str(c.variant), 0.0) + rng.normal(0, 0.05)
+        write_result(RunResult(run_id=p.run_id, config=c.model_dump(mode="json"), status="done",
+                               summary={"steps": 2, "tokens": 8, "train_loss": 2.0, "val_ppl": float(ppl)},
+                               metrics={"step": [0, 1], "loss": [3.0, 2.0]}), run_dir(home, p.run_id))
+    return len(widest)
+
+
+def _verdicts(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(("val_ppl, ", "  "))]
+
+
+def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    path = _grid(tmp_path, arms=("baseline", "sdpa-elementwise", "v-elementwise"))
+    spec = UntilResolved(max_seeds=6, round=2)
+    assert _fill(path, home, spec, {"sdpa-elementwise": -1.0}) == 3 * 6
+
+    planned = _ablate("plan", str(path), "--until-resolved", "--max-seeds", "6", "--round", "2", home=home)
+    assert planned.exit_code == 0, planned.output
+    assert "--until-resolved: 2 comparisons, looks at n=2, 4, 6 seeds; at most 12 more runs" in planned.output
+
+    args = ("run", str(path), "--no-mlflow", "--until-resolved", "--max-seeds", "6", "--round", "2")
+    ran = _ablate(*args, home=home)
+    assert ran.exit_code == 0, ran.output
+    assert "sdpa-elementwise vs baseline: -1" in ran.stdout and "resolved at look 2, n=4 seeds" in ran.stdout
+    assert "v-elementwise vs baseline" in ran.stdout and "unresolved at n=6 seeds" in ran.stdout
+    assert "look 3 of 3 (n=6 seeds" in ran.output
+
+    from ablate.store import Store
+
+    with Store.open(None, home=home) as store:
+        runs = store.runs_frame(grid="seq", current=True)
+    seeds = {v: sorted(runs.loc[runs["variant"] == v, "seed"]) for v in ("baseline", "sdpa-elementwise",
+                                                                          "v-elementwise")}
+    assert seeds == {"baseline": [0, 1, 2, 3, 4, 5], "sdpa-elementwise": [0, 1, 2, 3],
+                     "v-elementwise": [0, 1, 2, 3, 4, 5]}
+    table = _ablate("report", "table1", "--grid", "seq", "--format", "csv", home=home)
+    assert table.exit_code == 0, table.output
+
+    again = _ablate(*args, home=home)  # every run reused: the same looks, the same verdicts
+    assert again.exit_code == 0 and " to run (" not in again.output, again.output
+    assert _verdicts(again.stdout) == _verdicts(ran.stdout) and len(_verdicts(ran.stdout)) == 3
