@@ -41,7 +41,25 @@ class StoreError(AblateError):
 
 class StoreUnavailableError(StoreError, UserInputError):
     """The store cannot be opened at all (a bad or unsupported URL, a missing driver, a server that does not
-    answer, a home that cannot hold it): exit status 2, as for any input that cannot work; nothing ran."""
+    answer, a home that cannot hold it): exit status 2, as for any input that cannot work; nothing ran. (One that
+    was open and then went away is a ``StoreUnavailable``.)"""
+
+
+class StoreUnavailable(StoreError):
+    """An open store went away: the request was fine, but the database cannot be reached or written now (a lost
+    connection, a server that is down, a read-only or full disk), and may take it when it is back. The store raises
+    it (``ablate.store.faults``) ``from`` the driver's error; ``ablate.execute.recorder`` decides what to do.
+
+    ``where`` is the store's URL (without its password), ``away`` why it is away in the user's words (``full (no
+    space left on its disk)`` or ``unreachable``), ``reason`` the driver's own first line.
+    """
+
+    FULL, UNREACHABLE = "full (no space left on its disk)", "unreachable"
+
+    def __init__(self, where: str, *, full: bool, reason: str):
+        self.where, self.full, self.reason = where, full, reason
+        self.away = self.FULL if full else self.UNREACHABLE
+        super().__init__(f"the store {where} is {self.away} ({reason})")
 
 
 class RunError(AblateError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -302,8 +303,8 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
     from sqlalchemy.exc import OperationalError
 
     from ablate.errors import DiskFullError
-    from ablate.execute.lifecycle import how_away, is_unavailable
     from ablate.layout import disk_full
+    from ablate.store.faults import unavailable
 
     engine = create_engine(f"sqlite:///{tmp_path / 'small.db'}")
     with engine.begin() as conn:
@@ -311,10 +312,10 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
     with pytest.raises(OperationalError) as full, engine.begin() as conn:
         conn.execute(text("PRAGMA max_page_count = 2"))
         conn.execute(text("INSERT INTO t VALUES (:x)"), [{"x": "y" * 4000}] * 10)
-    assert is_unavailable(full.value) and how_away(full.value) == "full (no space left on its disk)"
+    assert (said := unavailable(full.value, "w")) is not None and said.away == "full (no space left on its disk)"
     with pytest.raises(OperationalError) as away:
         create_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}").connect()
-    assert is_unavailable(away.value) and how_away(away.value) == "unreachable"
+    assert (said := unavailable(away.value, "w")) is not None and said.away == "unreachable"
 
     with pytest.raises(OSError) as nospace, open("/dev/full", "wb", buffering=0) as fh:
         fh.write(b"x")
@@ -323,3 +324,46 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
     assert isinstance(found, DiskFullError)
     assert str(found).startswith(f"no space left on device: cannot write {tmp_path / 'f.npy'} (")
     assert disk_full(OSError("requested and written"), tmp_path / "f.npy") is None  # room left: not full
+
+
+def test_the_recorder_keeps_writes_while_the_store_is_away_and_says_so_once_each_way(tmp_path):
+    """A real outage: the SQLite store's folder moved away (a new connection cannot open it) and back. The store
+    raises StoreUnavailable; the recorder keeps the write, says the store went away, that it stayed away past the
+    patience, and that it is back, once each, and the kept write lands."""
+    from ablate.errors import StoreUnavailable
+    from ablate.execute.recorder import Recorder
+    from ablate.store import Store
+
+    folder, moved = tmp_path / "db", tmp_path / "moved"
+    folder.mkdir()
+    store = Store.open(f"sqlite:///{folder / 'ablate.db'}")
+    store.register_grid(name="g", text="name: g", runs=[planned(0)])
+    recorder = Recorder(store, home=tmp_path, patience_s=0.2)
+    said: list[tuple[str, str]] = []
+
+    def watch() -> bool:
+        return recorder.watch(lambda news, text: said.append((news, text)))
+
+    folder.rename(moved)
+    store.engine.dispose()  # the next connection opens the file anew: it is gone
+    with pytest.raises(StoreUnavailable, match=r"the store sqlite:///\S+ is unreachable \(unable to open"):
+        store.statuses(run_ids=["run000"])
+    recorder.write("mark run000 failed", lambda s: s.mark_failed(run_id="run000", error="boom"))
+    recorder.write("put run000 back in the queue", lambda s: s.mark_queued(run_id="run000"))
+    assert recorder.pending() == 2 and recorder.attempt(lambda: store.statuses(run_ids=["run000"])) is None
+    assert not watch() and not watch()
+    time.sleep(0.3)
+    assert watch() and not watch()
+    moved.rename(folder)
+    time.sleep(1.1)  # the first retry is 1 s after it went away
+    recorder.tick()
+    assert recorder.pending() == 0 and store.statuses(run_ids=["run000"]) == {"run000": "queued"}  # in order
+    assert not watch()
+    where = recorder.where
+    assert [n for n, _ in said] == ["away", "gave_up", "back"]
+    assert said[0][1] == (f"the store {where} is unreachable: training goes on, results are kept and recorded when "
+                          "it is back (stopping after 0 s)")
+    assert re.fullmatch(rf"the store {re.escape(where)} has been unreachable for 0 s: stopping \(running jobs save "
+                        r"a checkpoint\)", said[1][1]) and recorder.gave_up == said[1][1]
+    assert said[2][1] == f"the store {where} is back"
+    store.close()

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from ablate.config import RunConfig
+from ablate.execute.mirror import MirrorThread
 from ablate.result import RunResult
-from ablate.store.mlflow_mirror import MirrorThread, MlflowMirror, flatten, tracking_uri
+from ablate.store.mlflow_mirror import MlflowMirror, mlflow_params, tracking_uri
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +36,7 @@ def _result(run_id: str, seed: int, status: str = "done") -> RunResult:
 
 
 def test_flatten_uses_the_configs_dotted_paths():
-    flat = flatten(RunConfig().model_dump(mode="json"))
+    flat = mlflow_params(RunConfig().model_dump(mode="json"))
     assert flat["train.lr"] == "0.003" and flat["model.n_layers"] == "2" and flat["variant"] == "baseline"
     assert json.loads(flat["data.train"])[0]["name"] == "python-docs"
 

@@ -128,7 +128,7 @@ def ingest_cmd(
     store: StoreOpt = None,
 ) -> None:
     """Read finished runs' result.json into the store (idempotent: ingesting twice changes nothing)."""
-    from ablate.errors import StoreError
+    from ablate.errors import StoreError, StoreUnavailable
     from ablate.result import result_paths
 
     failed = 0
@@ -136,6 +136,8 @@ def ingest_cmd(
         for path in result_paths(run_dirs):
             try:
                 run_id = opened.ingest(path)
+            except StoreUnavailable:
+                raise  # the store went away: one line for the command, not one per file
             except StoreError as exc:
                 failed += 1
                 click.secho(f"error: {one_line(exc)}", fg="red", err=True)

@@ -27,10 +27,11 @@ from ablate import layout
 from ablate.execute.devices import crowding, describe, local_slots, usable_cpus
 from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.fit import require_fit
-from ablate.execute.lifecycle import STORE_PATIENCE_S, Lifecycle, unmirrored
+from ablate.execute.lifecycle import Lifecycle, unmirrored
 from ablate.execute.local import TRAIN_JOB, LocalRunner
 from ablate.execute.messages import Job
 from ablate.execute.opening import Liveness, Opened, expand_grid, open_grid
+from ablate.execute.recorder import STORE_PATIENCE_S
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
         console.print(f"ablate run {o.name}: {report.held}{hint}", highlight=False, soft_wrap=True)
     finished = [d.run_id for d in o.decisions if d.status in ("done", "diverged")] + list(o.reused)
     mirror = _mirror(o, finished, bool(o.todo)) if opts.mlflow else None
-    lifecycle = Lifecycle(o.store, home=o.home, mirror=mirror)
+    lifecycle = Lifecycle(o.store, home=o.home, mirror=mirror, patience_s=opts.store_patience_s)
     try:
         if o.todo:
             _run_pool(o, lifecycle, slots, opts, console, report)
@@ -155,10 +156,7 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
         # after a second Ctrl-C do not wait long: the next `ablate run` mirrors what is left
         lifecycle.close(mirror_s=5.0 if report.interrupted else 300.0)
     report.warnings += lifecycle.warnings()
-    if lifecycle.pending_writes():
-        report.store_error = report.store_error or (
-            f"the store {lifecycle.where} has been {lifecycle.away()} for "
-            f"{lifecycle.store_down_s() or 0:.0f} s")
+    report.store_error = report.store_error or lifecycle.recorder.still_away()
     if report.store_error is None:
         report.statuses = o.store.statuses(run_ids=[p.run_id for p in o.planned])
     return report
@@ -174,7 +172,7 @@ def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOption
     if (crowded := crowding(used, cpu_count=usable_cpus(), jobs_per_device=opts.jobs_per_device)):
         console.print(Text.assemble(("warning:", "yellow"), f" {crowded}"), highlight=False, soft_wrap=True)
     with LocalRunner(used, lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
-                     store_patience_s=opts.store_patience_s, progress_every_s=opts.progress_every_s) as runner:
+                     progress_every_s=opts.progress_every_s) as runner:
         ended = runner.run(jobs)
     for rid, e in ended.items():
         report.outcomes[rid] = LABEL.get(e.kind, e.kind)
@@ -206,7 +204,7 @@ def _mirror(o: Opened, finished: list[str], will_train: bool) -> Any:
     missing = unmirrored(o.store, o.home, o.name, finished) if finished else []
     if not missing and not will_train:
         return None
-    from ablate.store.mlflow_mirror import MirrorThread
+    from ablate.execute.mirror import MirrorThread
 
     mirror = MirrorThread(home=o.home, grid=o.name)
     for result in missing:

@@ -8,34 +8,31 @@ see):
 
 - ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened (RUNNING, params, tags);
   its heartbeat and step metrics then go to the store (``ablate.execute.live``) and to MLflow
-  (``ablate.store.mlflow_mirror.MirrorThread``) from background threads, never from the training step.
+  (``ablate.execute.mirror.MirrorThread``) from background threads, never from the training step.
 - ``progress(run_id, rows)``: step metrics (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
   ``val_ppl``); thread-safe, never blocks.
 - ``finished(run_id)``, ``failed(run_id, error)``, ``died(run_id, exitcode)``, ``pruned(run_id, step=, value=)``,
   ``interrupted(run_id)``, ``busy(run_id)``: how it ended, each returning an ``Ended`` (what the executor shows and
   tune tells Optuna). ``record(event)`` maps a pool ``JobEvent`` onto these (the job it names was ``expect``-ed).
 
-The store may go away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept,
-in order, and replayed with backoff (``tick``); heartbeats are skipped meanwhile. ``away()`` says why, in the
-user's words: its disk is full, or it cannot be reached. Training goes on, and every finished run's
-``result.json`` is on disk, so nothing is lost. ``store_down_s()`` says for how long it has been away; the
-executor stops cleanly past its patience, and the next ``ablate run`` (or ``ablate ingest``) brings the
-results in.
+Every write goes through the lifecycle's ``recorder`` (``ablate.execute.recorder``), which owns the store going
+away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept, in order, and replayed
+with backoff (``tick``); heartbeats are skipped meanwhile. Training goes on, and every finished run's
+``result.json`` is on disk, so nothing is lost. The executor asks the recorder to ``watch`` (it says so once, and
+once it is back); past its patience the executor stops cleanly, and the next ``ablate run`` (or ``ablate ingest``)
+brings the results in.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate import layout
-from ablate.execute.live import LiveWriter
 from ablate.execute.messages import (
     Died,
     Failed,
@@ -48,15 +45,13 @@ from ablate.execute.messages import (
     Progress,
     Started,
 )
+from ablate.execute.recorder import STORE_PATIENCE_S, Recorder
 from ablate.result import RESULT_FILE, RunResult, read_result
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
-
-RETRY_MAX_S = 30.0  # the longest wait between two attempts to reach a store that went away
-STORE_PATIENCE_S = 300.0  # how long an executor waits for a store that went away before it stops cleanly
 
 
 @dataclass
@@ -73,72 +68,18 @@ class Ended:
     value: float | None = None
 
 
-def is_unavailable(exc: BaseException) -> bool:
-    """Whether a store error means the database cannot be reached or written now (as opposed to a bad request):
-    a lost connection, a server that is down, a read-only or full disk. An error raised ``from`` one (Optuna's
-    storage wraps them in its own) is one too."""
-    from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
-
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, (OperationalError, InterfaceError, DisconnectionError)):
-            return True
-        seen.add(id(cause))
-        cause = cause.__cause__
-    return False
-
-
-SQLITE_FULL, PG_DISK_FULL = 13, "53100"  # SQLite's result code and PostgreSQL's SQLSTATE for a full disk
-
-
-def is_full(exc: BaseException) -> bool:
-    """Whether a store error means its disk is full (not that it cannot be reached): SQLite's "database or
-    disk is full", PostgreSQL's disk_full (SQLSTATE 53100), or ENOSPC, in the error or what it was raised
-    from."""
-    import errno
-
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        for e in (cause, getattr(cause, "orig", None)):
-            if e is None:
-                continue
-            sqlite, pg, os_error = (getattr(e, k, None) for k in ("sqlite_errorcode", "sqlstate", "errno"))
-            if sqlite == SQLITE_FULL or pg == PG_DISK_FULL or os_error == errno.ENOSPC:
-                return True
-            if "No space left on device" in str(e):
-                return True
-        cause = cause.__cause__ or cause.__context__
-    return False
-
-
-def how_away(exc: BaseException) -> str:
-    """Why a store error means the store is away, in the user's words: ``full (no space left on its disk)`` or
-    ``unreachable``."""
-    return "full (no space left on its disk)" if is_full(exc) else "unreachable"
-
-
 class Lifecycle:
     """Records runs' lives in the store (and MLflow through ``mirror``); see the module docstring."""
 
     def __init__(self, store: Store, *, home: Path, mirror: Any = None, metric: str = "val_ppl",
-                 host: str | None = None, live_every_s: float | None = None):
-        from ablate.store.engine import display_url
-
-        self.store, self.home, self.mirror, self.metric = store, Path(home), mirror, metric
+                 host: str | None = None, live_every_s: float | None = None,
+                 patience_s: float | None = STORE_PATIENCE_S):
+        self.store, self.home, self.metric = store, Path(home), metric
         self.host = host or socket.gethostname()
-        self.where = display_url(store.url)
-        self._lock = threading.RLock()  # reentrant: a Slurm task's signal handler may record while it is held
-        self._outbox: list[tuple[str, Callable[[Any], Any]]] = []  # writes the store could not take, in order
-        self._down_since: float | None = None
-        self._away = "unreachable"  # why it is away (how_away)
-        self._next_try = 0.0
-        self._backoff = 1.0
+        self.recorder = Recorder(store, home=self.home, mirror=mirror, live_every_s=live_every_s,
+                                 patience_s=patience_s)
+        self.where, self.mirror, self.live = self.recorder.where, self.recorder.mirror, self.recorder.live
         self._jobs: dict[str, Job] = {}
-        kw = {} if live_every_s is None else {"every_s": live_every_s}
-        self.live = LiveWriter(self._write_progress, **kw)
 
     def run_dir(self, run_id: str) -> Path:
         return layout.run_dir(self.home, run_id)
@@ -150,10 +91,10 @@ class Lifecycle:
         and step metrics from now on."""
         if config is not None:
             self.expect(Job(run_id, str(self.run_dir(run_id)), dict(config)))
-        self._write(f"mark {run_id} running",
+        self.recorder.write(f"mark {run_id} running",
                     lambda s: s.mark_running(run_id=run_id, host=self.host, device=device))
         if slurm_job_id is not None:
-            self._write(f"record {run_id}'s Slurm job",
+            self.recorder.write(f"record {run_id}'s Slurm job",
                         lambda s: s.set_slurm_job_id(run_id=run_id, slurm_job_id=slurm_job_id))
         self.live.begin(run_id)
         if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
@@ -176,7 +117,8 @@ class Lifecycle:
             result = read_result(self.run_dir(run_id))
         except StoreError as exc:
             return self.failed(run_id, str(exc))
-        self._write(f"ingest {run_id}", lambda s: s.ingest(result), on_bad=lambda exc: self.failed(run_id, str(exc)))
+        self.recorder.write(f"ingest {run_id}", lambda s: s.ingest(result),
+                            on_bad=lambda exc: self.failed(run_id, str(exc)))
         if self.mirror is not None:
             self.mirror.submit(result, **_nesting(self._jobs.get(run_id)))
         note = f"loss {result.summary['train_loss']:.4f}" if result.summary.get("train_loss") is not None else ""
@@ -188,7 +130,7 @@ class Lifecycle:
         """The run crashed with ``error`` (its first line is what the user sees; the store keeps the traceback)."""
         self.live.end(run_id)
         text = f"{error}\n\n{traceback}".rstrip()
-        self._write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
+        self.recorder.write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
         if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
             self.mirror.submit(RunResult(run_id=run_id, config=job.config, status="failed", error=text,
                                          host=self.host), **_nesting(job))
@@ -204,7 +146,7 @@ class Lifecycle:
     def pruned(self, run_id: str, *, step: int | None, value: float | None) -> Ended:
         """The Optuna pruner stopped the run on purpose at ``step`` (its last reported value ``value``)."""
         self.live.end(run_id)
-        self._write(f"mark {run_id} pruned",
+        self.recorder.write(f"mark {run_id} pruned",
                     lambda s: s.mark_pruned(run_id=run_id, step=step, value=value, metric=self.metric))
         if self.mirror is not None:
             self.mirror.end(run_id, "pruned", tags={"pruned_at_step": step, f"pruned_{self.metric}": value})
@@ -213,7 +155,7 @@ class Lifecycle:
     def interrupted(self, run_id: str, *, saved: bool = True) -> Ended:
         """The run stopped on request: back to ``queued``, resumed from its checkpoint by the next run."""
         self.live.end(run_id)
-        self._write(f"put {run_id} back in the queue", lambda s: s.mark_queued(run_id=run_id))
+        self.recorder.write(f"put {run_id} back in the queue", lambda s: s.mark_queued(run_id=run_id))
         if self.mirror is not None:
             self.mirror.end(run_id, "interrupted")
         return Ended(run_id, "interrupted", "saved; the next run resumes it" if saved else "")
@@ -253,124 +195,18 @@ class Lifecycle:
         """A run about to be dealt to a worker: its config (and tuning trial) for the records."""
         self._jobs[job.run_id] = job
 
-    # ------------------------------------------------------------ the store, resilient
-    def _write(self, what: str, fn: Callable[[Any], Any], *, on_bad: Callable[[Exception], Any] | None = None) -> None:
-        """One store write; when the store cannot be reached it is kept (in order) and replayed by ``tick``.
-
-        ``on_bad``: what to do when the store refuses the write itself (e.g. a malformed result): else it raises.
-        """
-        from ablate.errors import StoreError
-
-        with self._lock:
-            if self._outbox:  # the store is away: keep the order of the writes
-                self._outbox.append((what, fn))
-                return
-        try:
-            fn(self.store)
-        except StoreError as exc:
-            if on_bad is None:
-                raise
-            on_bad(exc)
-        except Exception as exc:
-            if not is_unavailable(exc):
-                raise
-            self._went_away(exc)
-            with self._lock:
-                self._outbox.append((what, fn))
-
-    def _went_away(self, exc: BaseException) -> None:
-        with self._lock:
-            self._away = how_away(exc)
-            if self._down_since is None:
-                self._down_since = time.monotonic()
-                self._next_try = self._down_since + self._backoff
-                # info: the executor tells the user (ablate.execute.local), a Slurm task its log
-                log.info("the store %s is %s (%s); training goes on, the results are kept in %s and "
-                         "recorded when it is back", self.where, self.away(), first_line(exc),
-                         self.home / layout.RUNS_DIR)
-
-    def away(self) -> str:
-        """Why the store is away, in the user's words (``how_away``)."""
-        return self._away
-
-    def _came_back(self) -> None:
-        with self._lock:
-            if self._down_since is not None:
-                log.info("the store %s is back after %.0f s", self.where, time.monotonic() - self._down_since)
-            self._down_since, self._backoff = None, 1.0
-
+    # ------------------------------------------------------------ the store (its recorder)
     def tick(self) -> None:
-        """Replay the writes kept while the store was away (with backoff), and record MLflow run ids."""
-        with self._lock:
-            due = self._outbox and time.monotonic() >= self._next_try
-        if due:
-            self._replay()
-        if self.mirror is not None:
-            for rid, mlflow_id in self.mirror.logged():
-                self._write(f"record {rid}'s MLflow run",
-                            lambda s, r=rid, m=mlflow_id: s.set_mlflow_run_id(run_id=r, mlflow_run_id=m))
-
-    def _replay(self) -> None:
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    break
-                what, fn = self._outbox[0]
-            try:
-                fn(self.store)
-            except Exception as exc:  # noqa: BLE001 - unreachable again, or a write it now refuses
-                if is_unavailable(exc):
-                    with self._lock:
-                        self._away = how_away(exc)
-                        self._backoff = min(RETRY_MAX_S, self._backoff * 2)
-                        self._next_try = time.monotonic() + self._backoff
-                    return
-                log.warning("could not %s in the store: %s", what, first_line(exc))
-            with self._lock:
-                self._outbox.pop(0)
-        self._came_back()
-
-    def _write_progress(self, batch: Mapping[str, list[dict[str, Any]]]) -> bool:
-        """The live writer's flush: heartbeats and step rows of running runs (skipped while the store is away)."""
-        with self._lock:
-            if self._outbox:
-                return False
-        try:
-            self.store.record_progress(batch)
-        except Exception as exc:
-            if not is_unavailable(exc):
-                raise
-            self._went_away(exc)
-            return False
-        self._came_back()
-        return True
-
-    def store_down_s(self) -> float | None:
-        """Seconds since the store went away (None while it answers)."""
-        with self._lock:
-            return None if self._down_since is None else time.monotonic() - self._down_since
-
-    def pending_writes(self) -> int:
-        """Writes still kept for a store that went away."""
-        with self._lock:
-            return len(self._outbox)
+        """Replay the writes kept while the store was away, and record MLflow run ids (``Recorder.tick``)."""
+        self.recorder.tick()
 
     def warnings(self) -> list[str]:
         """What the user should hear about at the end (MLflow trouble)."""
-        return list(self.mirror.errors) if self.mirror is not None else []
+        return self.recorder.warnings()
 
     def close(self, *, flush_s: float = 10.0, mirror_s: float = 300.0) -> None:
-        """Stop the live writer, let the mirror finish (up to ``mirror_s`` seconds), and try, for up to ``flush_s``
-        seconds, to write what was kept for a store that went away."""
-        self.live.close()
-        if self.mirror is not None:
-            self.mirror.close(timeout=mirror_s)
-        deadline = time.monotonic() + flush_s
-        while self.pending_writes() and time.monotonic() < deadline:
-            self._replay()
-            if self.pending_writes():
-                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        self.tick()
+        """Stop the background writers and write what was kept for a store that went away (``Recorder.close``)."""
+        self.recorder.close(flush_s=flush_s, mirror_s=mirror_s)
 
 
 def _nesting(job: Job | None) -> dict[str, Any]:
@@ -378,15 +214,6 @@ def _nesting(job: Job | None) -> dict[str, Any]:
     if job is None or job.trial is None:
         return {}
     return {"parent": job.trial["study"], "tags": {"study": job.trial["study"], "trial_id": job.trial["trial_id"]}}
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of the database driver's own message for ``exc`` (or for the error it was raised from)."""
-    while getattr(exc, "orig", None) is None and exc.__cause__ is not None:
-        exc = exc.__cause__
-    orig = getattr(exc, "orig", None) or exc
-    text = str(orig).strip()
-    return text.splitlines()[0] if text else type(orig).__name__
 
 
 def unmirrored(store: Store, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:

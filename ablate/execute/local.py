@@ -7,8 +7,8 @@ can look at the outcomes and deal the next round on the same workers.
 
 Ctrl-C (or SIGTERM) once: running jobs save a checkpoint and go back to ``queued``; nothing new starts. Twice: the
 workers are killed at once; their runs go back to ``queued`` and resume from their last periodic checkpoint. A
-store that stays unreachable for ``store_patience_s`` stops the runner the same way as one Ctrl-C
-(``store_error`` then says so).
+store that stays away past the patience of the lifecycle's recorder (``ablate.execute.recorder``) stops the runner
+the same way as one Ctrl-C (``store_error`` then says so).
 """
 
 from __future__ import annotations
@@ -24,31 +24,29 @@ from rich.console import Console
 from ablate.config import total_steps
 from ablate.execute.devices import Slot
 from ablate.execute.display import GridDisplay
-from ablate.execute.lifecycle import STORE_PATIENCE_S, Ended, Lifecycle
+from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.messages import Job, JobEvent, Progress, Started
 from ablate.execute.pool import WorkerPool
+from ablate.execute.recorder import News
 
 log = logging.getLogger(__name__)
 
 TRAIN_JOB = "ablate.execute.job:train"
+STYLE: dict[News, str] = {"away": "yellow", "back": "green", "gave_up": "red"}  # what the recorder says, in colour
 
 
 class LocalRunner:
     """The worker pool (started at the first round), the lifecycle and the display; a context manager."""
 
     def __init__(self, slots: Sequence[Slot], lifecycle: Lifecycle, *, title: str, console: Console | None = None,
-                 job_fn: str = TRAIN_JOB, store_patience_s: float = STORE_PATIENCE_S,
-                 progress_every_s: float | None = None):
+                 job_fn: str = TRAIN_JOB, progress_every_s: float | None = None):
         self.slots, self.lifecycle, self.title, self.job_fn = list(slots), lifecycle, title, job_fn
         self.console = console or Console(stderr=True)
-        self.store_patience_s = store_patience_s
         self.progress_every_s = progress_every_s
         self.pool: WorkerPool | None = None
         self.display: GridDisplay | None = None
         self.interrupted = False
         self.hard_stop = False
-        self.store_error: str | None = None
-        self.store_away = False
         self.pool_started: float | None = None  # time.monotonic() when the workers were started
         self.job_times: dict[str, tuple[float, float]] = {}  # run_id -> (started, ended), monotonic
         self.run_one_s: dict[str, float] = {}  # run_id -> seconds inside run_one (in the worker)
@@ -56,6 +54,11 @@ class LocalRunner:
         self._jobs: dict[str, Job] = {}
         self._ended: dict[str, Ended] = {}
         self._started: dict[str, float] = {}
+
+    @property
+    def store_error(self) -> str | None:
+        """Why the runner stopped early: the store stayed away past its patience (None otherwise)."""
+        return self.lifecycle.recorder.gave_up
 
     def run_dir(self, run_id: str) -> Path:
         return self.lifecycle.run_dir(run_id)
@@ -113,19 +116,8 @@ class LocalRunner:
                 display.message("[magenta]stopping: running jobs save a checkpoint and go back to the queue "
                                 "(Ctrl-C again to stop at once)[/]" if told == 1 else "[magenta]stopping at once[/]")
             self.lifecycle.tick()
-            down = self.lifecycle.store_down_s()
-            if (down is not None) != self.store_away:  # say once that it went away, and once that it is back
-                self.store_away = down is not None
-                where, away = self.lifecycle.where, self.lifecycle.away()
-                display.message(f"[yellow]the store {where} is {away}: training goes on, results "
-                                f"are kept and recorded when it is back (stopping after "
-                                f"{self.store_patience_s:.0f} s)[/]" if self.store_away else
-                                f"[green]the store {self.lifecycle.where} is back[/]")
-            if down is not None and down > self.store_patience_s and self.store_error is None:
-                self.store_error = (f"the store {self.lifecycle.where} has been {self.lifecycle.away()} for "
-                                    f"{down:.0f} s: stopping (running jobs save a checkpoint)")
-                display.message(f"[red]{self.store_error}[/]")
-                pool.interrupt()
+            if self.lifecycle.recorder.watch(lambda news, text: display.message(f"[{STYLE[news]}]{text}[/]")):
+                pool.interrupt()  # away past its patience: stop as for one Ctrl-C
                 told = pool.interrupts
             display.tick()
 

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from ablate.errors import ConfigError, RunError
-from ablate.execute.lifecycle import STORE_PATIENCE_S
 from ablate.execute.messages import Job
+from ablate.execute.recorder import STORE_PATIENCE_S
 from ablate.execute.slurm_queue import ALIVE, have_slurm, job_states
 from ablate.execute.triage import Decision
 from ablate.layout import run_dir
@@ -298,8 +298,7 @@ def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Con
     on and record their runs themselves when it is back; past the patience this stops waiting (exit 1)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ablate.execute.lifecycle import is_unavailable
-    from ablate.store.engine import display_url
+    from ablate.execute.recorder import SLURM_WAIT, Recorder
 
     ids = list(report.jobs)
     told: set[str] = set()
@@ -308,7 +307,12 @@ def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Con
                         TextColumn("{task.fields[states]}"), TimeElapsedColumn(), console=console,
                         transient=True, disable=not console.is_terminal)
     task = progress.add_task(f"array {report.array_id}", total=len(ids), states="")
-    where, down_since = display_url(store.url), None
+    recorder = Recorder(store, home=report.home, patience_s=opts.store_patience_s)
+    wording = SLURM_WAIT.filled(array=str(report.array_id))
+
+    def say(news: str, text: str) -> None:
+        if news != "gave_up":  # that one is the command's error line (report.store_error)
+            console.print(text, highlight=False, soft_wrap=True)
 
     def look() -> bool:
         """One look at the store and the queue; True once every run has ended."""
@@ -334,29 +338,10 @@ def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Con
     try:
         with progress:
             while True:
-                try:
-                    done = look()
-                except Exception as exc:
-                    if not is_unavailable(exc):
-                        raise
-                    now = time.monotonic()
-                    if down_since is None:
-                        down_since = now
-                        console.print(f"the store {where} is unreachable: the Slurm tasks train on and record their "
-                                      f"runs when it is back; waiting for it (up to {opts.store_patience_s:.0f} s)",
-                                      highlight=False, soft_wrap=True)
-                    elif now - down_since > opts.store_patience_s:
-                        report.store_error = (f"the store {where} has been unreachable for {now - down_since:.0f} s: "
-                                             f"stopped waiting; array {report.array_id} goes on, and its runs are "
-                                             f"recorded when the store is back (by their tasks, or by the next "
-                                             f"`ablate run` for a task that ended meanwhile)")
-                        return
-                    time.sleep(opts.poll_s)
-                    continue
-                if down_since is not None:
-                    console.print(f"the store {where} is back after {time.monotonic() - down_since:.0f} s",
-                                  highlight=False, soft_wrap=True)
-                    down_since = None
+                done = recorder.attempt(look)  # None while the store is away: the tasks train on
+                if recorder.watch(say, wording):  # away past the patience: stop waiting
+                    report.store_error = recorder.gave_up
+                    return
                 if done:
                     break
                 time.sleep(opts.poll_s)
@@ -364,11 +349,7 @@ def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Con
         report.interrupted = True
         console.print(f"stopped waiting; array {report.array_id} goes on (ablate status shows it)",
                       highlight=False)
-    try:
-        report.statuses = store.statuses(run_ids=ids)
-    except Exception as exc:
-        if not is_unavailable(exc):
-            raise
+    report.statuses = recorder.attempt(lambda: store.statuses(run_ids=ids)) or report.statuses
 
 
 def _lost(store: Store, gone: list[str], report: SlurmReport, states: dict[str, str]) -> None:

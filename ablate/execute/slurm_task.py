@@ -26,6 +26,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from ablate.execute.job import finished_result
 from ablate.execute.lifecycle import Lifecycle
 from ablate.execute.messages import Job
+from ablate.execute.recorder import SLURM_TASK
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +92,11 @@ class SlurmTask(Checkpointable):
 
         mirror = None
         if self.mlflow and self.grid:
-            from ablate.store.mlflow_mirror import MirrorThread
+            from ablate.execute.mirror import MirrorThread
 
             mirror = MirrorThread(home=Path(self.home), grid=self.grid)
-        return Lifecycle(Store.open(self.store), home=Path(self.home), mirror=mirror)
+        # no patience: the task trains on while the store is away, and its result waits in the run directory
+        return Lifecycle(Store.open(self.store), home=Path(self.home), mirror=mirror, patience_s=None)
 
     def _train(self, job: Job, lifecycle: Lifecycle | None) -> dict[str, Any]:
         """Run ``run_one`` in a thread (so the main thread can take Slurm's signal) and record its outcome."""
@@ -117,15 +119,11 @@ class SlurmTask(Checkpointable):
 
         self._thread = threading.Thread(target=target, name=f"train-{run_id}", daemon=True)
         self._thread.start()
-        away = False
         while self._thread.is_alive():
             self._thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
             if lifecycle is not None:
                 lifecycle.tick()  # MLflow run ids; writes kept while the store was away
-                if (lifecycle.store_down_s() is not None) != away:
-                    away = not away
-                    log.warning("the store %s is %s", lifecycle.where, "unreachable: training goes on, the result "
-                                "is kept in the run directory" if away else "back")
+                lifecycle.recorder.watch(lambda _, text: log.warning("%s", text), SLURM_TASK)
         error = outcome.get("error")
         if isinstance(error, RunInterrupted):
             return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)

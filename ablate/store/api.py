@@ -1,5 +1,7 @@
 """``Store``: the results store's public face. Each method is one transaction around a function of
-``records`` (writes) or ``queries`` (reads), retried when the database reports a lock timeout or deadlock.
+``records`` (writes) or ``queries`` (reads), retried when the database reports a lock timeout or deadlock. A
+database that went away (a lost connection, a server that is down, a full or read-only disk) is raised as one
+``StoreUnavailable`` (``ablate.store.faults``); what to do then is the caller's (``ablate.execute.recorder``).
 
 >>> store = Store.open("sqlite:///:memory:")   # doctest: +SKIP
 >>> store.register_grid(name="g", text="...", runs=planned)  # doctest: +SKIP
@@ -19,6 +21,7 @@ from ablate.errors import StoreUnavailableError
 from ablate.result import RunResult, read_result
 from ablate.store import queries, records
 from ablate.store.engine import display_url, make_engine, resolve_url
+from ablate.store.faults import is_busy, translated
 from ablate.store.migrate import upgrade
 
 if TYPE_CHECKING:
@@ -75,9 +78,20 @@ class Store:
         return f"Store({display_url(self.url)!r})"
 
     # transactions
+    @property
+    def where(self) -> str:
+        """The store's URL as the user is shown it (without its password)."""
+        return display_url(self.url)
+
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:
-        """A Session inside one transaction, committed on success (the caller's ``Session.begin()``)."""
+        """A Session inside one transaction, committed on success (the caller's ``Session.begin()``); a database
+        that went away is a ``StoreUnavailable``."""
+        with translated(self.where), self._session(write=write) as s:
+            yield s
+
+    @contextmanager
+    def _session(self, *, write: bool = True) -> Iterator[Session]:
         from sqlalchemy.orm import Session
 
         bind = self.engine if write else self.engine.execution_options(ablate_read_only=True)
@@ -86,9 +100,10 @@ class Store:
 
     def _write(self, fn: Callable[[Session], T]) -> T:
         def once() -> T:
-            with self.session() as s:
+            with self._session() as s:
                 return fn(s)
-        return _retry(once)
+        with translated(self.where):
+            return _retry(once)
 
     def _read(self, fn: Callable[[Session], T]) -> T:
         with self.session(write=False) as s:
@@ -300,7 +315,7 @@ def _retry(fn: Callable[[], T]) -> T:
         try:
             return fn()
         except DBAPIError as exc:
-            if attempt == RETRIES - 1 or not _transient(exc):
+            if attempt == RETRIES - 1 or not is_busy(exc):
                 raise
             log.info("store busy (%s); retrying", exc.orig)
             time.sleep(0.05 * 2 ** attempt)
@@ -311,10 +326,3 @@ def _reason(exc: Any) -> str:
     """A database error's reason on one line (the driver's message, without SQLAlchemy's SQL and links)."""
     return " ".join(str(exc.orig or exc).split())
 
-
-def _transient(exc: Any) -> bool:
-    code = getattr(exc.orig, "sqlstate", None)
-    if code in ("40001", "40P01", "55P03"):  # serialization failure, deadlock, lock not available
-        return True
-    text = str(exc.orig).lower()
-    return "database is locked" in text or "database table is locked" in text

@@ -12,8 +12,8 @@ under its study's parent run instead of the grid's.
 The default tracking store is ``sqlite:///$ABLATE_HOME/mlflow.db`` with artifacts under ``$ABLATE_HOME/mlartifacts``
 (never a stray ``./mlruns``); ``MLFLOW_TRACKING_URI`` points elsewhere. Creating a new SQLite tracking store is
 done under a file lock, so that processes starting together on a new home do not race on MLflow's schema.
-``MirrorThread`` does all the logging in a background thread, so neither training nor the executor ever waits for
-MLflow, and a failing MLflow never fails a grid.
+``MlflowMirror`` logs in the calling thread; executors drive it from a background thread
+(``ablate.execute.mirror.MirrorThread``), so neither training nor the executor ever waits for MLflow.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ import json
 import logging
 import math
 import os
-import queue
 import re
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -64,22 +62,16 @@ def artifact_root(home: Path) -> str:
     return (Path(home).resolve() / "mlartifacts").as_uri()
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """A nested config as MLflow params: dotted keys; lists and empty dicts as JSON.
+def mlflow_params(config: Mapping[str, Any]) -> dict[str, str]:
+    """A config as MLflow params: the store's dotted paths and values (``ablate.store.records.flatten``: a list is
+    its compact JSON), as text.
 
-    >>> flatten({"train": {"lr": 0.003, "steps": 30}, "seed": 0})
-    {'train.lr': '0.003', 'train.steps': '30', 'seed': '0'}
+    >>> mlflow_params({"train": {"lr": 0.003, "steps": 30}, "seed": 0, "data": {"train": [{"weight": 1}]}})
+    {'train.lr': '0.003', 'train.steps': '30', 'seed': '0', 'data.train': '[{"weight":1}]'}
     """
-    out: dict[str, str] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{name}."))
-        elif isinstance(value, (dict, list)):
-            out[name] = json.dumps(value, sort_keys=True)
-        else:
-            out[name] = str(value)
-    return out
+    from ablate.store.records import flatten
+
+    return {key: str(value) for key, value in flatten(config).items()}
 
 
 def _quiet_mlflow() -> None:
@@ -122,7 +114,8 @@ def log_result_artifacts(client: Any, mlflow_run_id: str, result: RunResult) -> 
 
 
 class MlflowMirror:
-    """Logs one grid's runs into MLflow (in the calling thread; see ``MirrorThread``)."""
+    """Logs one grid's runs into MLflow (in the calling thread; ``ablate.execute.mirror.MirrorThread`` drives it from
+    a background thread)."""
 
     def __init__(self, *, home: Path, grid: str, uri: str | None = None):
         from mlflow import MlflowClient
@@ -176,7 +169,7 @@ class MlflowMirror:
             last = {k: max(p.step for p in self.client.get_metric_history(rid, k)) for k in existing.data.metrics}
         self._last[rid] = last
         have = existing.data.params if existing is not None else {}
-        params = [Param(k, v[:6000]) for k, v in flatten(dict(config)).items() if k not in have]
+        params = [Param(k, v[:6000]) for k, v in mlflow_params(config).items() if k not in have]
         self._tags(rid, {"status": "running", **(tags or {})}, params)
         return rid
 
@@ -307,153 +300,6 @@ class MlflowMirror:
         """Mark the grid's parent runs finished (a later ``ablate run`` of the grid nests under them again)."""
         for parent_id in self._parents.values():
             self.client.set_terminated(parent_id, status="FINISHED")
-
-
-class MirrorThread:
-    """``MlflowMirror`` in a background thread: ``start``, ``steps``, ``submit`` (a finished or failed run's
-    result), ``end`` (a run that leaves no result), ``logged()`` -> ``(run_id, mlflow_run_id)`` pairs, ``close()``.
-
-    Commands about a run keep their order; its start and step rows wait for the next flush, every
-    ``STEPS_EVERY_S`` seconds (a run that ends sooner is made once, complete, from its result). Errors become
-    warnings (``errors`` keeps their text, each once): MLflow being down never fails a grid, and the store and
-    ``result.json`` still hold everything, which the next mirror of the run fills in.
-    """
-
-    def __init__(self, *, home: Path, grid: str, uri: str | None = None):
-        self._home, self._grid, self._uri = home, grid, uri
-        self._inbox: queue.Queue[tuple[str, str, tuple[Any, ...], dict[str, Any]] | None] = queue.Queue()
-        self._done: queue.Queue[tuple[str, str]] = queue.Queue()
-        self.errors: list[str] = []
-        self._keys: set[str] = set()
-        self._thread: threading.Thread | None = None  # started by the first command: no command, no MLflow
-
-    def _put(self, cmd: tuple[str, str, tuple[Any, ...], dict[str, Any]]) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="mlflow-mirror", daemon=True)
-            self._thread.start()
-        self._inbox.put(cmd)
-
-    def warm(self) -> None:
-        """Open MLflow now (import, tracking store, experiment) rather than at the first run: a pool calls this
-        while its workers import torch, so none of it lands between two jobs."""
-        self._put(("tick", "", (), {}))
-
-    def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
-              tags: Mapping[str, str] | None = None) -> None:
-        """A run started (or resumed): open its nested run."""
-        self._put(("start", run_id, (dict(config),), {"parent": parent, "tags": dict(tags or {})}))
-
-    def steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Step metrics of a running run."""
-        self._put(("steps", run_id, ([dict(r) for r in rows],), {}))
-
-    def submit(self, result: RunResult, *, parent: str | None = None, tags: Mapping[str, str] | None = None) -> None:
-        """A run ended with a result (``done``, ``diverged``, or ``failed`` with its error): complete and end it."""
-        self._put(("result", result.run_id, (result,), {"parent": parent, "tags": dict(tags or {})}))
-
-    def end(self, run_id: str, status: str, *, tags: Mapping[str, Any] | None = None) -> None:
-        """A run ended without a result (``interrupted``, ``pruned``)."""
-        self._put(("end", run_id, (status,), {"tags": dict(tags or {})}))
-
-    def logged(self) -> list[tuple[str, str]]:
-        """``(run_id, mlflow_run_id)`` of every nested run completed since the last call."""
-        out = []
-        while True:
-            try:
-                out.append(self._done.get_nowait())
-            except queue.Empty:
-                return out
-
-    def close(self, timeout: float | None = 120.0) -> None:
-        """Finish what was submitted (up to ``timeout`` seconds) and stop the thread."""
-        if self._thread is None:
-            return
-        self._inbox.put(None)
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            self.errors.append(f"MLflow mirroring did not finish within {timeout:.0f} s")
-
-    def _loop(self) -> None:
-        try:
-            mirror = MlflowMirror(home=self._home, grid=self._grid, uri=self._uri)
-        except Exception as exc:  # noqa: BLE001 - reported, the grid goes on
-            self._fail(f"MLflow at {self._uri or tracking_uri(self._home)}: {_reason(exc)}")
-            while self._inbox.get() is not None:
-                pass  # nothing to mirror to: each command is dropped, until close()
-            return
-        # per run, what waits for the next flush: its start (a run shorter than STEPS_EVERY_S is then made once,
-        # complete, from its result) and its step rows
-        pending: dict[str, dict[str, Any]] = {}
-
-        def flush(rid: str) -> None:
-            waiting = pending.pop(rid, None)
-            if waiting is not None and waiting["start"] is not None:
-                self._call(mirror, "start", rid, *waiting["start"])
-            if waiting is not None and waiting["steps"]:
-                self._call(mirror, "steps", rid, (waiting["steps"],), {})
-
-        flushed = time.monotonic()
-        while True:
-            try:
-                cmd = self._inbox.get(timeout=STEPS_EVERY_S)
-            except queue.Empty:
-                cmd = ("tick", "", (), {})
-            if cmd is None or time.monotonic() - flushed >= STEPS_EVERY_S:
-                for rid in list(pending):
-                    flush(rid)
-                flushed = time.monotonic()
-            if cmd is None:
-                break
-            kind, rid, args, kwargs = cmd
-            if kind == "start":
-                pending[rid] = {"start": (args, kwargs), "steps": []}
-            elif kind == "steps":
-                pending.setdefault(rid, {"start": None, "steps": []})["steps"].extend(args[0])
-            elif kind == "result":
-                pending.pop(rid, None)  # the result holds every point, and makes the run if it was never made
-                self._call(mirror, kind, rid, args, kwargs)
-            elif kind == "end":
-                flush(rid)  # commands about a run keep their order
-                self._call(mirror, kind, rid, args, kwargs)
-        try:
-            mirror.close()
-        except Exception as exc:  # noqa: BLE001
-            self._fail(f"MLflow: {_reason(exc)}")
-
-    def _call(self, mirror: MlflowMirror, kind: str, run_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-              ) -> None:
-        methods: dict[str, Callable[..., Any]] = {"start": mirror.start, "steps": mirror.log_steps,
-                                                  "result": mirror.log_result, "end": mirror.end}
-        fn = methods[kind]
-        try:
-            out = fn(run_id, *args, **kwargs) if kind != "result" else fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            reason = _reason(exc)
-            self._fail(f"MLflow mirror of run {run_id}: {reason}", key=reason)
-            return
-        if kind == "result":  # recorded in the store once complete: a run mirrored halfway is mirrored again
-            self._done.put((run_id, out))
-
-    def _fail(self, message: str, *, key: str | None = None) -> None:
-        """Report ``message`` once per ``key`` (MLflow down: one warning at the end, not one per run and
-        batch)."""
-        key = key or message
-        if key not in self._keys:
-            self._keys.add(key)
-            log.info("%s", message)  # the executor's summary says it, as one warning line
-            self.errors.append(message)
-
-
-def _reason(exc: BaseException) -> str:
-    """A failed MLflow call's reason in one line: the database driver's own first line (``database or disk is
-    full``) when a database error is behind it, else the error's first line."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        orig = getattr(cause, "orig", None)
-        if orig is not None:
-            return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-        cause = cause.__cause__ or cause.__context__
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _ms(stamp: str | None) -> int | None:

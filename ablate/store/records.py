@@ -56,7 +56,9 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config as ``{dotted.path: value}``; lists become compact JSON text (one cell each).
+    """A nested config as ``{dotted.path: value}``; lists become compact JSON text (one cell each). The one
+    flattening: the store's ``config_flat``, the runs table's columns, ``ablate diff`` and MLflow's params
+    (``mlflow_mirror.mlflow_params``) all read it.
 
     >>> flatten({"train": {"lr": 0.003}, "seed": 0})
     {'train.lr': 0.003, 'seed': 0}

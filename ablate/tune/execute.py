@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ablate.execute.devices import Slot
-from ablate.execute.lifecycle import STORE_PATIENCE_S, Ended, Lifecycle
+from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.local import LocalRunner
+from ablate.execute.recorder import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -40,11 +41,11 @@ class TrialPool(LocalRunner):
                  metric: str = "val_ppl", mlflow: bool = False, store_patience_s: float = STORE_PATIENCE_S):
         mirror = None
         if mlflow:  # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), nested under their study
-            from ablate.store.mlflow_mirror import MirrorThread
+            from ablate.execute.mirror import MirrorThread
 
             mirror = MirrorThread(home=home, grid=title)
-        super().__init__(slots, Lifecycle(store, home=home, mirror=mirror, metric=metric), title=title,
-                         console=console, job_fn=TRIAL_JOB, store_patience_s=store_patience_s)
+        lifecycle = Lifecycle(store, home=home, mirror=mirror, metric=metric, patience_s=store_patience_s)
+        super().__init__(slots, lifecycle, title=title, console=console, job_fn=TRIAL_JOB)
 
     def close(self) -> None:
         """Stop the workers, the live display and the lifecycle's threads."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ablate.execute.lifecycle import STORE_PATIENCE_S
+from ablate.execute.recorder import STORE_PATIENCE_S
 from ablate.tune.protocol import DEFAULT_TOLERANCE, Point
 
 

@@ -20,7 +20,7 @@ import lightning as L
 import torch
 from optuna_integration import PyTorchLightningPruningCallback
 
-from ablate.execute.lifecycle import first_line, is_unavailable
+from ablate.execute.recorder import unless_away
 from ablate.runner.callbacks import RunMonitor
 from ablate.tune.protocol import PENALTY
 
@@ -52,11 +52,7 @@ class StepPruning(PyTorchLightningPruningCallback):
         self.last_step, self.last_value = int(evaluated[-1]) + 1, value
         trainer.callback_metrics[self.monitor] = torch.tensor(value)
         # the integration reports at ``pl_module.current_epoch``: hand it the step count in its place
-        try:
-            self.on_validation_end(trainer, SimpleNamespace(current_epoch=self.last_step))  # type: ignore[arg-type]
-        except Exception as exc:
-            if not is_unavailable(exc):
-                raise
-            # the study lives in the store: while it is away the trial trains on, unpruned at this evaluation
-            log.warning("the store is unreachable (%s): trial not judged at step %d, training goes on",
-                        first_line(exc), self.last_step)
+        # the study lives in the store: while it is away the trial trains on, unpruned at this evaluation
+        epoch = SimpleNamespace(current_epoch=self.last_step)
+        unless_away(lambda: self.on_validation_end(trainer, epoch),  # type: ignore[arg-type]
+                    then=f"trial not judged at step {self.last_step}, training goes on")

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from rich.console import Console
 
-from ablate.errors import AblateError, ConfigError, StoreError
-from ablate.execute.lifecycle import first_line, how_away, is_unavailable
+from ablate.errors import ConfigError, StoreError
 from ablate.execute.messages import Job
+from ablate.execute.recorder import stops_when_away
 from ablate.layout import run_dir
 from ablate.tune.execute import Outcome, TrialPool
 from ablate.tune.options import CellResult, TuneOptions, TuneReport
@@ -94,26 +94,22 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     store = Store.open(opts.store, home=home)
     resume = (f"when the store is back, run the same command again: the studies resume, and trials that finished "
               f"meanwhile are read from {home / 'runs'}, not trained again")
+    # between trials (Optuna's ask and tell, registering runs) the store going away is one line, as for `ablate run`
     try:
-        tuner = _Tuner(grid, cells, space, metric, pruner, opts, store,
-                       optuna_storage(store.url), console)
-        with TrialPool(slots, home=home, store=store, title=f"{grid.name}/tune", console=console,
-                       metric=metric, mlflow=opts.mlflow, store_patience_s=opts.store_patience_s) as pool:
-            tuner.search(pool)
-            if opts.find_max_stable and not pool.interrupted:
-                tuner.bracket(pool)
-            tuner.report.interrupted = pool.interrupted
-        if pool.store_error is not None:  # the store stayed away past --store-patience while trials trained
-            raise StoreError(f"{pool.store_error}; {resume}")
-        tuner.summarize()
-        if opts.then_run and not tuner.report.interrupted:
-            tuner.then_run()
-    except Exception as exc:
-        if isinstance(exc, AblateError) or not is_unavailable(exc):
-            raise
-        # between trials (Optuna's ask and tell, registering runs): one line, as for `ablate run`
-        raise StoreError(f"the store {display_url(store.url)} became {how_away(exc)} while tuning "
-                         f"({first_line(exc)}); {resume}") from None
+        with stops_when_away(display_url(store.url), doing="while tuning", then=resume):
+            tuner = _Tuner(grid, cells, space, metric, pruner, opts, store,
+                           optuna_storage(store.url), console)
+            with TrialPool(slots, home=home, store=store, title=f"{grid.name}/tune", console=console,
+                           metric=metric, mlflow=opts.mlflow, store_patience_s=opts.store_patience_s) as pool:
+                tuner.search(pool)
+                if opts.find_max_stable and not pool.interrupted:
+                    tuner.bracket(pool)
+                tuner.report.interrupted = pool.interrupted
+            if pool.store_error is not None:  # the store stayed away past --store-patience while trials trained
+                raise StoreError(f"{pool.store_error}; {resume}")
+            tuner.summarize()
+            if opts.then_run and not tuner.report.interrupted:
+                tuner.then_run()
     finally:
         store.close()
     tuner.report.wall_s = time.monotonic() - t0
