@@ -55,8 +55,14 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
                              "directory for run directories and the default stores")
     made = [p for p in (runs, *runs.parents) if not p.exists()]
     try:
-        runs.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=runs)
+        for attempt in range(5):  # another process checking the same new home may remove the folder just made
+            runs.mkdir(parents=True, exist_ok=True)
+            try:
+                fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=runs)
+                break
+            except FileNotFoundError:
+                if attempt == 4:
+                    raise
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:

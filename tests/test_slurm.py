@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 ABLATE = str(Path(sys.executable).parent / "ablate")
 STEPS = 120  # long enough that a signal sent once training is seen lands mid-run on an idle machine
+AWAY_STEPS = 10 * STEPS  # the store-outage test's run: trains through a look of the wait and an outage
 
 
 def grid_text(name: str, variants: list[str], train: str = "") -> str:
@@ -271,7 +272,9 @@ def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm
                                                                            outage):
     url, stop, start = own_postgres
     path, home = tmp_path / "o.yaml", tmp_path / "home"
-    path.write_text(tiny_grid("away", variants=["baseline"], steps=3 * STEPS, checkpoint_every=1000))
+    # long enough that the wait (which looks every 5 s) sees the store away while the task still trains, on an
+    # idle machine too, where 3 x STEPS took the task under 8 s from start to end
+    path.write_text(tiny_grid("away", variants=["baseline"], steps=AWAY_STEPS, checkpoint_every=1000))
     patience = "120" if outage == "back in time" else "3"
     proc = subprocess.Popen([ABLATE, "run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait",
                              "--home", str(home), "--store", url, "--store-patience", patience, "--slurm-opt",
@@ -327,7 +330,7 @@ def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm
                        "--store", url)
         assert again.exit_code == 0 and "nothing to submit (1 skipped)" in again.output, again.output
     final = runs_at(url)
-    assert list(final["status"]) == ["done"] and list(final["steps"]) == [3 * STEPS]
+    assert list(final["status"]) == ["done"] and list(final["steps"]) == [AWAY_STEPS]
     assert final["resumed_from"].isna().all()  # trained once, through the outage
 
 
