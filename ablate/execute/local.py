@@ -18,6 +18,7 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 from rich.console import Console
 
@@ -63,7 +64,7 @@ class LocalRunner:
     def run_dir(self, run_id: str) -> Path:
         return self.lifecycle.run_dir(run_id)
 
-    def __enter__(self) -> LocalRunner:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
