@@ -22,4 +22,4 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check ablate tests bench
-	$(BIN)/mypy  # strict on the modules [tool.mypy] lists in pyproject.toml
+	$(BIN)/mypy  # all of ablate, strict where [tool.mypy] says (pyproject.toml)

@@ -125,7 +125,9 @@ def disk_full(exc: BaseException, path: str | os.PathLike[str]) -> DiskFullError
     if isinstance(exc, DiskFullError):
         return exc
     path = Path(path).absolute()
-    seen, cause, errno_full = set(), exc, False
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    errno_full = False
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
         errno_full = errno_full or getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT)

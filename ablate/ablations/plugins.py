@@ -38,7 +38,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, ClassVar, Protocol, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -77,7 +77,16 @@ def imports(arms: Iterable[str]) -> list[str]:
     return sorted({module_of(a) for a in arms})
 
 
-def load(arm: str) -> type:
+class Arm(Protocol):
+    """What ``load`` checks a plugin arm's class has (the module docstring lists it)."""
+
+    slot: ClassVar[str]
+    Args: ClassVar[type[BaseModel]]
+
+    def __init__(self, args: BaseModel, cfg: ModelConfig) -> None: ...
+
+
+def load(arm: str) -> type[Arm]:
     """The class ``arm`` names; a ConfigError naming the module and the exception when it cannot be imported."""
     module, _, name = target(arm).partition(":")
     if not name:

@@ -53,7 +53,7 @@ def yarn_inv_freq(
     interpolated = 1.0 / (factor * base_freq)
 
     low = max(math.floor(_dim_for_rotations(beta_fast, head_dim, theta, original_len)), 0)
-    high = min(math.ceil(_dim_for_rotations(beta_slow, head_dim, theta, original_len)), head_dim - 1)
+    high: float = min(math.ceil(_dim_for_rotations(beta_slow, head_dim, theta, original_len)), head_dim - 1)
     if low == high:
         high += 0.001  # avoid dividing by zero in the ramp
     ramp = ((torch.arange(half, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # 0 = fast dims, 1 = slow

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypedDict, TypeVar
 
 import click
 import typer
@@ -45,11 +45,14 @@ class OneLineErrors(TyperGroup):
     """
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+             complete_var: str | None = None, standalone_mode: bool = True, windows_expand_args: bool = True,
+             **extra: Any) -> Any:
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False,
+                                windows_expand_args=windows_expand_args, **extra)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                windows_expand_args=windows_expand_args, **extra)
         except NoArgsIsHelpError as exc:
             click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
             sys.exit(2)
@@ -73,7 +76,7 @@ def _usage_message(exc: ClickException) -> str:
     desc = getattr(param, "type_descriptor", None)
     cause = exc.__cause__
     if desc is not None and desc.is_choice and desc.choices and isinstance(cause, ValidationError):
-        what = param.opts[0].lstrip("-") if option else (exc.ctx.command.name if exc.ctx else "value")
+        what = param.opts[0].lstrip("-") if option else (str(exc.ctx.command.name) if exc.ctx else "value")
         given = cause.errors()[0].get("input")
         return one_line(f"{name}: {one_of(given, [str(c) for c in desc.choices], what=what)}")
     if isinstance(cause, ValidationError):  # a bound (min=...) or a type: worded as a config field's error
@@ -185,7 +188,11 @@ StorePatienceOpt = Annotated[float | None, typer.Option(
          "slurm --wait: before it stops waiting) [default: 300]")]
 
 
-def patience(store_patience: float | None) -> dict[str, float]:
+class Patience(TypedDict, total=False):
+    store_patience_s: float
+
+
+def patience(store_patience: float | None) -> Patience:
     """``store_patience_s`` for an executor's options when ``--store-patience`` was given (else its default)."""
     return {} if store_patience is None else {"store_patience_s": store_patience}
 

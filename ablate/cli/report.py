@@ -12,7 +12,8 @@ from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store
 from ablate.reports.registry import REPORTS
 
 # the choices are the registry's names (ablate.reports.registry.REPORTS): a new report is one entry there
-ReportTarget = StrEnum("ReportTarget", {name: name for name in REPORTS})
+# (mypy reads an enum's members only from literals: these are data, so it knows the class, not its members)
+ReportTarget = StrEnum("ReportTarget", {name: name for name in REPORTS})  # type: ignore[misc]
 
 
 @app.command("report")

@@ -12,6 +12,7 @@ oversubscribed cores took 4x as long as on one thread (docs/internals.md, bench/
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def usable_cpus(*, cpu_max: Path = CPU_MAX, environ: dict[str, str] | None = Non
 
 
 def quiet_threads(*, load: float | None = None, cpus: int | None = None,
-                  environ: dict[str, str] | None = None) -> dict[str, str]:
+                  environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The OpenMP settings a worker starts torch with: ``OMP_WAIT_POLICY=PASSIVE`` (threads that sleep when they
     wait) when the machine is already oversubscribed as the worker starts (the 1-minute load average above the
     CPUs this process may use), else nothing (OpenMP's default: threads spin a while before they sleep).
@@ -91,8 +92,8 @@ def quiet_threads(*, load: float | None = None, cpus: int | None = None,
     >>> quiet_threads(load=7.0, cpus=2, environ={"OMP_WAIT_POLICY": "ACTIVE"})
     {}
     """
-    environ = os.environ if environ is None else environ
-    if "OMP_WAIT_POLICY" in environ:
+    env = os.environ if environ is None else environ
+    if "OMP_WAIT_POLICY" in env:
         return {}
     load = os.getloadavg()[0] if load is None else load
     cpus = usable_cpus() if cpus is None else cpus

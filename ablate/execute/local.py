@@ -18,6 +18,7 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 from rich.console import Console
 
@@ -63,7 +64,7 @@ class LocalRunner:
     def run_dir(self, run_id: str) -> Path:
         return self.lifecycle.run_dir(run_id)
 
-    def __enter__(self) -> LocalRunner:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -93,8 +94,10 @@ class LocalRunner:
             return {j.run_id: Ended(j.run_id, "interrupted") for j in jobs}
         if self.display is None:
             self.expect(len(jobs))
+        display = self.display
+        assert display is not None  # expect opened it
         if self.pool is None:
-            self.display.message("starting workers (each imports torch and Lightning once)")
+            display.message("starting workers (each imports torch and Lightning once)")
             self.pool = WorkerPool(self.slots[:len(jobs)] if len(jobs) < len(self.slots) else self.slots,
                                    self.job_fn, log_dir=self.lifecycle.home / "logs").start()
             self.pool_started = time.monotonic()
@@ -107,7 +110,6 @@ class LocalRunner:
         pool = self.pool
         handlers = {sig: signal.signal(sig, lambda *_: pool.interrupt()) for sig in (signal.SIGINT, signal.SIGTERM)}
         told = pool.interrupts
-        display = self.display
 
         def on_tick() -> None:
             nonlocal told
@@ -148,9 +150,8 @@ class LocalRunner:
             display.step(e.run_id, e.last)
         if ended is None:
             return
-        out = getattr(e, "outcome", None)
-        if getattr(out, "run_one_s", None) is not None:
-            self.run_one_s[e.run_id] = out.run_one_s
+        if (one_s := getattr(getattr(e, "outcome", None), "run_one_s", None)) is not None:
+            self.run_one_s[e.run_id] = one_s
         if e.run_id in self._started:
             self.job_times[e.run_id] = (self._started.pop(e.run_id), time.monotonic())
         self._ended[e.run_id] = ended

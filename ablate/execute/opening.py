@@ -229,6 +229,7 @@ def check_grid_name(store: Store, grid: Any, *, append: bool) -> None:
     old, new = file_base(stored), file_base(grid.text)
     if old is None or old == new:
         return  # the same base (the axes grew), or a text this version cannot read
+    assert new is not None  # the grid being opened was read from its text
     a, b = flatten(old), flatten(new)
     diff = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
     first = diff[0] if diff else "base"
@@ -267,8 +268,8 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
             if d.status == "failed":
                 o.failed_before.append(d.run_id)
             continue
-        if (status := ingest_found(store, o.home, d.run_id)) is not None:
-            o.reused[d.run_id] = status
+        if (found := ingest_found(store, o.home, d.run_id)) is not None:
+            o.reused[d.run_id] = found
             continue
         if d.status in ("running", "failed"):
             store.mark_queued(run_id=d.run_id)

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -151,7 +152,7 @@ class Recorder:
         if self.mirror is not None:
             for rid, mlflow_id in self.mirror.logged():
                 self.write(f"record {rid}'s MLflow run",
-                           lambda s, r=rid, m=mlflow_id: s.set_mlflow_run_id(run_id=r, mlflow_run_id=m))
+                           methodcaller("set_mlflow_run_id", run_id=rid, mlflow_run_id=mlflow_id))
 
     def _replay(self) -> None:
         while True:

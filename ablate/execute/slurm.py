@@ -110,10 +110,11 @@ def parse_time(text: str) -> int:
     if not m:
         raise ConfigError(f"{text!r} is not a Slurm time; allowed: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
                           where="--time")
-    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    days, b, c = (int(g) if g is not None else None for g in (m[1], m[3], m[4]))
+    a = int(m[2])  # always there
     if days is not None:  # D-HH[:MM[:SS]]
         seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
-    elif c is not None:  # HH:MM:SS
+    elif b is not None and c is not None:  # HH:MM:SS (c only ever comes with b)
         seconds = a * 3600 + b * 60 + c
     elif b is not None:  # MM:SS
         seconds = a * 60 + b

@@ -81,8 +81,8 @@ def grid_slurm_runs(store: Store, grid: str | None = None) -> list[dict[str, Any
              .where(Run.slurm_job_id.is_not(None)))
         if members is not None:
             q = q.where(Run.run_id.in_(members), Grid.name == grid)
-        rows = [dict(zip(("run_id", "grid", "variant", "seed", "status", "slurm_job_id"), r, strict=True))
-                for r in s.execute(q)]
+        columns = ("run_id", "grid", "variant", "seed", "status", "slurm_job_id")
+        rows: list[dict[str, Any]] = [dict(zip(columns, r, strict=True)) for r in s.execute(q)]
     seen: dict[str, dict[str, Any]] = {}
     for r in rows:
         seen.setdefault(r["run_id"], r)  # a run in several grids: once

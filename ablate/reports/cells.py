@@ -101,8 +101,8 @@ class Table:
         col = next((c for c in self.columns if c.key == key), None)
         if col is None or col.better is None:
             return None
-        values = [r.cells[key].value for r in self.rows if key in r.cells]
-        values = [v for v in values if isinstance(v, float | int) and math.isfinite(v)]
+        values = [v for r in self.rows if key in r.cells
+                  if isinstance(v := r.cells[key].value, float | int) and math.isfinite(v)]
         if not values:
             return None
         return min(values) if col.better == "lower" else max(values)
@@ -147,9 +147,10 @@ def summary_cell(s: Summary, d: int, usual_n: int) -> Cell:
     empty when nothing was measured."""
     if s.empty:
         return Cell()
-    if s.n == 0:
+    mean = s.mean
+    if mean is None:  # n == 0: every run diverged
         return Cell("-", None, None, 0, s.diverged)
-    text = fmt_num(s.mean, d) if s.std is None else f"{fmt_num(s.mean, d)} ± {fmt_num(s.std, d)}"
+    text = fmt_num(mean, d) if s.std is None else f"{fmt_num(mean, d)} ± {fmt_num(s.std, d)}"
     notes = []
     if s.n == 1 or s.n != usual_n:
         notes.append(f"n={s.n}")

@@ -106,7 +106,7 @@ class Interval:
         return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
 
 
-def percentile(values: Sequence[float], point: float | None, level: float = CI_LEVEL) -> Interval:
+def percentile(values: Sequence[float | None], point: float | None, level: float = CI_LEVEL) -> Interval:
     """``point`` with the ``level`` percentile interval of the finite ``values`` (None when there are none)."""
     import numpy as np
 

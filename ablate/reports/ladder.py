@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,8 +96,7 @@ def parse_targets(spec: str) -> list[Target]:
 # ---------------------------------------------------------------------------------------------------- the points
 def run_loss(r: Any) -> float | None:
     """A run's final held-out loss (mean over its held-out sets of ln PPL); ln(val_ppl) when it has no sets."""
-    sets = [cell_value(r, k) for k in r.index if str(k).startswith("ppl/")]
-    sets = [v for v in sets if v is not None and v > 0]
+    sets = [v for k in r.index if str(k).startswith("ppl/") and (v := cell_value(r, k)) is not None and v > 0]
     if sets:
         return sum(math.log(v) for v in sets) / len(sets)
     ppl = cell_value(r, "val_ppl")
@@ -193,10 +194,14 @@ def _problems(rungs: Any, law: PowerLaw | None, params: dict[str, Interval]) -> 
     return problems
 
 
+def _loss_at(flops: float, law: PowerLaw) -> float:
+    return float(law(flops))
+
+
 def _fit_dict(law: PowerLaw | None, fits: list[PowerLaw | None]) -> dict[str, Interval]:
     if law is None:
         return {k: Interval(None, None, None) for k in ("E", "A", "alpha")}
-    return {k: interval_of(fits, law, lambda f, k=k: getattr(f, k)) for k in ("E", "A", "alpha")}
+    return {k: interval_of(fits, law, attrgetter(k)) for k in ("E", "A", "alpha")}
 
 
 def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", grid: str = "") -> dict[str, Any]:
@@ -263,10 +268,12 @@ def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[T
         pred: dict[str, Any] = {"target": t.name, "flops": t.flops, "loss": None, "low": None, "high": None,
                                 "resolved": None, "delta": None, "refused": refused}
         if reliable and not too_far:
-            iv = interval_of(fits, law, lambda f, c=t.flops: float(f(c)))
-            gain = float(law(top)) - iv.value  # what the fit says scaling up from the largest rung buys
-            pred.update(loss=iv.value, low=iv.low, high=iv.high,
-                        resolved=enough and iv.low is not None and (iv.high - iv.low) < abs(gain))
+            iv = interval_of(fits, law, partial(_loss_at, t.flops))
+            loss = _loss_at(t.flops, law)  # iv.value: the point fit's
+            gain = float(law(top)) - loss  # what the fit says scaling up from the largest rung buys
+            spread = iv.high - iv.low if iv.low is not None and iv.high is not None else None
+            pred.update(loss=loss, low=iv.low, high=iv.high,
+                        resolved=enough and spread is not None and spread < abs(gain))
         if base is not None and reliable and base_ok and not too_far:
             draws = [float(f(t.flops) - g(t.flops)) for f, g in zip(fits, base["fits"], strict=True)
                      if f is not None and g is not None]  # the same seeds in both: paired

@@ -128,7 +128,8 @@ def lr_table(studies: list[StudyLR], grid: str) -> LRTable:
     for s in studies:
         best = s.best
         cells = {"best": _lr_cell(best), "max_stable": _lr_cell(s.stable), "first_unstable": _lr_cell(s.unstable),
-                 metric: Cell() if best is None else Cell(fmt_num(best.metric, 2), best.metric, None, 1, 0),
+                 metric: Cell() if best is None or best.metric is None  # the best point has a finite metric
+                 else Cell(fmt_num(best.metric, 2), best.metric, None, 1, 0),
                  "trials": Cell(_counts(s.points), _counts(s.points))}
         rows.append(Row(s.label, run_ids=[p.run_id for p in s.points if p.run_id], cells=cells))
     tol = {s.tolerance for s in studies}

@@ -38,14 +38,14 @@ def caption(table: Table) -> str:
     return f"Table {table.number}: {table.title}" + (f", grid '{table.grid}'" if table.grid else "")
 
 
-def _segments(table: Table) -> Iterator[tuple[str | None, Row | None]]:
-    """Rows in order, with a group header (``(group, None)``) wherever the group changes."""
+def _segments(table: Table) -> Iterator[str | Row]:
+    """Rows in order, with a group header (the group's name, a ``str``) wherever the group changes."""
     current: object = object()
     for row in table.rows:
         if row.group is not None and row.group != current:
-            yield row.group, None
+            yield row.group
         current = row.group
-        yield None, row
+        yield row
 
 
 def _is_best(table: Table, col: Column, cell: Cell, best: dict[str, float | None]) -> bool:
@@ -66,9 +66,9 @@ def to_markdown(table: Table) -> str:
     cols = table.columns
     lines = [f"**{_md(caption(table))}**", "", "| " + " | ".join(["Method", *(_md(c.label) for c in cols)]) + " |",
              "| " + " | ".join(["---"] + ["---:" if c.kind != "descriptor" else "---" for c in cols]) + " |"]
-    for group, row in _segments(table):
-        if row is None:
-            lines.append("| " + " | ".join([f"**{_md(group)}**"] + [""] * len(cols)) + " |")
+    for row in _segments(table):
+        if isinstance(row, str):  # a group header
+            lines.append("| " + " | ".join([f"**{_md(row)}**"] + [""] * len(cols)) + " |")
         else:
             texts = [_md(row.cells[c.key].text) for c in cols]
             texts = [f"**{t}**" if t and c.kind == "delta" and row.cells[c.key].significant else t
@@ -98,11 +98,11 @@ def to_latex(table: Table) -> str:
            f"\\label{{tab:ablate-{table.name}}}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
            " & ".join(["Method", *(tex_escape(c.label) for c in cols)]) + r" \\", r"\midrule"]
     first = True
-    for group, row in _segments(table):
-        if row is None:
+    for row in _segments(table):
+        if isinstance(row, str):  # a group header
             if not first:
                 out.append(r"\midrule")
-            out.append(f"\\multicolumn{{{len(cols) + 1}}}{{l}}{{\\textit{{{tex_escape(group)}}}}} \\\\")
+            out.append(f"\\multicolumn{{{len(cols) + 1}}}{{l}}{{\\textit{{{tex_escape(row)}}}}} \\\\")
         else:
             cells = []
             for c in cols:
@@ -183,9 +183,9 @@ def to_html(table: Table) -> str:
            f"<caption>{e(caption(table))}</caption>", "<thead><tr>", '<th class="method">Method</th>']
     out += [f'<th class="{c.kind}">{e(c.label)}</th>' for c in cols]
     out += ["</tr></thead>", "<tbody>"]
-    for group, row in _segments(table):
-        if row is None:
-            out.append(f'<tr class="group"><th colspan="{len(cols) + 1}">{e(group)}</th></tr>')
+    for row in _segments(table):
+        if isinstance(row, str):  # a group header
+            out.append(f'<tr class="group"><th colspan="{len(cols) + 1}">{e(row)}</th></tr>')
             continue
         tds = []
         for c in cols:

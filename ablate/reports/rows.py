@@ -233,12 +233,13 @@ def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
         label = _setting_label(grid_setting, sruns) if grid_setting else paper_settings[gi]
         grid_lrs = sorted({float(x) for x in sruns.get("train.lr", [])})
         in_paper = [p for p in prows if gi < len(paper_settings) and p["setting"] == paper_settings[gi]]
-        paper_lrs = sorted({paper_number(p["max_lr"]) for p in in_paper})
+        paper_lrs = sorted({lr for p in in_paper if (lr := paper_number(p["max_lr"])) is not None})  # all are
         # Line the learning rates up from the largest down: the paper's table is about the largest stable LR.
         lr_map = {plr: grid_lrs[len(grid_lrs) - len(paper_lrs) + i]
                   for i, plr in enumerate(paper_lrs) if len(grid_lrs) - len(paper_lrs) + i >= 0}
         for p in in_paper:
-            lr = lr_map.get(paper_number(p["max_lr"]))
+            plr = paper_number(p["max_lr"])
+            lr = lr_map.get(plr) if plr is not None else None
             variants = method_variants[p["method"]]
             prun = sruns.iloc[0:0] if lr is None else \
                 sruns.loc[sruns["variant"].isin(variants) & (sruns["train.lr"].astype(float) == lr)]

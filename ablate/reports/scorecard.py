@@ -151,7 +151,7 @@ class Verdict:
     @property
     def ci(self) -> str:
         d = self.delta
-        return "" if d.lo is None else f"[{self._fmt(d.lo)}, {self._fmt(d.hi)}]"
+        return "" if d.lo is None or d.hi is None else f"[{self._fmt(d.lo)}, {self._fmt(d.hi)}]"
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON row: ``claim`` (its text), ``effect`` (a number or None), ``ci`` ([lo, hi] or None), ``n``,
@@ -197,7 +197,8 @@ def decide(v: Verdict, stats: Stats = DEFAULT, m: int = 1) -> Verdict:
         n = needs(d, stats, m)
         n = max(n, d.n + 1) if n is not None else None
         line = _line_value(v.claim)
-        crosses = (f"the CI crosses {_line(v.claim)}" if d.lo is None or d.lo <= line <= d.hi else
+        no_ci_or_crosses = d.lo is None or d.hi is None or d.lo <= line <= d.hi  # lo and hi: both or neither
+        crosses = (f"the CI crosses {_line(v.claim)}" if no_ci_or_crosses else
                    f"not significant after {CORRECTION_NAMES[stats.correction]} over {m} claims")
         verdict, reason = UNCLEAR, f"; {crosses}; not enough evidence: {needs_text(n)}"
     return replace(v, verdict=verdict, detail=f"{v.basis}{reason}{where}", needs=n)

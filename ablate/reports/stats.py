@@ -26,9 +26,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ablate.errors import UserInputError, one_of
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+K = TypeVar("K")  # what makes two runs a pair (paired_delta)
 
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_DRAWS = 4000
@@ -86,7 +91,7 @@ class Summary:
         """Sample standard deviation over seeds (ddof=1); None with fewer than two values."""
         if len(self.values) < 2:
             return None
-        m = self.mean
+        m = sum(self.values) / len(self.values)  # the mean
         return math.sqrt(sum((v - m) ** 2 for v in self.values) / (len(self.values) - 1))
 
 
@@ -142,7 +147,7 @@ EMPTY = Delta(None, None, None, 0)
 
 
 # ---------------------------------------------------------------- the t machinery
-def t_interval(x: object, *, level: float = CI_LEVEL) -> tuple[object, object]:
+def t_interval(x: ArrayLike, *, level: float = CI_LEVEL) -> tuple[Any, Any]:
     """Student t interval (n-1 df) of the mean of ``x``; ``(None, None)`` with fewer than two values. ``x`` may
     be an array of samples along its last axis (then the bounds are arrays).
 
@@ -162,7 +167,7 @@ def t_interval(x: object, *, level: float = CI_LEVEL) -> tuple[object, object]:
     return (float(lo), float(hi)) if a.ndim == 1 else (lo, hi)
 
 
-def t_pvalue(x: object, null: float = 0.0) -> object:
+def t_pvalue(x: ArrayLike, null: float = 0.0) -> Any:
     """Two-sided one-sample t p-value of ``mean(x) == null`` (a float; an array for samples along the last axis);
     no spread gives 0 (or 1 exactly at the null); None with fewer than two values."""
     import numpy as np
@@ -232,14 +237,16 @@ def compare(x: Sequence[float], *, null: float = 0.0, scale: Scale = "diff", sta
     mean = float(a.mean())
     method = "bootstrap" if stats.interval == "bootstrap" and a.size >= BOOTSTRAP_MIN_N else "t"
     lo, hi = bootstrap_ci(a) if method == "bootstrap" else t_interval(a)
-    out = (lambda v: v if v is None else math.exp(v)) if scale == "log" else (lambda v: v)
-    return Delta(round(out(mean), 12), out(lo), out(hi), int(a.size), tuple(map(float, a)), t_pvalue(a, null),
+
+    def out(v: float | None) -> float | None:  # on the reader's scale
+        return math.exp(v) if scale == "log" and v is not None else v
+
+    return Delta(round(math.exp(mean) if scale == "log" else mean, 12), out(lo), out(hi), int(a.size), tuple(map(float, a)), t_pvalue(a, null),
                  sign_flip_pvalue(a, null), None, float(a.std(ddof=1)) if a.size > 1 else None, method, scale,
                  mean - null)
 
 
-def pairs(treatment: Mapping[object, float | None], reference: Mapping[object, float | None]
-          ) -> list[tuple[float, float]]:
+def pairs(treatment: Mapping[K, float | None], reference: Mapping[K, float | None]) -> list[tuple[float, float]]:
     """``(treatment[k], reference[k])`` over the keys both measured (finite), in key order."""
     out = []
     for key in sorted(set(treatment) & set(reference), key=repr):
@@ -249,7 +256,7 @@ def pairs(treatment: Mapping[object, float | None], reference: Mapping[object, f
     return out
 
 
-def paired_delta(treatment: Mapping[object, float | None], reference: Mapping[object, float | None], *,
+def paired_delta(treatment: Mapping[K, float | None], reference: Mapping[K, float | None], *,
                  stats: Stats = DEFAULT) -> Delta:
     """Mean of ``treatment[k] - reference[k]`` over keys both measured (finite), with its interval and p.
 
@@ -279,7 +286,7 @@ def level(values: Iterable[float | None], *, bound: float, stats: Stats = DEFAUL
 
 
 # ---------------------------------------------------------------- the family
-def adjust(p: object, correction: str = "holm") -> object:
+def adjust(p: ArrayLike, correction: str = "holm") -> Any:
     """p-values corrected over their family: Holm's step-down (family-wise error), Benjamini-Hochberg's step-up
     (false discovery rate) or ``none``. A list gives a list; an array gives an array, one family per row.
 
@@ -310,7 +317,7 @@ def adjust(p: object, correction: str = "holm") -> object:
 def correct(deltas: Sequence[Delta], stats: Stats = DEFAULT) -> list[Delta]:
     """The family's deltas with ``p_adj`` set; a delta without a p (n < 2) is not part of the family."""
     idx = [i for i, d in enumerate(deltas) if d.p is not None]
-    adjusted = adjust([deltas[i].p for i in idx], stats.correction)  # type: ignore[misc]
+    adjusted = adjust([deltas[i].p for i in idx], stats.correction)
     out = list(deltas)
     for i, q in zip(idx, adjusted, strict=True):
         out[i] = replace(deltas[i], p_adj=q)
@@ -328,7 +335,7 @@ def level_for(stats: Stats, m: int) -> float:
 
 
 # ---------------------------------------------------------------- power
-def power(effect: float, sd: float, n: int | Sequence[int], alpha: float = ALPHA) -> object:
+def power(effect: float, sd: float, n: ArrayLike, alpha: float = ALPHA) -> Any:
     """The two-sided paired t test's power at ``n`` seeds for a true mean ``effect`` with spread ``sd``
     (noncentral t). ``n`` may be an array.
 
@@ -339,10 +346,10 @@ def power(effect: float, sd: float, n: int | Sequence[int], alpha: float = ALPHA
     from scipy.stats import nct
     from scipy.stats import t as student
 
-    n = np.asarray(n, dtype=float)
-    df = n - 1
+    ns = np.asarray(n, dtype=float)
+    df = ns - 1
     crit = student.ppf(1 - alpha / 2, df)
-    nc = abs(effect) / sd * np.sqrt(n)
+    nc = abs(effect) / sd * np.sqrt(ns)
     upper = np.nan_to_num(nct.sf(crit, df, nc), nan=1.0)
     lower = np.nan_to_num(nct.cdf(-crit, df, nc), nan=0.0)  # the far tail: scipy gives nan where it is ~0
     return np.minimum(1.0, upper + lower)

@@ -193,7 +193,7 @@ def _paper_counterpart(spec: TableSpec, m: Measure, paper_cols: list[str], plans
         return m.key
     if m.family == "bench/" and m.member.lower() in paper_cols:
         return m.member.lower()
-    if m.family == LEN and spec.paper_trained_len:
+    if m.family == LEN and spec.paper_trained_len and m.length is not None:  # a len/ measure has its length
         trained = _trained_len(plans)
         for c in paper_cols:
             length = paper_length(c)
@@ -219,7 +219,7 @@ def _label(spec: TableSpec, m: Measure, trained: int | None = None) -> str:
     return LABELS.get(m.key, m.key)
 
 
-def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[str], paper: bool,
+def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[Measure], paper: bool,
              plans: list[RowPlan]) -> list[Column]:
     paper_cols = [c for c in prows[0] if c not in _NOT_MEASURED]
     cols: list[Column] = []

@@ -113,6 +113,7 @@ def documents(src: SourceConfig, split: Split, fraction: float) -> Iterator[str]
     if src.kind == "task":
         from ablate.runner.tasks import task_documents
 
+        assert src.name is not None  # SourceConfig requires it of a task source
         return task_documents(src.name, seed=STREAM_SEEDS[split])
     raise ConfigError(f"a '{src.kind}' source has token arrays, not documents", where="data.source.kind")
 
@@ -122,6 +123,7 @@ def task_examples_of(src: SourceConfig, split: Split):
     same examples as text."""
     from ablate.runner.tasks import task_stream
 
+    assert src.name is not None  # SourceConfig requires it of a task source
     return task_stream(src.name, seed=STREAM_SEEDS[split])
 
 
@@ -194,6 +196,7 @@ def _bigram_backcopy(rng: random.Random) -> Iterator[str]:
 def user_files(src: SourceConfig) -> list[Path]:
     """The files a ``text``/``jsonl``/``tokens``/``hf`` path names: a file, every file under a directory, or a glob."""
     where = "data.source.path"
+    assert src.path is not None  # SourceConfig requires it of these kinds
     path = Path(src.path).expanduser()
     if src.kind == "hf":
         if not path.is_dir():
@@ -230,6 +233,7 @@ def _jsonl(src: SourceConfig) -> Iterator[str]:
 def _hf(src: SourceConfig, split: Split) -> Iterator[str]:
     import datasets
 
+    assert src.path is not None  # SourceConfig requires it of an hf source
     try:
         ds = datasets.load_from_disk(str(Path(src.path).expanduser()))
     except FileNotFoundError as exc:

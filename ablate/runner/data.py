@@ -95,7 +95,7 @@ class TokenArray:
         starts = np.asarray(starts, dtype=np.int64)
         seg_of = np.searchsorted(bounds, starts, side="right")
         offsets = starts - np.concatenate([[0], bounds])[seg_of]
-        out = np.empty((len(starts), length), dtype=np.int64)
+        out: np.ndarray = np.empty((len(starts), length), dtype=np.int64)
         for seg in np.unique(seg_of):
             rows = np.flatnonzero(seg_of == seg)
             out[rows] = self.segments[seg][offsets[rows, None] + np.arange(length)]  # (rows, length) gather
@@ -105,6 +105,7 @@ class TokenArray:
         """``[len(starts), length]`` bool: the loss mask of ``windows(starts, length)`` (all True without one)."""
         if self.mask is None:
             return np.ones((len(starts), length), dtype=bool)
+        assert self.starts is not None  # a mask comes with its examples' starts (_example_array)
         pos = self.starts[np.asarray(starts, dtype=np.int64)].astype(np.int64)
         return self.mask[pos[:, None] + np.arange(length)].astype(bool)
 
@@ -163,7 +164,7 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
 def _tokenize(docs, tok: Tokenizer, budget: int | None) -> np.ndarray:
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
     parts: list[np.ndarray] = []
-    total, chunk = 0, []
+    total, chunk = 0, list[str]()
 
     eos = np.array([tok.eos_id], dtype=dtype)
 
@@ -257,8 +258,8 @@ class Batches:
         rng = np.random.default_rng([self.seed, step])
         which = rng.choice(len(self.sources), size=self.batch_size, p=self.p)
         starts = rng.integers(0, self.n_windows[which])
-        out = np.empty((self.batch_size, self.seq_len + 1), dtype=np.int64)
-        mask = np.ones((self.batch_size, self.seq_len + 1), dtype=bool) if self.masked else None
+        out: np.ndarray = np.empty((self.batch_size, self.seq_len + 1), dtype=np.int64)
+        mask: np.ndarray | None = np.ones((self.batch_size, self.seq_len + 1), dtype=bool) if self.masked else None
         for i, src in enumerate(self.sources):
             rows = np.flatnonzero(which == i)
             if len(rows):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -182,7 +183,7 @@ def _metric_name(key: str) -> str:
     return metric if filt in ("", "none") else f"{metric}.{filt}"
 
 
-def task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str | Path] | None = None) -> Any:
+def task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str | os.PathLike[str]] | None = None) -> Any:
     """lm-eval's ``TaskManager`` over ablate's offline tasks (``ablate.runner.lm_eval_tasks``) and
     ``include_path``; lm-eval's own catalogue (thousands of YAMLs, seconds to index) only when a task is in
     neither. An unknown task or a missing folder is a UserInputError."""
@@ -207,7 +208,7 @@ def task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str |
 
 
 def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
-                include_path: str | Path | Sequence[str | Path] | None = None, limit: int | float | None = None,
+                include_path: str | Path | Sequence[str | os.PathLike[str]] | None = None, limit: int | float | None = None,
                 num_fewshot: int | None = None, device: str = "cpu", batch_size: int = 8,
                 max_length: int | None = None, seed: int = 0, log_samples: bool = False) -> dict[str, Any]:
     """lm-evaluation-harness ``tasks`` on ``model``: lm-eval's own results dict (``results``, ``n-samples``,

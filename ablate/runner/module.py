@@ -44,7 +44,9 @@ def param_groups(model: nn.Module, weight_decay: float, *, decay_embeddings: boo
     """AdamW groups: decay on matrices, none on norms and biases, and on embeddings only with ``decay_embeddings``
     (each parameter once)."""
     embeddings = set() if decay_embeddings else {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    decay, no_decay, seen = [], [], set()
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    seen: set[int] = set()
     for p in model.parameters():
         if id(p) in seen or not p.requires_grad:
             continue

@@ -18,10 +18,13 @@ import os
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.config import DataConfig, RunConfig, SourceConfig, stage_configs
 from ablate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.runner.corpora import Split
 
 _STREAMS = ("arithmetic", "bigram-backcopy")
 _STDLIB_SURELY = 65_536  # tokens that 1% of the standard library's files surely hold (10 MB of .py at 90%)
@@ -75,7 +78,7 @@ def _check(data: DataConfig, *, where: str, stage: int) -> None:
         _source(src, "heldout", data, f"{where}data.heldout.{name}", at)
 
 
-def _source(src: SourceConfig, split: str, data: DataConfig, where: str, at: str) -> None:
+def _source(src: SourceConfig, split: Split, data: DataConfig, where: str, at: str) -> None:
     need = data.seq_len + 1
     if src.kind == "task":
         _task(str(src.name), byte=data.tokenizer == "byte", where=where)
@@ -140,12 +143,12 @@ def _user_tokens(src: SourceConfig, files: list[Path], data: DataConfig) -> tupl
 
 
 @cache
-def _stdlib_bytes(split: str, fraction: float) -> int:
+def _stdlib_bytes(split: Split, fraction: float) -> int:
     """Bytes of the standard library's files in ``split``: the built-in corpora's size (``python-docs`` is a
     part of the same files, so this bounds it too)."""
     from ablate.runner.corpora import stdlib_files
 
-    return sum(path.stat().st_size + 1 for _, path in stdlib_files(split, fraction))  # type: ignore[arg-type]
+    return sum(path.stat().st_size + 1 for _, path in stdlib_files(split, fraction))
 
 
 def heldout_warnings(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> list[str]:

@@ -275,8 +275,8 @@ def _train_summary(config: RunConfig, stages: list[Stage], monitor: RunMonitor) 
     losses = monitor.metrics["loss"]
     tps = [v for v in monitor.metrics["tokens_per_s"] if v is not None]
     steps = monitor.metrics["step"]
-    tokens = [st.config.train.batch_size * st.config.data.seq_len * sum(st.first_step <= s < st.end for s in steps)
-              for st in stages]
+    tokens = [st.config.train.batch_size * st.config.data.seq_len
+              * sum(s is not None and st.first_step <= s < st.end for s in steps) for st in stages]
     model = apply_variant(config.model, config.variant)
     return {
         "steps": len(steps),
@@ -296,13 +296,13 @@ def eval_rows(tc) -> int:
     return tc.micro_batch_size or tc.batch_size // tc.devices
 
 
-def _evaluate(config: RunConfig, model, heldout: dict[str, np.ndarray], device, precision: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, windows in heldout.items():
-        out[f"ppl/{name}"] = perplexity(model, windows, batch_size=eval_rows(config.train), device=device,
-                                        precision=precision)
+def _evaluate(config: RunConfig, model, heldout: dict[str, np.ndarray], device, precision: str
+              ) -> dict[str, float | None]:
+    ppl = {f"ppl/{name}": perplexity(model, windows, batch_size=eval_rows(config.train), device=device,
+                                     precision=precision) for name, windows in heldout.items()}
+    out: dict[str, float | None] = dict(ppl)
     if heldout:
-        vals = [out[f"ppl/{n}"] for n in heldout]
+        vals = list(ppl.values())
         out["val_ppl"] = float(np.mean(vals)) if all(map(math.isfinite, vals)) else None
     return out
 

@@ -17,12 +17,16 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ablate.ablations.config import ModelConfig
 from ablate.config import DataConfig, padded_vocab, tokenizer_ids
 from ablate.errors import ConfigError, InputMissingError, did_you_mean
 from ablate.layout import atomic_path
+
+if TYPE_CHECKING:
+    import tokenizers
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,8 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+    def save_pretrained(self, out: str | os.PathLike[str]) -> None: ...
 
 
 class ByteTokenizer:
@@ -77,7 +83,7 @@ class ByteTokenizer:
         _save_fast(tok, EOS, out, split_special_tokens=True)
 
 
-def _save_fast(tok: object, eos: str, out: str | os.PathLike[str], **kwargs: object) -> None:
+def _save_fast(tok: tokenizers.Tokenizer, eos: str, out: str | os.PathLike[str], **kwargs: object) -> None:
     """Save a ``tokenizers.Tokenizer`` as a transformers fast tokenizer (``tokenizer.json`` + its config), with
     ``eos`` as the end-of-text and padding token."""
     from transformers import PreTrainedTokenizerFast
@@ -88,7 +94,8 @@ def _save_fast(tok: object, eos: str, out: str | os.PathLike[str], **kwargs: obj
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` (a trained BPE) or a ``transformers`` tokenizer, behind the protocol."""
 
-    def __init__(self, name: str, tok: object, eos_id: int, vocab_size: int):
+    def __init__(self, name: str, tok: tokenizers.Tokenizer | PreTrainedTokenizerBase, eos_id: int,
+                 vocab_size: int):
         self.name, self._tok, self.eos_id, self.vocab_size = name, tok, eos_id, vocab_size
 
     def encode(self, text: str) -> list[int]:
@@ -109,7 +116,9 @@ class HFTokenizer:
         import tokenizers
 
         if isinstance(self._tok, tokenizers.Tokenizer):  # a trained BPE: its tokenizers JSON
-            _save_fast(self._tok, self._tok.id_to_token(self.eos_id), out)
+            eos = self._tok.id_to_token(self.eos_id)
+            assert eos is not None  # eos_id is the trained EOS token's id
+            _save_fast(self._tok, eos, out)
         else:  # a Hugging Face tokenizer: itself
             self._tok.save_pretrained(str(out))
 
@@ -206,7 +215,9 @@ def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
         with atomic_path(path) as tmp:
             tok.save(str(tmp))
     tok = tokenizers.Tokenizer.from_file(str(path))
-    return HFTokenizer(f"bpe-{digest}", tok, tok.token_to_id(EOS), tok.get_vocab_size())
+    eos_id = tok.token_to_id(EOS)
+    assert eos_id is not None  # EOS is the trainer's special token
+    return HFTokenizer(f"bpe-{digest}", tok, eos_id, tok.get_vocab_size())
 
 
 def _hf(name: str) -> Tokenizer:

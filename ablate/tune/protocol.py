@@ -53,6 +53,12 @@ def best_point(points: Iterable[Point]) -> Point | None:
     return min(done, key=lambda p: (p.metric, p.value)) if done else None
 
 
+def best_metric(points: Iterable[Point]) -> float | None:
+    """``best_point``'s metric (finite), or None if nothing finished."""
+    best = best_point(points)
+    return best.metric if best is not None else None
+
+
 def is_stable(point: Point, best: float, tolerance: float = DEFAULT_TOLERANCE) -> bool | None:
     """True: finished within ``tolerance`` of ``best``; False: diverged, or finished outside it; None: pruned or
     failed (no evidence either way)."""
@@ -67,19 +73,19 @@ def is_stable(point: Point, best: float, tolerance: float = DEFAULT_TOLERANCE) -
 
 def max_stable(points: Sequence[Point], tolerance: float = DEFAULT_TOLERANCE) -> Point | None:
     """The stable point with the largest value (None when nothing finished)."""
-    best = best_point(points)
+    best = best_metric(points)
     if best is None:
         return None
-    stable = [p for p in points if is_stable(p, best.metric, tolerance)]  # type: ignore[arg-type]
+    stable = [p for p in points if is_stable(p, best, tolerance)]
     return max(stable, key=lambda p: p.value)
 
 
 def first_unstable_above(points: Sequence[Point], value: float,
                          tolerance: float = DEFAULT_TOLERANCE) -> Point | None:
     """The unstable point with the smallest value above ``value`` (the upper end of a bracket), or None."""
-    best = best_point(points)
+    best = best_metric(points)
     above = [p for p in points if p.value > value
-             and (p.outcome == "diverged" or (best is not None and is_stable(p, best.metric, tolerance) is False))]
+             and (p.outcome == "diverged" or (best is not None and is_stable(p, best, tolerance) is False))]
     return min(above, key=lambda p: p.value) if above else None
 
 

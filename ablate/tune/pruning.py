@@ -49,10 +49,12 @@ class StepPruning(PyTorchLightningPruningCallback):
         series = run.metrics.get(self.monitor) or []
         value = series[-1] if series else None
         value = float(value) if value is not None and math.isfinite(value) else PENALTY
-        self.last_step, self.last_value = int(evaluated[-1]) + 1, value
+        step = evaluated[-1]
+        assert step is not None  # each evaluation records its step
+        self.last_step, self.last_value = int(step) + 1, value
         trainer.callback_metrics[self.monitor] = torch.tensor(value)
         # the integration reports at ``pl_module.current_epoch``: hand it the step count in its place
         # the study lives in the store: while it is away the trial trains on, unpruned at this evaluation
         epoch = SimpleNamespace(current_epoch=self.last_step)
-        unless_away(lambda: self.on_validation_end(trainer, epoch),  # type: ignore[arg-type]
+        unless_away(lambda: self.on_validation_end(trainer, epoch),
                     then=f"trial not judged at step {self.last_step}, training goes on")

@@ -39,6 +39,7 @@ from ablate.tune.options import CellResult, TuneOptions, TuneReport
 from ablate.tune.protocol import (
     Bracket,
     Point,
+    best_metric,
     best_point,
     bracket_from_points,
     first_unstable_above,
@@ -204,6 +205,7 @@ class _Tuner:
                 return
             for item, point, error in self._run_round(pool, items):
                 if point is not None:
+                    assert item.number is not None  # the search makes trials only (probes are the bracket's)
                     tell(self.studies[item.cell.key], item.number, point, error=error)
 
     def _next(self, cell: Cell, queue: dict[str, tuple[list[Any], int]]) -> _Item | None:
@@ -319,8 +321,8 @@ class _Tuner:
         probes = [*(study.user_attrs.get("probes") or []),
                   {"value": point.value, "outcome": point.outcome, "metric": point.metric, "run_id": point.run_id}]
         study.set_user_attr("probes", probes)
-        best = best_point(study_points(study, self.space.param))
-        ok = is_stable(point, best.metric, self.opts.tolerance) if best is not None else None
+        best = best_metric(study_points(study, self.space.param))
+        ok = is_stable(point, best, self.opts.tolerance) if best is not None else None
         b = brackets[item.cell.key]
         if ok is None:  # crashed: no evidence, stop this bracket
             del brackets[item.cell.key]

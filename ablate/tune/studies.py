@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from ablate.errors import ConfigError
-from ablate.tune.protocol import PENALTY, Point
+from ablate.tune.protocol import PENALTY, Outcome, Point
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ def result_point(value: float, outcome: str, metric: float | None, run_id: str |
         if metric is None or not math.isfinite(metric):
             return Point(value, "diverged", None, run_id, source)
         return Point(value, "ok", float(metric), run_id, source)
-    return Point(value, outcome if outcome in ("diverged", "pruned") else "failed", None, run_id, source)
+    ended: Outcome = "diverged" if outcome == "diverged" else "pruned" if outcome == "pruned" else "failed"
+    return Point(value, ended, None, run_id, source)
 
 
 def tell(study: Any, number: int, point: Point, *, error: str | None = None) -> None:
