@@ -65,18 +65,23 @@ def eval_cmd(
 
 
 def _table(results: list[Any]) -> Any:
+    return _results_table("ablate eval", results, lambda r: r.scores, "{:.1f}",
+                          lambda r: r.error or ("scored now" if r.scored else "already scored"))
+
+
+def _results_table(title: str, results: list[Any], values: Any, fmt: str, note: Any) -> Any:
+    """One row a run: its ``values(r)`` (a dict; columns in first-seen order, ``fmt`` each) and ``note(r)``."""
     from rich.table import Table
 
-    columns = list(dict.fromkeys(k for r in results for k in r.scores))
-    table = Table(title=f"ablate eval: {len(results)} run{'s' * (len(results) != 1)}")
+    columns = list(dict.fromkeys(k for r in results for k in values(r)))
+    table = Table(title=f"{title}: {len(results)} run{'s' * (len(results) != 1)}")
     table.add_column("run", no_wrap=True, style="bold")
     for c in columns:
         table.add_column(c, justify="right")
     table.add_column("note")
     for r in results:
-        cells = ["-" if r.scores.get(c) is None else f"{r.scores[c]:.1f}" for c in columns]
-        note = r.error or ("scored now" if r.scored else "already scored")
-        table.add_row(r.run_id, *cells, note)
+        cells = ["-" if values(r).get(c) is None else fmt.format(values(r)[c]) for c in columns]
+        table.add_row(r.run_id, *cells, note(r))
     return table
 
 
@@ -109,15 +114,4 @@ def probe_cmd(
 
 
 def _probe_table(results: list[Any]) -> Any:
-    from rich.table import Table
-
-    columns = list(dict.fromkeys(k for r in results for k in r.summary))
-    table = Table(title=f"ablate probe: {len(results)} run{'s' * (len(results) != 1)}")
-    table.add_column("run", no_wrap=True, style="bold")
-    for c in columns:
-        table.add_column(c, justify="right")
-    table.add_column("note")
-    for r in results:
-        cells = ["-" if r.summary.get(c) is None else f"{r.summary[c]:.3g}" for c in columns]
-        table.add_row(r.run_id, *cells, r.error or "probed")
-    return table
+    return _results_table("ablate probe", results, lambda r: r.summary, "{:.3g}", lambda r: r.error or "probed")
