@@ -85,7 +85,9 @@ def test_a_preempted_two_task_job_resumes_both_ranks_to_the_same_loss(slurm_clus
         wait_until(past_a_checkpoint, 300, "the job to train past its first checkpoint")
         subprocess.run(["scancel", "--signal=USR2", job], check=True)
         wait_until(lambda: squeue().get(job, ("", ""))[0] == "PENDING", 120, "the job to be requeued")
-        assert store.statuses(run_ids=[run_id])[run_id] == "queued"
+        # the task's handler puts the run back in the queue before it hands the job back; with two ranks on one
+        # SQLite file that write may wait out the other rank's lock, so it is read until it lands
+        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] == "queued", 30, "the run back in the queue")
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
         wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] in ("done", "failed"), 300, "the resumed run")
     frame = runs(home)
