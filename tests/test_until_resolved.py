@@ -172,3 +172,14 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
     again = _ablate(*args, home=home)  # every run reused: the same looks, the same verdicts
     assert again.exit_code == 0 and " to run (" not in again.output, again.output
     assert _verdicts(again.stdout) == _verdicts(ran.stdout) and len(_verdicts(ran.stdout)) == 3
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_bad_until_resolved_option_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, command) -> None:
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    out = _ablate(command, str(_grid(tmp_path)), "--until-resolved", "--metric", "accuracy", home=home)
+    assert out.exit_code == 2, out.output
+    assert out.output.startswith("error: unknown metric 'accuracy'; allowed: ") and "(option --metric)" in out.output
+    assert len(out.output.strip().splitlines()) == 1 and "Traceback" not in out.output
+    assert not home.exists()

@@ -98,6 +98,12 @@ def plan(
 
         check_memory(runs, status, parse_memory(device_memory), FLAG)
     slots = _planned_workers(runs, status, jobs=jobs, devices=devices, threads=threads)
+    most = None  # --until-resolved's looks and the most runs it can add: checked before anything is printed
+    if until_resolved:
+        from ablate.execute.until_resolved import most_line, plan_until_resolved
+
+        spec_u = until_resolved_spec(metric, reference, compare, max_seeds, round_)
+        most = most_line(plan_until_resolved(grid, sets or (), spec_u, home=home_dir(home))[0])
     if fmt == "json":
         echo_json({**plan_json(spec.name, runs, status),
                    "workers": [{"device": s.device, "threads": s.threads} for s in slots]}, flat_from=2)  # a run a line
@@ -114,11 +120,8 @@ def plan(
         from ablate.cli.views import rich_table
 
         print_wide(rich_table(*table))
-    if until_resolved:
-        from ablate.execute.until_resolved import most_line, plan_until_resolved
-
-        spec_u = until_resolved_spec(metric, reference, compare, max_seeds, round_)
-        typer.echo(most_line(plan_until_resolved(grid, sets or (), spec_u, home=home_dir(home))[0]))
+    if most is not None:
+        typer.echo(most)
     if slots:
         from ablate.execute.devices import crowding, describe, usable_cpus
 

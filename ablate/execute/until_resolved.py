@@ -85,14 +85,13 @@ class Look:
 
 @dataclass
 class Outcome:
-    """What ``until_resolved`` did: the plan of looks, each look, the look each comparison was resolved at, the
-    seeds it added and the executor's last exit status."""
+    """What ``until_resolved`` did: the plan of looks, each look, the look each comparison was resolved at and
+    the executor's last exit status."""
 
     comparisons: list[Comparison]
     plan: list[int]
     looks: list[Look] = field(default_factory=list)
     resolved_at: dict[int, int] = field(default_factory=dict)  # comparison index -> look index
-    added_runs: int = 0
     exit_code: int = 0
 
 
@@ -273,7 +272,6 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
         say(look_line(j, look, resolved, len(planner.plan)))
         if all(resolved):
             break
-    outcome.added_runs = len(extra)
     return outcome
 
 
