@@ -5,8 +5,9 @@ One owner for a run's provenance, recorded beside its result (``result.json``'s 
 
 - ``ablate``, ``torch``, ``lightning``, ``python``: the versions that trained it; ``cuda``: torch's CUDA build
   (None on a CPU build); ``device``: what it trained on (``cpu`` or the GPU's name);
-- ``model_code``: a hash of the model's source (``ablate/ablations/*.py``): two runs of one config whose model
-  code differs may not compare, even at one ablate version;
+- ``model_code``: a hash of the model's code (``ablate/ablations/*.py``, its syntax tree without docstrings, so
+  comments, docstrings and layout do not count): two runs of one config whose model code differs may not
+  compare, even at one ablate version;
 - ``config_version``: the ``CONFIG_VERSION`` its id was computed under;
 - ``git_commit`` and ``git_dirty``: the commit of the git repository holding the grid file, and whether its
   tracked files had uncommitted changes (absent where the grid is not in a repository, or git is missing).
@@ -17,6 +18,7 @@ starts (local, Slurm, torchrun ranks) through the environment variable ``ABLATE_
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -42,11 +44,30 @@ def _version(package: str) -> str | None:
 
 @functools.cache
 def model_code() -> str:
-    """A short hash of the model's source files (``ablate/ablations/*.py``, by name and content)."""
+    """A short hash of the model's code (``ablate/ablations/*.py``, by name and syntax tree)."""
     digest = hashlib.sha256()
     for path in sorted((Path(__file__).parent / "ablations").glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(path.name.encode() + b"\0" + code_of(path.read_text()).encode() + b"\0")
     return digest.hexdigest()[:12]
+
+
+def code_of(source: str) -> str:
+    """What a module does, apart from how it is written: its syntax tree without docstrings, comments, line
+    positions or layout.
+
+    >>> code_of('def f(x):\\n    "Double."\\n    return 2 * x  # twice') == code_of("def f(x): return 2*x")
+    True
+    >>> code_of("def f(x): return 2 * x") == code_of("def f(x): return 3 * x")
+    False
+    """
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+                    first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 @functools.cache

@@ -35,6 +35,7 @@ from ablate.errors import UserInputError, one_of
 if TYPE_CHECKING:
     from ablate.grid.expand import PlannedRun
     from ablate.reports.stats import Delta
+    from ablate.store import Store
 
 SEED = "seed"
 VARIANT = "variant"
@@ -210,7 +211,7 @@ def read_look(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: 
     return out
 
 
-def metric_values(store: Any, run_ids: Sequence[str], metric: str) -> dict[str, float | None]:
+def metric_values(store: Store, run_ids: Sequence[str], metric: str) -> dict[str, float | None]:
     """``metric`` of each finished run (done or diverged) among ``run_ids``; None where it has none."""
     frame = store.runs_frame(run_ids=list(run_ids))
     if not len(frame):

@@ -17,6 +17,8 @@ from ablate.store.queries import IDENTITY
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ablate.store.api import Store
+
 
 def _cell(value: Any) -> Any:
     """A JSON-safe Python value: NaN/NA/NaT -> None, numpy scalars -> Python, timestamps -> ISO text."""
@@ -102,7 +104,7 @@ def to_markdown(frame: pd.DataFrame) -> str:
 
 
 # ------------------------------------------------------------ CSV without pandas
-def write_csv(store: Any, *, grid: str | None = None, columns: Sequence[str] | None = None) -> str:
+def write_csv(store: Store, *, grid: str | None = None, columns: Sequence[str] | None = None) -> str:
     """``ablate runs --format csv`` (without ``--where``): the runs table's every column, or ``columns``
     (``pick_columns``' names and globs), as CSV: what the frame's ``to_csv(index=False)`` writes, written from
     ``store.runs_records`` (``runs_csv``), or from the frame where that cannot promise the same bytes."""
