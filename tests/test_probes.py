@@ -279,6 +279,15 @@ def test_ablate_probe_logs_into_the_runs_own_mlflow_run(tmp_home, module_cache):
     logged = json.loads(open(client.download_artifacts(mid, "result.json", str(tmp_home.parent))).read())
     assert logged["summary"]["massive_ratio"] == row["massive_ratio"]
 
+    # MLflow unreachable: the probe is stored all the same, and one line says its MLflow run was not updated
+    (tmp_home.parent / "a-file").write_text("not a folder")
+    bad = f"sqlite:///{tmp_home.parent}/a-file/mlflow.db"
+    out = cli.invoke(app, ["probe", rid, "--home", str(home), "--format", "json"], env={"MLFLOW_TRACKING_URI": bad})
+    assert out.exit_code == 0, out.output
+    (res,) = json.loads(out.stdout)
+    assert res["error"] is None and res["warning"].startswith(f"MLflow run {mid} at {bad} not updated: ")
+    assert out.stderr == f"{rid}: probed\nwarning: {res['warning']}\n"
+
 
 def test_ablate_probe_takes_run_ids_or_a_grid(tmp_path):
     from typer.testing import CliRunner
