@@ -137,6 +137,17 @@ def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The example plugin package (examples/plugin/myattn) copied to a fresh folder on sys.path (the spawned
+    workers inherit it)."""
+    root = tmp_path / "src"
+    shutil.copytree(ROOT / "examples" / "plugin" / "myattn", root / "myattn")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.delitem(__import__("sys").modules, "myattn", raising=False)
+    return root
+
+
 @pytest.fixture(scope="module")
 def module_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """ABLATE_CACHE (tokenized corpora, tokenizers) in a fresh directory shared by one test module's runs."""

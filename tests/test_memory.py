@@ -17,7 +17,8 @@ import torch
 from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
-from ablate.ablations import ModelConfig, apply_variant, build_model
+from ablate.ablations import ModelConfig, apply_variant, build_model, count_params
+from ablate.ablations.config import PluginArm
 from ablate.ablations.memory import GiB, cheapest_fix, estimate_memory, parse_memory, run_memory
 from ablate.cli import app
 from ablate.config import RunConfig
@@ -69,13 +70,25 @@ CASES = {
                                        checkpointing=True, half=True),
     **{f"tiny-{arm}": dict(preset="tiny", variant=arm, rows=8, seq_len=256)  # T x T maps: the attention weights arms
        for arm in ("sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick")},
+    # the example plugin arms (examples/plugin/myattn), one for each kind of slot: measured on the meta device
+    "tiny-plugin-gate-G2": dict(preset="tiny", plugin={"arm": "myattn:HeadGate", "args": {"position": "G2"}}, rows=8,
+                                seq_len=64),
+    "tiny-plugin-gate-G1-bf16": dict(preset="tiny", plugin={"arm": "myattn:HeadGate", "args": {"position": "G1"}},
+                                     rows=8, seq_len=64, half=True),
+    "tiny-plugin-attn_out": dict(preset="tiny", plugin={"arm": "myattn:LayerScale"}, rows=8, seq_len=64),
+    "tiny-plugin-weights": dict(preset="tiny", plugin={"arm": "myattn:CappedSoftmax", "args": {"cap": 5}}, rows=8,
+                                seq_len=256),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_estimate_bounds_the_measured_peak(case: str) -> None:
+def test_estimate_bounds_the_measured_peak(case: str, request: pytest.FixtureRequest) -> None:
     c = dict(CASES[case])
-    cfg = apply_variant(ModelConfig(preset=c.pop("preset")), c.pop("variant"))
+    if "plugin" in c:
+        request.getfixturevalue("plugin_dir")
+        cfg = ModelConfig(preset=c.pop("preset"), plugin=PluginArm(**c.pop("plugin")))
+    else:
+        cfg = apply_variant(ModelConfig(preset=c.pop("preset")), c.pop("variant"))
     measured = measured_peak(cfg, **c)
     est = estimate_memory(cfg, seq_len=c["seq_len"], rows=c["rows"], accumulate=c.get("accumulate", 1),
                           precision="bf16-mixed" if c.get("half") else "32-true",
@@ -219,3 +232,21 @@ def test_estimate_bounds_the_cuda_peak(checkpointing: bool) -> None:
     print(f"cuda {'checkpointed' if checkpointing else 'plain'}: measured {measured / 2**20:.1f} MiB, "
           f"estimated {est.total / 2**20:.1f} MiB ({error:+.1%})")
     assert -0.10 <= error <= 0.25
+
+
+@pytest.mark.parametrize(("arm", "args", "expected"), [
+    # y [8, 64, 2 kv heads, 16] and the scores [8, 64, 2], fp32
+    ("myattn:HeadGate", {"position": "G2"}, (8 * 64 * 2 * 16 + 8 * 64 * 2) * 4),
+    ("myattn:HeadGate", {"position": "G1"}, (8 * 64 * 4 * 16 + 8 * 64 * 4) * 4),  # 4 q heads
+    ("myattn:LayerScale", {}, 8 * 64 * 64 * 4),  # the scaled output a [8, 64, 64]; the scale is a parameter
+], ids=["gate-G2", "gate-G1", "attn_out"])
+def test_a_plugin_arm_counts_what_it_saves_for_backward(plugin_dir, arm, args, expected) -> None:
+    from ablate.ablations.plugins import saved_bytes
+
+    cfg = ModelConfig(preset="tiny", plugin=PluginArm(arm=arm, args=args))
+    assert saved_bytes(cfg, rows=8, seq_len=64) == expected
+    assert saved_bytes(cfg, rows=8, seq_len=64, half=True) == expected // 2  # bf16
+    plain = estimate_memory(ModelConfig(preset="tiny"), seq_len=64, rows=8, accumulate=1, precision="32-true")
+    est = estimate_memory(cfg, seq_len=64, rows=8, accumulate=1, precision="32-true")
+    params = (count_params(cfg).total - count_params(ModelConfig(preset="tiny")).total) * 4 * 4  # w, grad, Adam 2
+    assert est.total - plain.total == pytest.approx(cfg.n_layers * expected + params, rel=0.02)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,6 @@ from ablate.cli import app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
 ARM = {"arm": "myattn:CappedSoftmax", "args": {"cap": 5}}
-
-
-@pytest.fixture
-def plugin_dir(tmp_path, monkeypatch) -> Path:
-    """The example package copied to a fresh folder on sys.path (the spawned workers inherit it)."""
-    root = tmp_path / "src"
-    shutil.copytree(EXAMPLE / "myattn", root / "myattn")
-    monkeypatch.syspath_prepend(str(root))
-    monkeypatch.delitem(__import__("sys").modules, "myattn", raising=False)
-    return root
 
 
 def grid_file(tmp_path: Path, *, plugins: str = "[myattn]", arm: str = json.dumps(ARM), steps: int = 10) -> Path:

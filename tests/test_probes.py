@@ -199,7 +199,9 @@ def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, 
     out = cli.invoke(app, ["probe", "--grid", "reprobe", "--home", str(home), "--format", "json"])
     assert out.exit_code == 0, out.output
     (row,) = json.loads(out.stdout)
-    assert row["run_id"] == rid and row["error"] is None
+    assert row["run_id"] == rid and row["error"] is None and row["warning"] is None
+    assert out.stderr == f"{rid}: probed\n"  # a run never mirrored: MLflow is left alone, and nothing is said of it
+    assert not (home / "mlflow.db").exists()
     assert row["summary"]["massive_ratio"] == trained.summary["massive_ratio"] > 1
     again = read_result(run_dir(home, rid))
     assert again.probes == trained.probes and again.histograms == trained.histograms
@@ -208,6 +210,83 @@ def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, 
         frame = store.runs_frame(grid="reprobe")
     assert frame["massive_ratio"].tolist() == [trained.summary["massive_ratio"]]
     assert frame["massive_first"].tolist() == [trained.summary["massive_first"]]
+
+
+@pytest.mark.slow
+def test_ablate_probe_logs_into_the_runs_own_mlflow_run(tmp_home, module_cache):
+    """A run mirrored to MLflow before massive_ratio existed, whose MLflow run also holds an f_attn and a per-layer
+    m_act other than its own (as after a change to a probe's code): `ablate probe` logs into that same MLflow run,
+    whose values are then the store's."""
+    import json
+    import math
+
+    from mlflow import MlflowClient
+    from tiny_grids import tiny_grid
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.layout import run_dir
+    from ablate.result import read_result, write_result
+    from ablate.store import Store
+    from ablate.store.mlflow_mirror import tracking_uri
+
+    home, grid = tmp_home, tmp_home.parent / "g.yaml"
+    grid.write_text(tiny_grid("reprobe", variants=["sdpa-elementwise"], steps=10))
+    cli = CliRunner()
+    assert (ran := cli.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])).exit_code == 0, ran.output
+    with Store.open(home=home) as store:
+        (rid,) = store.runs_frame(grid="reprobe")["run_id"]
+    trained = read_result(run_dir(home, rid))
+    new = ("massive_ratio", "massive_first")
+    write_result(trained.model_copy(update={
+        "summary": {k: v for k, v in trained.summary.items() if k not in new},
+        "probes": {k: v for k, v in trained.probes.items() if k not in new}}), run_dir(home, rid))
+    assert cli.invoke(app, ["ingest", str(run_dir(home, rid)), "--home", str(home)]).exit_code == 0
+    # the next `ablate run` mirrors the done run, as it stands, into MLflow
+    assert (ran := cli.invoke(app, ["run", str(grid), "--home", str(home)])).exit_code == 0, ran.output
+    with Store.open(home=home) as store:
+        (mid,) = store.runs_frame(grid="reprobe")["mlflow_run_id"]
+    client = MlflowClient(tracking_uri(home))
+    before = client.get_run(mid)
+    assert "massive_ratio" not in before.data.metrics and "probe/massive_ratio" not in before.data.metrics
+    (f_attn,) = client.get_metric_history(mid, "f_attn")
+    client.log_metric(mid, "f_attn", f_attn.value + 1, step=f_attn.step)
+    client.log_metric(mid, "probe/m_act", -1.0, step=0)
+
+    out = cli.invoke(app, ["probe", rid, "--home", str(home), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)[0]["warning"] is None and out.stderr == f"{rid}: probed\n"
+    with Store.open(home=home) as store:
+        (row,) = store.runs_frame(run_ids=[rid]).to_dict("records")
+        stored = store.probes(run_ids=[rid])
+    after = client.get_run(mid)
+    probed = ("gate_score", "f_attn", "m_act", "massive_ratio", "massive_first")
+    assert {k: after.data.metrics.get(k) for k in probed} == {
+        k: row[k] for k in probed if not (isinstance(row[k], float) and math.isnan(row[k]))}
+    assert row["massive_ratio"] == trained.summary["massive_ratio"] > 1
+
+    def shown(key: str) -> dict[int, float]:  # per step, the value MLflow shows (the one logged last)
+        history = sorted(client.get_metric_history(mid, key), key=lambda m: m.timestamp)
+        return {m.step: m.value for m in history}
+
+    for name, layers in stored.groupby("name"):
+        assert shown(f"probe/{name}") == dict(zip(layers["layer"], layers["value"], strict=True)), name
+    assert {"probe/massive_ratio", "probe/massive_first"} <= set(after.data.metrics)
+    assert after.info.status == "FINISHED" and after.data.tags["run_id"] == rid
+    same = client.search_runs([after.info.experiment_id], filter_string=f"tags.run_id = '{rid}'")
+    assert [r.info.run_id for r in same] == [mid]  # the training's MLflow run, not a new one
+    assert {a.path for a in client.list_artifacts(mid)} >= {"result.json", "probes.json"}
+    logged = json.loads(open(client.download_artifacts(mid, "result.json", str(tmp_home.parent))).read())
+    assert logged["summary"]["massive_ratio"] == row["massive_ratio"]
+
+    # MLflow unreachable: the probe is stored all the same, and one line says its MLflow run was not updated
+    (tmp_home.parent / "a-file").write_text("not a folder")
+    bad = f"sqlite:///{tmp_home.parent}/a-file/mlflow.db"
+    out = cli.invoke(app, ["probe", rid, "--home", str(home), "--format", "json"], env={"MLFLOW_TRACKING_URI": bad})
+    assert out.exit_code == 0, out.output
+    (res,) = json.loads(out.stdout)
+    assert res["error"] is None and res["warning"].startswith(f"MLflow run {mid} at {bad} not updated: ")
+    assert out.stderr == f"{rid}: probed\nwarning: {res['warning']}\n"
 
 
 def test_ablate_probe_takes_run_ids_or_a_grid(tmp_path):

@@ -1,4 +1,5 @@
-"""Peak memory per device of one training step, estimated from the config alone (no torch, no memory).
+"""Peak memory per device of one training step, estimated from the config alone (no torch, no memory; a plugin
+arm's module is measured on the meta device).
 
 What a device holds (docs/scale.md itemises it with numbers):
 
@@ -16,8 +17,10 @@ What a device holds (docs/scale.md itemises it with numbers):
   SDPA's output and log-sum-exp, the gate's logits, scores and product, the FFN's four intermediates), plus the
   head's logits (the model's dtype, an fp32 copy and ``log_softmax``'s fp32 output). An attention-weights arm other
   than softmax keeps fp32 ``T x T`` maps per head (``SCORE_MAPS``: the sink's probabilities, where SDPA falls back to
-  its math kernel for a float mask; sigmoid's and softpick's hand-computed intermediates). With activation
-  checkpointing only each block's input is kept and one block is recomputed at a time.
+  its math kernel for a float mask; sigmoid's and softpick's hand-computed intermediates). A plugin arm's module is
+  the user's code, so what it keeps is measured instead: one forward of it on the meta device under saved-tensor
+  hooks, at the run's shapes (``plugins.saved_bytes``), in place of SDPA's output and log-sum-exp for a weights arm.
+  With activation checkpointing only each block's input is kept and one block is recomputed at a time.
 - **temporaries** at the peak: the start of the backward pass, where the logits' fp32 gradients (two) are alive
   with every activation.
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate.ablations import plugins
 from ablate.ablations.config import ModelConfig
 from ablate.errors import ConfigError
 
@@ -102,7 +106,8 @@ def _block_elements(cfg: ModelConfig) -> float:
     n += q + kv + kv  # the projections' outputs
     n += (norm * q + norm * kv) if cfg.qk_norm else 0
     n += q + kv  # RoPE's rotated q and k
-    n += q + h  # SDPA's output and log-sum-exp (fused attention: no T x T probabilities)
+    if plugins.slot(cfg) != "weights":  # a weights plugin's own tensors are measured (plugins.saved_bytes)
+        n += q + h  # SDPA's output and log-sum-exp (fused attention: no T x T probabilities)
     n += q  # the heads' output made contiguous for W_o
     g = cfg.gate
     if g is not None:
@@ -171,6 +176,7 @@ def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: 
 
     per_block = _block_elements(model) * act + (_norm_elements(model) * 4 if half else 0)  # norms' fp32 copies
     per_block += SCORE_MAPS[model.attn_weights] * model.n_heads * seq_len * 4  # per token: a row of each map
+    per_block += plugins.saved_bytes(model, rows=rows, seq_len=seq_len, half=half) / tokens
     if checkpointing:  # each block's input kept; one block recomputed at a time
         blocks = model.n_layers * model.d_model * act + per_block
     else:

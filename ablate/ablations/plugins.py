@@ -20,8 +20,9 @@ The protocol (docs/internals.md, "plugins"): the class a ``PluginArm.arm`` names
 - ``Args``: a pydantic model of its arguments (the grid's ``args``, validated when the grid is loaded);
 - ``__init__(self, args: Args, cfg: ModelConfig)``.
 
-Its parameters are the model's, so they are counted (and ``match_params`` re-widens the FFN around them). A gate
-plugin cannot sit where the config's own gate (``model.gate``) does.
+Its parameters are the model's, so they are counted (and ``match_params`` re-widens the FFN around them), and what
+it saves for the backward pass is measured for the memory estimate (``saved_bytes``). A gate plugin cannot sit where
+the config's own gate (``model.gate``) does.
 
 Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the ``ablate.arms``
 entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported (``check``). Identity: the
@@ -36,6 +37,7 @@ import functools
 import hashlib
 import importlib
 import importlib.metadata
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, get_args
@@ -44,6 +46,8 @@ from pydantic import BaseModel, ValidationError
 
 from ablate.ablations.config import GatePosition, ModelConfig, PluginArm
 from ablate.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINTS = "ablate.arms"
 SLOTS = ("weights", "gate", "attn_out")
@@ -177,3 +181,63 @@ def build(cfg: ModelConfig) -> Any:
     """The plugin's module for ``cfg``, for the slot ``slot(cfg)`` names (torch is the plugin's import)."""
     assert cfg.plugin is not None
     return load(cfg.plugin.arm)(arguments(cfg.plugin), cfg)
+
+
+def saved_bytes(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False) -> int:
+    """Bytes that one block's plugin module saves for its backward pass on ``rows x seq_len`` tokens, beyond what
+    the block keeps without it; 0 without a plugin.
+
+    Measured, not declared: the module alone, built and run forward on the meta device (no memory, the run's own
+    shapes; in bf16 when ``half``, as the estimate takes every activation in the autocast dtype), with its slot's
+    inputs (module docstring), under saved-tensor hooks; each tensor kept counts once, at its whole size. Left out,
+    as the block holds them anyway: the module's parameters and buffers, the block's normed input ``x``, and a
+    weights arm's ``q``, ``k``, ``v``. A gate that keeps the tensor it gates counts it: the block keeps the gated
+    tensor in its place. A module that cannot run on the meta device counts 0, with a warning naming it.
+
+    >>> saved_bytes(ModelConfig(preset="tiny"), rows=8, seq_len=64)
+    0
+    """
+    where = slot(cfg)
+    if where is None:
+        return 0
+    assert cfg.plugin is not None
+    return _measure(load(cfg.plugin.arm), cfg, where, rows, seq_len, half)  # the class: a module reloaded is new
+
+
+@functools.lru_cache(maxsize=256)  # a plan's memory fix tries the same config at a few micro-batches
+def _measure(cls: type[Arm], cfg: ModelConfig, where: str, rows: int, seq_len: int, half: bool) -> int:
+    import torch
+
+    dtype = torch.bfloat16 if half else torch.float32
+    b, t, d, h, hk, dk = rows, seq_len, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+
+    def tensor(*shape: int) -> torch.Tensor:
+        return torch.empty(shape, device="meta", dtype=dtype, requires_grad=True)
+
+    x = tensor(b, t, d)
+    args: tuple[Any, ...]
+    if where == "weights":
+        args = (tensor(b, h, t, dk), tensor(b, hk, t, dk), tensor(b, hk, t, dk), False)  # q, k, v, probe
+        known = [*args[:3]]
+    else:
+        gated = {"G1": (b, t, h, dk), "G4": (b, t, h, dk), "G2": (b, t, hk, dk), "G3": (b, t, hk, dk)}
+        args, known = (tensor(*gated.get(where, (b, t, d))), x), [x]  # G5 and attn_out: [B, T, d]
+    kept: dict[int, torch.Tensor] = {}  # by the storage's own tensor: a view kept counts its base, once
+
+    def pack(saved: torch.Tensor) -> torch.Tensor:
+        base = saved if saved._base is None else saved._base
+        if id(base) not in skip:
+            kept.setdefault(id(base), base)
+        return saved
+
+    try:
+        with torch.device("meta"):
+            module = build(cfg).to(dtype)
+        skip = {id(v) for v in (*known, *module.parameters(), *module.buffers())}
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
+            module(*args)
+    except Exception as exc:  # noqa: BLE001 - the user's code: the estimate goes on without it, and says so
+        log.warning("plugin arm %s cannot run on the meta device (%s: %s): what it saves for the backward pass is "
+                    "not in the memory estimate", f"{cls.__module__}:{cls.__qualname__}", type(exc).__name__, exc)
+        return 0
+    return sum(v.numel() * v.element_size() for v in kept.values())

@@ -102,6 +102,8 @@ def probe_cmd(
 
     def report(res: RunProbes) -> None:
         typer.echo(f"{res.run_id}: {'failed: ' + res.error if res.error else 'probed'}", err=True)
+        if res.warning:
+            typer.echo(f"warning: {res.warning}", err=True)
 
     with open_store(home, store) as opened:
         chosen = select_runs(opened, run_ids or [], grid, finished=("done",), command="`ablate probe` probes")

@@ -13,7 +13,9 @@ The default tracking store is ``sqlite:///$ABLATE_HOME/mlflow.db`` with artifact
 (never a stray ``./mlruns``); ``MLFLOW_TRACKING_URI`` points elsewhere. Creating a new SQLite tracking store is
 done under a file lock, so that processes starting together on a new home do not race on MLflow's schema.
 ``MlflowMirror`` logs in the calling thread; executors drive it from a background thread
-(``ablate.execute.mirror.MirrorThread``), so neither training nor the executor ever waits for MLflow.
+(``ablate.execute.mirror.MirrorThread``), so neither training nor the executor ever waits for MLflow. A done run
+probed again (``ablate probe``) has its new and changed probe values logged into the same nested run
+(``log_probes``).
 """
 
 from __future__ import annotations
@@ -113,21 +115,60 @@ def log_result_artifacts(client: Any, mlflow_run_id: str, result: RunResult) -> 
         client.log_artifacts(mlflow_run_id, str(tmp_dir))
 
 
+def _client(uri: str) -> Any:
+    from mlflow import MlflowClient
+
+    _quiet_mlflow()
+    return MlflowClient(uri)
+
+
+def open_client(uri: str) -> Any:
+    """An ``MlflowClient`` on ``uri``, MLflow's own logging quietened; a new SQLite store is made under the file
+    lock."""
+    with _creation_lock(uri):
+        return _client(uri)
+
+
+def _log_batches(client: Any, rid: str, metrics: Sequence[Any], tags: Sequence[Any] = ()) -> None:
+    """``metrics`` (and ``tags``, with the first batch) in batches of MLflow's limit, one transaction each."""
+    for i in range(0, max(len(metrics), 1 if tags else 0), MAX_METRICS_PER_BATCH):
+        client.log_batch(rid, metrics=list(metrics[i:i + MAX_METRICS_PER_BATCH]), tags=list(tags) if i == 0 else [])
+
+
+def log_probes(client: Any, mlflow_run_id: str, result: RunResult) -> int:
+    """A done run's probes measured again (``ablate probe``), into its nested run ``mlflow_run_id``: each probe point
+    ``log_result`` would log (the probe summary at the run's last step, ``probe/<name>`` at step = layer) that the
+    run lacks or holds with another value, then the artifacts again. MLflow shows a step's latest value, so a
+    changed one replaces the old; the run's status is left as it is. Returns how many points were logged."""
+    from mlflow.entities import Metric
+
+    from ablate.metrics import SUMMARY
+
+    probed = {mlflow_key(m.name) for m in SUMMARY if m.source == "runner (probes)"}
+    points = [m for m in MlflowMirror._metrics(result, Metric) if m.key in probed or m.key.startswith("probe/")]
+    have = client.get_run(mlflow_run_id).data.metrics
+    latest: dict[str, dict[int, float]] = {}  # key -> step -> the value MLflow shows there
+    for key in {m.key for m in points} & set(have):
+        history = sorted(client.get_metric_history(mlflow_run_id, key), key=lambda p: (p.timestamp, p.value))
+        latest[key] = {p.step: p.value for p in history}
+    new = [m for m in points if latest.get(m.key, {}).get(m.step) != m.value]
+    _log_batches(client, mlflow_run_id, new)
+    log_result_artifacts(client, mlflow_run_id, result)
+    return len(new)
+
+
 class MlflowMirror:
     """Logs one grid's runs into MLflow (in the calling thread; ``ablate.execute.mirror.MirrorThread`` drives it from
     a background thread)."""
 
     def __init__(self, *, home: Path, grid: str, uri: str | None = None):
-        from mlflow import MlflowClient
-
-        _quiet_mlflow()
         self.home = Path(home)
         self.uri = uri or tracking_uri(self.home)
         self.grid = grid
         # a local store (SQLite, a folder) keeps its artifacts under home; a tracking server decides for itself
         self._local_store = not self.uri.startswith(("http://", "https://", "databricks"))
         with _creation_lock(self.uri):
-            self.client = MlflowClient(self.uri)
+            self.client = _client(self.uri)
             self.experiment_id = self._experiment()
         self.parent_id = self._parent(grid, role="grid")
         self._parents: dict[str, str] = {grid: self.parent_id}
@@ -264,11 +305,8 @@ class MlflowMirror:
         kept. A failed batch may have lost points: the run's history is then no longer known without reading it."""
         from mlflow.entities import RunTag
 
-        batch = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         try:
-            for i in range(0, max(len(metrics), 1 if batch else 0), MAX_METRICS_PER_BATCH):
-                self.client.log_batch(rid, metrics=metrics[i:i + MAX_METRICS_PER_BATCH],
-                                      tags=batch if i == 0 else [])
+            _log_batches(self.client, rid, metrics, [RunTag(k, str(v)) for k, v in (tags or {}).items()])
         except Exception:
             self._exact.discard(rid)
             raise
