@@ -215,7 +215,7 @@ def arms(claim: Claim, catalogue: Mapping[str, VariantInfo]) -> tuple[str | None
     return _variant(catalogue, claim.treatment), _variant(catalogue, claim.reference)
 
 
-def testable(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo]) -> bool:
+def can_be_tested(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo]) -> bool:
     """Whether the grid ran both arms of the claim (in any status): a claim it could have tested."""
     if not len(runs):
         return False
@@ -323,7 +323,7 @@ def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: b
     """The claims of CLAIMS that the grid can test (both arms ran; ``every_claim``: all of them), measured on
     ``runs`` (the store's runs frame of one grid), their p-values corrected together (``stats.correction``)."""
     measured = [measure_claim(c, runs, catalogue, stats=stats) for c in CLAIMS
-                if every_claim or testable(c, runs, catalogue)]
+                if every_claim or can_be_tested(c, runs, catalogue)]
     deltas = correct([v.delta for v in measured], stats)
     m = family_size(deltas)
     return [decide(replace(v, delta=d), stats, m) for v, d in zip(measured, deltas, strict=True)]
