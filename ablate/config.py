@@ -6,11 +6,11 @@ its fields that differ from their defaults, with ``CONFIG_VERSION`` (``ablate/gr
 module never imports torch.
 
 Adding a field: give it a default that keeps today's behaviour; no run id changes. Then record it:
-``python -m ablate.grid.defaults --record``. Changing a default's value (or a preset's, or a rule that fills an
-omitted field): bump ``CONFIG_VERSION``, record, and tell users to run ``ablate db rehash``.
+``python -m ablate.grid.defaults --record``. Changing a default's value (or a preset's, or a rule that fills
+an omitted field): bump ``CONFIG_VERSION``, record, and tell users to run ``ablate db rehash``.
 
-Identity fields (``identity_field``) say what a run read outside its config (its data files' fingerprints): ablate
-fills them when a grid is loaded, a grid file may not set them, and the run id covers them
+Identity fields (``identity_field``) say what a run read outside its config (its data files' fingerprints):
+ablate fills them when a grid is loaded, a grid file may not set them, and the run id covers them
 (``ablate/grid/identity.py``).
 """
 
@@ -62,10 +62,11 @@ class SourceConfig(_Strict):
     - ``text``: ``path`` is a file, directory or glob of text files.
     - ``jsonl``: ``path`` (file or glob) of JSON lines; ``field`` holds the text.
     - ``tokens``: ``path`` (file or glob) of flat pre-tokenized binary shards; ``dtype`` uint16 or uint32.
-    - ``hf``: ``path`` is a Hugging Face ``datasets`` folder saved with ``save_to_disk``; ``field`` holds the text.
-    - ``task``: ``name`` is an offline benchmark task whose examples are the stream. Its training rows start at
-      an example (``[eos] + prompt + answer``, the following examples packed after it up to the row's end) and,
-      with ``loss: answer`` (its default), only the answer tokens count in the loss.
+    - ``hf``: ``path`` is a Hugging Face ``datasets`` folder saved with ``save_to_disk``; ``field`` holds the
+      text.
+    - ``task``: ``name`` is an offline benchmark task whose examples are the stream. Its training rows start
+      at an example (``[eos] + prompt + answer``, the following examples packed after it up to the row's end)
+      and, with ``loss: answer`` (its default), only the answer tokens count in the loss.
     """
 
     kind: Literal["builtin", "text", "jsonl", "tokens", "hf", "task"] = Field(
@@ -80,16 +81,16 @@ class SourceConfig(_Strict):
     weight: float = Field(1.0, gt=0, description="mixture weight among the training sources")
     fingerprint: str | None = identity_field(
         "ablate.runner.fingerprints:fill_source",
-        "filled by ablate when the grid is loaded (a grid file never sets it): the hash of what the source reads "
-        "(its files' contents; a built-in corpus: the Python version and the standard library files it is read "
-        "from; None for a synthetic stream or a task, which ablate's code makes). A relative path is made absolute "
-        "at the same time.")
+        "filled by ablate when the grid is loaded (a grid file never sets it): the hash of what the source "
+        "reads (its files' contents; a built-in corpus: the Python version and the standard library files it "
+        "is read from; None for a synthetic stream or a task, which ablate's code makes). A relative path is "
+        "made absolute at the same time.")
     loss: Literal["all", "answer"] = Field(
         None,  # type: ignore[arg-type]  # a sentinel: _loss_default resolves it by kind before validation
-        description="which tokens of this source's training rows the loss is on: 'all' (every token) or 'answer' "
-                    "(only the answer tokens of task examples, as zoology trains MQAR: the rest of the row is "
-                    "context). Default: 'answer' for a 'task' source, 'all' otherwise; 'answer' needs a 'task' "
-                    "source. Held-out perplexity always scores every token.",
+        description="which tokens of this source's training rows the loss is on: 'all' (every token) or "
+                    "'answer' (only the answer tokens of task examples, as zoology trains MQAR: the rest of "
+                    "the row is context). Default: 'answer' for a 'task' source, 'all' otherwise; 'answer' "
+                    "needs a 'task' source. Held-out perplexity always scores every token.",
     )
 
     @model_validator(mode="before")
@@ -138,20 +139,22 @@ class DataConfig(_Strict):
 
     train: list[SourceConfig] = Field(default_factory=_default_train, min_length=1)
     heldout: dict[str, SourceConfig] = Field(default_factory=_default_heldout)
-    tokenizer: str = Field("byte", description="'byte', 'bpe' (trained on the training split), or 'hf:<name>'")
+    tokenizer: str = Field("byte",
+                           description="'byte', 'bpe' (trained on the training split), or 'hf:<name>'")
     tokenizer_fingerprint: str | None = identity_field(
         "ablate.runner.fingerprints:fill_tokenizer",
-        "filled by ablate when the grid is loaded: the hash of an 'hf:' tokenizer's files (a local folder's path "
-        "is made absolute); None for 'byte', and for 'bpe', which is what it is trained from (data.train)")
+        "filled by ablate when the grid is loaded: the hash of an 'hf:' tokenizer's files (a local folder's "
+        "path is made absolute); None for 'byte', and for 'bpe', which is what it is trained from "
+        "(data.train)")
     bpe_vocab_size: Int = Field(0, ge=0, description="BPE vocabulary; 0 = the model's vocab_size")
     seq_len: Int = Field(256, ge=8)
     row_start: Literal["random", "bos", "document"] = Field(
         "random",
-        description="how a training row and a held-out window begin: 'random' (at any position of the source), "
-                    "'bos' (a fixed first token, the tokenizer's eos id, then seq_len tokens from any position) or "
-                    "'document' (at a document start: the eos before it, then the document and those after it). "
-                    "A fixed first token is what attention sinks form on (Gu et al. 2024). Task sources always "
-                    "start at an example ([eos] + prompt + answer).",
+        description="how a training row and a held-out window begin: 'random' (at any position of the "
+                    "source), 'bos' (a fixed first token, the tokenizer's eos id, then seq_len tokens from "
+                    "any position) or 'document' (at a document start: the eos before it, then the document "
+                    "and those after it). A fixed first token is what attention sinks form on (Gu et al. "
+                    "2024). Task sources always start at an example ([eos] + prompt + answer).",
     )
     heldout_fraction: float = Field(0.1, gt=0, lt=1, description="share of built-in files held out")
     stream_tokens: Int = Field(
@@ -163,16 +166,18 @@ class TrainConfig(_Strict):
     """How the model is trained: AdamW, linear warm-up then cosine decay to ``lr * min_lr_ratio``.
 
     Weight decay applies to weight matrices only: embeddings (and a head tied to them; unless
-    ``decay_embeddings``), norms and biases are not decayed. ``steps`` and every step number count optimizer steps; ``batch_size`` is the global batch
-    (split evenly over ``devices``, and on each device into micro-batches of ``micro_batch_size`` rows whose
-    gradients are accumulated: the step and its loss are the same, only the peak memory changes).
+    ``decay_embeddings``), norms and biases are not decayed. ``steps`` and every step number count optimizer
+    steps; ``batch_size`` is the global batch (split evenly over ``devices``, and on each device into
+    micro-batches of ``micro_batch_size`` rows whose gradients are accumulated: the step and its loss are the
+    same, only the peak memory changes).
     """
 
     steps: Int = Field(300, ge=1)
     batch_size: Int = Field(16, ge=1)
     micro_batch_size: Int = Field(
-        0, ge=0, description="rows per device per forward/backward; batch_size / (devices x micro_batch_size) "
-                             "micro-batches are accumulated into one optimizer step (0 = batch_size / devices: none)",
+        0, ge=0, description="rows per device per forward/backward; batch_size / (devices x "
+                             "micro_batch_size) micro-batches are accumulated into one optimizer step (0 = "
+                             "batch_size / devices: none)",
     )
     lr: float = Field(3e-3, gt=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
@@ -192,20 +197,21 @@ class TrainConfig(_Strict):
     checkpoint_every: Int = Field(100, ge=1)
     devices: Int = Field(1, ge=1)
     strategy: Literal["auto", "ddp", "fsdp"] = Field(
-        "auto", description="'fsdp': parameters, gradients and optimizer state sharded over the devices (FSDP2, "
-                            "one unit per decoder block); 'ddp' or 'auto': replicated"
+        "auto", description="'fsdp': parameters, gradients and optimizer state sharded over the devices "
+                            "(FSDP2, one unit per decoder block); 'ddp' or 'auto': replicated"
     )
     activation_checkpointing: bool = Field(
-        False, description="keep only each decoder block's input for the backward pass and recompute the rest "
-                           "(less activation memory, about a third more compute)"
+        False, description="keep only each decoder block's input for the backward pass and recompute the "
+                           "rest (less activation memory, about a third more compute)"
     )
     spike_window: Int = Field(50, ge=2, description="trailing steps a loss spike is measured against")
-    spike_sigma: float = Field(6.0, gt=0, description="a spike is a loss above mean + sigma * std of the window")
+    spike_sigma: float = Field(6.0, gt=0,
+                               description="a spike is a loss above mean + sigma * std of the window")
     diverge_factor: float = Field(2.0, gt=1, description="loss above factor x its best ...")
     diverge_patience: Int = Field(50, ge=1, description="... for this many steps ends the run as diverged")
-    diverge_margin: float = Field(0.0, ge=0, description="... and only while at least this many nats above its "
-                                                         "best (0: the factor alone; e.g. 0.5 for a loss that "
-                                                         "falls near zero)")
+    diverge_margin: float = Field(0.0, ge=0, description="... and only while at least this many nats above "
+                                                         "its best (0: the factor alone; e.g. 0.5 for a loss "
+                                                         "that falls near zero)")
 
     @model_validator(mode="after")
     def _batch_splits(self) -> TrainConfig:
@@ -243,22 +249,24 @@ class EvalConfig(_Strict):
         description="also score benchmarks with YaRN RoPE scaling over the training length: a fixed factor "
                     "(the paper: 4), or 'auto' = each length / training length; None = no YaRN scoring",
     )
-    every: Int = Field(0, ge=0, description="evaluate val PPL every N steps during training (0 = only at the end)")
+    every: Int = Field(0, ge=0,
+                       description="evaluate val PPL every N steps during training (0 = only at the end)")
 
 
-# What a later training stage may change: anything of how it trains and what it reads, and the model fields that
-# no weight depends on (the weights carry over from the stage before).
-STAGE_MODEL_FIELDS = ("rope_theta", "rope_yarn_factor", "rope_yarn_original_len", "moe_aux_coef", "moe_z_coef")
+# What a later training stage may change: anything of how it trains and what it reads, and the model fields
+# that no weight depends on (the weights carry over from the stage before).
+STAGE_MODEL_FIELDS = ("rope_theta", "rope_yarn_factor", "rope_yarn_original_len", "moe_aux_coef",
+                      "moe_z_coef")
 STAGE_FIXED_DATA_FIELDS = ("tokenizer", "bpe_vocab_size")
 
 
 class RunConfig(_Strict):
     """One run: the complete, validated description. ``variant`` names an entry of the catalogue.
 
-    ``stages``: training stages after the first (context extension, paper Table 5). Each is a mapping of dotted
-    overrides (``{data.seq_len: 1024, model.rope_theta: 1.0e5, train.steps: 200}``) applied on top of the stage
-    before it; the fields above describe stage 0. A stage starts from the previous stage's final weights with a
-    fresh optimizer and schedule; evaluation follows the last stage (see ``stage_configs``).
+    ``stages``: training stages after the first (context extension, paper Table 5). Each is a mapping of
+    dotted overrides (``{data.seq_len: 1024, model.rope_theta: 1.0e5, train.steps: 200}``) applied on top of
+    the stage before it; the fields above describe stage 0. A stage starts from the previous stage's final
+    weights with a fresh optimizer and schedule; evaluation follows the last stage (see ``stage_configs``).
     """
 
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -268,13 +276,15 @@ class RunConfig(_Strict):
     variant: str = "baseline"
     seed: Int = Field(0, ge=0)
     stages: list[dict[str, Any]] = Field(
-        default_factory=list, description="later training stages: dotted overrides of train.*, data.*, model.rope_*"
+        default_factory=list,
+        description="later training stages: dotted overrides of train.*, data.*, model.rope_*"
     )
 
     @model_validator(mode="before")
     @classmethod
     def _plugin_variant(cls, data: Any) -> Any:
-        # variant: {arm: module:Class, args: {...}} is the plugin arm: its label names the run, the model carries it
+        # variant: {arm: module:Class, args: {...}} is the plugin arm: its label names the run, the model
+        # carries it
         if not (isinstance(data, dict) and isinstance(data.get("variant"), dict)):
             return data
         arm = PluginArm.model_validate(data["variant"])
@@ -285,7 +295,8 @@ class RunConfig(_Strict):
     @field_validator("stages", mode="before")
     @classmethod
     def _dotted(cls, v: Any) -> Any:
-        # {train: {steps: 5}} and {train.steps: 5} are one stage: keep the dotted spelling (one run id for both)
+        # {train: {steps: 5}} and {train.steps: 5} are one stage: keep the dotted spelling (one run id for
+        # both)
         if not isinstance(v, list):
             return v
         return [_dotted_stage(stage) if isinstance(stage, dict) else stage for stage in v]
@@ -324,14 +335,16 @@ def _check_stage_path(path: str, where: str) -> None:
     if (section == "model" and name not in STAGE_MODEL_FIELDS) or (
             section == "data" and name in STAGE_FIXED_DATA_FIELDS):
         allowed = [f"model.{f}" for f in STAGE_MODEL_FIELDS]
-        raise ValueError(f"{where}: {path!r} cannot change between stages (the weights carry over); a stage may "
-                         f"set train.*, data.* (but {', '.join(f'data.{f}' for f in STAGE_FIXED_DATA_FIELDS)}) "
-                         f"and {', '.join(allowed)}")
+        raise ValueError(f"{where}: {path!r} cannot change between stages (the weights carry over); a stage "
+                         "may set train.*, data.* (but "
+                         f"{', '.join(f'data.{f}' for f in STAGE_FIXED_DATA_FIELDS)}) and "
+                         f"{', '.join(allowed)}")
 
 
 def stage_configs(config: RunConfig) -> list[RunConfig]:
-    """The effective config of each training stage (``stages`` left empty): stage 0 is ``config`` itself, stage k
-    is stage k-1 with ``config.stages[k - 1]`` applied. Raises ValueError naming ``stages.<i>.<path>`` on a bad one.
+    """The effective config of each training stage (``stages`` left empty): stage 0 is ``config`` itself,
+    stage k is stage k-1 with ``config.stages[k - 1]`` applied. Raises ValueError naming ``stages.<i>.<path>``
+    on a bad one.
 
     >>> cfgs = stage_configs(RunConfig(stages=[{"data.seq_len": 512, "model.rope_theta": 1e5}]))
     >>> [(c.data.seq_len, c.model.rope_theta) for c in cfgs]
@@ -362,8 +375,8 @@ def stage_configs(config: RunConfig) -> list[RunConfig]:
 
 
 def total_steps(config: RunConfig | Mapping[str, Any]) -> int:
-    """Optimizer steps of a run over every training stage (a run's progress total), from a RunConfig or its dump;
-    a stage keeps the steps of the one before unless it sets its own.
+    """Optimizer steps of a run over every training stage (a run's progress total), from a RunConfig or its
+    dump; a stage keeps the steps of the one before unless it sets its own.
 
     >>> total_steps(RunConfig(train={"steps": 100}, stages=[{"train.steps": 20}, {"data.seq_len": 512}]))
     140
@@ -376,7 +389,8 @@ def total_steps(config: RunConfig | Mapping[str, Any]) -> int:
 
 
 BYTE_IDS = 257  # the byte tokenizer: 256 bytes and an end-of-document id
-VOCAB_MULTIPLE = 64  # a vocabulary taken from the tokenizer is padded to this, as litgpt pads (faster matmuls)
+# a vocabulary taken from the tokenizer is padded to this, as litgpt pads (faster matmuls)
+VOCAB_MULTIPLE = 64
 
 
 def padded_vocab(ids: int) -> int:
@@ -399,12 +413,12 @@ def tokenizer_ids(tokenizer: str, bpe_vocab_size: int) -> int | None:
 
 
 def vocab_from_tokenizer(raw: Any) -> Any:
-    """A run config as a grid gives it (a mapping, before validation), with ``model.vocab_size`` taken from the
-    tokenizer (padded: ``padded_vocab``) when the grid leaves it out and its preset's is too small for the
-    tokenizer's ids (``bpe_vocab_size: 1000`` on the tiny preset's 320 gives 1024). The value is written into the
-    config, so the run records it and its id covers it as if the grid had set it; a config whose model held its
-    tokenizer is left as it is, so no id of a run that could train changes (the ones that change could not train:
-    the runner refused their vocabulary)."""
+    """A run config as a grid gives it (a mapping, before validation), with ``model.vocab_size`` taken from
+    the tokenizer (padded: ``padded_vocab``) when the grid leaves it out and its preset's is too small for the
+    tokenizer's ids (``bpe_vocab_size: 1000`` on the tiny preset's 320 gives 1024). The value is written into
+    the config, so the run records it and its id covers it as if the grid had set it; a config whose model
+    held its tokenizer is left as it is, so no id of a run that could train changes (the ones that change
+    could not train: the runner refused their vocabulary)."""
     from ablate.ablations.presets import PRESETS
 
     if not isinstance(raw, Mapping):
@@ -414,7 +428,8 @@ def vocab_from_tokenizer(raw: Any) -> Any:
         return raw
     preset = PRESETS.get(model.get("preset", "tiny"), {})
     bpe = data.get("bpe_vocab_size", 0)
-    ids = tokenizer_ids(data.get("tokenizer", "byte"), bpe) if type(bpe) is int else None  # else validation says
+    # else validation says
+    ids = tokenizer_ids(data.get("tokenizer", "byte"), bpe) if type(bpe) is int else None
     held = preset.get("vocab_size")
     if ids is None or not isinstance(held, int) or ids <= held:
         return raw

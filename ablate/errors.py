@@ -1,4 +1,5 @@
-"""One exception tree. Library code raises these; only ``ablate.cli`` turns them into a line and an exit status."""
+"""One exception tree. Library code raises these; only ``ablate.cli`` turns them into a line and an exit
+status."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ class ConfigError(UserInputError):
 
 
 class InputMissingError(ConfigError):
-    """What an identity field fingerprints is not here (a data file, a tokenizer): ``updates`` are the fields its
-    filler could resolve all the same (a path made absolute)."""
+    """What an identity field fingerprints is not here (a data file, a tokenizer): ``updates`` are the fields
+    its filler could resolve all the same (a path made absolute)."""
 
     def __init__(self, message: str, *, where: str | None = None, updates: dict[str, object] | None = None):
         super().__init__(message, where=where)
@@ -41,17 +42,18 @@ class StoreError(AblateError):
 
 class StoreUnavailableError(StoreError, UserInputError):
     """The store cannot be opened at all (a bad or unsupported URL, a missing driver, a server that does not
-    answer, a home that cannot hold it): exit status 2, as for any input that cannot work; nothing ran. (One that
-    was open and then went away is a ``StoreUnavailable``.)"""
+    answer, a home that cannot hold it): exit status 2, as for any input that cannot work; nothing ran. (One
+    that was open and then went away is a ``StoreUnavailable``.)"""
 
 
 class StoreUnavailable(StoreError):
-    """An open store went away: the request was fine, but the database cannot be reached or written now (a lost
-    connection, a server that is down, a read-only or full disk), and may take it when it is back. The store raises
-    it (``ablate.store.faults``) ``from`` the driver's error; ``ablate.execute.recorder`` decides what to do.
+    """An open store went away: the request was fine, but the database cannot be reached or written now (a
+    lost connection, a server that is down, a read-only or full disk), and may take it when it is back. The
+    store raises it (``ablate.store.faults``) ``from`` the driver's error; ``ablate.execute.recorder`` decides
+    what to do.
 
-    ``where`` is the store's URL (without its password), ``away`` why it is away in the user's words (``full (no
-    space left on its disk)`` or ``unreachable``), ``reason`` the driver's own first line.
+    ``where`` is the store's URL (without its password), ``away`` why it is away in the user's words (``full
+    (no space left on its disk)`` or ``unreachable``), ``reason`` the driver's own first line.
     """
 
     FULL, UNREACHABLE = "full (no space left on its disk)", "unreachable"

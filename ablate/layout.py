@@ -5,9 +5,9 @@ Defined once here and called from everywhere else:
 - ``run_dir(home, run_id)``: ``$ABLATE_HOME/runs/<run_id>``, a run's directory (checkpoints, ``result.json``,
   ``train.log``, ``error.txt``).
 - ``CHECKPOINT``: the run directory's resumable checkpoint, ``checkpoints/last.ckpt``.
-- ``atomic_path(final)``: a temporary path beside ``final`` that becomes ``final`` (``os.replace``) only when the
-  block that writes it succeeds (a write that fails for want of space is a ``DiskFullError`` naming ``final``:
-  ``disk_full``); ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
+- ``atomic_path(final)``: a temporary path beside ``final`` that becomes ``final`` (``os.replace``) only when
+  the block that writes it succeeds (a write that fails for want of space is a ``DiskFullError`` naming
+  ``final``: ``disk_full``); ``atomic_write(final, data)`` for text or bytes; ``atomic_dir(out)`` for a
   folder of files (an export).
 - ``runs_dir(home)``: ``$ABLATE_HOME/runs``, where every run directory lives; ``usable_home(home)`` checks,
   before anything starts, that it can hold them (one line, exit 2, otherwise).
@@ -51,8 +51,8 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
     home = Path(home)
     runs = runs_dir(home)
     if home.exists() and not home.is_dir():
-        raise UserInputError(f"ABLATE_HOME {home} is a file, not a directory: point --home (or ABLATE_HOME) at a "
-                             "directory for run directories and the default stores")
+        raise UserInputError(f"ABLATE_HOME {home} is a file, not a directory: point --home (or ABLATE_HOME) "
+                             "at a directory for run directories and the default stores")
     made = [p for p in (runs, *runs.parents) if not p.exists()]
     try:
         for attempt in range(5):  # another process checking the same new home may remove the folder just made
@@ -66,8 +66,8 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise UserInputError(f"ABLATE_HOME {home} cannot hold run directories ({runs}: {exc.strerror or exc}): "
-                             "use a writable --home (or ABLATE_HOME)") from None
+        raise UserInputError(f"ABLATE_HOME {home} cannot hold run directories ({runs}: "
+                             f"{exc.strerror or exc}): use a writable --home (or ABLATE_HOME)") from None
     finally:
         for path in made:  # innermost first
             with contextlib.suppress(OSError):
@@ -148,7 +148,8 @@ def _mb(n: int) -> str:
 
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a fresh temporary path in ``final``'s directory (same suffix); rename it onto ``final`` on success.
+    """Yield a fresh temporary path in ``final``'s directory (same suffix); rename it onto ``final`` on
+    success.
 
     >>> import tempfile, numpy as np                                # doctest: +SKIP
     >>> with atomic_path(Path(d) / "tokens.npy") as tmp:            # doctest: +SKIP
@@ -157,7 +158,8 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the final file gets what open() would have given it
+    # mkstemp makes 0600; the final file gets what open() would have given it
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     tmp = Path(name)
     with partial_removed(tmp, final):

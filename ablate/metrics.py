@@ -1,9 +1,10 @@
 """The summary metrics of a run, declared once: every layer that handles them derives from ``SUMMARY``.
 
-A summary metric is one number per run: ``result.json``'s ``summary`` holds it (``ablate.result`` refuses a key
-that is not declared here), ingest stores it (a typed column of the ``runs`` table when ``column``, else a row of
-``scores``), the runs table returns it with its type and in this order (``ablate runs``, its JSON and CSV), the
-MLflow mirror logs it, and the reports read it. ``tests/test_metrics.py`` fails when a layer disagrees.
+A summary metric is one number per run: ``result.json``'s ``summary`` holds it (``ablate.result`` refuses a
+key that is not declared here), ingest stores it (a typed column of the ``runs`` table when ``column``, else a
+row of ``scores``), the runs table returns it with its type and in this order (``ablate runs``, its JSON and
+CSV), the MLflow mirror logs it, and the reports read it. ``tests/test_metrics.py`` fails when a layer
+disagrees.
 
 Adding a metric is one entry here (``column=False``: it is stored as a score, no schema change), written into
 the summary by whatever measures it (``source`` says who). A name ending in ``/`` is a family (``ppl/<set>``,
@@ -20,9 +21,9 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class SummaryMetric:
-    """One summary number of a run: ``name`` (a family when it ends in ``/``), its Python type, what it means, who
-    measures it, whether it is a column of the ``runs`` table, which way is better, and whether ``result.json``'s
-    ``summary`` carries it (``resumed_from`` is the result's own field)."""
+    """One summary number of a run: ``name`` (a family when it ends in ``/``), its Python type, what it means,
+    who measures it, whether it is a column of the ``runs`` table, which way is better, and whether
+    ``result.json``'s ``summary`` carries it (``resumed_from`` is the result's own field)."""
 
     name: str
     kind: type[int] | type[float]
@@ -48,7 +49,8 @@ class SummaryMetric:
 
 
 SUMMARY: tuple[SummaryMetric, ...] = (
-    SummaryMetric("params", int, "total parameters of the run's model (the variant applied; meta-device count)",
+    SummaryMetric("params", int,
+                  "total parameters of the run's model (the variant applied; meta-device count)",
                   "the grid when planned, the runner when trained", column=True),
     SummaryMetric("added_params", int, "parameters the variant adds over the same config without it",
                   "the grid when planned, the runner when trained", column=True),
@@ -56,19 +58,22 @@ SUMMARY: tuple[SummaryMetric, ...] = (
                   "runner (training loop)", column=True),
     SummaryMetric("tokens", int, "training tokens seen (batch_size x seq_len per step, over every stage)",
                   "runner (training loop)", column=True),
-    SummaryMetric("train_loss", float, "training loss at the last step", "runner (training loop)", column=True,
-                  better="lower"),
+    SummaryMetric("train_loss", float, "training loss at the last step", "runner (training loop)",
+                  column=True, better="lower"),
     SummaryMetric("val_ppl", float, "held-out perplexity, the mean over the held-out sets",
                   "runner (evaluation)", column=True, better="lower"),
     SummaryMetric("ppl/", float, "held-out perplexity of one set, ppl/<set> (eval.heldout_tokens tokens)",
                   "runner (evaluation)", better="lower"),
-    SummaryMetric("loss_spikes", int, "loss spikes: a loss above mean + spike_sigma x std of the trailing window",
+    SummaryMetric("loss_spikes", int,
+                  "loss spikes: a loss above mean + spike_sigma x std of the trailing window",
                   "runner (loss monitor)", column=True, better="lower"),
-    SummaryMetric("resumed_from", int, "the step at which the run last resumed from a checkpoint (null: never)",
+    SummaryMetric("resumed_from", int,
+                  "the step at which the run last resumed from a checkpoint (null: never)",
                   "runner (result.json's resumed_from)", column=True, in_summary=False),
     SummaryMetric("gate_score", float, "mean gate score over layers, heads and tokens (paper Table 4; null "
                   "without a gate)", "runner (probes)", column=True),
-    SummaryMetric("f_attn", float, "attention to the first token, mean over layers and heads (Table 4's F-Attn)",
+    SummaryMetric("f_attn", float,
+                  "attention to the first token, mean over layers and heads (Table 4's F-Attn)",
                   "runner (probes)", column=True, better="lower"),
     SummaryMetric("m_act", float, "massive activation (Table 4's M-Act): each layer's largest hidden-state "
                   "magnitude, mean over layers",
@@ -76,15 +81,15 @@ SUMMARY: tuple[SummaryMetric, ...] = (
     SummaryMetric("massive_ratio", float, "Sun et al.'s (2024) massive activation: a layer's largest |hidden "
                   "state| over its median (per probe row, mean over rows), the largest over layers",
                   "runner (probes)", better="lower"),
-    SummaryMetric("massive_first", float, "the share of probe rows whose largest |hidden state| sits on the first "
-                  "token, at the layer of massive_ratio", "runner (probes)", better="lower"),
+    SummaryMetric("massive_first", float, "the share of probe rows whose largest |hidden state| sits on the "
+                  "first token, at the layer of massive_ratio", "runner (probes)", better="lower"),
     SummaryMetric("bench/", float, "benchmark score in percent, bench/<task>[@<len>][/yarn]",
                   "runner (offline tasks), ablate eval (lm-eval)", better="higher"),
-    SummaryMetric("flops", float, "training compute in FLOPs: per stage, its tokens x (6N + 12·L·H·Q·T) per token, "
-                  "N the model's active matmul weights, gates included (ablate.ablations.flops)",
+    SummaryMetric("flops", float, "training compute in FLOPs: per stage, its tokens x (6N + 12·L·H·Q·T) per "
+                  "token, N the model's active matmul weights, gates included (ablate.ablations.flops)",
                   "runner (training loop)"),
-    SummaryMetric("tokens_per_s", float, "training throughput, the median over steps", "runner (training loop)",
-                  column=True, better="higher"),
+    SummaryMetric("tokens_per_s", float, "training throughput, the median over steps",
+                  "runner (training loop)", column=True, better="higher"),
     SummaryMetric("wall_s", float, "wall time of the run: data, training, evaluation and probes",
                   "runner", column=True),
 )

@@ -1,12 +1,13 @@
 """Where a run came from: the software that trained it, its device, and the commit of the grid's repository.
 
 One owner for a run's provenance, recorded beside its result (``result.json``'s ``provenance``, the store's
-``runs.provenance``, MLflow tags ``provenance.<key>``), shown by ``ablate show`` and compared by ``ablate diff``:
+``runs.provenance``, MLflow tags ``provenance.<key>``), shown by ``ablate show`` and compared by ``ablate
+diff``:
 
 - ``ablate``, ``torch``, ``lightning``, ``python``: the versions that trained it; ``cuda``: torch's CUDA build
   (None on a CPU build); ``device``: what it trained on (``cpu`` or the GPU's name);
-- ``model_code``: a hash of the model's code (``ablate/ablations/*.py``, its syntax tree without docstrings, so
-  comments, docstrings and layout do not count): two runs of one config whose model code differs may not
+- ``model_code``: a hash of the model's code (``ablate/ablations/*.py``, its syntax tree without docstrings,
+  so comments, docstrings and layout do not count): two runs of one config whose model code differs may not
   compare, even at one ablate version;
 - ``config_version``: the ``CONFIG_VERSION`` its id was computed under;
 - ``git_commit`` and ``git_dirty``: the commit of the git repository holding the grid file, and whether its
@@ -84,8 +85,8 @@ def software() -> dict[str, Any]:
 
 
 def git_source(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``{"git_commit": ..., "git_dirty": ...}`` of the git repository holding ``path``; ``{}`` when there is none
-    (or no git).
+    """``{"git_commit": ..., "git_dirty": ...}`` of the git repository holding ``path``; ``{}`` when there is
+    none (or no git).
 
     >>> git_source("/")
     {}
@@ -95,8 +96,8 @@ def git_source(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10,
-                                  check=False)
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
+                                  timeout=10, check=False)
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
@@ -139,8 +140,8 @@ def spread_warning(provenances: Iterable[Mapping[str, Any] | None], *, what: str
     Runs recorded before provenance existed (None) are left out of the check.
 
     >>> spread_warning([{"config_version": 2, "model_code": "a"}, {"config_version": 2, "model_code": "b"}],
-    ...                what="table1")
-    'table1 compares runs trained by different model code (a, b): their differences may be the code, not the arms'
+    ...                what="table1")  # doctest: +ELLIPSIS
+    'table1 compares runs trained by different model code (a, b): their differences may be the code, ...'
     >>> spread_warning([{"config_version": 2, "model_code": "a"}, None], what="table1") is None
     True
     """
@@ -150,5 +151,5 @@ def spread_warning(provenances: Iterable[Mapping[str, Any] | None], *, what: str
     parts = [f"{names[key]} ({', '.join(values)})" for key, values in spread.items() if len(values) > 1]
     if not parts:
         return None
-    return (f"{what} compares runs trained by different {' and '.join(parts)}: their differences may be the code, "
-            "not the arms")
+    return (f"{what} compares runs trained by different {' and '.join(parts)}: their differences may be the "
+            "code, not the arms")

@@ -1,4 +1,5 @@
-"""``result.json``: what one run leaves behind, the contract between the runner (writes) and the store (reads).
+"""``result.json``: what one run leaves behind, the contract between the runner (writes) and the store
+(reads).
 
 Written atomically (a temporary file, then ``os.replace``): a reader either sees a complete file or none.
 """
@@ -21,11 +22,13 @@ SCHEMA_VERSION = 1
 
 
 class RunStatus(StrEnum):
-    """Where a run is in its lifecycle: the ``runs.status`` column of the store and ``result.json``'s ``status``.
+    """Where a run is in its lifecycle: the ``runs.status`` column of the store and ``result.json``'s
+    ``status``.
 
-    ``queued`` -> ``running`` -> one of the ends: ``done`` (trained to its last step), ``diverged`` (stopped by the
-    divergence rule: a result, and a finding), ``pruned`` (stopped on purpose by tune's Optuna pruner: no result,
-    not an error) or ``failed`` (crashed: ``error`` says why). A StrEnum, so ``status == "done"`` holds.
+    ``queued`` -> ``running`` -> one of the ends: ``done`` (trained to its last step), ``diverged`` (stopped
+    by the divergence rule: a result, and a finding), ``pruned`` (stopped on purpose by tune's Optuna pruner:
+    no result, not an error) or ``failed`` (crashed: ``error`` says why). A StrEnum, so ``status == "done"``
+    holds.
     """
 
     QUEUED = "queued"
@@ -75,12 +78,12 @@ class Event(BaseModel):
 class RunResult(BaseModel):
     """The complete record of one finished (``done``/``diverged``) or ``failed`` run.
 
-    - ``summary``: the summary metrics the run measured, each declared in ``ablate.metrics.SUMMARY`` (``steps``,
-      ``train_loss``, ``ppl/<set>``, ``bench/<task>``, ...; None where not measured). A key that is not declared
-      there is refused: declare a new metric first, and every layer picks it up.
+    - ``summary``: the summary metrics the run measured, each declared in ``ablate.metrics.SUMMARY``
+      (``steps``, ``train_loss``, ``ppl/<set>``, ``bench/<task>``, ...; None where not measured). A key that
+      is not declared there is refused: declare a new metric first, and every layer picks it up.
     - ``metrics``: step-indexed curves, ``{"step": [...], "loss": [...], "lr": [...], "grad_norm": [...],
-      "tokens_per_s": [...], ...}``, all lists the same length as ``step`` (``val_ppl`` curves may be sparse and
-      then use their own ``"val_step"`` list).
+      "tokens_per_s": [...], ...}``, all lists the same length as ``step`` (``val_ppl`` curves may be sparse
+      and then use their own ``"val_step"`` list).
     - ``probes``: per-layer values, name -> list over layers (``gate_score``, ``f_attn``, ``m_act``,
       ``mean_abs_pre``, ``mean_abs_post``, ``frac_below_1e-2_pre``, ...).
     - ``histograms``: name -> per-layer bin counts, with ``histogram_edges`` shared by all of them.
@@ -123,7 +126,8 @@ def write_result(result: RunResult, run_dir: str | os.PathLike[str]) -> Path:
 
 
 def read_result(path: str | os.PathLike[str]) -> RunResult:
-    """Read a ``result.json`` (or a run directory holding one). A truncated or malformed file is a StoreError."""
+    """Read a ``result.json`` (or a run directory holding one). A truncated or malformed file is a
+    StoreError."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULT_FILE

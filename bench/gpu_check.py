@@ -2,20 +2,22 @@
 overhead), every training through the runner (``run_one``):
 
 - ``mfu``: bf16 training (``torch.compile`` on a GPU) of the ``small`` preset and of a ~125M-parameter config,
-  each as baseline and with the SDPA-output elementwise gate (G1, the paper's best): steady-state tokens/s (steps
-  ``warmup`` .. ``steps - 1``, from the per-step callback: start-up, compilation, data loading, checkpoints and
-  evaluation are not counted), MFU against the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s) with FLOPs per
-  token = 6 N + 12 L H Q T (PaLM, appendix B), the gated over baseline step-time ratio, and each run's training
-  peak memory (``torch.cuda.max_memory_allocated``) against the memory plan's estimate.
+  each as baseline and with the SDPA-output elementwise gate (G1, the paper's best): steady-state tokens/s
+  (steps ``warmup`` .. ``steps - 1``, from the per-step callback: start-up, compilation, data loading,
+  checkpoints and evaluation are not counted), MFU against the GPU's dense bf16 peak (H100/H200 SXM: 989
+  TFLOP/s) with FLOPs per token = 6 N + 12 L H Q T (PaLM, appendix B), the gated over baseline step-time
+  ratio, and each run's training peak memory (``torch.cuda.max_memory_allocated``) against the memory plan's
+  estimate.
 - ``memory``: the paper's dense 1.7B model at sequence length 4096 (one row per device per micro-batch, bf16):
   baseline, and G1 with activation checkpointing; measured training peak against the estimate.
-- ``fsdp``: with two or more GPUs, the ``small`` preset sharded over all of them (``strategy: fsdp``) against the
-  same run on one GPU: the losses agree, tokens/s per GPU, peak memory per GPU against the estimate. With one GPU
-  there is nothing to shard over (FSDP on one device is plain training; tests/test_fsdp.py checks it with gloo).
+- ``fsdp``: with two or more GPUs, the ``small`` preset sharded over all of them (``strategy: fsdp``) against
+  the same run on one GPU: the losses agree, tokens/s per GPU, peak memory per GPU against the estimate. With
+  one GPU there is nothing to shard over (FSDP on one device is plain training; tests/test_fsdp.py checks it
+  with gloo).
 
     .venv/bin/python bench/gpu_check.py                       # on a GPU: every section
     .venv/bin/python bench/gpu_check.py --only mfu,memory     # some of them
-    .venv/bin/python bench/gpu_check.py --cpu                 # a few tiny steps on CPU: the script itself works
+    .venv/bin/python bench/gpu_check.py --cpu                 # a few tiny steps on CPU: the script works
     .venv/bin/python bench/gpu_check.py --set model.n_layers=16 --seq-len 2048   # the big config, changed
 """
 
@@ -35,7 +37,8 @@ PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "GH200": 989.4, "A100": 312.0,
 BIG = {"model.preset": "small", "model.n_layers": 14, "model.d_model": 768, "model.n_heads": 12,
        "model.n_kv_heads": 4, "model.head_dim": 64, "model.ffn_dim": 3072, "model.vocab_size": 512}
 GATED = "sdpa-elementwise"
-MEMORY_MODEL, MEMORY_SEQ = {"preset": "paper-dense-1.7b"}, 4096  # the memory section's model and sequence length
+# the memory section's model and sequence length
+MEMORY_MODEL, MEMORY_SEQ = {"preset": "paper-dense-1.7b"}, 4096
 SECTIONS = ("mfu", "memory", "fsdp")
 GiB = 2**30
 
@@ -58,7 +61,8 @@ def nested(flat: dict[str, object]) -> dict[str, dict[str, object]]:
 
 
 def run_config(model: dict[str, object], variant: str, args: argparse.Namespace, *, steps: int | None = None,
-               batch_size: int | None = None, seq_len: int | None = None, compile: bool | None = None, **train):
+               batch_size: int | None = None, seq_len: int | None = None, compile: bool | None = None,
+               **train):
     from ablate.config import RunConfig
 
     steps, batch_size = steps or args.steps, batch_size or args.batch_size
@@ -85,7 +89,8 @@ def flops_per_token(cfg) -> tuple[int, float]:
 
 def measure(cfg, warmup: int) -> tuple[float, float | None, list[float]]:
     """(steady-state seconds per optimizer step, training peak GPU memory in bytes or None on CPU, losses) of
-    ``cfg`` trained by the runner. The peak is read after each step, so evaluation after training is not in it."""
+    ``cfg`` trained by the runner. The peak is read after each step, so evaluation after training is not in
+    it."""
     import torch
 
     from ablate.runner import run_one
@@ -135,12 +140,13 @@ def mfu_section(args, sizes, peak, rows: list) -> None:
             mfu = tps * fpt / (peak * 1e12) if peak else None
             times[variant] = step_s
             est = estimate_gb(cfg)
-            rows.append({"size": size, "variant": variant, "params": n, "flops_per_token": fpt, "step_s": step_s,
-                         "tokens_per_s": tps, "tflops": tps * fpt / 1e12, "mfu": mfu, "compile": cfg.train.compile,
-                         "memory_peak_gb": None if mem is None else mem / GiB, "memory_est_gb": est})
-            print(f"{size:>9} {variant:<17} {n / 1e6:8.2f}M params  {step_s * 1e3:8.2f} ms/step  {tps:12,.0f} tok/s  "
-                  f"{tps * fpt / 1e12:7.2f} TFLOP/s  MFU {'n/a' if mfu is None else f'{mfu:.1%}'}  "
-                  f"{memory_line(mem, est)}", flush=True)
+            rows.append({"size": size, "variant": variant, "params": n, "flops_per_token": fpt,
+                         "step_s": step_s, "tokens_per_s": tps, "tflops": tps * fpt / 1e12, "mfu": mfu,
+                         "compile": cfg.train.compile, "memory_peak_gb": None if mem is None else mem / GiB,
+                         "memory_est_gb": est})
+            print(f"{size:>9} {variant:<17} {n / 1e6:8.2f}M params  {step_s * 1e3:8.2f} ms/step  "
+                  f"{tps:12,.0f} tok/s  {tps * fpt / 1e12:7.2f} TFLOP/s  MFU "
+                  f"{'n/a' if mfu is None else f'{mfu:.1%}'}  {memory_line(mem, est)}", flush=True)
         ratio = times[GATED] / times["baseline"]
         rows.append({"size": size, "gated_over_baseline_step_time": ratio})
         print(f"{size:>9} {GATED} / baseline step time: {ratio:.3f}", flush=True)
@@ -150,14 +156,14 @@ def memory_section(args, out: list) -> None:
     cases = [("baseline", {}), (GATED, {"activation_checkpointing": True})]
     name = MEMORY_MODEL["preset"]
     for variant, train in cases:
-        cfg = run_config(MEMORY_MODEL, variant, args, steps=args.memory_steps, batch_size=1, seq_len=MEMORY_SEQ,
-                         compile=False, **train)
+        cfg = run_config(MEMORY_MODEL, variant, args, steps=args.memory_steps, batch_size=1,
+                         seq_len=MEMORY_SEQ, compile=False, **train)
         _, mem, _ = measure(cfg, 1)
         est = estimate_gb(cfg)
         out.append({"model": name, "variant": variant, "seq_len": MEMORY_SEQ, "rows": 1, **train,
                     "memory_peak_gb": None if mem is None else mem / GiB, "memory_est_gb": est})
-        print(f"{name} {variant:<17} seq {MEMORY_SEQ}, 1 row{' + activation checkpointing' if train else ''}: "
-              f"{memory_line(mem, est)}", flush=True)
+        print(f"{name} {variant:<17} seq {MEMORY_SEQ}, 1 "
+              f"row{' + activation checkpointing' if train else ''}: {memory_line(mem, est)}", flush=True)
 
 
 def fsdp_section(args, out: list) -> None:
@@ -165,8 +171,8 @@ def fsdp_section(args, out: list) -> None:
 
     n = torch.cuda.device_count()
     if n < 2:
-        print(f"fsdp: {n} GPU visible; FSDP over one device is plain training (tests/test_fsdp.py shards over "
-              "two CPU processes with gloo)", flush=True)
+        print(f"fsdp: {n} GPU visible; FSDP over one device is plain training (tests/test_fsdp.py shards "
+              "over two CPU processes with gloo)", flush=True)
         return
     batch = args.batch_size * n
     one = run_config({"preset": "small"}, GATED, args, batch_size=batch, micro_batch_size=args.batch_size)
@@ -186,7 +192,8 @@ def fsdp_section(args, out: list) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cpu", action="store_true", help="tiny sizes and few steps on CPU (checks the script, no figures)")
+    p.add_argument("--cpu", action="store_true",
+                   help="tiny sizes and few steps on CPU (checks the script, no figures)")
     p.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {', '.join(SECTIONS)} "
                    "(--cpu: mfu only)")
     p.add_argument("--steps", type=int, default=None, help="steps per run [60; --cpu: 8]")
@@ -194,10 +201,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None, help="[16; --cpu: 2]")
     p.add_argument("--seq-len", type=int, default=None, help="[1024; --cpu: 16]")
     p.add_argument("--memory-steps", type=int, default=4, help="steps of each paper-size memory run")
-    p.add_argument("--set", dest="sets", action="append", default=[], help="K=V: override a field of the big config")
+    p.add_argument("--set", dest="sets", action="append", default=[],
+                   help="K=V: override a field of the big config")
     p.add_argument("--no-compile", dest="compile", action="store_false",
                    help="eager throughput runs (compiled on a GPU by default, never with --cpu)")
-    p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak, if not known by name")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the GPU's dense bf16 peak, if not known by name")
     p.add_argument("--out", default=None, help="also write the figures here as JSON")
     args = p.parse_args()
     cpu = args.cpu
@@ -208,7 +217,9 @@ def main() -> None:
     args.compile = args.compile and not cpu
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     if unknown := only - set(SECTIONS):
-        raise SystemExit(f"--only: unknown section(s) {', '.join(sorted(unknown))}; allowed: {', '.join(SECTIONS)}")
+        raise SystemExit(
+            f"--only: unknown section(s) {', '.join(sorted(unknown))}; allowed: {', '.join(SECTIONS)}"
+        )
     os.environ.setdefault("ABLATE_CACHE", str(Path(tempfile.gettempdir()) / "ablate-cache"))
 
     import torch
@@ -228,10 +239,10 @@ def main() -> None:
         big[key if key.startswith("model.") else f"model.{key}"] = yaml.safe_load(value)
     sizes = {"tiny": {"preset": "tiny"}, "tiny-3l": {"preset": "tiny", "n_layers": 3}} if cpu else \
         {"small": {"preset": "small"}, "125M": {k.removeprefix("model."): v for k, v in big.items()}}
-    print(f"device {device}; peak bf16 {peak or 'unknown'} TFLOP/s; batch {args.batch_size} x seq {args.seq_len}; "
-          f"{args.steps} steps ({args.warmup} untimed); compile {args.compile}", flush=True)
-    figures: dict = {"device": device, "peak_tflops": peak, "batch_size": args.batch_size, "seq_len": args.seq_len,
-                     "rows": [], "memory": [], "fsdp": []}
+    print(f"device {device}; peak bf16 {peak or 'unknown'} TFLOP/s; batch {args.batch_size} x seq "
+          f"{args.seq_len}; {args.steps} steps ({args.warmup} untimed); compile {args.compile}", flush=True)
+    figures: dict = {"device": device, "peak_tflops": peak, "batch_size": args.batch_size,
+                     "seq_len": args.seq_len, "rows": [], "memory": [], "fsdp": []}
     for name, section in (("mfu", lambda: mfu_section(args, sizes, peak, figures["rows"])),
                           ("memory", lambda: memory_section(args, figures["memory"])),
                           ("fsdp", lambda: fsdp_section(args, figures["fsdp"]))):

@@ -1,18 +1,20 @@
 """What the grid machinery costs on top of training: issue #13's three figures, and a finished grid's rerun.
 
 1. ``ablate plan`` of a 10,000-run grid: the CPU seconds of the whole process (aim: under 3 s), with the model
-   counts it needs made by an earlier process (warm, the usual case) and not (cold: it imports torch to count).
+   counts it needs made by an earlier process (warm, the usual case) and not (cold: it imports torch to
+   count).
 2. Twelve tiny runs on two workers. The ideal makespan is the sum of the runs' own times (``wall_s`` in their
-   result.json: data, training, evaluation, probes) over two; the figure is the measured makespan over it (aim:
-   at most 1.05x), with and without the workers' start-up, and the per-job overhead in seconds.
+   result.json: data, training, evaluation, probes) over two; the figure is the measured makespan over it
+   (aim: at most 1.05x), with and without the workers' start-up, and the per-job overhead in seconds.
 3. Worker start-up (importing torch and Lightning) is paid once per worker: the twelve jobs ran in as many
    worker processes as there are workers, and the start-up is seconds before the first job, not per job.
    And ``ablate status`` and ``ablate runs --format csv`` on a store of 10,000 finished runs (aim: under 1.5 s
    of CPU each).
-4. A finished 100-run grid (filled into the store directly), rerun through the CLI as a user would: the wall time
-   of the whole ``ablate run`` process.
-5. ``ablate --help`` (aim: under 0.5 s): its wall time, beside the same help drawn by Typer's rich formatter (which
-   ablate turned off: it imports rich.markdown) and beside a bare ``python -c pass``, interleaved in one run.
+4. A finished 100-run grid (filled into the store directly), rerun through the CLI as a user would: the wall
+   time of the whole ``ablate run`` process.
+5. ``ablate --help`` (aim: under 0.5 s): its wall time, beside the same help drawn by Typer's rich formatter
+   (which ablate turned off: it imports rich.markdown) and beside a bare ``python -c pass``, interleaved in
+   one run.
 
     .venv/bin/python bench/grid_overhead.py [--steps 60] [--no-mlflow] [--only plan|store|pool|rerun|help]
 """
@@ -52,8 +54,8 @@ def overhead(root: Path, steps: int, mlflow: bool) -> None:
     from ablate.result import read_result
 
     path = root / "twelve.yaml"
-    path.write_text(GRID.format(name="twelve", steps=steps, variants="[baseline, sdpa-elementwise, sdpa-headwise]",
-                                seeds=list(range(4))))
+    path.write_text(GRID.format(name="twelve", steps=steps,
+                                variants="[baseline, sdpa-elementwise, sdpa-headwise]", seeds=list(range(4))))
     home = root / "home"
     t0 = time.monotonic()
     report = run_grid(path, [], RunOptions(home=home, jobs=2, mlflow=mlflow))
@@ -70,7 +72,10 @@ def overhead(root: Path, steps: int, mlflow: bool) -> None:
     print(f"  sum of the runs' own times   {train:7.2f} s   ideal makespan (/2) {ideal:6.2f} s")
     print(f"  makespan, first job -> last  {steady:7.2f} s   = {steady / ideal:.3f}x ideal   "
           f"overhead per job {(2 * steady - train) / 12:.3f} s")
-    print(f"  sum of run_one's wall times  {inside:7.2f} s   (run_one beyond its wall_s: Lightning's fit set-up)")
+    print(
+        f"  sum of run_one's wall times  {inside:7.2f} s   (run_one beyond its wall_s: Lightning's fit "
+        "set-up)"
+    )
     print(f"  makespan, first job -> last  {steady:7.2f} s   = {steady / (inside / 2):.3f}x sum(run_one)/2   "
           f"executor overhead per job {(2 * steady - inside) / 12:.3f} s")
     print(f"  makespan, workers started    {with_startup:7.2f} s   = {with_startup / ideal:.3f}x ideal   "
@@ -95,9 +100,15 @@ def plan_10k(root: Path) -> None:
     """``ablate plan`` of 10,000 runs: the CPU of the whole process (children's rusage), cold and warm."""
     path = root / "tenk.yaml"
     lrs = [round(1e-3 * (i + 1), 4) for i in range(10)]
-    path.write_text(GRID.format(name="tenk", steps=60, variants="[baseline, sdpa-elementwise, sdpa-headwise, "
-                                "sdpa-head-shared, v-elementwise]", seeds=list(range(20)))
-                    + f"  train.lr: {lrs}\n  train.batch_size: [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]\n")
+    path.write_text(
+        GRID.format(
+            name="tenk",
+            steps=60,
+            variants="[baseline, sdpa-elementwise, sdpa-headwise, sdpa-head-shared, v-elementwise]",
+            seeds=list(range(20)),
+        )
+        + f"  train.lr: {lrs}\n  train.batch_size: [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]\n"
+    )
     env = {**os.environ, "ABLATE_CACHE": str(root / "plan-cache")}  # a fresh cache: the first plan is cold
 
     def cpu(*args: str) -> float:
@@ -117,8 +128,9 @@ def plan_10k(root: Path) -> None:
 
 
 def store_10k(root: Path) -> None:
-    """``ablate status`` and ``ablate runs --format csv`` on a store of 10,000 finished runs (one grid), built as
-    bench/store_scale.py builds its store (short curves: the figures are about the runs, not their points)."""
+    """``ablate status`` and ``ablate runs --format csv`` on a store of 10,000 finished runs (one grid), built
+    as bench/store_scale.py builds its store (short curves: the figures are about the runs, not their
+    points)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from store_scale import make_result
 
@@ -136,10 +148,14 @@ def store_10k(root: Path) -> None:
             store.ingest(make_result(i, 5, 2, base))
     made = time.monotonic() - t0
     status = sorted(cpu_s([ABLATE, "status", "--home", str(home)], expect="10000") for _ in range(3))
-    csv = sorted(cpu_s([ABLATE, "runs", "--home", str(home), "--format", "csv"], expect="run_id") for _ in range(3))
-    print(f"a store of {n:,} finished runs (made in {made:.0f} s; CPU seconds of the whole process, median of 3; "
-          f"aim < 1.5 s; load {os.getloadavg()[0]:.2f}):")
-    print(f"  ablate status                                            {status[1]:5.2f} s (best {status[0]:.2f} s)")
+    csv = sorted(cpu_s([ABLATE, "runs", "--home", str(home), "--format", "csv"],
+                       expect="run_id") for _ in range(3))
+    print(f"a store of {n:,} finished runs (made in {made:.0f} s; CPU seconds of the whole process, median "
+          f"of 3; aim < 1.5 s; load {os.getloadavg()[0]:.2f}):")
+    print(
+        f"  ablate status                                            {status[1]:5.2f} s (best "
+        f"{status[0]:.2f} s)"
+    )
     print(f"  ablate runs --format csv                                 {csv[1]:5.2f} s (best {csv[0]:.2f} s)")
 
 
@@ -170,8 +186,8 @@ def rerun_100(root: Path) -> None:
         times.append(time.monotonic() - t0)
         assert out.returncode == 0 and "worker" not in out.stderr, out.stderr
     print("rerun of a finished 100-run grid (whole `ablate run` process):")
-    print(f"  first (mirrors the 100 runs MLflow never saw) {times[0]:.2f} s; then {min(times[1:]):.2f} s best, "
-          f"{sorted(times[1:])[1]:.2f} s median of 3")
+    print(f"  first (mirrors the 100 runs MLflow never saw) {times[0]:.2f} s; then {min(times[1:]):.2f} s "
+          f"best, {sorted(times[1:])[1]:.2f} s median of 3")
 
 
 def help_time() -> None:

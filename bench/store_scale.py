@@ -41,8 +41,9 @@ def make_result(i: int, steps: int, layers: int, base: dict) -> RunResult:
 
 
 def bench(url: str, runs: int, steps: int, layers: int) -> list[tuple[str, float, float, int]]:
-    """(what, wall seconds, CPU seconds of this process, rows) for ingest and the queries on the store at ``url``
-    (which should be empty). CPU seconds show the cost on a busy machine, where wall time mostly waits."""
+    """(what, wall seconds, CPU seconds of this process, rows) for ingest and the queries on the store at
+    ``url`` (which should be empty). CPU seconds show the cost on a busy machine, where wall time mostly
+    waits."""
     base = RunConfig().model_dump(mode="json")
     out = []
     with Store.open(url) as store:
@@ -72,13 +73,15 @@ def bench(url: str, runs: int, steps: int, layers: int) -> list[tuple[str, float
         ids = [f"r{i:06d}" for i in range(0, runs, max(1, runs // 20))]
         t0, c0 = time.perf_counter(), time.process_time()
         curves = store.curves(run_ids=ids, metrics=["loss"])
-        out.append((f"curves of {len(ids)} runs", time.perf_counter() - t0, time.process_time() - c0, len(curves)))
+        out.append((f"curves of {len(ids)} runs", time.perf_counter() - t0, time.process_time() - c0,
+                    len(curves)))
     print(f"  (building {runs} RunResults took {build_s:.1f}s, not counted)")
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=1_000, help="points on each run's loss curve")
     parser.add_argument("--layers", type=int, default=28, help="layers probed per run")

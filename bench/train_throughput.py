@@ -1,16 +1,17 @@
-"""Training throughput of the runner (Lightning, ``ablate.runner.run_one``) against a hand-written PyTorch loop on
-the same model and batches, the compiled runner (``train.compile``) against the eager one, and each main gated
-variant's step time over the baseline's, measured side by side.
+"""Training throughput of the runner (Lightning, ``ablate.runner.run_one``) against a hand-written PyTorch
+loop on the same model and batches, the compiled runner (``train.compile``) against the eager one, and each
+main gated variant's step time over the baseline's, measured side by side.
 
 Every round runs, in a shuffled order: the runner on the baseline (eager and compiled), the plain loop on the
-baseline, and the runner on each variant. The compiled runs compile in their first steps, which are not timed. A measurement is the steady-state time per step (steps ``warmup`` .. ``steps - 1``, from the
-per-step callback), so process start-up, data loading, checkpoints and evaluation are not counted; the plain loop
-does the same work per step (AdamW with the runner's parameter groups and schedule, gradient clipping, one
+baseline, and the runner on each variant. The compiled runs compile in their first steps, which are not timed.
+A measurement is the steady-state time per step (steps ``warmup`` .. ``steps - 1``, from the per-step
+callback), so process start-up, data loading, checkpoints and evaluation are not counted; the plain loop does
+the same work per step (AdamW with the runner's parameter groups and schedule, gradient clipping, one
 ``loss.item()`` and one gradient-norm read per step). Figures are medians over rounds of per-round ratios.
 
     .venv/bin/python bench/train_throughput.py                          # small preset, wall clock
     .venv/bin/python bench/train_throughput.py --threads 1 --clock cpu  # a CPU machine shared with other jobs
-    .venv/bin/python bench/train_throughput.py --preset paper-dense-1.7b --batch-size 4 --seq-len 2048  # a GPU
+    .venv/bin/python bench/train_throughput.py --preset paper-dense-1.7b --batch-size 4 --seq-len 2048  # GPU
 """
 
 from __future__ import annotations
@@ -68,12 +69,13 @@ def time_plain_loop(cfg: RunConfig, warmup: int, cache: Path) -> float:
     precision = "bf16-mixed" if gpu else "32-true"
     model_cfg = apply_variant(cfg.model, cfg.variant)
     tok = get_tokenizer(cfg.data, model_cfg, cache)
-    data = load_data(cfg.data, batch_size=cfg.train.batch_size, seed=cfg.seed, vocab_size=model_cfg.vocab_size,
-                     tokenizer=tok, cache_dir=cache)
+    data = load_data(cfg.data, batch_size=cfg.train.batch_size, seed=cfg.seed,
+                     vocab_size=model_cfg.vocab_size, tokenizer=tok, cache_dir=cache)
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg).to(device)
     tc = cfg.train
-    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps)
+    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.beta1, tc.beta2),
+                            eps=tc.eps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, tc))
     stamps = []
     for step in range(tc.steps):
@@ -102,9 +104,14 @@ def main() -> None:
     p.add_argument("--variants", default=",".join(MAIN_VARIANTS))
     p.add_argument("--no-compile", action="store_true", help="leave out the compiled runner")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="wall time, or this process's CPU time (steadier on a busy CPU-only machine, with --threads 1)")
-    p.add_argument("--cache", default=os.environ.get("ABLATE_CACHE", str(Path(tempfile.gettempdir()) / "ablate-cache")))
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall time, or this process's CPU time (steadier on a busy CPU-only machine, with --threads 1)",
+    )
+    p.add_argument("--cache",
+                   default=os.environ.get("ABLATE_CACHE", str(Path(tempfile.gettempdir()) / "ablate-cache")))
     args = p.parse_args()
     os.environ["ABLATE_CACHE"] = args.cache
     if args.threads:
@@ -136,15 +143,20 @@ def main() -> None:
             compiled.append(times["runner"] / times["compiled"])
         for v in variants:
             var[v].append(times[v] / times["runner"])
-        print(f"round {r + 1}: runner {tokens / times['runner']:,.0f} tok/s, plain loop {tokens / times['plain']:,.0f}"
-              f" tok/s, ratio {times['plain'] / times['runner']:.3f}", flush=True)
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
-    print(f"\n{args.preset}, batch {args.batch_size} x seq {args.seq_len}, {args.steps} steps ({args.warmup} warm-up), "
-          f"{args.rounds} rounds, {device}, {args.clock} clock")
+        print(f"round {r + 1}: runner {tokens / times['runner']:,.0f} tok/s, plain loop "
+              f"{tokens / times['plain']:,.0f} tok/s, ratio "
+              f"{times['plain'] / times['runner']:.3f}", flush=True)
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
+    print(f"\n{args.preset}, batch {args.batch_size} x seq {args.seq_len}, {args.steps} steps ({args.warmup} "
+          f"warm-up), {args.rounds} rounds, {device}, {args.clock} clock")
     ratios = [pl / ru for pl, ru in zip(plain, runner, strict=True)]
     print(f"runner tokens/s over plain loop: {statistics.median(ratios):.3f}x (rounds: "
-          f"{', '.join(f'{x:.3f}' for x in ratios)}); runner {tokens / statistics.median(runner):,.0f} tok/s, "
-          f"plain {tokens / statistics.median(plain):,.0f} tok/s")
+          f"{', '.join(f'{x:.3f}' for x in ratios)}); runner {tokens / statistics.median(runner):,.0f} "
+          f"tok/s, plain {tokens / statistics.median(plain):,.0f} tok/s")
     if compiled:
         print(f"compiled runner tokens/s over eager runner: {statistics.median(compiled):.3f}x (rounds: "
               f"{', '.join(f'{x:.3f}' for x in compiled)})")

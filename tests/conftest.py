@@ -1,13 +1,13 @@
-"""Shared fixtures: a fresh results store per test on SQLite and on PostgreSQL, a temporary ABLATE_HOME, and a real
-one-node Slurm cluster for the session (``slurm_cluster``: scripts/slurm.sh).
+"""Shared fixtures: a fresh results store per test on SQLite and on PostgreSQL, a temporary ABLATE_HOME, and a
+real one-node Slurm cluster for the session (``slurm_cluster``: scripts/slurm.sh).
 
 PostgreSQL: the server at ``ABLATE_TEST_PG_URL`` (scripts/test.sh starts one with scripts/postgres.sh); when
 that is unset, one session-wide throwaway server is started here with the same script (on a free port) and
 stopped by PID at the end, so plain ``pytest`` works too. Each test gets its own new schema on it (the URL
 sets ``search_path``), which to the store is a new, empty database. If no
-server can be started (no PostgreSQL and no way to install it), the postgres cases are skipped with the reason;
-with ``ABLATE_TEST_PG_URL`` set they never are. ``own_postgres`` is a server of one test's own, for the tests that
-stop and restart it.
+server can be started (no PostgreSQL and no way to install it), the postgres cases are skipped with the
+reason; with ``ABLATE_TEST_PG_URL`` set they never are. ``own_postgres`` is a server of one test's own, for
+the tests that stop and restart it.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def pg_server_url() -> Iterator[str]:
 def own_postgres(tmp_path):
     """A PostgreSQL server of this test's own (it stops and restarts it): ``(url, stop, start)``."""
     script = str(ROOT / "scripts" / "postgres.sh")
-    pgdir = tempfile.mkdtemp(prefix="ablate-pg-away-")  # not under pytest's tmp: the server runs as `postgres`
+    # not under pytest's tmp: the server runs as `postgres`
+    pgdir = tempfile.mkdtemp(prefix="ablate-pg-away-")
     env = {**os.environ, "ABLATE_PG_PORT": str(_free_port())}
 
     def start() -> str:
@@ -94,7 +95,8 @@ def _admin(url: str):  # noqa: ANN202 - a psycopg connection
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of a new, empty database: a SQLite file in tmp_path, or a new database on the PostgreSQL server."""
+    """The URL of a new, empty database: a SQLite file in tmp_path, or a new database on the PostgreSQL
+    server."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store' / 'ablate.db'}"
         return
@@ -108,7 +110,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         conn.execute(f'CREATE SCHEMA "{name}"')
     url = make_url(server)
     try:
-        yield url.update_query_dict({"options": f"-csearch_path={name}"}).render_as_string(hide_password=False)
+        yield url.update_query_dict({"options": f"-csearch_path={name}"}).render_as_string(
+            hide_password=False
+        )
     finally:
         with _admin(server) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
@@ -128,7 +132,8 @@ def store(store_url: str) -> Iterator:
 
 @pytest.fixture
 def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """ABLATE_HOME set to a fresh directory; ABLATE_STORE and MLFLOW_TRACKING_URI unset (so they default there)."""
+    """ABLATE_HOME set to a fresh directory; ABLATE_STORE and MLFLOW_TRACKING_URI unset (so they default
+    there)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("ABLATE_HOME", str(home))

@@ -30,12 +30,13 @@ def planned(i: int, *, lr: float = 3e-3) -> Planned:
     """The i-th planned run of a small grid: variant cycles over VARIANTS, seed = i // 3."""
     variant = VARIANTS[i % 3]
     config = RunConfig(variant=variant, seed=i // 3, train={"lr": lr, "steps": 40})
-    return Planned(run_id=f"run{i:03d}", config=config, params=100_000 + 10 * (i % 3), added_params=10 * (i % 3),
-                   axes={"variant": variant, "seed": i // 3})
+    return Planned(run_id=f"run{i:03d}", config=config, params=100_000 + 10 * (i % 3),
+                   added_params=10 * (i % 3), axes={"variant": variant, "seed": i // 3})
 
 
 def result(i: int, *, steps: int = 40, status: str = "done", lr: float = 3e-3) -> RunResult:
-    """A finished run's result for ``planned(i)``: a decaying loss curve, 2 held-out sets, probes on 2 layers."""
+    """A finished run's result for ``planned(i)``: a decaying loss curve, 2 held-out sets, probes on 2
+    layers."""
     p = planned(i, lr=lr)
     loss = [4.0 * math.exp(-s / 20) + 1.0 + 0.01 * i for s in range(steps)]
     return RunResult(
@@ -43,9 +44,9 @@ def result(i: int, *, steps: int = 40, status: str = "done", lr: float = 3e-3) -
         config=p.config.model_dump(mode="json"),
         status=status,  # type: ignore[arg-type]
         summary={"steps": steps, "tokens": steps * 4096, "train_loss": loss[-1], "val_ppl": 10.0 + i,
-                 "ppl/code": 8.0 + i, "ppl/prose": 12.0 + i, "loss_spikes": 1, "gate_score": 0.1 * (i % 3) or None,
-                 "bench/arith": 0.25 + 0.01 * i, "tokens_per_s": 1000.0, "wall_s": 3.5, "params": p.params,
-                 "added_params": p.added_params},
+                 "ppl/code": 8.0 + i, "ppl/prose": 12.0 + i, "loss_spikes": 1,
+                 "gate_score": 0.1 * (i % 3) or None, "bench/arith": 0.25 + 0.01 * i, "tokens_per_s": 1000.0,
+                 "wall_s": 3.5, "params": p.params, "added_params": p.added_params},
         metrics={"step": list(range(steps)), "loss": loss, "lr": [lr] * steps,
                  "val_step": [steps // 2, steps - 1], "val_ppl": [11.0 + i, 10.0 + i]},
         probes={"gate_score": [0.2, 0.3], "m_act": [5.0, 50.0]},

@@ -1,8 +1,10 @@
-"""The attention weights slot: each arm against its paper's formula on hand-set tensors, its parameters, its probes.
+"""The attention weights slot: each arm against its paper's formula on hand-set tensors, its parameters, its
+probes.
 
 The references below are written scalar by scalar from the papers' formulas (query t sees keys 0..t):
-softmax e^s_j / sum e^s; a sink of logit c adds e^c to the denominator (gpt-oss learned; Miller's off-by-one c = 0);
-sigmoid 1 / (1 + e^-(s_j - log T)) (Ramapuram et al.); softpick max(e^s_j - 1, 0) / (sum |e^s - 1| + eps) (Zuhri et al.).
+softmax e^s_j / sum e^s; a sink of logit c adds e^c to the denominator (gpt-oss learned; Miller's off-by-one c
+= 0); sigmoid 1 / (1 + e^-(s_j - log T)) (Ramapuram et al.); softpick max(e^s_j - 1, 0) / (sum |e^s - 1| +
+eps) (Zuhri et al.).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def reference_row(kind: str, s: list[float], head: int) -> list[float]:
 
 
 # 2 query heads sharing 1 kv head, T = 3, dk = 2: q = (a, 0) * sqrt(2) and k = (b, c) give score a * b exactly
-Q = [[[1.0, 0.0], [-0.5, 0.0], [2.0, 0.0]], [[0.0, 0.0], [1.5, 0.0], [-1.0, 0.0]]]  # (heads, T, dk), before sqrt 2
+# (heads, T, dk), before sqrt 2
+Q = [[[1.0, 0.0], [-0.5, 0.0], [2.0, 0.0]], [[0.0, 0.0], [1.5, 0.0], [-1.0, 0.0]]]
 K = [[0.4, 9.0], [-1.2, 9.0], [0.8, 9.0]]  # (T, dk): the second dim meets q's zero
 V = [[1.0, 0.0], [0.0, 1.0], [2.0, -3.0]]
 SCORES = [[[Q[h][t][0] * K[j][0] for j in range(3)] for t in range(3)] for h in range(2)]  # (heads, T, T)
@@ -74,14 +77,17 @@ def test_softpick_is_stable_where_exp_overflows() -> None:
     q, k, v = hand_set()
     _, p = weights_for("softpick", 2)(q * 200, k, v, probe=True)  # e^320 is inf in float32
     assert torch.isfinite(p).all()
-    assert p[0, 0, 2].tolist() == pytest.approx([0.0, 0.0, 1.0], abs=1e-6)  # scores 160, -480, 320: e^-160 ~ 0
+    # scores 160, -480, 320: e^-160 ~ 0
+    assert p[0, 0, 2].tolist() == pytest.approx([0.0, 0.0, 1.0], abs=1e-6)
 
 
 def test_default_weights_are_sdpa_unchanged() -> None:
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)
     y, _ = Softmax()(q, k, v)
-    assert torch.equal(y, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+    assert torch.equal(y,
+                       torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                        enable_gqa=True))
     assert isinstance(build_model(ModelConfig(preset="tiny")).blocks[0].attn.weights, Softmax)
 
 
@@ -89,7 +95,8 @@ def test_default_weights_are_sdpa_unchanged() -> None:
 def test_arm_parameters_are_counted(name: str) -> None:
     cfg = apply_variant(ModelConfig(preset="tiny"), name)
     model = build_model(cfg)
-    expected = cfg.n_layers * cfg.n_heads if ARMS[name] == "sink-learned" else 0  # one logit per head and layer
+    # one logit per head and layer
+    expected = cfg.n_layers * cfg.n_heads if ARMS[name] == "sink-learned" else 0
     assert added_params(ModelConfig(preset="tiny"), name) == expected
     assert count_params(cfg).total == sum(p.numel() for p in model.parameters())
     assert added_params(ModelConfig(preset="paper-dense-1.7b"), name) == (28 * 16 if expected else 0)
@@ -175,6 +182,7 @@ def test_arms_train_and_are_probed_and_stored_through_ablate_run(tmp_path, modul
         assert runs.loc[rid, "added_params"] == added_params(tiny, variant)
         mine = probes[probes["run_id"] == rid].set_index(["name", "layer"])["value"]
         f_attn = [mine[("f_attn", layer)] for layer in range(2)]
-        assert all(0 <= f <= 1 for f in f_attn)  # each arm's own weight on the first token, from its probe path
+        # each arm's own weight on the first token, from its probe path
+        assert all(0 <= f <= 1 for f in f_attn)
         assert runs.loc[rid, "f_attn"] == pytest.approx(sum(f_attn) / 2)
         assert mine[("m_act", 0)] > 0

@@ -1,5 +1,5 @@
-"""The built-in Bigram-Backcopy stream: its rule (a trigger digit, then a copy of the letter before it), its rates,
-and that it is the same for every run and differs between the splits."""
+"""The built-in Bigram-Backcopy stream: its rule (a trigger digit, then a copy of the letter before it), its
+rates, and that it is the same for every run and differs between the splits."""
 
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ def test_letters_follow_the_fixed_bigram_table():
     text = re.sub(r"[012][a-z]", "", "".join(docs("train", 50)))  # drop each trigger and its copy
     likely = {c: {x for x, w in zip(*table[c], strict=True) if w >= 1.0} for c in LETTERS}
     pairs = list(zip(text, text[1:], strict=False))
-    assert sum(b in likely[a] for a, b in pairs) / len(pairs) > 0.85  # 15 of 16.1 weight on the 4 likely successors
+    # 15 of 16.1 weight on the 4 likely successors
+    assert sum(b in likely[a] for a, b in pairs) / len(pairs) > 0.85
 
 
 def test_the_stream_is_fixed_per_split():
     train, heldout = docs("train", 3), docs("heldout", 3)
     assert train == docs("train", 3) and train != heldout
-    assert all(BACKCOPY_DOC_LEN <= len(d) <= BACKCOPY_DOC_LEN + 1 for d in train + heldout)  # a copy may end it
+    # a copy may end it
+    assert all(BACKCOPY_DOC_LEN <= len(d) <= BACKCOPY_DOC_LEN + 1 for d in train + heldout)

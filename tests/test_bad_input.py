@@ -1,6 +1,7 @@
-"""Bad input never crashes (issue 14): broken grids, data that cannot work, bad homes and stores through `ablate run`
-(not only `plan`) get exit status 2, one to three lines on stderr, no traceback, and nothing recorded; silent
-no-ops (--set on an axis, a bare non-boolean --where, an exclude that removes everything) are errors."""
+"""Bad input never crashes (issue 14): broken grids, data that cannot work, bad homes and stores through
+`ablate run` (not only `plan`) get exit status 2, one to three lines on stderr, no traceback, and nothing
+recorded; silent no-ops (--set on an axis, a bare non-boolean --where, an exclude that removes everything) are
+errors."""
 
 from __future__ import annotations
 
@@ -37,10 +38,15 @@ def assert_refused(result, pattern: str) -> None:  # noqa: ANN001
 
 
 def assert_nothing_recorded(home: Path) -> None:
-    assert not (home / "ablate.db").exists() and not (home / "runs").exists() and not (home / "mlflow.db").exists()
+    assert (
+        not (home / "ablate.db").exists()
+        and not (home / "runs").exists()
+        and not (home / "mlflow.db").exists()
+    )
 
 
-# ---------------------------------------------------------------------------------------------------- the corpus
+# ---------------------------------------------------------------------------------------------------- the
+# corpus
 def _grid(base: str = "", rest: str = "") -> str:
     return GOOD.replace("base:\n", f"base:\n{base}", 1) + rest
 
@@ -52,7 +58,8 @@ CORPUS: dict[str, tuple[str | bytes | None, str]] = {
                      r"unknown variant 'sdpa-elementwize' \(did you mean 'sdpa-elementwise'\?\)"),
     "key-typo": (GOOD.replace("batch_size: 4", "bach_size: 4"),
                  r"unknown key 'train.bach_size' \(did you mean 'train.batch_size'\?\)"),
-    "wrong-type": (GOOD.replace("steps: 2", "steps: two"), r"train.steps: Input should be a valid integer.*'two'"),
+    "wrong-type": (GOOD.replace("steps: 2", "steps: two"),
+                   r"train.steps: Input should be a valid integer.*'two'"),
     "negative-value": (GOOD.replace("batch_size: 4", "batch_size: -4"),
                        r"train.batch_size: Input should be greater than or equal to 1, got -4"),
     "zero-value": (GOOD.replace("seq_len: 32", "seq_len: 0"), r"data.seq_len: Input should be greater than"),
@@ -64,14 +71,16 @@ CORPUS: dict[str, tuple[str | bytes | None, str]] = {
                                   "train: [{kind: text, path: /no/such/file}]"),
                      r"data.train.0.path: no files match '/no/such/file'"),
     "impossible-seq_len": (GOOD.replace("seq_len: 32", "seq_len: 1000000000"),
-                           r"data.train.0: the 'arithmetic' stream is cut at data.stream_tokens = 20000 tokens, "
-                           r"fewer than data.seq_len \+ 1 = 1000000001"),
+                           r"data.train.0: the 'arithmetic' stream is cut at data.stream_tokens = 20000 "
+                           r"tokens, fewer than data.seq_len \+ 1 = 1000000001"),
     "duplicate-keys": (GOOD + "name: again\n", r"malformed YAML: key 'name' appears twice"),
     "non-utf8": (b"name: caf\xe9\ngrid: {seed: [0]}\n", r"cannot read the grid file: 'utf-8' codec"),
     "empty-file": ("", r"a grid file is a mapping with at least 'name', got NoneType"),
     "a-directory": (None, r"cannot read the grid file: \[Errno 21\] Is a directory"),
-    "list-top-level": ("- name: x\n- grid: {seed: [0]}\n", r"a grid file is a mapping with at least 'name', got list"),
-    "bad-preset": (GOOD.replace("preset: tiny", "preset: tinyy"), r"unknown preset 'tinyy' \(did you mean 'tiny'"),
+    "list-top-level": ("- name: x\n- grid: {seed: [0]}\n",
+                       r"a grid file is a mapping with at least 'name', got list"),
+    "bad-preset": (GOOD.replace("preset: tiny", "preset: tinyy"),
+                   r"unknown preset 'tinyy' \(did you mean 'tiny'"),
     "indivisible-heads": (GOOD.replace("preset: tiny}", "preset: tiny, n_kv_heads: 3}"),
                           r"n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
     "axis-not-a-list": (GOOD.replace("variant: ['baseline', 'sdpa-elementwise']", "variant: baseline"),
@@ -86,19 +95,21 @@ CORPUS: dict[str, tuple[str | bytes | None, str]] = {
                             r"base: data.train.0.fingerprint is filled by ablate from what the run reads"),
     # tokenizers (#25): caught before any worker starts, as a bad data path is
     "tokenizer-wrong-case": (_grid(rest="").replace("seq_len: 32", "seq_len: 32\n    tokenizer: BPE"),
-                             r"data.tokenizer: unknown tokenizer 'BPE' \(did you mean 'bpe'\?\); allowed: 'byte', "
-                             r"'bpe', 'hf:<name>'"),
+                             r"data.tokenizer: unknown tokenizer 'BPE' \(did you mean 'bpe'\?\); allowed: "
+                             r"'byte', 'bpe', 'hf:<name>'"),
     "bpe-beyond-the-models-vocabulary": (
         GOOD.replace("preset: tiny}", "preset: tiny, vocab_size: 320}").replace(
             "seq_len: 32", "seq_len: 32\n    tokenizer: bpe\n    bpe_vocab_size: 1000"),
-        r"model.vocab_size: tokenizer 'bpe' has up to 1000 ids but model.vocab_size is 320; set model.vocab_size "
-        r">= 1000 \(1024 is a multiple of 64\)"),
-    "hf-tokenizer-not-here": (GOOD.replace("seq_len: 32", "seq_len: 32\n    tokenizer: 'hf:ablate-tests/not-here'"),
+        r"model.vocab_size: tokenizer 'bpe' has up to 1000 ids but model.vocab_size is 320; set "
+        r"model.vocab_size >= 1000 \(1024 is a multiple of 64\)"),
+    "hf-tokenizer-not-here": (GOOD.replace("seq_len: 32",
+                                           "seq_len: 32\n    tokenizer: 'hf:ablate-tests/not-here'"),
                               r"data.tokenizer: tokenizer 'ablate-tests/not-here' is not available locally "
                               r"\(nothing is downloaded"),
     "task-length-too-short": (GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
                                            "train: [{kind: task, name: 'niah-single@48,256'}]"),
-                              r"data.train.0.name: length 48 is too short for task 'niah-single': it needs at least"),
+                              r"data.train.0.name: length 48 is too short for task 'niah-single': it needs "
+                              r"at least"),
 }
 
 
@@ -126,7 +137,8 @@ def test_a_tokenizer_that_cannot_work_is_refused_by_plan_too(case: str, tmp_path
     path.write_text(CORPUS[case][0])
     home = tmp_path / "home"
     result = runner.invoke(app, ["plan", str(path), "--home", str(home)], env={"ABLATE_STORE": None})
-    if case == "hf-tokenizer-not-here":  # a cluster's grid plans where its tokenizer is not: the line as a warning
+    # a cluster's grid plans where its tokenizer is not: the line as a warning
+    if case == "hf-tokenizer-not-here":
         assert result.exit_code == 0 and re.search(CORPUS[case][1], result.stderr)
         assert "`ablate run` stops here" in result.stderr
     else:
@@ -145,8 +157,8 @@ def test_a_grid_without_model_vocab_size_takes_it_from_the_tokenizer(monkeypatch
     assert [p.run_id for p in expand(parse_grid(bpe))] == [p.run_id for p in given]
     # a grid whose model holds its tokenizer (or that sets model.vocab_size) keeps its vocabulary and its ids
     held = [GOOD, GOOD.replace("seq_len: 32", "seq_len: 32\n    tokenizer: bpe\n    bpe_vocab_size: 300"),
-            bpe.replace("preset: tiny}", "preset: tiny, vocab_size: 2048}"), "name: paper\nbase: {model: {preset: "
-            "paper-dense-1.7b}}\ngrid: {variant: [baseline]}\n"]
+            bpe.replace("preset: tiny}", "preset: tiny, vocab_size: 2048}"), "name: paper\nbase: {model: "
+            "{preset: paper-dense-1.7b}}\ngrid: {variant: [baseline]}\n"]
     now = [[(p.run_id, p.config.model.vocab_size) for p in expand(parse_grid(text))] for text in held]
     monkeypatch.setattr(expand_module, "vocab_from_tokenizer", lambda raw: raw)  # as before the rule
     assert now == [[(p.run_id, p.config.model.vocab_size) for p in expand(parse_grid(text))] for text in held]
@@ -159,8 +171,9 @@ def test_data_too_short_for_seq_len_is_found_before_training(tmp_path: Path) -> 
     grid.write_text(GOOD.replace("train: [{kind: builtin, name: arithmetic}]",
                                  f"train: [{{kind: text, path: '{corpus}'}}]"))
     home = tmp_path / "home"
-    assert_refused(run(str(grid), home=home), r"data.train.0: '.*tiny.txt' \(1 file\) holds 21 tokens, fewer than "
-                                              r"data.seq_len \+ 1 = 33 .*use a smaller data.seq_len or more data")
+    assert_refused(run(str(grid), home=home), r"data.train.0: '.*tiny.txt' \(1 file\) holds 21 tokens, fewer "
+                                              r"than data.seq_len \+ 1 = 33 .*use a smaller data.seq_len or "
+                                              r"more data")
     assert_nothing_recorded(home)
     # plan says the same, as a warning: planning a cluster's grid where its data is not is fine
     out = runner.invoke(app, ["plan", str(grid), "--home", str(home)], env={"ABLATE_STORE": None})
@@ -190,7 +203,8 @@ def test_a_grid_name_the_store_holds_with_another_base_is_refused_unless_appende
     assert run(str(edited), home=home).exit_code == 0
     appended = run(str(other), "--append", home=home)
     assert appended.exit_code == 0 and "1 to run" in appended.output, appended.output
-    with Store.open(f"sqlite:///{home / 'ablate.db'}") as store:  # one study: the first run stays in it, older
+    # one study: the first run stays in it, older
+    with Store.open(f"sqlite:///{home / 'ablate.db'}") as store:
         (grid,) = store.status_summary("same-name")["grids"]
         assert (grid["done"], grid["older"], len(store.runs_frame(grid="same-name"))) == (1, 1, 2)
 
@@ -217,10 +231,12 @@ base:
     assert only["status"] == "done" and only["tokens"] == 3 * 4 * 32  # the written steps win over the merged
     twice = grid.read_text().replace("    steps: 3\n", "    steps: 3\n    steps: 4\n")
     grid.write_text(twice)
-    assert_refused(run(str(grid), home=tmp_path / "h2"), r"line \d+: malformed YAML: key 'steps' appears twice")
+    assert_refused(run(str(grid), home=tmp_path / "h2"),
+                   r"line \d+: malformed YAML: key 'steps' appears twice")
 
 
-# ---------------------------------------------------------------------------------------------------- homes, stores
+# ---------------------------------------------------------------------------------------------------- homes,
+# stores
 def test_a_home_that_is_a_file(tmp_path: Path) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(GOOD)
@@ -234,8 +250,8 @@ def test_a_home_that_is_a_file(tmp_path: Path) -> None:
 
 @pytest.fixture
 def read_only_dir(tmp_path: Path):  # noqa: ANN201
-    """A real read-only directory: permissions for a user; for root (whom permissions do not stop), a read-only
-    bind mount of it."""
+    """A real read-only directory: permissions for a user; for root (whom permissions do not stop), a
+    read-only bind mount of it."""
     path = tmp_path / "ro"
     path.mkdir()
     if os.geteuid() != 0:
@@ -258,21 +274,24 @@ def test_a_read_only_home_with_a_writable_store(read_only_dir: Path, tmp_path: P
     grid.write_text(GOOD)
     store = f"sqlite:///{tmp_path / 'writable' / 'ablate.db'}"
     assert_refused(run(str(grid), home=read_only_dir, store=store),
-                   r"ABLATE_HOME .*ro cannot hold run directories \(.*ro/runs: Read-only file system|Permission")
+                   r"ABLATE_HOME .*ro cannot hold run directories \(.*ro/runs: Read-only file "
+                   r"system|Permission")
     assert not (tmp_path / "writable").exists() and list(read_only_dir.iterdir()) == []
 
 
 @pytest.mark.parametrize("url, pattern", [
-    ("mysql://user@localhost/ablate", r"unsupported store 'mysql://user@localhost/ablate': ablate's store runs on "
-                                      r"sqlite and postgresql"),
-    ("postgresql+pg8000://user@localhost/ablate", r"needs the database driver pg8000, which is not installed"),
+    ("mysql://user@localhost/ablate", r"unsupported store 'mysql://user@localhost/ablate': ablate's store "
+                                      r"runs on sqlite and postgresql"),
+    ("postgresql+pg8000://user@localhost/ablate",
+     r"needs the database driver pg8000, which is not installed"),
     ("postgresql+nosuch://user@localhost/ablate", r"unknown database driver 'nosuch' in 'postgresql\+nosuch://"),
     ("sqlite+nosuch:///x/ablate.db",
      r"unknown database driver 'nosuch' in 'sqlite\+nosuch:///x/ablate.db \(here /.+/x/ablate.db\)'"),
     ("sqlite://tmp/x/y.db", r"'sqlite://tmp/x/y.db' is not a SQLite file: a SQLite URL has no host, and this "
                             r"one names 'tmp'; for the relative path x/y.db \(here .*/cwd/x/y.db\) write "
                             r"sqlite:///x/y.db, for the absolute path /tmp/x/y.db write sqlite:////tmp/x/y.db"),
-    ("postgresql+psycopg://postgres@127.0.0.1:9/ablate", r"cannot open the store postgresql\+psycopg://.*:9/ablate: "
+    ("postgresql+psycopg://postgres@127.0.0.1:9/ablate", r"cannot open the store "
+                                                        r"postgresql\+psycopg://.*:9/ablate: "
                                                         r".*(refused|connect)"),
     ("not a url", r"not a database URL: 'not a url'"),
 ], ids=["mysql", "missing-driver", "unknown-driver", "unknown-sqlite-driver", "sqlite-with-a-host",
@@ -292,22 +311,24 @@ def test_a_store_that_cannot_be_opened(url: str, pattern: str, tmp_path: Path, m
     assert not home.exists() and list(cwd.iterdir()) == []
 
 
-# ---------------------------------------------------------------------------------------------------- silent no-ops
+# ---------------------------------------------------------------------------------------------------- silent
+# no-ops
 def test_set_on_a_grid_axis_is_an_error(tmp_path: Path) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(GOOD)
     for cmd in ("run", "plan"):
         out = runner.invoke(app, [cmd, str(grid), "--set", "variant=baseline", "--home", str(tmp_path / "h")],
                             env={"ABLATE_STORE": None})
-        assert_refused(out, r"--set: variant is a grid axis \(in grid of .*grid.yaml\), so --set variant=\.\.\. would "
-                            r"change nothing; use --where or edit the grid")
+        assert_refused(out, r"--set: variant is a grid axis \(in grid of .*grid.yaml\), so --set "
+                            r"variant=\.\.\. would change nothing; use --where or edit the grid")
     assert not (tmp_path / "h").exists()
 
 
 def test_an_exclude_that_removes_every_run_is_an_error(tmp_path: Path) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(GOOD + "exclude: [{train.steps: 2}]\n")
-    assert_refused(run(str(grid), home=tmp_path / "h"), r"exclude: exclude removes every run of the grid \(all 2\)")
+    assert_refused(run(str(grid), home=tmp_path / "h"),
+                   r"exclude: exclude removes every run of the grid \(all 2\)")
     assert_nothing_recorded(tmp_path / "h")
 
 
@@ -321,13 +342,15 @@ def test_a_bare_name_in_where_must_be_a_boolean_column(store) -> None:  # noqa: 
     assert len(store.runs_frame(where="model.qk_norm")) == 3  # a true/false field: fine
     assert len(store.runs_frame(where="not model.sandwich_norm")) == 3
     for name in ("variant", "val_ppl", "ppl/code", "model.gate"):
-        with pytest.raises(UserInputError, match=rf"{re.escape(name)!s}' alone is not a condition .* compare it"):
+        with pytest.raises(UserInputError,
+                           match=rf"{re.escape(name)!s}' alone is not a condition .* compare it"):
             store.runs_frame(where=name)
 
 
 def test_a_seq_len_beyond_the_builtin_corpora(tmp_path: Path) -> None:
     grid = tmp_path / "grid.yaml"
-    grid.write_text("name: big\nbase: {data: {seq_len: 100000000}}\n")  # the default corpora: the stdlib's files
+    # the default corpora: the stdlib's files
+    grid.write_text("name: big\nbase: {data: {seq_len: 100000000}}\n")
     assert_refused(run(str(grid), home=tmp_path / "h"),
                    r"data.train.0: the train split of 'python-docs' holds at most \d+ tokens, fewer than "
                    r"data.seq_len \+ 1 = 100000001")

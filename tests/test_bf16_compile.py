@@ -2,8 +2,8 @@
 resumed by ``ablate run`` (a fresh process, compiling again) and ends with the losses of the uninterrupted
 compiled run, recorded in the store.
 
-The first compilation is the slow part (inductor generates and builds C++ kernels: about a minute on two cores);
-the uninterrupted run reuses it in this process, the resumed one through inductor's on-disk cache.
+The first compilation is the slow part (inductor generates and builds C++ kernels: about a minute on two
+cores); the uninterrupted run reuses it in this process, the resumed one through inductor's on-disk cache.
 """
 
 from __future__ import annotations

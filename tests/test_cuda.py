@@ -1,7 +1,7 @@
-"""On a CUDA device (``pytest -m cuda``; ``bench/gpu_check.sh`` runs them): the model's forward and backward on the
-GPU agree with the CPU's, and a tiny run trains in bf16-mixed through the runner. Skipped where no GPU is visible.
-Also, everywhere: the GPU check's Python part runs end to end on CPU (``--cpu``), so the script is known to work
-before it meets a GPU.
+"""On a CUDA device (``pytest -m cuda``; ``bench/gpu_check.sh`` runs them): the model's forward and backward
+on the GPU agree with the CPU's, and a tiny run trains in bf16-mixed through the runner. Skipped where no GPU
+is visible. Also, everywhere: the GPU check's Python part runs end to end on CPU (``--cpu``), so the script is
+known to work before it meets a GPU.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def test_forward_and_backward_on_cuda_match_the_cpu(variant, monkeypatch):
     for device in ("cpu", "cuda"):
         model.to(device).zero_grad(set_to_none=True)
         out = model(tokens.to(device))
-        loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), tokens.to(device).flatten())
+        loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(),
+                                                 tokens.to(device).flatten())
         loss.backward()
         assert out.logits.shape == (2, 24, cfg.vocab_size) and out.logits.device.type == device
         grads[device] = (loss.item(), {n: p.grad.detach().cpu() for n, p in model.named_parameters()})
@@ -74,14 +75,16 @@ def test_the_gpu_check_script_runs_on_cpu(tmp_path):
     out = tmp_path / "figures.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ABLATE_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--cpu", "--steps", "6",
-                           "--warmup", "2", "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+                           "--warmup", "2", "--out", str(out)], env=env, capture_output=True, text=True,
+                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "sdpa-elementwise / baseline step time:" in proc.stdout
     figures = json.loads(out.read_text())
     assert figures["device"] == "cpu" and figures["peak_tflops"] is None
     runs = [r for r in figures["rows"] if "variant" in r]
     assert [(r["size"], r["variant"]) for r in runs] == [
-        ("tiny", "baseline"), ("tiny", "sdpa-elementwise"), ("tiny-3l", "baseline"), ("tiny-3l", "sdpa-elementwise")]
+        ("tiny", "baseline"), ("tiny", "sdpa-elementwise"), ("tiny-3l", "baseline"),
+        ("tiny-3l", "sdpa-elementwise")]
     assert runs[0]["params"] == 119168  # the tiny preset
     assert all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in runs)
     # FLOPs per token: 6 N + 12 L H Q T

@@ -1,6 +1,6 @@
-"""The two UIs over one home, as real servers on 127.0.0.1: ``ablate tune --dashboard`` (optuna-dashboard over the
-store's studies, installed by the ``ablate[dashboard]`` extra) and ``ablate ui`` (MLflow's) while a run is live
-(RUNNING, its loss history still growing). Each server is a child process, stopped by its own id."""
+"""The two UIs over one home, as real servers on 127.0.0.1: ``ablate tune --dashboard`` (optuna-dashboard over
+the store's studies, installed by the ``ablate[dashboard]`` extra) and ``ablate ui`` (MLflow's) while a run is
+live (RUNNING, its loss history still growing). Each server is a child process, stopped by its own id."""
 
 from __future__ import annotations
 
@@ -37,14 +37,15 @@ class Server:
 
     def __init__(self, args: list[str], port: int, env: dict[str, str]):
         self.port = port
-        self.proc = subprocess.Popen([*ABLATE, *args], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([*ABLATE, *args], env=env, start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def wait(self, path: str, body: dict | None = None, timeout: float = 180.0) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"the server exited with {self.proc.returncode}: {self.proc.stderr.read()[-2000:]}")
+                pytest.fail(f"the server exited with {self.proc.returncode}: "
+                            f"{self.proc.stderr.read()[-2000:]}")
             try:
                 return _get(f"http://127.0.0.1:{self.port}{path}", body)
             except OSError:
@@ -53,7 +54,8 @@ class Server:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the server and its workers: the group this test started
+            # the server and its workers: the group this test started
+            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:

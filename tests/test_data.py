@@ -54,7 +54,8 @@ def test_text_file_directory_and_glob(tmp_path):
 def test_jsonl_field_and_errors(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n".join(json.dumps({"body": d, "id": i}) for i, d in enumerate(DOCS)) + "\n")
-    assert tokens_of(SourceConfig(kind="jsonl", path=str(path), field="body"), tmp_path).tolist() == joined(DOCS)
+    assert tokens_of(SourceConfig(kind="jsonl", path=str(path), field="body"),
+                     tmp_path).tolist() == joined(DOCS)
     with pytest.raises(ConfigError, match=r"data.jsonl:1: no field 'bdy' \(did you mean 'body'\?\)"):
         tokens_of(SourceConfig(kind="jsonl", path=str(path), field="bdy"), tmp_path)
 
@@ -95,8 +96,12 @@ def test_hf_dataset_on_disk(tmp_path):
     import datasets
 
     datasets.Dataset.from_dict({"text": DOCS}).save_to_disk(str(tmp_path / "flat"))
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": DOCS[:2]}),
-                          "validation": datasets.Dataset.from_dict({"text": DOCS[2:]})}).save_to_disk(str(tmp_path / "dd"))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": DOCS[:2]}),
+            "validation": datasets.Dataset.from_dict({"text": DOCS[2:]}),
+        }
+    ).save_to_disk(str(tmp_path / "dd"))
     assert tokens_of(SourceConfig(kind="hf", path=str(tmp_path / "flat")), tmp_path).tolist() == joined(DOCS)
     dd = SourceConfig(kind="hf", path=str(tmp_path / "dd"))
     assert tokens_of(dd, tmp_path, "train").tolist() == joined(DOCS[:2])
@@ -127,7 +132,8 @@ def test_builtin_corpora_split_by_file_hash():
 def test_bpe_trained_on_the_training_split_and_cached(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(" ".join(["the quick brown fox jumps over the lazy dog"] * 200))
-    data = DataConfig(train=[SourceConfig(kind="text", path=str(corpus))], tokenizer="bpe", bpe_vocab_size=300)
+    data = DataConfig(train=[SourceConfig(kind="text", path=str(corpus))], tokenizer="bpe",
+                      bpe_vocab_size=300)
     tok = get_tokenizer(data, TINY, tmp_path)
     (cached,) = (tmp_path / "tokenizers").iterdir()
     assert tok.name == cached.stem and 257 < tok.vocab_size <= 300 and tok.eos_id < tok.vocab_size
@@ -139,9 +145,11 @@ def test_bpe_trained_on_the_training_split_and_cached(tmp_path):
 
 
 def test_tokenizer_errors(tmp_path):
-    with pytest.raises(ConfigError, match="model.vocab_size: tokenizer 'byte' has 257 ids but model.vocab_size is 100"):
+    with pytest.raises(ConfigError,
+                       match="model.vocab_size: tokenizer 'byte' has 257 ids but model.vocab_size is 100"):
         get_tokenizer(DataConfig(), ModelConfig(preset="tiny", vocab_size=100), tmp_path)
-    with pytest.raises(ConfigError, match="data.tokenizer: tokenizer 'no-such/tokenizer' is not available locally"):
+    with pytest.raises(ConfigError,
+                       match="data.tokenizer: tokenizer 'no-such/tokenizer' is not available locally"):
         get_tokenizer(DataConfig(tokenizer="hf:no-such/tokenizer"), TINY, tmp_path)
     with pytest.raises(ConfigError, match="unknown tokenizer 'bytes'"):
         get_tokenizer(DataConfig(tokenizer="bytes"), TINY, tmp_path)
@@ -157,7 +165,8 @@ def test_batch_is_a_pure_function_of_seed_and_step(tmp_path):
     first, second = make(0), make(0)
     assert np.array_equal(first.batch(5), second.batch(5))  # no state carried between calls
     assert np.array_equal(first.batch(7), make(0).batch(7))
-    assert not np.array_equal(first.batch(5), first.batch(6)) and not np.array_equal(first.batch(5), make(1).batch(5))
+    assert not np.array_equal(first.batch(5), first.batch(6)) and not np.array_equal(first.batch(5),
+                                                                                     make(1).batch(5))
     share_b = np.mean(first.batch(3)[:, 0] == 251)
     assert 0.18 < share_b < 0.32  # mixture weights 3:1
     assert first.batch(3).shape == (400, 17) and first.batch(3).dtype == np.int64
@@ -178,7 +187,8 @@ def test_load_data_mixture_from_user_files(tmp_path):
     cfg = DataConfig(train=[SourceConfig(kind="text", path=str(tmp_path / "a.txt")),
                             SourceConfig(kind="jsonl", path=str(tmp_path / "b.jsonl"), weight=2.0)],
                      heldout={"a": SourceConfig(kind="text", path=str(tmp_path / "a.txt"))}, seq_len=16)
-    data = load_data(cfg, batch_size=8, seed=0, vocab_size=320, tokenizer=ByteTokenizer(), cache_dir=tmp_path / "c")
+    data = load_data(cfg, batch_size=8, seed=0, vocab_size=320, tokenizer=ByteTokenizer(),
+                     cache_dir=tmp_path / "c")
     assert list(data.heldout) == ["a"] and data.train.p.tolist() == pytest.approx([1 / 3, 2 / 3])
     text = ByteTokenizer().decode(data.train.batch(0)[0].tolist())
     assert "hello" in text or "jsonl" in text
@@ -187,7 +197,8 @@ def test_load_data_mixture_from_user_files(tmp_path):
 def test_unknown_builtin_corpus_is_a_config_error():
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match=r"unknown built-in corpus 'python-doc' \(did you mean 'python-docs'\?\)"):
+    with pytest.raises(ValidationError,
+                       match=r"unknown built-in corpus 'python-doc' \(did you mean 'python-docs'\?\)"):
         SourceConfig(kind="builtin", name="python-doc")
 
 
@@ -201,24 +212,28 @@ def test_task_rows_start_at_an_example_and_mask_only_its_answer_tokens(tmp_path)
     (tmp_path / "a.txt").write_text("hello world " * 50)
     task = SourceConfig(kind="task", name="mqar@16,24")
     assert task.loss == "answer" and SourceConfig(kind="text", path="x").loss == "all"
-    cfg = DataConfig(train=[task, SourceConfig(kind="text", path=str(tmp_path / "a.txt"))], heldout={}, seq_len=32,
-                     stream_tokens=3000)
+    cfg = DataConfig(train=[task, SourceConfig(kind="text", path=str(tmp_path / "a.txt"))], heldout={},
+                     seq_len=32, stream_tokens=3000)
     data = load_data(cfg, batch_size=64, seed=0, vocab_size=320, tokenizer=tok, cache_dir=tmp_path / "c")
     arr = data.train.sources[0]
     # the stream: whole examples [eos] + prompt + answer back to back, as scoring encodes them
-    encoded = [encode_example(tok, ex) for ex in itertools.islice(task_stream(task.name, seed=STREAM_SEEDS["train"]),
+    encoded = [encode_example(tok,
+                              ex) for ex in itertools.islice(task_stream(task.name,
+                                                                         seed=STREAM_SEEDS["train"]),
                                                                   len(arr.starts) + 5)]
     flat_ids = [i for p, a in encoded for i in p + a]
     flat_mask = [m for p, a in encoded for m in [False] * len(p) + [True] * len(a)]
     assert arr.n_windows(length) >= 100 and arr.n_windows(length) <= len(arr.starts)
-    for k in range(arr.n_windows(length)):  # a window starts at example k and packs the following ones after it
+    # a window starts at example k and packs the following ones after it
+    for k in range(arr.n_windows(length)):
         at = int(arr.starts[k])
         assert at == sum(len(p) + len(a) for p, a in encoded[:k])
         assert arr.windows(np.array([k]), length)[0].tolist() == flat_ids[at: at + length]
         assert arr.mask_windows(np.array([k]), length)[0].tolist() == flat_mask[at: at + length]
     tokens, mask = data.train.rows(5)
     again = data.train.rows(5)
-    assert np.array_equal(tokens, again[0]) and np.array_equal(mask, again[1])  # a pure function of (seed, step)
+    # a pure function of (seed, step)
+    assert np.array_equal(tokens, again[0]) and np.array_equal(mask, again[1])
     assert np.array_equal(tokens, data.train.batch(5)) and mask.shape == (64, 32) and mask.dtype == bool
     by_row = {tuple(arr.windows(np.array([k]), length)[0]): k for k in range(arr.n_windows(length))}
     n_task = 0
@@ -232,9 +247,10 @@ def test_task_rows_start_at_an_example_and_mask_only_its_answer_tokens(tmp_path)
         else:  # a text row: every token
             assert "hello" in tok.decode(row.tolist()) and m.all()
     assert 16 <= n_task <= 48
-    # loss 'all' on a task source: the same example-aligned rows, every token counts; no mask at all in the batch
-    every = DataConfig(train=[SourceConfig(kind="task", name="mqar@16,24", loss="all")], heldout={}, seq_len=32,
-                       stream_tokens=3000)
+    # loss 'all' on a task source: the same example-aligned rows, every token counts; no mask at all in the
+    # batch
+    every = DataConfig(train=[SourceConfig(kind="task", name="mqar@16,24", loss="all")], heldout={},
+                       seq_len=32, stream_tokens=3000)
     plain = load_data(every, batch_size=8, seed=0, vocab_size=320, tokenizer=tok, cache_dir=tmp_path / "c")
     assert plain.train.rows(0)[1] is None and (plain.train.batch(0)[:, 0] == tok.eos_id).all()
     with pytest.raises(ValueError, match="loss 'answer' needs a 'task' source"):

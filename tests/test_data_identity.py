@@ -1,7 +1,7 @@
-"""A run is what it trained on (issue 26): its id covers the resolved path and a fingerprint of every file it reads,
-through ``ablate run``, ``plan`` and ``show``; the fingerprints are cached by size and mtime; ``db rehash`` carries a
-store from before; and the identity fields are one mechanism (filled at load time, never by a grid, left out of
-the stem id)."""
+"""A run is what it trained on (issue 26): its id covers the resolved path and a fingerprint of every file it
+reads, through ``ablate run``, ``plan`` and ``show``; the fingerprints are cached by size and mtime; ``db
+rehash`` carries a store from before; and the identity fields are one mechanism (filled at load time, never by
+a grid, left out of the stem id)."""
 
 from __future__ import annotations
 
@@ -59,8 +59,10 @@ def _plan(home: Path) -> list[dict]:
     return json.loads(out.stdout)["runs"]
 
 
-# ---------------------------------------------------------------------------------------------------- through the CLI
-def test_relative_data_resolves_per_folder_and_an_edited_file_makes_its_runs_stale(tmp_path, monkeypatch) -> None:
+# ---------------------------------------------------------------------------------------------------- through
+# the CLI
+def test_relative_data_resolves_per_folder_and_an_edited_file_makes_its_runs_stale(tmp_path,
+                                                                                   monkeypatch) -> None:
     home = tmp_path / "home"
     one, two = _folder(tmp_path / "rel", "alpha beta"), _folder(tmp_path / "rel2", "gamma delta")
     monkeypatch.chdir(one)
@@ -117,7 +119,8 @@ def test_a_held_out_set_that_is_the_training_file_is_warned_about(tmp_path, monk
     assert "reads the training data" not in ablate("plan", "rel.yaml", home=tmp_path / "home").stderr
 
 
-# ---------------------------------------------------------------------------------------------------- fingerprints
+# ----------------------------------------------------------------------------------------------------
+# fingerprints
 def test_a_fingerprint_is_of_the_content_and_read_again_only_when_size_or_mtime_change(tmp_path) -> None:
     path = tmp_path / "a.txt"
     path.write_text("one")
@@ -156,16 +159,19 @@ def test_every_user_source_kind_is_fingerprinted_by_its_files(kind: str, tmp_pat
     changed = fill_source(src, Fingerprints())
     assert changed["fingerprint"] != filled["fingerprint"]
     (folder / "part-1").rename(folder / "part-2")  # a file renamed: another dataset
-    assert fill_source(src, Fingerprints())["fingerprint"] not in (filled["fingerprint"], changed["fingerprint"])
+    assert fill_source(src, Fingerprints())["fingerprint"] not in (filled["fingerprint"],
+                                                                   changed["fingerprint"])
 
 
 def test_built_in_corpora_are_fingerprinted_by_the_python_version_and_their_files(monkeypatch) -> None:
     here = fill_source(SourceConfig(kind="builtin", name="python-code"), Fingerprints())["fingerprint"]
-    assert fill_source(SourceConfig(kind="builtin", name="python-docs"), Fingerprints())["fingerprint"] == here
+    assert fill_source(SourceConfig(kind="builtin", name="python-docs"),
+                       Fingerprints())["fingerprint"] == here
     assert fill_source(SourceConfig(kind="builtin", name="arithmetic"), Fingerprints()) == {}  # ablate's code
     assert fill_source(SourceConfig(kind="task", name="mqar"), Fingerprints()) == {}
     monkeypatch.setattr(sys, "version", "3.99.0 (another Python)")
-    assert fill_source(SourceConfig(kind="builtin", name="python-code"), Fingerprints())["fingerprint"] != here
+    assert fill_source(SourceConfig(kind="builtin", name="python-code"),
+                       Fingerprints())["fingerprint"] != here
 
 
 def test_an_hf_tokenizer_folder_is_fingerprinted_by_its_tokenizer_files(tmp_path, monkeypatch) -> None:
@@ -186,9 +192,11 @@ def test_an_hf_tokenizer_folder_is_fingerprinted_by_its_tokenizer_files(tmp_path
     assert fill_tokenizer(DataConfig(tokenizer="byte"), Fingerprints()) == {}
 
 
-# ---------------------------------------------------------------------------------------------------- identity fields
+# ----------------------------------------------------------------------------------------------------
+# identity fields
 def _planned(tmp_path: Path, *, write: bool = True):  # noqa: ANN202
-    """The one run of a grid reading a.txt (training), b.txt (held out) and c.txt (a later stage's training)."""
+    """The one run of a grid reading a.txt (training), b.txt (held out) and c.txt (a later stage's
+    training)."""
     for name in ("a.txt", "b.txt", "c.txt") if write else ():
         (tmp_path / name).write_text(f"text of {name} " * 20)
     (run,) = expand(parse_grid(f"""
@@ -209,8 +217,8 @@ def _filled(tmp_path: Path) -> RunConfig:
 def test_stages_are_filled_and_every_identity_field_moves_the_id_but_not_the_stem(tmp_path) -> None:
     config = _filled(tmp_path)
     found = identity.values(config)
-    assert set(found) == {"data.tokenizer_fingerprint", "data.train.0.fingerprint", "data.heldout.b.fingerprint",
-                          "stages.0.data.train.0.fingerprint"}
+    assert set(found) == {"data.tokenizer_fingerprint", "data.train.0.fingerprint",
+                          "data.heldout.b.fingerprint", "stages.0.data.train.0.fingerprint"}
     assert [p for p, v in found.items() if v is None] == ["data.tokenizer_fingerprint"]
     assert config.stages[0]["data.train"] == [{"kind": "text", "path": str(tmp_path / "c.txt"),
                                                "fingerprint": found["stages.0.data.train.0.fingerprint"]}]
@@ -219,14 +227,17 @@ def test_stages_are_filled_and_every_identity_field_moves_the_id_but_not_the_ste
     (tmp_path / "c.txt").write_text("the second stage's data, edited")
     again = _planned(tmp_path, write=False)
     assert again.run_id != run_id(config) and again.stem_id == stem
-    assert identity.changed(again.config, config.model_dump(mode="json")) == ["stages.0.data.train.0.fingerprint"]
+    assert identity.changed(again.config,
+                            config.model_dump(mode="json")) == ["stages.0.data.train.0.fingerprint"]
 
 
 @pytest.mark.parametrize("base", [
     "{}",  # the built-in corpora: their fingerprints make data.train differ from its default
     "{data: {train: [{kind: builtin, name: arithmetic}], heldout: {}}}",  # no identity values: its own stem
-    "{data: {train: [{kind: text, path: A}, {kind: builtin, name: python-code, weight: 2}], tokenizer: 'hf:TOK'}}",
-    "{data: {heldout: {x: {kind: text, path: A}}}, stages: [{data.train: [{kind: text, path: A}], data.seq_len: 64}]}",
+    "{data: {train: [{kind: text, path: A}, {kind: builtin, name: python-code, weight: 2}], tokenizer: "
+    "'hf:TOK'}}",
+    "{data: {heldout: {x: {kind: text, path: A}}}, stages: [{data.train: [{kind: text, path: A}], "
+    "data.seq_len: 64}]}",
 ], ids=["builtin", "stream", "text-and-hf", "stage"])
 def test_the_stem_is_the_id_of_the_config_without_its_identity_fields(base: str, tmp_path) -> None:
     (tmp_path / "a.txt").write_text("some text " * 50)
@@ -244,7 +255,9 @@ ids_free = "{data: {train: [{kind: builtin, name: arithmetic}], heldout: {}}}"
 def test_a_grid_never_sets_an_identity_field(tmp_path) -> None:
     from ablate.errors import ConfigError
 
-    text = f"name: g\nbase: {{stages: [{{data.train: [{{kind: text, path: '{tmp_path}', fingerprint: x}}]}}]}}"
+    text = (
+        f"name: g\nbase: {{stages: [{{data.train: [{{kind: text, path: '{tmp_path}', fingerprint: x}}]}}]}}"
+    )
     with pytest.raises(ConfigError, match=r"base: stages.0.data.train.0.fingerprint is filled by ablate"):
         expand(parse_grid(text))
     with pytest.raises(ConfigError, match=r"grid: data.tokenizer_fingerprint is filled by ablate"):
@@ -259,7 +272,8 @@ def test_a_run_whose_data_changed_after_it_was_planned_does_not_train(tmp_path) 
         identity.check_current(config, Fingerprints())
 
 
-# ---------------------------------------------------------------------------------------------------- a store from before
+# ---------------------------------------------------------------------------------------------------- a store
+# from before
 def v1_id(config: RunConfig) -> str:
     """Run ids at CONFIG_VERSION 1 (before data fingerprints): a frozen copy of that rule."""
     text = json.dumps({"config_version": 1, "config": minimal(config)}, sort_keys=True, separators=(",", ":"),
@@ -267,7 +281,8 @@ def v1_id(config: RunConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def test_a_store_trained_before_is_carried_over_by_rehash_and_its_runs_are_skipped(tmp_path, monkeypatch) -> None:
+def test_a_store_trained_before_is_carried_over_by_rehash_and_its_runs_are_skipped(tmp_path,
+                                                                                   monkeypatch) -> None:
     from store_data import Planned
 
     from ablate.result import RunResult, write_result

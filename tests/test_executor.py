@@ -39,7 +39,8 @@ def grid_text(name: str, seeds: list[int], extra: str = "") -> str:
 def env(tmp_path_factory) -> dict[str, str]:
     """Subprocess environment: a shared token cache, MLflow in each home (not an inherited URI)."""
     cache = tmp_path_factory.mktemp("cache")
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE")}
+    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
+                                                          "ABLATE_STORE")}
     e["ABLATE_CACHE"] = str(cache)
     return e
 
@@ -94,16 +95,20 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     assert (runs["steps"] == 60).all() and runs["resumed_from"].isna().all()
     assert set(runs["device"]) == {"cpu"}
     assert "2 to run (0 resuming), 0 skipped; 2 workers on cpu, " in result.output
-    # no terminal here (#14 item 9): "starting workers", plain progress lines, finished lines with variant and seed
+    # no terminal here (#14 item 9): "starting workers", plain progress lines, finished lines with variant and
+    # seed
     assert "starting workers" in result.output
-    assert re.search(r"progress quick: [0-2]/2 ended; (starting workers|running: .*step \d+/60)", result.output)
+    assert re.search(r"progress quick: [0-2]/2 ended; (starting workers|running: .*step \d+/60)",
+                     result.output)
     for rid, variant in runs["variant"].items():  # the whole id: what a log's reader copies
         assert re.search(rf"done {rid} {variant} 0 in \d+s", result.output), result.output
     # the run's log and the workers' logs say what happened (#26): start, a line per tenth of the steps, end
     for rid, variant in runs["variant"].items():
         lines = (home / "runs" / rid / "train.log").read_text().splitlines()
-        assert re.search(rf"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, \d+ threads?, from step 0",
-                         lines[0]), lines
+        assert re.search(
+            rf"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, \d+ threads?, from step 0",
+            lines[0],
+        ), lines
         assert sum(re.search(r"step \d+/60, loss [\d.]+", x) is not None for x in lines) == 10, lines
         assert re.search(rf"run {rid}: done after 60 steps in [\d.]+ s \(train_loss [\d.]+", lines[-1]), lines
     # provenance (#24): the software that trained each run, its device and the grid's commit, in result.json,
@@ -116,7 +121,9 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
         prov = json.loads((home / "runs" / rid / "result.json").read_text())["provenance"]
         assert (prov["torch"], prov["device"], prov["git_commit"], prov["git_dirty"]) == (
             torch.__version__, "cpu", commit, False)
-        assert prov["python"].startswith("3.") and prov["config_version"] == 2 and len(prov["model_code"]) == 12
+        assert (
+            prov["python"].startswith("3.") and prov["config_version"] == 2 and len(prov["model_code"]) == 12
+        )
     shown = invoke("show", runs.index[0], "--home", str(home))
     assert shown.exit_code == 0 and "provenance" in shown.stdout and commit in shown.stdout, shown.output
     workers = "".join(p.read_text() for p in sorted((home / "logs").glob("worker-*.log")))
@@ -137,7 +144,8 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
         assert [m.step for m in loss] == list(range(60))
         assert r.data.metrics["train_loss"] == pytest.approx(runs.loc[rid, "train_loss"])
         assert runs.loc[rid, "mlflow_run_id"] == r.info.run_id
-    assert sorted(p.name for p in root.iterdir()) == [".git", "g.yaml", "home"]  # no ./mlruns (.git: the grid's repository)
+    # no ./mlruns (.git: the grid's repository)
+    assert sorted(p.name for p in root.iterdir()) == [".git", "g.yaml", "home"]
 
 
 def test_a_rerun_trains_nothing_and_returns_fast(finished):
@@ -164,7 +172,8 @@ def test_adding_a_seed_trains_only_the_new_runs_and_ctrl_c_requeues(finished, tm
     old_ckpts = set((home / "runs").glob("*/checkpoints/last.ckpt"))
     # Ctrl-C at a terminal: SIGINT to the whole process group, once a new run has saved a checkpoint
     proc = subprocess.Popen([ABLATE, "run", str(grown), "--jobs", "1", "--home", str(home), "--no-mlflow"],
-                            env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.monotonic() + 120
         while not set((home / "runs").glob("*/checkpoints/last.ckpt")) - old_ckpts:
@@ -187,7 +196,8 @@ def test_adding_a_seed_trains_only_the_new_runs_and_ctrl_c_requeues(finished, tm
     assert len(after) == 4 and set(after["status"]) == {"done"}
     new = sorted(set(after.index) - set(before.index))
     assert sorted(after[after["seed"] == 1].index) == new
-    assert after.loc[new, "resumed_from"].notna().sum() == 1  # the interrupted one went on from its checkpoint
+    # the interrupted one went on from its checkpoint
+    assert after.loc[new, "resumed_from"].notna().sum() == 1
     assert (after.loc[before.index, "finished"] == before["finished"]).all()  # the old runs were not touched
     assert "2 to run (1 resuming), 2 skipped" in result.output
 
@@ -204,7 +214,9 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     try:
         deadline = time.monotonic() + 120
         while not list((home / "runs").glob("*/checkpoints/last.ckpt")):
-            assert proc.poll() is None and time.monotonic() < deadline, f"no checkpoint appeared: {log.read_text()}"
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                f"no checkpoint appeared: {log.read_text()}"
+            )
             time.sleep(0.02)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole `ablate run`: its process and its workers
@@ -225,10 +237,17 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     if TASKSET_0:
         assert cut["device"] == "cpu, 1 thread"
         # the environment's policy, else passive on a machine already oversubscribed (devices.quiet_threads)
-        policy = re.escape(env["OMP_WAIT_POLICY"]) if "OMP_WAIT_POLICY" in env else r"(PASSIVE|\(OpenMP's default\))"
+        policy = (
+            re.escape(env["OMP_WAIT_POLICY"])
+            if "OMP_WAIT_POLICY" in env
+            else r"(PASSIVE|\(OpenMP's default\))"
+        )
         assert re.search(rf"worker 0: 1 torch threads, OMP_WAIT_POLICY={policy}\n",
                          (home / "logs" / "worker-0.log").read_text())
-        assert "seed 0 on cpu, 1 thread, from step 0" in (home / "runs" / cut["run_id"] / "train.log").read_text()
+        assert (
+            "seed 0 on cpu, 1 thread, from step 0"
+            in (home / "runs" / cut["run_id"] / "train.log").read_text()
+        )
     table = invoke("status", "--home", str(home))
     assert "GONE" in table.stdout and "cut off" in table.output
 
@@ -240,7 +259,8 @@ def test_kill_9_mid_grid_then_a_rerun_resumes_to_the_same_losses(finished, tmp_p
     resumed = runs[runs["resumed_from"].notna()]
     assert len(resumed) == 1 and resumed["resumed_from"].iloc[0] % 10 == 0
     for rid in runs.index:
-        assert runs.loc[rid, "train_loss"] == pytest.approx(reference.loc[rid, "train_loss"], rel=1e-6, abs=1e-7)
+        assert runs.loc[rid, "train_loss"] == pytest.approx(reference.loc[rid, "train_loss"], rel=1e-6,
+                                                            abs=1e-7)
         result = read_result(home / "runs" / rid)
         assert result.metrics["step"] == list(range(60))  # each step recorded once
         assert result.metrics["loss"] == pytest.approx(read_result(ref_home / "runs" / rid).metrics["loss"],
@@ -278,10 +298,11 @@ include:
 
     retried = invoke("run", str(crashy), "--retry-failed", "--jobs", "2", "--home", str(home))
     assert retried.exit_code == 1 and "1 to run (0 resuming), 1 skipped; 1 worker on cpu" in retried.output
-    assert sorted(frame(home, "crashy")["status"]) == ["done", "failed"]  # retried: the same data, the same crash
+    # retried: the same data, the same crash
+    assert sorted(frame(home, "crashy")["status"]) == ["done", "failed"]
 
-    # the data fixed is other data: another run (its fingerprint changed), trained; the failed one is kept as a
-    # run of an older configuration of the grid
+    # the data fixed is other data: another run (its fingerprint changed), trained; the failed one is kept as
+    # a run of an older configuration of the grid
     corpus.write_text('{"text": "the quick brown fox jumps over the lazy dog."}\n' * 400)
     fixed = invoke("run", str(crashy), "--jobs", "2", "--home", str(home))
     assert fixed.exit_code == 0, fixed.output

@@ -1,8 +1,9 @@
-"""A run is visible while it trains: ``ablate runs`` and ``ablate status`` show its steps, loss, tokens/s and ETA
-from the store, and MLflow has one RUNNING run whose loss history grows, then ends FINISHED with every step.
+"""A run is visible while it trains: ``ablate runs`` and ``ablate status`` show its steps, loss, tokens/s and
+ETA from the store, and MLflow has one RUNNING run whose loss history grows, then ends FINISHED with every
+step.
 
-Real processes: ``ablate run`` in a subprocess (its worker trains the tiny preset on the arithmetic stream), read
-meanwhile through the CLI and MLflow's client, as a user watching it would.
+Real processes: ``ablate run`` in a subprocess (its worker trains the tiny preset on the arithmetic stream),
+read meanwhile through the CLI and MLflow's client, as a user watching it would.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ STEPS = 300  # ~30 s on a quiet machine (0.1 s a step): 3x what the looks below 
 
 @pytest.fixture
 def env(tmp_path, module_cache):
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE")}
+    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
+                                                          "ABLATE_STORE")}
     e["ABLATE_CACHE"] = str(module_cache)
     return e
 
@@ -85,8 +87,8 @@ def test_a_300_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
     assert len(set(steps)) >= 3 and steps == sorted(steps) and steps[-1] <= STEPS, rows
     assert all(loss is not None and 0 < loss < 10 for _, loss in rows)
     assert len({loss for _, loss in rows}) >= 3
-    # never stale nor gone, even between the worker's end (which frees the run's lock) and the ingest that ends its
-    # `running` row: then it has ended (its result.json is complete), it was not cut off
+    # never stale nor gone, even between the worker's end (which frees the run's lock) and the ingest that
+    # ends its `running` row: then it has ended (its result.json is complete), it was not cut off
     live = [r for r in status_rows if r["step"] is not None]
     wrong = [r for r in live if not (r["total_steps"] == STEPS and r["tokens_per_s"] > 0 and not r["stale"]
                                      and not r["gone"])]

@@ -16,7 +16,8 @@ from ablate.execute.messages import Died, Failed, Finished, Interrupted, JobEven
 from ablate.execute.pool import WorkerPool
 from ablate.execute.worker import JobContext, JobInterrupted
 
-# ---------------------------------------------------------------- jobs, and job functions the workers import by name
+# ---------------------------------------------------------------- jobs, and job functions the workers import
+# by name
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ def test_two_workers_run_every_job_once_and_split_threads():
     finished = {e.run_id: e.outcome for e in events if isinstance(e, Finished)}
     assert left == []
     assert {r: d["value"] for r, d in finished.items()} == {f"r{i}": 2 * i for i in range(6)}
-    assert {d["pid"] for d in finished.values()} <= pids and len(pids) == 2  # long-lived: 6 jobs, <= 2 processes
+    # long-lived: 6 jobs, <= 2 processes
+    assert {d["pid"] for d in finished.values()} <= pids and len(pids) == 2
     assert {d["omp"] for d in finished.values()} == {"2"}
     assert {d["cuda"] for d in finished.values()} == {""}
     steps = [e for e in events if isinstance(e, Progress)]
@@ -95,7 +97,9 @@ def test_a_crash_is_the_jobs_failure_and_a_dead_worker_is_replaced():
         after = set(pool.pids)
     assert _kinds(events) == [
         ("finished", "ok1"), ("failed", "boom"), ("died", "dies"), ("finished", "ok2")]
-    assert events[0].outcome["pid"] in first and events[-1].outcome["pid"] in after and first.isdisjoint(after)
+    assert (
+        events[0].outcome["pid"] in first and events[-1].outcome["pid"] in after and first.isdisjoint(after)
+    )
     failed = events[1]
     assert isinstance(failed, Failed) and failed.error == "ValueError: bad value 7"
     assert "Traceback" in failed.traceback and "in mixed" in failed.traceback
@@ -147,15 +151,16 @@ def test_a_job_module_that_cannot_import_is_one_error():
 
 
 @pytest.mark.parametrize(("spec", "n_gpus", "expected"), [
-    (None, 0, ["cpu"]), (None, 2, ["cuda:0", "cuda:1"]), ("cpu", 2, ["cpu"]), ("1,cuda:0", 2, ["cuda:1", "cuda:0"]),
-    ("cuda", 1, ["cuda:0"]),
+    (None, 0, ["cpu"]), (None, 2, ["cuda:0", "cuda:1"]), ("cpu", 2, ["cpu"]),
+    ("1,cuda:0", 2, ["cuda:1", "cuda:0"]), ("cuda", 1, ["cuda:0"]),
 ])
 def test_devices(spec, n_gpus, expected):
     assert parse_devices(spec, n_gpus) == expected
 
 
 @pytest.mark.parametrize(("spec", "n_gpus", "match"), [
-    ("cuda:3", 2, "device 'cuda:3' does not exist: 2 GPU"), ("cuda", 0, "none is visible"), ("tpu", 1, "not a device"),
+    ("cuda:3", 2, "device 'cuda:3' does not exist: 2 GPU"), ("cuda", 0, "none is visible"),
+    ("tpu", 1, "not a device"),
 ])
 def test_bad_devices(spec, n_gpus, match):
     with pytest.raises(Exception, match=match):
@@ -166,7 +171,8 @@ def test_slots_on_gpus_and_cpu():
     gpu = plan_slots(devices=["cuda:0", "cuda:1"], jobs=None, jobs_per_device=2, cpu_count=16)
     assert [(s.device, s.threads, s.cuda_visible) for s in gpu] == [
         ("cuda:0", 4, "0"), ("cuda:1", 4, "1"), ("cuda:0", 4, "0"), ("cuda:1", 4, "1")]
-    assert [s.threads for s in plan_slots(devices=["cpu"], jobs=3, jobs_per_device=1, cpu_count=2)] == [1, 1, 1]
+    assert [s.threads for s in plan_slots(devices=["cpu"], jobs=3, jobs_per_device=1, cpu_count=2)] == [1, 1,
+                                                                                                        1]
     with pytest.raises(Exception, match="--jobs: 0 workers"):
         plan_slots(devices=["cpu"], jobs=0, jobs_per_device=1, cpu_count=2)
 
@@ -207,7 +213,8 @@ def test_run_lock_is_exclusive_and_dies_with_its_holder(tmp_path):
     ("max 100000\n", 8, "4", 4),  # Slurm's --cpus-per-task
     ("garbage\n", 8, "", 8),
 ], ids=["no-cgroup", "no-quota", "quota-2", "quota-1.5", "quota-0.5", "affinity-3", "slurm-4", "unreadable"])
-def test_usable_cpus_are_the_fewest_of_affinity_quota_and_slurm(tmp_path, monkeypatch, cpu_max, affinity, slurm,
+def test_usable_cpus_are_the_fewest_of_affinity_quota_and_slurm(tmp_path, monkeypatch, cpu_max, affinity,
+                                                                slurm,
                                                                  usable):
     from ablate.execute.devices import usable_cpus
 
@@ -233,7 +240,8 @@ def test_threads_override_and_the_workers_in_words():
     slots = plan_slots(devices=["cpu"], jobs=2, jobs_per_device=1, cpu_count=8, threads=3)
     assert [s.threads for s in slots] == [3, 3] and slots[0].label == "cpu, 3 threads"
     assert describe(slots) == "2 workers on cpu, 3 threads each"
-    assert describe(plan_slots(devices=["cpu"], jobs=1, jobs_per_device=1, cpu_count=1)) == "1 worker on cpu, 1 thread"
+    assert describe(plan_slots(devices=["cpu"], jobs=1, jobs_per_device=1,
+                               cpu_count=1)) == "1 worker on cpu, 1 thread"
     gpu = plan_slots(devices=["cuda:0", "cuda:1"], jobs=None, jobs_per_device=1, cpu_count=16, threads=2)
     assert [s.label for s in gpu] == ["cuda:0, 2 threads", "cuda:1, 2 threads"]
     with pytest.raises(Exception, match="--threads: 0 threads per worker"):

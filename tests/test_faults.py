@@ -1,7 +1,7 @@
-"""Faults around ``ablate run`` (issue #14), each with real processes: a second ``ablate run`` of a grid another
-process is training, two started at the same moment, a PostgreSQL store stopped mid-grid and restarted, a SQLite
-store on a disk that fills up, and ``ablate ui`` stopped by a signal. No mocks: the stores, servers and signals
-are the real ones.
+"""Faults around ``ablate run`` (issue #14), each with real processes: a second ``ablate run`` of a grid
+another process is training, two started at the same moment, a PostgreSQL store stopped mid-grid and
+restarted, a SQLite store on a disk that fills up, and ``ablate ui`` stopped by a signal. No mocks: the
+stores, servers and signals are the real ones.
 
 The runs: the tiny preset on the arithmetic stream (tests/tiny_grids.py), one torch thread per worker.
 """
@@ -36,7 +36,8 @@ ABLATE = str(Path(sys.executable).parent / "ablate")
 
 @pytest.fixture
 def env(module_cache):
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE")}
+    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
+                                                          "ABLATE_STORE")}
     e["ABLATE_CACHE"] = str(module_cache)
     return e
 
@@ -68,8 +69,8 @@ def _wait(predicate, timeout: float, what: str, proc: subprocess.Popen | None = 
 
 
 class _Stderr:
-    """A process's stderr read to its end by a thread, line by line (a pipe read any other way can keep lines in a
-    buffer where a wait for them never sees them)."""
+    """A process's stderr read to its end by a thread, line by line (a pipe read any other way can keep lines
+    in a buffer where a wait for them never sees them)."""
 
     def __init__(self, proc: subprocess.Popen):
         self.lines: list[str] = []
@@ -90,7 +91,9 @@ class _Stderr:
         with self._new:
             if not self._new.wait_for(lambda: any(text in x for x in self.lines) or self.lines[-1:] == [""],
                                       timeout):
-                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text!r}: {''.join(self.lines)}")
+                raise AssertionError(
+                    f"timed out after {timeout:.0f}s waiting for {text!r}: {''.join(self.lines)}"
+                )
             if not any(text in x for x in self.lines):
                 raise AssertionError(f"the process ended before saying {text!r}: {''.join(self.lines)}")
 
@@ -102,7 +105,8 @@ class _Stderr:
 
 def _run(home: Path, path: Path, *args: str, env: dict) -> subprocess.Popen:
     # --jobs 2 with --no-mlflow: one torch thread per worker, nothing but the store
-    return subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2", *args],
+    return subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2",
+                             *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -119,7 +123,8 @@ def _trained_lines(output: str) -> list[str]:
             and "trained by another process" not in line]
 
 
-# ---------------------------------------------------------------- #14 item 1: a grid another process is training
+# ---------------------------------------------------------------- #14 item 1: a grid another process is
+# training
 
 
 def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_waits(tmp_path, env):
@@ -131,7 +136,8 @@ def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_wait
             x["status"] == "running" and x["heartbeat_step"] is not None for x in r.values()) and r, 300,
             "both runs to train", first)
         pids = [int((home / "runs" / rid / ".lock").read_text()) for rid in running]
-        for pid in pids:  # the two workers hold their runs, frozen, until the second and the waiting run have looked
+        # the two workers hold their runs, frozen, until the second and the waiting run have looked
+        for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         try:
             second = CliRunner().invoke(app, ["run", str(path), "--home", str(home), "--no-mlflow"])
@@ -158,7 +164,9 @@ def test_a_second_run_of_a_grid_being_trained_skips_it_in_one_line_and_wait_wait
     assert "to run" not in w_err and not _trained_lines(w_err)  # it waited, then had nothing left to train
     assert len(_trained_lines(err)) == 2
     final = _statuses(None, home)
-    assert {r["status"] for r in final.values()} == {"done"} and all(r["resumed_from"] is None for r in final.values())
+    assert {r["status"] for r in final.values()} == {"done"} and all(
+        r["resumed_from"] is None for r in final.values()
+    )
 
 
 def test_two_runs_started_together_train_each_run_once(tmp_path, env):
@@ -198,14 +206,20 @@ def _outage(url: str | None, home: Path, path: Path, env: dict, take_away, bring
     assert proc.returncode == 1, err
     assert "Traceback" not in err and f"has been {away} for" in err, err
     assert f"is {away}: training goes on" in err, err
-    assert re.search(r"when the store is back, run the same command again \(or `ablate ingest .*runs`\)", err), err
+    assert re.search(r"when the store is back, run the same command again \(or `ablate ingest .*runs`\)",
+                     err), err
     assert f"has been {away} for" in err and "interrupted" in err  # patience (4 s) ran out mid-run
     runs = home / "runs"
     results = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
-    for rid, step in seen.items():  # it trained on while the store was away: finished, or checkpointed further
+    # it trained on while the store was away: finished, or checkpointed further
+    for rid, step in seen.items():
         assert rid in results or (runs / rid / CHECKPOINT).is_file(), (rid, step, err)
     # cut off with a checkpoint: every such run, seen training above or started just after the look
-    cut = {rid for rid in (p.name for p in runs.iterdir()) if rid not in results and (runs / rid / CHECKPOINT).is_file()}
+    cut = {
+        rid
+        for rid in (p.name for p in runs.iterdir())
+        if rid not in results and (runs / rid / CHECKPOINT).is_file()
+    }
     bring_back()
     rerun = _run(home, path, *(["--store", url] if url else []), env=env)
     out, err = rerun.communicate(timeout=600)
@@ -230,8 +244,8 @@ def test_a_postgres_store_stopped_mid_grid_then_restarted(tmp_path, env, own_pos
 def _tmpfs(path: Path, size: str) -> Iterator[Path]:
     """A real small disk at ``path``: a tmpfs of ``size`` (root only: it mounts), unmounted afterwards."""
     path.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
-                           text=True)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                           capture_output=True, text=True)
     if mount.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mount.stderr.strip()}")
     try:
@@ -288,16 +302,18 @@ def test_a_home_whose_disk_is_full_fails_each_run_in_one_line_naming_the_path(tm
         assert list(ckpt.parent.iterdir()) == []  # the partial checkpoint was removed
         log = (home / "runs" / rid / "train.log").read_text()
         assert f"run {rid} failed\nTraceback" in log and "last.ckpt" in log
-    store_full = re.compile(r"the store sqlite:///\S+ is full \(no space left on its disk\): training goes on")
+    store_full = re.compile(
+        r"the store sqlite:///\S+ is full \(no space left on its disk\): training goes on"
+    )
     other = [x for x in err.splitlines() if not x.startswith(("ablate run full: 2 to run", "starting workers",
                                                               "progress full: ")) and not store_full.match(x)]
     assert len(other) == 2, err  # the two failed lines (and, when the store's disk filled too, its one line)
 
 
 def test_tune_stops_cleanly_when_the_store_goes_away_and_resumes_its_study(tmp_path, env, own_postgres):
-    """The study lives in the store too: while it is away the trial trains on (its evaluations are not reported to
-    the pruner), then tune stops with one error line (exit 1: past its patience, or at the next ask/tell), and the
-    same command, the store back, resumes the trial and completes the study."""
+    """The study lives in the store too: while it is away the trial trains on (its evaluations are not
+    reported to the pruner), then tune stops with one error line (exit 1: past its patience, or at the next
+    ask/tell), and the same command, the store back, resumes the trial and completes the study."""
     import optuna
 
     from ablate.tune.storage import optuna_storage
@@ -305,9 +321,10 @@ def test_tune_stops_cleanly_when_the_store_goes_away_and_resumes_its_study(tmp_p
     url, stop, start = own_postgres
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("tuneaway", variants=["baseline"], steps=1500, checkpoint_every=50))
-    # --jobs 2 for one trial: one worker with one torch thread (steady pace on a busy machine, as _run's workers)
-    args = [ABLATE, "tune", str(path), "--param", "train.lr", "--low", "1e-3", "--high", "1e-2", "--log", "--trials",
-            "1", "--jobs", "2", "--no-mlflow", "--home", str(home), "--store", url]
+    # --jobs 2 for one trial: one worker with one torch thread (steady pace on a busy machine, as _run's
+    # workers)
+    args = [ABLATE, "tune", str(path), "--param", "train.lr", "--low", "1e-3", "--high", "1e-2", "--log",
+            "--trials", "1", "--jobs", "2", "--no-mlflow", "--home", str(home), "--store", url]
     proc = subprocess.Popen([*args, "--store-patience", "4"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -319,8 +336,9 @@ def test_tune_stops_cleanly_when_the_store_goes_away_and_resumes_its_study(tmp_p
         _stop(proc)
     assert proc.returncode == 1, err
     assert "Traceback" not in err, err
-    assert re.search(r"error: the store \S+ (has been unreachable for \d+ s|became unreachable while tuning).*when "
-                     r"the store is back, run the same command again: the studies resume", err), err
+    assert re.search(r"error: the store \S+ (has been unreachable for \d+ s|became unreachable while "
+                     r"tuning).*when the store is back, run the same command again: the studies "
+                     r"resume", err), err
     runs = home / "runs"
     (run_id,) = [p.name for p in runs.iterdir()]
     finished = (runs / run_id / "result.json").is_file()

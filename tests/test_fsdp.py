@@ -1,11 +1,11 @@
-"""Sharded training (``train.strategy: fsdp``) on CPU with gloo: two processes started by the runner follow the
-one-process run step by step (through two training stages: the second starts from the first's sharded final
-weights), write sharded checkpoints, and a ``kill -9`` mid-run resumes from one.
+"""Sharded training (``train.strategy: fsdp``) on CPU with gloo: two processes started by the runner follow
+the one-process run step by step (through two training stages: the second starts from the first's sharded
+final weights), write sharded checkpoints, and a ``kill -9`` mid-run resumes from one.
 
-"The same losses as one process", numerically: FSDP reduce-scatters the mean of the two half batches' gradients,
-which is the whole batch's gradient, so the parameters follow the one-process run up to float summation order;
-every step's loss must match within 1e-4 relative in fp32 (observed: ~1e-7). Activation checkpointing recomputes
-the same fp32 operations, so the resumed run (checkpointed) must match too.
+"The same losses as one process", numerically: FSDP reduce-scatters the mean of the two half batches'
+gradients, which is the whole batch's gradient, so the parameters follow the one-process run up to float
+summation order; every step's loss must match within 1e-4 relative in fp32 (observed: ~1e-7). Activation
+checkpointing recomputes the same fp32 operations, so the resumed run (checkpointed) must match too.
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ def config(**train) -> RunConfig:
     return RunConfig.model_validate({
         "model": {"preset": "tiny"},
         "data": {"train": [{"kind": "builtin", "name": "arithmetic"}],
-                 "heldout": {"math": {"kind": "builtin", "name": "arithmetic"}}, "seq_len": 32, "stream_tokens": 20_000},
+                 "heldout": {"math": {"kind": "builtin", "name": "arithmetic"}}, "seq_len": 32,
+                 "stream_tokens": 20_000},
         "train": {"steps": 8, "batch_size": 4, "lr": 1e-2, "checkpoint_every": 4, **train},
         "eval": {"heldout_tokens": 128, "probe_tokens": 64},
-        "stages": [{"train.steps": STEPS - 8, "data.seq_len": 48}],  # a second stage starts from the sharded weights
+        # a second stage starts from the sharded weights
+        "stages": [{"train.steps": STEPS - 8, "data.seq_len": 48}],
     })
 
 
@@ -65,11 +67,12 @@ def test_two_fsdp_processes_follow_the_one_process_run(one_process, tmp_path):
     assert result.metrics["loss"][-1] < 0.8 * result.metrics["loss"][0]
     assert result.summary["val_ppl"] == pytest.approx(ref.summary["val_ppl"], rel=1e-4)  # evaluated whole
     assert result.summary["f_attn"] == pytest.approx(ref.summary["f_attn"], rel=1e-3)
-    # the checkpoints: last.ckpt names a torch.distributed.checkpoint folder holding one shard per rank, the first
-    # stage's final checkpoint keeps a folder of its own; older folders are gone
+    # the checkpoints: last.ckpt names a torch.distributed.checkpoint folder holding one shard per rank, the
+    # first stage's final checkpoint keeps a folder of its own; older folders are gone
     folder = sharded_folder(tmp_path / CHECKPOINT)
     assert folder == tmp_path / "checkpoints" / f"sharded-1-{STEPS - 8:08d}"
-    assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+    assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp",
+                                                        "meta.pt"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "last.ckpt", folder.name, "sharded-stage0-final", "stage0-final.ckpt"]
     assert checkpoint_position(tmp_path / CHECKPOINT) == (1, STEPS - 8)
@@ -104,7 +107,9 @@ def _processes_naming(text: str) -> list[int]:
         if proc.name.isdigit():
             try:
                 cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                state = next((ln for ln in (proc / "status").read_text().splitlines() if ln.startswith("State:")), "")
+                state = next(
+                    (ln for ln in (proc / "status").read_text().splitlines() if ln.startswith("State:")), ""
+                )
             except OSError:
                 continue
             if text in cmdline and "zombie" not in state:
@@ -115,7 +120,8 @@ def _processes_naming(text: str) -> list[int]:
 def test_kill_9_mid_run_resumes_from_the_sharded_checkpoint(one_process, tmp_path):
     cfg = config(devices=2, strategy="fsdp", activation_checkpointing=True)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(cfg.model_dump(mode="json")), str(run_dir)],
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(cfg.model_dump(mode="json")),
+                             str(run_dir)],
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         deadline = time.monotonic() + 240
@@ -153,7 +159,8 @@ def test_a_local_worker_gets_all_the_gpus_of_its_run():
 
     gpus = [f"cuda:{i}" for i in range(8)]
     slots = plan_slots(devices=gpus, jobs=None, jobs_per_device=1, cpu_count=64, per_run=4)
-    assert [s.cuda_visible for s in slots] == ["0,1,2,3", "4,5,6,7"] and [s.threads for s in slots] == [32, 32]
+    assert [s.cuda_visible for s in slots] == ["0,1,2,3", "4,5,6,7"] and [s.threads for s in slots] == [32,
+                                                                                                        32]
     assert [s.cuda_visible for s in plan_slots(devices=gpus, jobs=None, jobs_per_device=1, cpu_count=64,
                                                per_run=8)] == ["0,1,2,3,4,5,6,7"]
     with pytest.raises(ConfigError, match=r"--devices: runs with train.devices = 8 need 8 GPUs, 2 given"):

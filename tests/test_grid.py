@@ -32,7 +32,7 @@ include:
   - {variant: baseline, seed: 1, train.batch_size: 16, train.lr: 2e-3}   # excluded by value, kept: included
 exclude:
   - {variant: baseline, seed: 1}
-  - {variant: sdpa-elementwise, seed: 1, train.lr: 1e-3}                 # '1e-3' (a YAML string) matches 0.001
+  - {variant: sdpa-elementwise, seed: 1, train.lr: 1e-3}  # '1e-3' (a YAML string) matches 0.001
 """
 
 
@@ -69,7 +69,8 @@ def test_empty_grid_is_one_run_of_the_base():
     assert strip(run.config) == RunConfig(train={"steps": 7})  # with its data's fingerprints filled
     assert run.config.data.train[0].fingerprint is not None
     assert run.axes == {}
-    assert (run.params, run.added_params, run.match_residual) == (count_params(run.config.model).total, 0, None)
+    assert (run.params, run.added_params, run.match_residual) == (count_params(run.config.model).total, 0,
+                                                                  None)
 
 
 def test_set_overrides_base_by_dotted_path_with_yaml_values():
@@ -103,7 +104,8 @@ def test_run_id_is_12_hex_of_the_sha256_of_the_canonical_json():
 
 
 def test_canonical_numbers_compare_by_value():
-    assert canonical({"a": 3e-3, "b": 1.0, "c": [2.0, 0.5], "d": True}) == {"a": 0.003, "b": 1, "c": [2, 0.5], "d": True}
+    assert canonical({"a": 3e-3, "b": 1.0, "c": [2.0, 0.5], "d": True}) == {"a": 0.003, "b": 1, "c": [2, 0.5],
+                                                                            "d": True}
     assert json.dumps(canonical(1.0)) == json.dumps(canonical(1))
 
 
@@ -157,18 +159,22 @@ def test_run_id_does_not_depend_on_the_grid_name_or_file(tmp_path):
 
 
 def test_run_id_is_the_same_in_a_fresh_interpreter():
-    code = "from ablate.config import RunConfig; from ablate.grid import run_id; print(run_id(RunConfig(seed=3)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    code = ("from ablate.config import RunConfig; from ablate.grid import run_id; "
+            "print(run_id(RunConfig(seed=3)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
     assert out == run_id(RunConfig(seed=3))
 
 
 def test_importing_the_grid_package_does_not_import_torch():
     code = "import sys, ablate.grid, ablate.grid.view; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
     assert out == "False"
 
 
-# ---------------------------------------------------------------------------------------------------- match_params
+# ----------------------------------------------------------------------------------------------------
+# match_params
 @pytest.mark.parametrize("preset, width", [("tiny", "ffn_dim"), ("tiny-moe", "expert_dim")])
 @pytest.mark.parametrize("variant", ["sdpa-elementwise", "v-elementwise", "sdpa-headwise", "sandwich-norm"])
 def test_match_params_rewidens_the_ffn_to_the_reference_count(preset, width, variant):
@@ -182,7 +188,8 @@ def test_match_params_rewidens_the_ffn_to_the_reference_count(preset, width, var
     effective = apply_variant(matched.config.model, variant)
     assert matched.params == count_params(effective).total
     assert matched.match_residual == pytest.approx((matched.params - target) / target)
-    step = count_params(effective.model_copy(update={width: getattr(effective, width) + 1})).total - matched.params
+    step = count_params(effective.model_copy(update={width: getattr(effective,
+                                                                    width) + 1})).total - matched.params
     assert abs(matched.params - target) <= step / 2
     if abs(plain[1].params - target) > step / 2:  # re-widening helps: the config (and so the run) changes
         assert getattr(matched.config.model, width) != getattr(plain[1].config.model, width)
@@ -206,5 +213,6 @@ def test_match_params_at_paper_scale_is_within_half_an_ffn_unit():
 
 
 def test_match_params_names_a_variant():
-    with pytest.raises(ConfigError, match=r"match_params: unknown variant 'basline' \(did you mean 'baseline'\?\)"):
+    with pytest.raises(ConfigError,
+                       match=r"match_params: unknown variant 'basline' \(did you mean 'baseline'\?\)"):
         expand(parse_grid("name: m\nmatch_params: basline"))

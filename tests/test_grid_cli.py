@@ -1,5 +1,5 @@
-"""`ablate plan`: every shipped grid plans; every broken grid gets one line and exit status 2; random YAML never
-gives a traceback; statuses come from the store when there is one, and planning never creates one."""
+"""`ablate plan`: every shipped grid plans; every broken grid gets one line and exit status 2; random YAML
+never gives a traceback; statuses come from the store when there is one, and planning never creates one."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def write(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------------------------------- shipped grids
+# ---------------------------------------------------------------------------------------------------- shipped
+# grids
 def test_the_shipped_grids_are_there():
     names = {p.relative_to(ROOT).as_posix() for p in SHIPPED}
     assert "examples/quickstart.yaml" in names
@@ -62,17 +63,19 @@ def test_every_shipped_grid_plans(path, tmp_path):
 
 
 def test_paper_scale_table1_reproduces_the_added_parameters(tmp_path):
-    out = json.loads(plan(str(ROOT / "grids/paper/table1-paper-scale.yaml"), "--format", "json", home=tmp_path).stdout)
+    out = json.loads(plan(str(ROOT / "grids/paper/table1-paper-scale.yaml"), "--format", "json",
+                          home=tmp_path).stdout)
     added = {r["variant"]: r["added_params"] for r in out["runs"]}
     # paper Table 1's "Added Param" column, in millions
     for variant, millions in {"sdpa-elementwise": 201, "v-elementwise": 25, "k-elementwise": 25,
-                              "q-elementwise": 201, "dense-output": 100, "sdpa-headwise": 1.6, "v-headwise": 0.2,
-                              "kv-heads-x2": 50, "q-heads-x1.5": 201}.items():
+                              "q-elementwise": 201, "dense-output": 100, "sdpa-headwise": 1.6,
+                              "v-headwise": 0.2, "kv-heads-x2": 50, "q-heads-x1.5": 201}.items():
         assert added[variant] / 1e6 == pytest.approx(millions, rel=0.03, abs=0.05), variant
 
 
 def test_paper_scale_table2_matches_every_model_to_the_baseline(tmp_path):
-    out = json.loads(plan(str(ROOT / "grids/paper/table2-paper-scale.yaml"), "--format", "json", home=tmp_path).stdout)
+    out = json.loads(plan(str(ROOT / "grids/paper/table2-paper-scale.yaml"), "--format", "json",
+                          home=tmp_path).stdout)
     assert len(out["runs"]) == 14
     for run in out["runs"]:
         assert abs(run["match_residual"]) < 1e-4
@@ -99,7 +102,8 @@ def test_plan_shows_the_workers_and_threads_ablate_run_would_start(tmp_path, mon
     monkeypatch.setattr(devices, "usable_cpus", lambda **_: 4)
     monkeypatch.setattr(devices, "gpu_count", lambda: 0)
     grid = write(tmp_path, "name: t\ngrid: {variant: [baseline, sdpa-headwise, sdpa-elementwise]}\n")
-    assert "ablate run here: 1 worker on cpu, 4 threads (4 CPUs usable" in plan(str(grid), home=tmp_path).stdout
+    assert "ablate run here: 1 worker on cpu, 4 threads (4 CPUs usable" in plan(str(grid),
+                                                                                home=tmp_path).stdout
     two = plan(str(grid), "--jobs", "2", "--format", "json", home=tmp_path)
     assert json.loads(two.stdout)["workers"] == [{"device": "cpu", "threads": 2}] * 2
     many = plan(str(grid), "--jobs", "8", "--threads", "3", home=tmp_path)  # never more workers than runs
@@ -147,33 +151,43 @@ ERRORS = {
                           r"grid.yaml: grid: unknown key 'train.lrr' \(did you mean 'train.lr'\?\)"),
     "unknown-include-path": ("name: x\ninclude: [{modle.n_layers: 3}]\n", (),
                              r"include\[0\]: unknown key 'modle' \(did you mean 'model'\?\)"),
-    "unknown-exclude-path": ("name: x\nexclude: [{sed: 1}]\n", (), r"exclude\[0\]: unknown key 'sed' \(did you mean 'seed'\?\)"),
+    "unknown-exclude-path": ("name: x\nexclude: [{sed: 1}]\n", (),
+                             r"exclude\[0\]: unknown key 'sed' \(did you mean 'seed'\?\)"),
     "unknown-set-path": ("name: x\n", ("--set", "train.stepz=4"), r"--set: unknown key 'train.stepz'"),
     "set-without-equals": ("name: x\n", ("--set", "train.steps"), r"--set: expected K=V"),
     "wrong-type": ("name: x\nbase: {train: {steps: many}}\n", (),
                    r"base: train.steps: Input should be a valid integer.*got 'many'"),
-    "wrong-type-from-set": ("name: x\n", ("--set", "train.lr=fast"), r"--set: train.lr: Input should be a valid number"),
+    "wrong-type-from-set": ("name: x\n", ("--set", "train.lr=fast"),
+                            r"--set: train.lr: Input should be a valid number"),
     "axis-not-a-list": ("name: x\ngrid: {seed: 0}\n", (), r"grid.seed: Input should be a valid list, got 0"),
     "empty-axis": ("name: x\ngrid: {seed: []}\n", (), r"grid.seed: List should have at least 1 item"),
     "negative-steps": ("name: x\ngrid: {train.steps: [10, -5]}\n", (),
                        r"grid: train.steps: Input should be greater than or equal to 1, got -5"),
     "heads-do-not-divide": ("name: x\ngrid: {model.n_kv_heads: [2, 3]}\n", (),
                             r"grid: model: n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
-    "odd-head-dim": ("name: x\nbase: {model: {head_dim: 15}}\n", (), r"base: model: head_dim \(15\) must be even"),
-    "unknown-preset": ("name: x\nbase: {model: {preset: tiy}}\n", (), r"unknown preset 'tiy' \(did you mean 'tiny'\?\)"),
+    "odd-head-dim": ("name: x\nbase: {model: {head_dim: 15}}\n", (),
+                     r"base: model: head_dim \(15\) must be even"),
+    "unknown-preset": ("name: x\nbase: {model: {preset: tiy}}\n", (),
+                       r"unknown preset 'tiy' \(did you mean 'tiny'\?\)"),
     "bad-literal": ("name: x\nbase: {model: {gate: {position: G7}}}\n", (),
                     r"model.gate.position: Input should be 'G1', 'G2', 'G3', 'G4' or 'G5', got 'G7'"),
     "zip-unequal": ("name: x\nzip: [{train.lr: [1.0e-3, 2.0e-3], train.steps: [5]}]\n", (),
-                    r"zip\[0\]: the lists of a zip group must have equal length: train.lr has 2, train.steps has 1"),
-    "axis-twice": ("name: x\ngrid: {seed: [0]}\nzip: [{seed: [1]}]\n", (), r"'seed' is varied twice, in grid and in zip\[0\]"),
+                    r"zip\[0\]: the lists of a zip group must have equal length: train.lr has 2, train.steps "
+                    r"has 1"),
+    "axis-twice": ("name: x\ngrid: {seed: [0]}\nzip: [{seed: [1]}]\n", (),
+                   r"'seed' is varied twice, in grid and in zip\[0\]"),
     "unknown-variant": ("name: x\ngrid: {variant: [baseline, sdpa-elementwize]}\n", (),
-                        r"grid: variant: unknown variant 'sdpa-elementwize' \(did you mean 'sdpa-elementwise'\?\)"),
+                        r"grid: variant: unknown variant 'sdpa-elementwize' \(did you mean "
+                        r"'sdpa-elementwise'\?\)"),
     "unknown-variant-in-include": ("name: x\ninclude: [{variant: sandwhich-norm}]\n", (),
-                                   r"include\[0\]: variant: unknown variant 'sandwhich-norm' \(did you mean 'sandwich-norm'\?\)"),
+                                   r"include\[0\]: variant: unknown variant 'sandwhich-norm' \(did you mean "
+                                   r"'sandwich-norm'\?\)"),
     "moe-variant-on-dense": ("name: x\ngrid: {variant: [add-4-experts]}\n", (),
                              r"grid: variant: variant 'add-4-experts' needs a mixture-of-experts model"),
-    "unknown-match-params": ("name: x\nmatch_params: basline\n", (), r"match_params: unknown variant 'basline'"),
-    "bad-exclude-value": ("name: x\nexclude: [{train.lr: abc}]\n", (), r"exclude\[0\]: train.lr: Input should be a valid number"),
+    "unknown-match-params": ("name: x\nmatch_params: basline\n", (),
+                             r"match_params: unknown variant 'basline'"),
+    "bad-exclude-value": ("name: x\nexclude: [{train.lr: abc}]\n", (),
+                          r"exclude\[0\]: train.lr: Input should be a valid number"),
     "bad-format": ("name: x\n", ("--format", "xml"), r"--format: unknown format 'xml'; allowed: json, table"),
 }
 
@@ -193,10 +207,12 @@ def test_a_broken_grid_gets_one_line_and_exit_status_2(case, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["run", "--store-patience", "-5"], "error: --store-patience: Input should be greater than or equal to 0, got '-5'"),
-    (["tune", "--store-patience", "-1"], "error: --store-patience: Input should be greater than or equal to 0, got '-1'"),
-    (["run", "--jobs", "two"], "error: --jobs: Input should be a valid integer, unable to parse string as an integer, "
-                               "got 'two'"),
+    (["run", "--store-patience", "-5"],
+     "error: --store-patience: Input should be greater than or equal to 0, got '-5'"),
+    (["tune", "--store-patience", "-1"],
+     "error: --store-patience: Input should be greater than or equal to 0, got '-1'"),
+    (["run", "--jobs", "two"], "error: --jobs: Input should be a valid integer, unable to parse string as an "
+                               "integer, got 'two'"),
 ])
 def test_a_bad_option_value_is_one_line_naming_it_and_the_value(args, expected, tmp_path):
     path = write(tmp_path, "name: x\n")
@@ -231,7 +247,8 @@ SECTION = {
     "name": st.sampled_from(["fuzz", "fuzz", "fuzz", "fuzz", "fuzz", "fuzz", " ", 5, None, True]),
     "base": st.one_of(st.dictionaries(PATHS, TREES, max_size=4), TREES),
     "grid": st.one_of(st.dictionaries(PATHS, st.lists(SCALARS, max_size=3), max_size=3), TREES),
-    "zip": st.lists(st.dictionaries(PATHS, st.lists(SCALARS, min_size=1, max_size=2), max_size=2), max_size=2),
+    "zip": st.lists(st.dictionaries(PATHS, st.lists(SCALARS, min_size=1, max_size=2), max_size=2),
+                    max_size=2),
     "include": st.lists(st.dictionaries(PATHS, SCALARS, max_size=3), max_size=2),
     "exclude": st.lists(st.dictionaries(PATHS, SCALARS, max_size=2), max_size=2),
     "match_params": st.one_of(st.sampled_from(["baseline", "sdpa-headwise", "basline"]), SCALARS),
@@ -268,7 +285,8 @@ def test_random_text_never_gives_a_traceback(text, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-# ---------------------------------------------------------------------------------------------------- ablate schema
+# ---------------------------------------------------------------------------------------------------- ablate
+# schema
 def test_schema_lists_every_field_with_its_recorded_default():
     """``ablate schema`` is read from the models: every field defaults.yaml records is there, at that
     default."""
@@ -305,8 +323,8 @@ def test_schema_of_one_section_and_a_field_that_is_not_there():
     assert "[eos] + prompt + answer" in out.stdout
     paths = [line.split("│")[1].strip() for line in out.stdout.splitlines() if line.startswith("│ data")]
     assert paths == ["data.train", "data.train[].kind", "data.train[].name", "data.train[].path",
-                     "data.train[].field", "data.train[].dtype", "data.train[].weight", "data.train[].fingerprint",
-                     "data.train[].loss"]
+                     "data.train[].field", "data.train[].dtype", "data.train[].weight",
+                     "data.train[].fingerprint", "data.train[].loss"]
     bad = runner.invoke(app, ["schema", "data.tokenizr"])
     assert bad.exit_code == 2
     assert bad.stderr.startswith("error: FIELD: no field 'data.tokenizr' (did you mean 'data.tokenizer'?)")

@@ -1,5 +1,6 @@
 """The ladder's fit on synthetic data: a known power law with noise is recovered, with intervals from the seed
-bootstrap that hold the truth; bad ladders are called unreliable and get no prediction; curves that cross do."""
+bootstrap that hold the truth; bad ladders are called unreliable and get no prediction; curves that cross
+do."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ TRUE = {"E": 1.2, "A": 30.0, "alpha": 0.12}
 RUNGS = np.logspace(12, 15, 5)
 
 
-def law_points(seeds: int, noise: float, *, E=TRUE["E"], A=TRUE["A"], alpha=TRUE["alpha"], rungs=RUNGS, rng_seed=1):
+def law_points(seeds: int, noise: float, *, E=TRUE["E"], A=TRUE["A"], alpha=TRUE["alpha"], rungs=RUNGS,
+               rng_seed=1):
     rng = np.random.default_rng(rng_seed)
-    return {s: (list(rungs), list(E + A * rungs ** -alpha + rng.normal(0, noise, len(rungs)))) for s in range(seeds)}
+    return {s: (list(rungs),
+                list(E + A * rungs ** -alpha + rng.normal(0, noise, len(rungs)))) for s in range(seeds)}
 
 
 def test_recovers_a_known_power_law_with_intervals_that_hold_it() -> None:
     points = law_points(seeds=6, noise=0.005)
-    law = fit_power_law([c for cs, _ in points.values() for c in cs], [y for _, ys in points.values() for y in ys])
+    law = fit_power_law([c for cs, _ in points.values() for c in cs],
+                        [y for _, ys in points.values() for y in ys])
     assert law is not None
     assert law.E == pytest.approx(TRUE["E"], abs=0.03)
     assert law.A == pytest.approx(TRUE["A"], rel=0.15)
@@ -46,7 +50,8 @@ def test_noise_free_data_is_fit_exactly_and_too_few_points_are_not() -> None:
 
 def test_crossover_of_two_curves() -> None:
     a = PowerLaw(E=1.0, B=1.0, alpha=0.2, C0=1.0)
-    b = PowerLaw(E=1.2, B=0.8, alpha=0.2, C0=1.0)  # b starts lower, ends higher: they cross where 0.2 C^-0.2 = 0.2
+    # b starts lower, ends higher: they cross where 0.2 C^-0.2 = 0.2
+    b = PowerLaw(E=1.2, B=0.8, alpha=0.2, C0=1.0)
     assert crossover(a, b, 1e-3, 1e6) == pytest.approx(1.0, rel=1e-6)
     assert crossover(a, a.__class__(E=0.5, B=1.0, alpha=0.2, C0=1.0), 1e-3, 1e6) is None
 
@@ -58,10 +63,10 @@ def frame(spec: dict[str, dict], seeds: int = 3, noise: float = 0.003) -> pd.Dat
         pts = law_points(seeds, noise, rng_seed=10 + v, **p)
         for seed, (cs, ys) in pts.items():
             for i, (c, y) in enumerate(zip(cs, ys, strict=True)):
-                rows.append({"run_id": f"{variant}-{seed}-{i}", "variant": variant, "seed": seed, "status": "done",
-                             "flops": c, "ppl/code": float(np.exp(y - 0.1)), "ppl/prose": float(np.exp(y + 0.1)),
-                             "model.n_layers": 2 + i, "model.d_model": 64, "train.steps": 100 * (i + 1),
-                             "train.lr": 0.01})
+                rows.append({"run_id": f"{variant}-{seed}-{i}", "variant": variant, "seed": seed,
+                             "status": "done", "flops": c, "ppl/code": float(np.exp(y - 0.1)),
+                             "ppl/prose": float(np.exp(y + 0.1)), "model.n_layers": 2 + i,
+                             "model.d_model": 64, "train.steps": 100 * (i + 1), "train.lr": 0.01})
     return pd.DataFrame(rows)
 
 
@@ -82,8 +87,8 @@ def test_analyse_predicts_a_win_that_shrinks_with_scale() -> None:
     far = gated["predictions"][2]
     assert far["loss"] is None and far["delta"]["value"] is None
     assert far["refused"] == "1.0e+05 x the largest rung's compute (the limit is 1e+03 x)"
-    # one decade past the ladder the predicted difference is close to the truth (baseline - gated = 3 C^-0.12),
-    # and inside its interval
+    # one decade past the ladder the predicted difference is close to the truth (baseline - gated = 3
+    # C^-0.12), and inside its interval
     near, truth = gated["predictions"][0]["delta"], -3.0 * 1e16 ** -0.12
     assert near["value"] == pytest.approx(truth, abs=0.005) and near["low"] <= truth <= near["high"]
     assert base["predictions"][0]["delta"] is None  # the baseline has no difference to itself
@@ -92,7 +97,11 @@ def test_analyse_predicts_a_win_that_shrinks_with_scale() -> None:
     # measured, without the law: the win (baseline - gated = 3 C^-0.12) shrinks by a known amount per decade
     trend = gated["delta_trend"]["per_decade"]
     truth = np.polyfit(np.log10(RUNGS), -3.0 * RUNGS ** -0.12, 1)[0]
-    assert trend["value"] == pytest.approx(truth, abs=0.003) and trend["low"] > 0 and gated["delta_trend"]["resolved"]
+    assert (
+        trend["value"] == pytest.approx(truth, abs=0.003)
+        and trend["low"] > 0
+        and gated["delta_trend"]["resolved"]
+    )
 
 
 def test_unreliable_fits_get_no_prediction() -> None:
@@ -104,9 +113,11 @@ def test_unreliable_fits_get_no_prediction() -> None:
     assert all(p["loss"] is None and p["delta"]["value"] is None for p in bad["predictions"])
     assert bad["predictions"][0]["refused"] == "unreliable fit"
     # a ladder that shows no floor: a straight line in log-log, E at its bound 0
-    straight = analyse(frame({"baseline": {"E": 0.0, "A": 30.0, "alpha": 0.1}}), TARGETS)["variants"]["baseline"]
+    straight = analyse(frame({"baseline": {"E": 0.0, "A": 30.0, "alpha": 0.1}}),
+                       TARGETS)["variants"]["baseline"]
     assert straight["fit"]["problems"] == [
-        "the loss floor E is not identified (the fit puts it at 0): the ladder's losses do not bend towards a floor"]
+        "the loss floor E is not identified (the fit puts it at 0): the ladder's losses do not bend towards "
+        "a floor"]
     # three rungs are too few
     few = frame({"baseline": TRUE})
     few = few[few["model.n_layers"] <= 4]

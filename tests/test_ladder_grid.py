@@ -49,14 +49,16 @@ def test_a_rung_sets_the_shape_and_keeps_the_vocabulary() -> None:
     wide = runs[4].config.model  # {d_model: 96, n_layers: 3}: heads, kv heads, FFN follow the width
     assert (wide.head_dim, wide.n_heads, wide.n_kv_heads, wide.ffn_dim) == (16, 6, 3, 288)
     small = runs[8].config.model  # the small preset's shape, the base's vocabulary (not small's 512)
-    assert (small.preset, small.d_model, small.head_dim, small.n_layers, small.vocab_size) == ("small", 256, 32, 2, 320)
+    assert (small.preset, small.d_model, small.head_dim, small.n_layers, small.vocab_size) == ("small", 256,
+                                                                                               32, 2, 320)
 
 
 def test_match_params_works_per_rung() -> None:
     runs = expand(parse_grid(LADDER))
     for i in range(0, 12, 4):
         base, gated = runs[i], runs[i + 2]
-        assert gated.config.model.ffn_dim < base.config.model.ffn_dim  # the gate's weights came out of the FFN
+        # the gate's weights came out of the FFN
+        assert gated.config.model.ffn_dim < base.config.model.ffn_dim
         assert abs(gated.params - base.params) / base.params < 0.01
         assert count_params(apply_variant(gated.config.model, "sdpa-elementwise")).total == gated.params
 
@@ -83,11 +85,13 @@ def test_plan_shows_each_rung_tokens_and_flops(tmp_path: Path) -> None:
     ({"sizes": []}, r"ladder\.sizes: a ladder needs at least one size"),
     ({"sizes": ["tiny", "medium"]}, r"ladder\.sizes\[1\]: unknown preset 'medium'.*allowed: .*small"),
     ({"sizes": [{"preset": "smal"}]}, r"unknown preset 'smal' \(did you mean 'small'\?\)"),
-    ({"sizes": [{"width": 96}]}, r"ladder\.sizes\[0\]: unknown size field 'width'.*allowed: preset, n_layers, d_model"),
+    ({"sizes": [{"width": 96}]},
+     r"ladder\.sizes\[0\]: unknown size field 'width'.*allowed: preset, n_layers, d_model"),
     ({"tokens_per_param": 0.001}, r"ladder: tokens_per_param 0.001 gives .* zero steps"),
     ({"tokens_per_param": 0}, r"ladder\.tokens_per_param: Input should be greater than 0"),
     ({"sizes": [{"d_model": 100}]}, r"ladder\.sizes\[0\]: d_model 100 is not a multiple of head_dim 16"),
-], ids=["empty", "unknown-preset", "misspelt-preset", "unknown-field", "zero-steps", "zero-budget", "bad-width"])
+],
+ids=["empty", "unknown-preset", "misspelt-preset", "unknown-field", "zero-steps", "zero-budget", "bad-width"])
 def test_bad_ladders_get_one_line_and_exit_2(tmp_path: Path, edit: dict, message: str) -> None:
     import yaml
 
@@ -105,7 +109,8 @@ def test_bad_ladders_get_one_line_and_exit_2(tmp_path: Path, edit: dict, message
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("base: {train: {steps: 5}}", r"ladder: train\.steps follows from the ladder's budget.*remove it from base"),
+    ("base: {train: {steps: 5}}",
+     r"ladder: train\.steps follows from the ladder's budget.*remove it from base"),
     ("grid: {model.d_model: [64, 128]}", r"ladder: 'model\.d_model' is set by each rung"),
     ("include: [{variant: sdpa-headwise}]", r"ladder: include entries cannot be combined with a ladder"),
 ], ids=["steps-in-base", "shape-axis", "include"])

@@ -1,5 +1,5 @@
-"""``ablate report ladder`` from a real store: a ladder grid's planned runs, results whose held-out loss follows a
-known power law in their recorded FLOPs, and the report as JSON, CSV, markdown and a figure."""
+"""``ablate report ladder`` from a real store: a ladder grid's planned runs, results whose held-out loss
+follows a known power law in their recorded FLOPs, and the report as JSON, CSV, markdown and a figure."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ GRID = """
 name: lad
 base: {model: {preset: tiny}, data: {seq_len: 64}, train: {batch_size: 8}}
 ladder:
-  sizes: [{d_model: 32, n_layers: 1}, {d_model: 32, n_layers: 2}, {d_model: 32, n_layers: 4}, tiny, {d_model: 96}]
+  sizes: [{d_model: 32, n_layers: 1}, {d_model: 32, n_layers: 2}, {d_model: 32, n_layers: 4}, tiny,
+          {d_model: 96}]
   tokens_per_param: 2
 grid: {variant: [baseline, sdpa-elementwise], seed: [0, 1, 2]}
 """
@@ -42,7 +43,8 @@ def ladder_url(tmp_path_factory) -> str:
             loss = e + a * flops ** -alpha + rng.normal(0, 0.002)
             store.ingest(RunResult(run_id=r.run_id, config=r.config.model_dump(mode="json"), status="done",
                                    summary={"flops": flops, "steps": r.config.train.steps,
-                                            "ppl/code": math.exp(loss - 0.2), "ppl/prose": math.exp(loss + 0.2)}))
+                                            "ppl/code": math.exp(loss - 0.2),
+                                            "ppl/prose": math.exp(loss + 0.2)}))
     return url
 
 
@@ -93,14 +95,17 @@ def test_markdown_and_figure_in_a_directory(ladder_url: str, tmp_path: Path) -> 
     assert res.exit_code == 0, res.output
     text = (tmp_path / "rep" / "ladder.md").read_text()
     assert "L(C) = E + A·C^(-alpha)" in text and "| baseline | 15 | 5 | 3 |" in text
-    assert "1.7B dense, 3.5T tokens" in text and "L4·d32" in text and "none: 6.4e+09 x the largest rung" in text
+    assert (
+        "1.7B dense, 3.5T tokens" in text and "L4·d32" in text and "none: 6.4e+09 x the largest rung" in text
+    )
     png = (tmp_path / "rep" / "ladder.png").read_bytes()
     assert png.startswith(b"\x89PNG") and 5_000 < len(png) < 400_000
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--format", "latex"], "unknown format for the ladder report 'latex'"),
-    (["--target", "1e21,big"], "--target: expected 'paper' or compute budgets in FLOPs like '1e21,3e22', got 'big'"),
+    (["--target", "1e21,big"],
+     "--target: expected 'paper' or compute budgets in FLOPs like '1e21,3e22', got 'big'"),
 ], ids=["format", "target"])
 def test_bad_options_get_one_line_and_exit_2(ladder_url: str, args: list[str], message: str) -> None:
     res = report(ladder_url, *args)

@@ -1,7 +1,7 @@
-"""The run lifecycle every executor goes through, on a real store (SQLite and PostgreSQL): claim, live heartbeats
-and step metrics, each way a run ends, a pool event mapped onto them, the liveness rule, and the shared opening
-that ingests a result nobody recorded instead of training it again. The executors' own tests (test_executor,
-test_tune, test_slurm) run it end to end."""
+"""The run lifecycle every executor goes through, on a real store (SQLite and PostgreSQL): claim, live
+heartbeats and step metrics, each way a run ends, a pool event mapped onto them, the liveness rule, and the
+shared opening that ingests a result nobody recorded instead of training it again. The executors' own tests
+(test_executor, test_tune, test_slurm) run it end to end."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def test_a_claimed_run_is_running_and_its_steps_reach_the_store_while_it_trains(
     lifecycle.progress("run000", _rows(10))
     assert lifecycle.live.flush()
     row = _row(store, "run000")
-    assert (row["steps"], row["heartbeat_step"], row["train_loss"], row["tokens_per_s"]) == (10, 9, 5.0 - 0.9, 109.0)
+    assert (row["steps"], row["heartbeat_step"], row["train_loss"], row["tokens_per_s"]) == (10, 9, 5.0 - 0.9,
+                                                                                             109.0)
     curves = store.curves(run_ids=["run000"], metrics=["loss"])
     assert list(curves["step"]) == list(range(10))
     # a resumed run reports steps 8 and 9 again: still one point per step
@@ -106,7 +107,8 @@ def test_each_other_end(lifecycle, store, tmp_path):
     for rid in ("run001", "run002", "run003", "run004"):
         lifecycle.claim(rid, device="cpu", config={})
     ended = lifecycle.failed("run001", "ValueError: bad [thing]", "Traceback ...")
-    assert (ended.kind, ended.note, ended.error) == ("failed", "ValueError: bad [thing]", "ValueError: bad [thing]")
+    assert (ended.kind, ended.note, ended.error) == ("failed", "ValueError: bad [thing]",
+                                                     "ValueError: bad [thing]")
     assert _row(store, "run001")["error"] == "ValueError: bad [thing]\n\nTraceback ..."
     ended = lifecycle.died("run002", -9)
     assert ended.kind == "failed" and "exit code -9" in _row(store, "run002")["error"]
@@ -123,7 +125,8 @@ def test_each_other_end(lifecycle, store, tmp_path):
 
 
 def test_pool_events_map_onto_the_lifecycle(lifecycle, store, tmp_path):
-    lifecycle.expect(Job("run000", str(run_dir(tmp_path, "run000")), planned(0).config.model_dump(mode="json")))
+    lifecycle.expect(Job("run000", str(run_dir(tmp_path, "run000")),
+                         planned(0).config.model_dump(mode="json")))
     assert lifecycle.record(Started("run000", pid=1, device="cpu")) is None
     assert lifecycle.record(Progress("run000", tuple(_rows(3)))) is None
     write_result(result(0), run_dir(tmp_path, "run000"))
@@ -171,10 +174,11 @@ def test_liveness_lock_pid_this_host_other_hosts_and_slurm(tmp_path):
         assert live.holder("far") == Holder("node7") and not live.is_alive("quiet")
         assert str(live.holder("job")) == "Slurm job 12_3" and not live.is_alive("lost")
         assert live.holder("ended") is None  # nobody trains it: the triage ingests its result
-        marked = {r["run_id"]: (r["stale"], r["gone"], r["ended"]) for r in live.mark([dict(r) for r in rows])}
-        assert marked == {"held": (False, False, False), "cut": (True, True, False), "far": (False, False, False),
-                          "quiet": (True, False, False), "job": (False, False, False),
-                          "ended": (False, False, True)}
+        marked = {r["run_id"]: (r["stale"], r["gone"],
+                                r["ended"]) for r in live.mark([dict(r) for r in rows])}
+        assert marked == {"held": (False, False, False), "cut": (True, True, False),
+                          "far": (False, False, False), "quiet": (True, False, False),
+                          "job": (False, False, False), "ended": (False, False, True)}
     finally:
         release.set()
         holder.join()
@@ -197,7 +201,8 @@ def test_status_shows_a_run_that_ended_before_its_ingest_as_ended_not_cut_off(li
         return CliRunner().invoke(app, ["status", "--home", str(tmp_path), "--store", store_url, *fmt])
 
     (row,) = json.loads(status("--format", "json").stdout)["running"]
-    assert (row["run_id"], row["step"], row["ended"], row["gone"], row["stale"]) == ("run003", 37, True, False, False)
+    assert (row["run_id"], row["step"], row["ended"], row["gone"], row["stale"]) == ("run003", 37, True,
+                                                                                     False, False)
     table = status()
     assert table.exit_code == 0 and "ENDED" in table.stdout and "GONE" not in table.stdout
     assert "1 run(s) marked running have ended and wait to be recorded" in table.output
@@ -257,7 +262,8 @@ GRID = """
 name: opened
 base:
   model: {preset: tiny}
-  data: {seq_len: 32, train: [{kind: builtin, name: arithmetic}], heldout: {a: {kind: builtin, name: arithmetic}}}
+  data: {seq_len: 32, train: [{kind: builtin, name: arithmetic}],
+         heldout: {a: {kind: builtin, name: arithmetic}}}
   train: {steps: 5, batch_size: 4}
 grid:
   variant: [baseline, sdpa-elementwise, sdpa-headwise]
@@ -274,10 +280,12 @@ def test_the_opening_triages_and_ingests_a_result_nobody_recorded(tmp_path, stor
         o.store.mark_running(run_id=a.run_id, host=HOST, device="cpu")
         o.store.mark_running(run_id=b.run_id, host=HOST, device="cpu")
         o.store.mark_failed(run_id=c.run_id, error="boom")
-    # a finished while the store could not hear it: its worker took and dropped its lock, its result.json is there
+    # a finished while the store could not hear it: its worker took and dropped its lock, its result.json is
+    # there
     with RunLock(run_dir(home, a.run_id)) as worker:
         assert worker.acquire()
-    write_result(result(0).model_copy(update={"run_id": a.run_id, "config": a.config.model_dump(mode="json")}),
+    write_result(result(0).model_copy(update={"run_id": a.run_id,
+                                              "config": a.config.model_dump(mode="json")}),
                  run_dir(home, a.run_id))
     lock = RunLock(run_dir(home, b.run_id))
     assert lock.acquire()  # b is being trained by a live process of this machine (this one)
@@ -312,7 +320,8 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
     with pytest.raises(OperationalError) as full, engine.begin() as conn:
         conn.execute(text("PRAGMA max_page_count = 2"))
         conn.execute(text("INSERT INTO t VALUES (:x)"), [{"x": "y" * 4000}] * 10)
-    assert (said := unavailable(full.value, "w")) is not None and said.away == "full (no space left on its disk)"
+    assert (said := unavailable(full.value,
+                                "w")) is not None and said.away == "full (no space left on its disk)"
     with pytest.raises(OperationalError) as away:
         create_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}").connect()
     assert (said := unavailable(away.value, "w")) is not None and said.away == "unreachable"
@@ -327,9 +336,9 @@ def test_a_store_whose_disk_is_full_is_said_to_be_full_not_unreachable(tmp_path)
 
 
 def test_the_recorder_keeps_writes_while_the_store_is_away_and_says_so_once_each_way(tmp_path):
-    """A real outage: the SQLite store's folder moved away (a new connection cannot open it) and back. The store
-    raises StoreUnavailable; the recorder keeps the write, says the store went away, that it stayed away past the
-    patience, and that it is back, once each, and the kept write lands."""
+    """A real outage: the SQLite store's folder moved away (a new connection cannot open it) and back. The
+    store raises StoreUnavailable; the recorder keeps the write, says the store went away, that it stayed away
+    past the patience, and that it is back, once each, and the kept write lands."""
     from ablate.errors import StoreUnavailable
     from ablate.execute.recorder import Recorder
     from ablate.store import Store
@@ -361,9 +370,9 @@ def test_the_recorder_keeps_writes_while_the_store_is_away_and_says_so_once_each
     assert not watch()
     where = recorder.where
     assert [n for n, _ in said] == ["away", "gave_up", "back"]
-    assert said[0][1] == (f"the store {where} is unreachable: training goes on, results are kept and recorded when "
-                          "it is back (stopping after 0 s)")
-    assert re.fullmatch(rf"the store {re.escape(where)} has been unreachable for 0 s: stopping \(running jobs save "
-                        r"a checkpoint\)", said[1][1]) and recorder.gave_up == said[1][1]
+    assert said[0][1] == (f"the store {where} is unreachable: training goes on, results are kept and "
+                          "recorded when it is back (stopping after 0 s)")
+    assert re.fullmatch(rf"the store {re.escape(where)} has been unreachable for 0 s: stopping \(running "
+                        r"jobs save a checkpoint\)", said[1][1]) and recorder.gave_up == said[1][1]
     assert said[2][1] == f"the store {where} is back"
     store.close()

@@ -18,7 +18,9 @@ def test_decay_embeddings_moves_the_tied_embedding_into_the_decayed_group(decay_
     assert model.lm_head.weight is model.embed.weight  # tied: one parameter, listed once
     norms = [m.weight for m in model.modules() if type(m).__name__ == "RMSNorm"]
     assert all(any(n is p for p in no_decay["params"]) for n in norms)  # norms are never decayed
-    assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == sum(
+        p.numel() for p in model.parameters()
+    )
     lit = LitDecoder(model, TrainConfig(decay_embeddings=decay_embeddings, weight_decay=0.5))
     groups = lit.configure_optimizers()["optimizer"].param_groups
     decayed = [p for g in groups if g["weight_decay"] == 0.5 for p in g["params"]]
@@ -26,7 +28,8 @@ def test_decay_embeddings_moves_the_tied_embedding_into_the_decayed_group(decay_
 
 
 def test_a_decayed_embedding_shrinks_without_gradient():
-    """AdamW's decoupled decay: a parameter with zero gradient shrinks by lr * wd per step, only when decayed."""
+    """AdamW's decoupled decay: a parameter with zero gradient shrinks by lr * wd per step, only when
+    decayed."""
     model = build_model(ModelConfig(preset="tiny"))
     before = model.embed.weight.detach().clone()
     for decay in (False, True):
@@ -41,8 +44,8 @@ def test_a_decayed_embedding_shrinks_without_gradient():
 
 
 def test_a_few_steps_of_the_lite_study(tmp_path, module_cache):
-    """grids/paper/lite.yaml expands to its 27 runs, every row starting at BOS; one G1 run trains a few steps and
-    reports its probes per layer (the study itself takes ~40 minutes: it is not a test)."""
+    """grids/paper/lite.yaml expands to its 27 runs, every row starting at BOS; one G1 run trains a few steps
+    and reports its probes per layer (the study itself takes ~40 minutes: it is not a test)."""
     from pathlib import Path
 
     from ablate.grid import expand, load_grid
@@ -62,8 +65,8 @@ def test_a_few_steps_of_the_lite_study(tmp_path, module_cache):
 
 
 def test_the_sinks_study_shares_the_lite_studys_baseline_and_g1_runs():
-    """grids/sinks.yaml: lite's base unchanged, so its baseline and G1 runs are lite's (one store trains them once),
-    beside the four sink arms, lr 3e-2 only, seeds 0-2."""
+    """grids/sinks.yaml: lite's base unchanged, so its baseline and G1 runs are lite's (one store trains them
+    once), beside the four sink arms, lr 3e-2 only, seeds 0-2."""
     from pathlib import Path
 
     import yaml
@@ -72,13 +75,18 @@ def test_the_sinks_study_shares_the_lite_studys_baseline_and_g1_runs():
     from ablate.grid import expand, load_grid
 
     grids = Path(__file__).resolve().parents[1] / "grids"
-    sinks, lite = (yaml.safe_load(p.read_text()) for p in (grids / "sinks.yaml", grids / "paper" / "lite.yaml"))
+    sinks, lite = (yaml.safe_load(p.read_text()) for p in (grids / "sinks.yaml",
+                                                           grids / "paper" / "lite.yaml"))
     assert sinks["base"] == lite["base"]
     runs = {r.run_id: r.config for r in expand(load_grid(grids / "sinks.yaml"))}
     lite_ids = {r.run_id for r in expand(load_grid(grids / "paper" / "lite.yaml"))}
     arms = ["baseline", "sdpa-elementwise", "sdpa-headwise",
             "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick"]
     assert sorted({c.variant for c in runs.values()}) == sorted(arms) and set(arms) <= set(VARIANTS)
-    assert len(runs) == 21 and {c.train.lr for c in runs.values()} == {3e-2} and {c.seed for c in runs.values()} == {0, 1, 2}
+    assert (
+        len(runs) == 21
+        and {c.train.lr for c in runs.values()} == {3e-2}
+        and {c.seed for c in runs.values()} == {0, 1, 2}
+    )
     shared = {i for i in runs if i in lite_ids}
     assert {(runs[i].variant, runs[i].seed) for i in shared} == {(v, s) for v in arms[:3] for s in range(3)}

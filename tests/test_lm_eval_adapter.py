@@ -1,5 +1,6 @@
-"""The lm-eval adapter, offline: task YAMLs over a local JSONL file; its loglikelihoods equal a direct forward pass
-encoded by lm-eval's rules (a context's trailing spaces join the continuation; an empty context is end-of-text)."""
+"""The lm-eval adapter, offline: task YAMLs over a local JSONL file; its loglikelihoods equal a direct forward
+pass encoded by lm-eval's rules (a context's trailing spaces join the continuation; an empty context is
+end-of-text)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from ablate.ablations.config import ModelConfig
 from ablate.runner.tokenizers import ByteTokenizer
 
 DOCS = [
-    {"question": "The sky is", "choices": [" blue", " green", " loud"], "label": 0, "text": "The sky is blue today."},
-    {"question": "One, two,", "choices": [" three", " seven"], "label": 0, "text": "One, two, three, four, five."},
-    {"question": "Cats say", "choices": [" woof", " meow"], "label": 1, "text": "Cats say meow; dogs say woof."},
+    {"question": "The sky is", "choices": [" blue", " green", " loud"], "label": 0,
+     "text": "The sky is blue today."},
+    {"question": "One, two,", "choices": [" three", " seven"], "label": 0,
+     "text": "One, two, three, four, five."},
+    {"question": "Cats say", "choices": [" woof", " meow"], "label": 1,
+     "text": "Cats say meow; dogs say woof."},
 ]
 
 
@@ -25,8 +29,8 @@ def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lm_eval")
     data = tmp / "toy.jsonl"
     data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
-    common = (f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n  cache_dir: {tmp / 'hf'}\n"
-              "test_split: test\n")
+    common = (f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n  cache_dir: "
+              f"{tmp / 'hf'}\ntest_split: test\n")
     (tmp / "mc.yaml").write_text(
         "task: ablate_toy_mc\n" + common + "output_type: multiple_choice\ndoc_to_text: '{{question}}'\n"
         "doc_to_target: label\ndoc_to_choice: choices\ntarget_delimiter: ''\nmetric_list:\n  - metric: acc\n")
@@ -79,14 +83,17 @@ def test_simple_evaluate_over_local_yaml(setup, monkeypatch):
     from ablate.runner.lm_eval_adapter import evaluate_lm_eval
 
     tmp, model, tok = setup
-    scores = evaluate_lm_eval(model, tok, ["ablate_toy_mc", "ablate_toy_ppl", "ablate_toy_gen"], include_path=tmp)
-    chosen = [max(range(len(d["choices"])), key=lambda j: _direct_logprob(model, tok, d["question"], d["choices"][j]))
+    scores = evaluate_lm_eval(model, tok, ["ablate_toy_mc", "ablate_toy_ppl", "ablate_toy_gen"],
+                              include_path=tmp)
+    chosen = [max(range(len(d["choices"])),
+                  key=lambda j: _direct_logprob(model, tok, d["question"], d["choices"][j]))
               for d in DOCS]
     expected_acc = sum(c == d["label"] for c, d in zip(chosen, DOCS, strict=True)) / len(DOCS)
     assert scores["bench/ablate_toy_mc/acc"] == pytest.approx(expected_acc)
     nll = sum(-_direct_logprob(model, tok, "", d["text"]) for d in DOCS)
     n_bytes = sum(len(d["text"].encode()) for d in DOCS)
-    assert scores["bench/ablate_toy_ppl/bits_per_byte"] == pytest.approx(nll / n_bytes / math.log(2), rel=1e-4)
+    assert scores["bench/ablate_toy_ppl/bits_per_byte"] == pytest.approx(nll / n_bytes / math.log(2),
+                                                                         rel=1e-4)
     assert 0.0 <= scores["bench/ablate_toy_gen/exact_match"] <= 1.0
     assert not any("stderr" in k for k in scores)
 

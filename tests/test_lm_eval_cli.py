@@ -1,6 +1,6 @@
-"""``ablate eval``: lm-evaluation-harness scores of finished runs, offline, stored as ``bench/<task>`` columns of a
-real store; a rerun scores only what is missing; bad input is one line with exit 2. The expected accuracy is
-computed here from the model's own forward pass, not from lm-eval."""
+"""``ablate eval``: lm-evaluation-harness scores of finished runs, offline, stored as ``bench/<task>`` columns
+of a real store; a rerun scores only what is missing; bad input is one line with exit 2. The expected accuracy
+is computed here from the model's own forward pass, not from lm-eval."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ablate.cli import app
 from ablate.errors import StoreError
 
 SUMMARY = {"steps": 300, "train_loss": 1.5, "val_ppl": 4.5}
-TOY = [{"q": "1 + 1 =", "choices": [" 2", " 3"], "label": 0}, {"q": "2 + 2 =", "choices": [" 5", " 4"], "label": 1}]
+TOY = [{"q": "1 + 1 =", "choices": [" 2", " 3"], "label": 0},
+       {"q": "2 + 2 =", "choices": [" 5", " 4"], "label": 1}]
 
 
 def _logprob(model, tok, context: str, continuation: str) -> float:
@@ -82,17 +83,22 @@ def test_eval_stores_lm_eval_scores_and_resumes(home_with_grid, tmp_path, monkey
         summary = json.loads((home / "runs" / r["run_id"] / "result.json").read_text())["summary"]
         assert summary["bench/ablate_mqar"] == pytest.approx(r["scores"]["bench/ablate_mqar"])
         held = json.loads((home / "runs" / r["run_id"] / "lm_eval.json").read_text())["tasks"]
-        assert held["ablate_mqar"]["limit"] == 4 and held["ablate_mqar"]["n-samples"]["ablate_mqar"]["effective"] == 4
+        assert (
+            held["ablate_mqar"]["limit"] == 4
+            and held["ablate_mqar"]["n-samples"]["ablate_mqar"]["effective"] == 4
+        )
 
     # a rerun scores nothing; a new task (a user's YAML) is the only one scored
     (tmp_path / "mine" / "toy.jsonl").parent.mkdir()
-    (tmp_path / "mine" / "toy.jsonl").write_text("".join(json.dumps({**d, "prompt": d["q"]}) + "\n" for d in TOY))
+    (tmp_path / "mine" / "toy.jsonl").write_text("".join(json.dumps({**d,
+                                                                     "prompt": d["q"]}) + "\n" for d in TOY))
     (tmp_path / "mine" / "toy.yaml").write_text(
-        f"task: my_toy\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'mine' / 'toy.jsonl'}\n"
-        f"  cache_dir: {tmp_path / 'hf'}\ntest_split: test\noutput_type: multiple_choice\ndoc_to_text: '{{{{q}}}}'\n"
-        "doc_to_target: label\ndoc_to_choice: choices\ntarget_delimiter: ''\nmetric_list:\n  - metric: acc\n")
-    res, again = _eval(home, url, "--grid", "g", "--tasks", "ablate_mqar,ablate_niah_single,my_toy", "--limit", "4",
-                       "--include-path", str(tmp_path / "mine"))
+        "task: my_toy\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: "
+        f"{tmp_path / 'mine' / 'toy.jsonl'}\n  cache_dir: {tmp_path / 'hf'}\ntest_split: test\noutput_type: "
+        f"multiple_choice\ndoc_to_text: '{{{{q}}}}'\ndoc_to_target: label\ndoc_to_choice: "
+        "choices\ntarget_delimiter: ''\nmetric_list:\n  - metric: acc\n")
+    res, again = _eval(home, url, "--grid", "g", "--tasks", "ablate_mqar,ablate_niah_single,my_toy",
+                       "--limit", "4", "--include-path", str(tmp_path / "mine"))
     assert res.exit_code == 0, res.output
     for before, now in zip(out, again, strict=True):
         assert now["scored"] == ["my_toy"]
@@ -125,8 +131,10 @@ def test_a_run_that_cannot_be_scored_is_its_own_failure(home_with_grid, tmp_path
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--grid", "g", "--tasks", "ablate_mqr"], "unknown lm-eval task 'ablate_mqr' (did you mean 'ablate_mqar'?)"),
-    (["RUN", "--tasks", "ablate_mqar", "--include-path", "/nonexistent"], "--include-path /nonexistent: not a dir"),
+    (["--grid", "g", "--tasks", "ablate_mqr"],
+     "unknown lm-eval task 'ablate_mqr' (did you mean 'ablate_mqar'?)"),
+    (["RUN", "--tasks", "ablate_mqar", "--include-path", "/nonexistent"],
+     "--include-path /nonexistent: not a dir"),
     (["zzz", "--tasks", "ablate_mqar"], "no run 'zzz' in the store"),
     (["--grid", "nope", "--tasks", "ablate_mqar"], "no grid 'nope' in the store"),
     (["--tasks", "ablate_mqar"], "give run ids or --grid NAME"),

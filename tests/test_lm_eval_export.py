@@ -1,6 +1,6 @@
-"""A real client nobody here wrote: lm-eval's own ``hf`` model, pointed at a folder ``ablate export`` wrote, scores
-ablate's offline tasks with the same loglikelihoods (and greedy generations) as the project's adapter on the
-run's checkpoint, request by request. Weights at O(1) scale (tests/export_runs.py)."""
+"""A real client nobody here wrote: lm-eval's own ``hf`` model, pointed at a folder ``ablate export`` wrote,
+scores ablate's offline tasks with the same loglikelihoods (and greedy generations) as the project's adapter
+on the run's checkpoint, request by request. Weights at O(1) scale (tests/export_runs.py)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ def test_lm_eval_hf_model_on_the_export_equals_the_adapter(tmp_path, monkeypatch
     manager = task_manager(TASKS)
     common = dict(tasks=TASKS, task_manager=manager, limit=2, log_samples=True, bootstrap_iters=0)
     theirs = lm_eval.simple_evaluate(
-        model="hf", model_args={"pretrained": str(out), "dtype": "float32", "device": "cpu"}, batch_size=4, **common)
-    ours = lm_eval.simple_evaluate(model=lm_eval_class()(pretrained=str(run_dir(tmp_path, rid)), batch_size=4),
+        model="hf", model_args={"pretrained": str(out), "dtype": "float32", "device": "cpu"}, batch_size=4,
+        **common)
+    ours = lm_eval.simple_evaluate(model=lm_eval_class()(pretrained=str(run_dir(tmp_path, rid)),
+                                                         batch_size=4),
                                    **common)
     assert theirs["n-samples"] == ours["n-samples"]
     a, b = _samples(theirs), _samples(ours)
@@ -44,7 +46,8 @@ def test_lm_eval_hf_model_on_the_export_equals_the_adapter(tmp_path, monkeypatch
             if isinstance(x, str):  # ablate_vt: the greedy continuation
                 assert x == y, key
             else:  # (loglikelihood, is_greedy) per choice, or one
-                x, y = (x, y) if isinstance(x, list | tuple) and isinstance(x[0], list | tuple) else ([x], [y])
+                x, y = (x, y) if isinstance(x, list | tuple) and isinstance(x[0], list | tuple) else ([x],
+                                                                                                      [y])
                 for (lp_x, greedy_x), (lp_y, greedy_y) in zip(x, y, strict=True):
                     assert lp_x == pytest.approx(lp_y, abs=1e-4, rel=1e-6), key
                     assert bool(greedy_x) == bool(greedy_y), key

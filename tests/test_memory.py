@@ -1,11 +1,12 @@
-"""The memory plan: the estimated peak per device against the peak PyTorch's ``MemTracker`` measures on CPU, its
-itemisation, the fixes it proposes, and ``--device-memory`` on ``ablate plan`` / ``ablate run`` / ``ablate tune``
-(and a library ``run_grid`` call).
+"""The memory plan: the estimated peak per device against the peak PyTorch's ``MemTracker`` measures on CPU,
+its itemisation, the fixes it proposes, and ``--device-memory`` on ``ablate plan`` / ``ablate run`` / ``ablate
+tune`` (and a library ``run_grid`` call).
 
 The measured step is the runner's (``LitDecoder``): forward under autocast when mixed, fp32 cross-entropy,
 backward (accumulated over micro-batches), gradient clipping, AdamW with the runner's parameter groups; the
-second step is measured (the optimizer state exists by then). MemTracker sees every op, so the cases are few. Observed errors: +2% to +11% (the estimate errs
-high: it counts every saved tensor at its full size), so the bound below is -5% .. +15%.
+second step is measured (the optimizer state exists by then). MemTracker sees every op, so the cases are few.
+Observed errors: +2% to +11% (the estimate errs high: it counts every saved tensor at its full size), so the
+bound below is -5% .. +15%.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from ablate.config import RunConfig
 from ablate.errors import ConfigError
 
 
-def measured_peak(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False, checkpointing: bool = False,
-                  accumulate: int = 1) -> float:
+def measured_peak(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False,
+                  checkpointing: bool = False, accumulate: int = 1) -> float:
     """Peak bytes of the runner's training step on CPU, measured by torch's MemTracker."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -45,7 +46,8 @@ def measured_peak(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = Fal
         for _ in range(accumulate):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
                 out = model(idx[:, :-1])
-                loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), idx[:, 1:].flatten())
+                loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(),
+                                                         idx[:, 1:].flatten())
             (loss / accumulate).backward()
             if tracker is not None:
                 tracker.reset_mod_stats()
@@ -68,16 +70,18 @@ CASES = {
     "tiny-G1-accumulated": dict(preset="tiny", variant="sdpa-elementwise", rows=4, seq_len=64, accumulate=2),
     "small-G1-checkpointed-bf16": dict(preset="small", variant="sdpa-elementwise", rows=2, seq_len=64,
                                        checkpointing=True, half=True),
-    **{f"tiny-{arm}": dict(preset="tiny", variant=arm, rows=8, seq_len=256)  # T x T maps: the attention weights arms
+    # T x T maps: the attention weights arms
+    **{f"tiny-{arm}": dict(preset="tiny", variant=arm, rows=8, seq_len=256)
        for arm in ("sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick")},
     # the example plugin arms (examples/plugin/myattn), one for each kind of slot: measured on the meta device
-    "tiny-plugin-gate-G2": dict(preset="tiny", plugin={"arm": "myattn:HeadGate", "args": {"position": "G2"}}, rows=8,
-                                seq_len=64),
-    "tiny-plugin-gate-G1-bf16": dict(preset="tiny", plugin={"arm": "myattn:HeadGate", "args": {"position": "G1"}},
-                                     rows=8, seq_len=64, half=True),
+    "tiny-plugin-gate-G2": dict(preset="tiny", plugin={"arm": "myattn:HeadGate", "args": {"position": "G2"}},
+                                rows=8, seq_len=64),
+    "tiny-plugin-gate-G1-bf16": dict(preset="tiny",
+                                     plugin={"arm": "myattn:HeadGate", "args": {"position": "G1"}}, rows=8,
+                                     seq_len=64, half=True),
     "tiny-plugin-attn_out": dict(preset="tiny", plugin={"arm": "myattn:LayerScale"}, rows=8, seq_len=64),
-    "tiny-plugin-weights": dict(preset="tiny", plugin={"arm": "myattn:CappedSoftmax", "args": {"cap": 5}}, rows=8,
-                                seq_len=256),
+    "tiny-plugin-weights": dict(preset="tiny", plugin={"arm": "myattn:CappedSoftmax", "args": {"cap": 5}},
+                                rows=8, seq_len=256),
 }
 
 
@@ -94,7 +98,9 @@ def test_estimate_bounds_the_measured_peak(case: str, request: pytest.FixtureReq
                           precision="bf16-mixed" if c.get("half") else "32-true",
                           checkpointing=c.get("checkpointing", False))
     error = est.total / measured - 1
-    print(f"{case}: measured {measured / 2**20:.2f} MiB, estimated {est.total / 2**20:.2f} MiB ({error:+.1%})")
+    print(
+        f"{case}: measured {measured / 2**20:.2f} MiB, estimated {est.total / 2**20:.2f} MiB ({error:+.1%})"
+    )
     assert -0.05 <= error <= 0.15, (case, measured, est)
 
 
@@ -107,7 +113,8 @@ def paper(variant: str = "baseline", **train) -> RunConfig:
 
 def test_the_estimate_follows_the_config() -> None:
     base = run_memory(paper(micro_batch_size=1), gpu=True)
-    assert run_memory(paper("sdpa-elementwise", micro_batch_size=1), gpu=True).total > base.total  # the gate's
+    # the gate's
+    assert run_memory(paper("sdpa-elementwise", micro_batch_size=1), gpu=True).total > base.total
     assert run_memory(paper(micro_batch_size=2), gpu=True).total > base.total
     assert run_memory(paper(micro_batch_size=1, activation_checkpointing=True), gpu=True).total < base.total
     sharded = run_memory(paper(micro_batch_size=1, strategy="fsdp", devices=8), gpu=True)
@@ -119,14 +126,16 @@ def test_the_estimate_follows_the_config() -> None:
     # AdamW's two fp32 moments: 8 bytes per parameter (1.72B parameters: 12.8 GiB)
     assert 12.5 < items["optimizer"] < 13.0
     # every stage counts: a longer second stage needs more
-    staged = RunConfig.model_validate({**paper(micro_batch_size=1).model_dump(), "stages": [{"data.seq_len": 8192}]})
+    staged = RunConfig.model_validate({**paper(micro_batch_size=1).model_dump(),
+                                       "stages": [{"data.seq_len": 8192}]})
     assert run_memory(staged, gpu=True).total > base.total
 
 
 def test_cheapest_fix_tries_micro_batches_then_checkpointing_then_fsdp() -> None:
     assert cheapest_fix(paper(), 80 * GiB, gpu=True).startswith("train.micro_batch_size=")
     # one row per device does not fit in 48 GB; checkpointing does
-    assert cheapest_fix(paper(micro_batch_size=1), 48 * GiB, gpu=True).startswith("train.activation_checkpointing=True")
+    assert cheapest_fix(paper(micro_batch_size=1), 48 * GiB,
+                        gpu=True).startswith("train.activation_checkpointing=True")
     # 24 GB: parameters, gradients and optimizer state take too much of it; sharded over 4 devices they do not
     assert cheapest_fix(paper(micro_batch_size=1), 24 * GiB, gpu=True).startswith(
         "train.strategy=fsdp, train.devices=4, train.activation_checkpointing=True")
@@ -134,7 +143,8 @@ def test_cheapest_fix_tries_micro_batches_then_checkpointing_then_fsdp() -> None
     assert cheapest_fix(paper(micro_batch_size=1), 8 * GiB, gpu=True) is None
 
 
-@pytest.mark.parametrize(("text", "gib"), [("80GB", 80), ("80 GiB", 80), ("40960MB", 40), ("1.5T", 1536), ("2g", 2)])
+@pytest.mark.parametrize(("text", "gib"),
+                         [("80GB", 80), ("80 GiB", 80), ("40960MB", 40), ("1.5T", 1536), ("2g", 2)])
 def test_memory_amounts_parse(text: str, gib: float) -> None:
     assert parse_memory(text) == gib * GiB
 
@@ -174,15 +184,19 @@ def test_runs_that_cannot_fit_are_refused_before_anything_starts(grid, tmp_home,
     line = out.output.strip()
     assert "\n" not in line and "Traceback" not in line
     assert line.startswith("error: --device-memory: 2 of 2 run(s) cannot fit in 0.00195 GB per device")
-    assert "(sdpa-elementwise, " in line and "the largest needs" in line and "cheapest fix for the largest" in line
+    assert (
+        "(sdpa-elementwise, " in line
+        and "the largest needs" in line
+        and "cheapest fix for the largest" in line
+    )
     assert list(tmp_home.iterdir()) == []  # no store, no run directory
     bad = CliRunner().invoke(app, [command, str(grid), "--device-memory", "eighty"])
     assert bad.exit_code == 2 and "'eighty' is not an amount of memory" in bad.output
 
 
 def test_tune_and_library_callers_go_through_the_same_check(grid, tmp_home) -> None:
-    """The check is the library's: ``ablate tune`` and a ``run_grid`` call refuse what ``ablate run`` refuses, with
-    its one line, before anything is made."""
+    """The check is the library's: ``ablate tune`` and a ``run_grid`` call refuse what ``ablate run`` refuses,
+    with its one line, before anything is made."""
     from ablate.execute import RunOptions, run_grid
 
     refused = CliRunner().invoke(app, ["run", str(grid), "--device-memory", "2MB"]).output.strip()
@@ -201,8 +215,9 @@ def test_tune_and_library_callers_go_through_the_same_check(grid, tmp_home) -> N
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
 def test_estimate_bounds_the_cuda_peak(checkpointing: bool) -> None:
-    """On a GPU (bench/gpu_check.sh runs it): bf16 autocast, the peak torch's allocator reports over the second
-    step. Wider bounds than on CPU: cuBLAS workspaces and the allocator's 512-byte rounding are not estimated."""
+    """On a GPU (bench/gpu_check.sh runs it): bf16 autocast, the peak torch's allocator reports over the
+    second step. Wider bounds than on CPU: cuBLAS workspaces and the allocator's 512-byte rounding are not
+    estimated."""
     from ablate.runner.module import param_groups
     from ablate.runner.parallel import checkpoint_blocks
 
@@ -226,8 +241,8 @@ def test_estimate_bounds_the_cuda_peak(checkpointing: bool) -> None:
         opt.step()
         opt.zero_grad()
     measured = torch.cuda.max_memory_allocated()
-    est = estimate_memory(cfg, seq_len=seq_len, rows=rows, precision="bf16-mixed", checkpointing=checkpointing,
-                          gpu=True)
+    est = estimate_memory(cfg, seq_len=seq_len, rows=rows, precision="bf16-mixed",
+                          checkpointing=checkpointing, gpu=True)
     error = est.total / measured - 1
     print(f"cuda {'checkpointed' if checkpointing else 'plain'}: measured {measured / 2**20:.1f} MiB, "
           f"estimated {est.total / 2**20:.1f} MiB ({error:+.1%})")
@@ -248,5 +263,6 @@ def test_a_plugin_arm_counts_what_it_saves_for_backward(plugin_dir, arm, args, e
     assert saved_bytes(cfg, rows=8, seq_len=64, half=True) == expected // 2  # bf16
     plain = estimate_memory(ModelConfig(preset="tiny"), seq_len=64, rows=8, accumulate=1, precision="32-true")
     est = estimate_memory(cfg, seq_len=64, rows=8, accumulate=1, precision="32-true")
-    params = (count_params(cfg).total - count_params(ModelConfig(preset="tiny")).total) * 4 * 4  # w, grad, Adam 2
+    # w, grad, Adam 2
+    params = (count_params(cfg).total - count_params(ModelConfig(preset="tiny")).total) * 4 * 4
     assert est.total - plain.total == pytest.approx(cfg.n_layers * expected + params, rel=0.02)

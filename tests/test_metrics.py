@@ -1,5 +1,5 @@
-"""Summary metrics are declared once (ablate/metrics.py): the result file, the store's columns, the runs table and
-the docs agree with the declaration, and a new metric is one entry there."""
+"""Summary metrics are declared once (ablate/metrics.py): the result file, the store's columns, the runs table
+and the docs agree with the declaration, and a new metric is one entry there."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from ablate.store.schema import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 # the runs table's columns that are not summary metrics: identity, config fields for SQL filters, lifecycle
-NOT_METRICS = {"run_id", "config", "config_flat", "config_version", "stem_id", "variant", "seed", "model_preset",
-               "n_layers", "d_model", "lr", "train_steps", "batch_size", "seq_len", "status", "created", "started",
-               "finished", "heartbeat", "step", "host", "device", "error", "mlflow_run_id", "slurm_job_id",
-               "provenance"}
+NOT_METRICS = {"run_id", "config", "config_flat", "config_version", "stem_id", "variant", "seed",
+               "model_preset", "n_layers", "d_model", "lr", "train_steps", "batch_size", "seq_len", "status",
+               "created", "started", "finished", "heartbeat", "step", "host", "device", "error",
+               "mlflow_run_id", "slurm_job_id", "provenance"}
 
 
 @pytest.mark.parametrize("m", COLUMNS, ids=[m.name for m in COLUMNS])
@@ -41,7 +41,9 @@ def test_declarations_are_well_formed() -> None:
     for m in SUMMARY:
         assert m.kind in (int, float) and m.meaning and m.source
         assert not m.family or not m.column, f"{m.name}: a family's members are scores, not one column"
-    assert metric("ppl/code") is metrics.BY_NAME["ppl/"] and metric("ppl/") is None and metric("bench") is None
+    assert (
+        metric("ppl/code") is metrics.BY_NAME["ppl/"] and metric("ppl/") is None and metric("bench") is None
+    )
 
 
 def test_cli_md_documents_every_metric() -> None:
@@ -52,8 +54,8 @@ def test_cli_md_documents_every_metric() -> None:
 
 
 def test_result_file_refuses_an_undeclared_summary_key() -> None:
-    with pytest.raises(ValueError, match=r"summary keys \['ppl_code'\] are not declared summary metrics; declare "
-                                         r"them in ablate/metrics.py"):
+    with pytest.raises(ValueError, match=r"summary keys \['ppl_code'\] are not declared summary metrics; "
+                                         r"declare them in ablate/metrics.py"):
         RunResult(run_id="r", config={}, status="done", summary={"ppl_code": 3.0})
     with pytest.raises(ValueError, match="resumed_from"):  # the result's own field, not a summary key
         RunResult(run_id="r", config={}, status="done", summary={"resumed_from": 3})
@@ -73,8 +75,8 @@ def test_runs_table_follows_the_declared_order_and_types(store: Store) -> None:
 
 def test_a_new_metric_is_one_declaration(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """What engineer F's flops or a new probe metric takes: one entry in SUMMARY, nothing else."""
-    new = SummaryMetric("sink_ratio", float, "attention mass on the sink token, mean over layers", "runner (probes)",
-                        better="lower")
+    new = SummaryMetric("sink_ratio", float, "attention mass on the sink token, mean over layers",
+                        "runner (probes)", better="lower")
     at = [m.name for m in SUMMARY].index("m_act") + 1
     monkeypatch.setattr(metrics, "SUMMARY", (*SUMMARY[:at], new, *SUMMARY[at:]))
     monkeypatch.setattr(metrics, "BY_NAME", {m.name: m for m in metrics.SUMMARY})

@@ -1,5 +1,6 @@
-"""MLflow mirroring: one nested run per run under the grid's (or a study's) parent run, opened when the run starts,
-its step metrics logged as it trains, completed from result.json; a new tracking store opened by several processes."""
+"""MLflow mirroring: one nested run per run under the grid's (or a study's) parent run, opened when the run
+starts, its step metrics logged as it trains, completed from result.json; a new tracking store opened by
+several processes."""
 
 from __future__ import annotations
 
@@ -77,11 +78,16 @@ def test_nested_runs_with_params_metrics_tags_and_artifacts(tmp_path, monkeypatc
     assert a.data.metrics["ppl/prose"] == 10.0 and a.data.metrics["train_loss"] == 2.5
     assert "gate_score" not in a.data.metrics  # None is not a number
     # MLflow refuses '@' in a name: a benchmark at a length is logged as bench/<task>:<len>
-    assert a.data.metrics["bench/niah-single:256"] == 50.0 and a.data.metrics["bench/niah-single:256/yarn"] == 25.0
-    assert [m.value for m in client.get_metric_history(a.info.run_id, "probe/gate_score")] == pytest.approx([0.2, 0.3])
+    assert (
+        a.data.metrics["bench/niah-single:256"] == 50.0
+        and a.data.metrics["bench/niah-single:256/yarn"] == 25.0
+    )
+    assert [m.value for m in client.get_metric_history(a.info.run_id,
+                                                       "probe/gate_score")] == pytest.approx([0.2, 0.3])
     assert a.info.status == "FINISHED" and by_id["bbb"].info.status == "FAILED"
     assert by_id["bbb"].data.tags["error"] == "RuntimeError: boom"
-    assert sorted(f.path for f in client.list_artifacts(a.info.run_id)) == ["config.json", "probes.json", "result.json"]
+    assert sorted(f.path for f in client.list_artifacts(a.info.run_id)) == ["config.json", "probes.json",
+                                                                            "result.json"]
     assert a.info.artifact_uri.startswith((home.resolve() / "mlartifacts").as_uri())
     assert (home / "mlflow.db").is_file() and not (tmp_path / "mlruns").exists()
 
@@ -96,11 +102,13 @@ def test_an_unreachable_tracking_store_is_a_warning_not_a_failure(tmp_path, monk
     assert len(thread.errors) == 1 and thread.errors[0].startswith("MLflow at sqlite:///")
 
 
-# ---------------------------------------------------------------- live: one MLflow run per ablate run, as it trains
+# ---------------------------------------------------------------- live: one MLflow run per ablate run, as it
+# trains
 
 
 def _rows(steps) -> list[dict]:
-    return [{"step": s, "loss": 5.0 - 0.01 * s, "lr": 1e-3, "grad_norm": None, "tokens_per_s": 100.0} for s in steps]
+    return [{"step": s, "loss": 5.0 - 0.01 * s, "lr": 1e-3, "grad_norm": None,
+             "tokens_per_s": 100.0} for s in steps]
 
 
 def _history(client, rid: str, key: str = "loss") -> list[int]:
@@ -110,7 +118,8 @@ def _history(client, rid: str, key: str = "loss") -> list[int]:
 def test_a_run_is_mirrored_live_and_resumes_into_the_same_mlflow_run(tmp_path):
     home = tmp_path / "home"
     res = _result("ccc", 0)
-    res = res.model_copy(update={"metrics": {"step": list(range(8)), "loss": [5.0 - 0.01 * s for s in range(8)]}})
+    res = res.model_copy(update={"metrics": {"step": list(range(8)),
+                                             "loss": [5.0 - 0.01 * s for s in range(8)]}})
     mirror = MlflowMirror(home=home, grid="live")
     client = mirror.client
     rid = mirror.start("ccc", res.config)
@@ -162,7 +171,8 @@ def test_trials_nest_under_their_study_and_a_pruned_one_says_where(tmp_path):
     assert runs["t1"].data.tags["status"] == "done"
 
 
-def _first_mirror(home: str, grid: str, barrier) -> None:  # one of several processes opening a new home at once
+# one of several processes opening a new home at once
+def _first_mirror(home: str, grid: str, barrier) -> None:
     barrier.wait(60)
     thread = MirrorThread(home=Path(home), grid=grid)
     thread.submit(_result(f"r-{grid}", 0))
@@ -173,12 +183,13 @@ def _first_mirror(home: str, grid: str, barrier) -> None:  # one of several proc
 
 def test_processes_opening_a_new_tracking_store_together_all_log(tmp_path, monkeypatch):
     """MLflow's first-time schema migration raced when two `ablate run` started on a new home; a file lock now
-    serializes the creation (without it, some of these processes fail: 'table _alembic_tmp_latest_metrics already
-    exists', 'duplicate column name: step', 'Online migration expected to match one row')."""
+    serializes the creation (without it, some of these processes fail: 'table _alembic_tmp_latest_metrics
+    already exists', 'duplicate column name: step', 'Online migration expected to match one row')."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(3)
-    procs = [ctx.Process(target=_first_mirror, args=(str(tmp_path / "home"), f"g{i}", barrier)) for i in range(3)]
+    procs = [ctx.Process(target=_first_mirror,
+                         args=(str(tmp_path / "home"), f"g{i}", barrier)) for i in range(3)]
     for p in procs:
         p.start()
     for p in procs:

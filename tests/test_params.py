@@ -33,14 +33,23 @@ def test_paper_preset_totals() -> None:
     moe = count_params(ModelConfig(preset="paper-moe-15a2b"))
     assert 15.0e9 < moe.total < 16.0e9  # "15B total parameters"
     dense = count_params(ModelConfig(preset="paper-dense-1.7b"))
-    assert round(dense.total / 1e9, 1) == 1.7 and round(dense.non_embedding / 1e9, 1) == 1.4  # Qwen3-1.7B card
+    # Qwen3-1.7B card
+    assert round(dense.total / 1e9, 1) == 1.7 and round(dense.non_embedding / 1e9, 1) == 1.4
     deep = count_params(ModelConfig(preset="paper-dense-1.7b-48l"))
     assert round(deep.total / 1e9, 1) == 1.7
 
 
 def test_tiny_count_by_hand() -> None:
     cfg = ModelConfig(preset="tiny")
-    d, q, k, dk, f, v, n = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.vocab_size, 2
+    d, q, k, dk, f, v, n = (
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.head_dim,
+        cfg.ffn_dim,
+        cfg.vocab_size,
+        2,
+    )
     per_layer = d * q * dk * 2 + d * k * dk * 2 + 2 * dk + 3 * d * f + 2 * d
     assert count_params(cfg) == (v * d + n * per_layer + d, n * per_layer + d)
     untied = count_params(ModelConfig(preset="tiny", tie_embeddings=False))

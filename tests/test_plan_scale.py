@@ -1,6 +1,7 @@
 """``ablate plan`` at scale: a second plan of a grid whose models were counted before never imports torch (the
-counts are kept on disk per version of the model code), and a plan of more rows than rich lays out quickly prints
-as plain columns with the same cells. The CPU time itself is measured in bench/grid_overhead.py, not here."""
+counts are kept on disk per version of the model code), and a plan of more rows than rich lays out quickly
+prints as plain columns with the same cells. The CPU time itself is measured in bench/grid_overhead.py, not
+here."""
 
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ def test_a_long_plan_prints_plain_columns_with_the_same_cells(tmp_path, monkeypa
     assert out.exit_code == 0, out.output
     lines = out.stdout.splitlines()
     assert lines[0] == f"grid long: {2 * len(seeds)} runs"
-    assert lines[1].split() == ["run", "id", "variant", "seed", "params", "added", "tokens", "FLOPs", "memory",
-                                "status"]
+    assert lines[1].split() == ["run", "id", "variant", "seed", "params", "added", "tokens", "FLOPs",
+                                "memory", "status"]
     assert set(lines[2]) == {"-", " "} and len(lines) == 4 + 2 * len(seeds)
     assert lines[-1].startswith("ablate run here: 1 worker on cpu")  # what `ablate run` would start
     first = lines[3].split()
@@ -59,5 +60,6 @@ def test_a_long_plan_prints_plain_columns_with_the_same_cells(tmp_path, monkeypa
     short = tmp_path / "short.yaml"
     short.write_text(tiny_grid("short", seeds=[0]))
     table = CliRunner().invoke(app, ["plan", str(short)]).stdout
-    assert "│" in table and first[3] in table  # a short plan is a rich table, with the same parameter count cells
+    # a short plan is a rich table, with the same parameter count cells
+    assert "│" in table and first[3] in table
     assert Path(counts_file()).name.startswith("meta_counts-")

@@ -1,5 +1,5 @@
-"""Plugin arms from the user's code (examples/plugin): explicit loading, typed arguments, identity, and a grid with
-one trained, probed and stored through ``ablate run``."""
+"""Plugin arms from the user's code (examples/plugin): explicit loading, typed arguments, identity, and a grid
+with one trained, probed and stored through ``ablate run``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
 ARM = {"arm": "myattn:CappedSoftmax", "args": {"cap": 5}}
 
 
-def grid_file(tmp_path: Path, *, plugins: str = "[myattn]", arm: str = json.dumps(ARM), steps: int = 10) -> Path:
+def grid_file(tmp_path: Path, *, plugins: str = "[myattn]", arm: str = json.dumps(ARM),
+              steps: int = 10) -> Path:
     path = tmp_path / "g.yaml"
     path.write_text(f"""
 name: plug
@@ -40,15 +41,17 @@ def plan(path: Path, home: Path):
 
 
 @pytest.mark.parametrize(("plugins", "arm", "message"), [
-    ("[]", json.dumps(ARM), r"plugin arm 'myattn:CappedSoftmax' is from module 'myattn', which the grid does not "
-                            r"list: add `plugins: \[myattn\]`"),
-    ("[nothere]", '{arm: "nothere:X"}', r"cannot import plugin module 'nothere': ModuleNotFoundError: No module "
-                                        r"named 'nothere'"),
+    ("[]", json.dumps(ARM), r"plugin arm 'myattn:CappedSoftmax' is from module 'myattn', which the grid does "
+                            r"not list: add `plugins: \[myattn\]`"),
+    ("[nothere]", '{arm: "nothere:X"}', r"cannot import plugin module 'nothere': ModuleNotFoundError: No "
+                                        r"module named 'nothere'"),
     ("[myattn]", '{arm: "myattn:Missing"}', r"plugin module 'myattn' has no 'Missing'"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: -1}}',
      r"model.plugin.args.cap: myattn:CappedSoftmax: Input should be greater than 0 \(got -1\)"),
-    ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: 5, width: 2}}', r"model.plugin.args.width: .*Extra inputs"),
-    ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: 5}, version: "1"}', r"model.plugin.version is filled by"),
+    ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: 5, width: 2}}',
+     r"model.plugin.args.width: .*Extra inputs"),
+    ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: 5}, version: "1"}',
+     r"model.plugin.version is filled by"),
 ])
 def test_a_bad_plugin_arm_is_one_line_and_exit_2(plugin_dir, tmp_path, plugins, arm, message) -> None:
     result = plan(grid_file(tmp_path, plugins=plugins, arm=arm), tmp_path / "home")
@@ -126,7 +129,8 @@ def test_export_refuses_a_plugin_arm_in_one_line(plugin_dir) -> None:
     from ablate.errors import ConfigError
 
     cfg = ModelConfig(preset="tiny", plugin=PluginArm(**ARM))
-    with pytest.raises(ConfigError, match=r"^model.plugin: cannot export plugin=.* a plugin arm is the user's code"):
+    with pytest.raises(ConfigError,
+                       match=r"^model.plugin: cannot export plugin=.* a plugin arm is the user's code"):
         hf_target(cfg)
     assert list(hf_unsupported(cfg)) == ["plugin"]
 
@@ -134,7 +138,8 @@ def test_export_refuses_a_plugin_arm_in_one_line(plugin_dir) -> None:
 def test_an_entry_point_arm_is_listed_and_usable_without_plugins(plugin_dir, tmp_path, monkeypatch) -> None:
     from ablate.ablations import plugins
 
-    monkeypatch.setattr(plugins, "registered", lambda: {"capped": "myattn:CappedSoftmax"})  # as a package would
+    # as a package would
+    monkeypatch.setattr(plugins, "registered", lambda: {"capped": "myattn:CappedSoftmax"})
     rows = json.loads(CliRunner().invoke(app, ["variants", "--format", "json"]).output)
     assert rows[-1]["name"] == "capped" and rows[-1]["source"] == "plugin: myattn:CappedSoftmax"
     result = plan(grid_file(tmp_path, plugins="[]", arm='{arm: capped, args: {cap: 2}}'), tmp_path / "home")
@@ -148,12 +153,15 @@ def test_the_example_grid_plans_with_the_example_on_the_path(plugin_dir, tmp_pat
     out = json.loads(plan(EXAMPLE / "grid.yaml", tmp_path / "home").output)
     assert out["imports"] == ["myattn"]
     assert [r["variant"] for r in out["runs"]] == ["baseline", "myattn:CappedSoftmax(cap=5)",
-                                                   "myattn:HeadGate(position=G2)", "myattn:LayerScale(init=0.5)"]
+                                                   "myattn:HeadGate(position=G2)",
+                                                   "myattn:LayerScale(init=0.5)"]
 
 
-# ------------------------------------------------------------------------- gate slots and the block's attention output
+# ------------------------------------------------------------------------- gate slots and the block's
+# attention output
 GATES = {"G1": "gate_sdpa", "G2": "gate_v", "G3": "gate_k", "G4": "gate_q", "G5": "gate_out"}
-HEADS = {"G1": 4, "G2": 2, "G3": 2, "G4": 4, "G5": 1}  # the tiny preset's query heads, kv heads, one flat "head"
+# the tiny preset's query heads, kv heads, one flat "head"
+HEADS = {"G1": 4, "G2": 2, "G3": 2, "G4": 4, "G5": 1}
 
 
 def gate_arm(position: str) -> PluginArm:
@@ -171,7 +179,9 @@ def test_a_plugin_gate_fills_its_position_and_reports_its_scores(plugin_dir, pos
     from ablate.runner.evaluate import probe
 
     cfg = ModelConfig(preset="tiny", plugin=gate_arm(position))
-    assert count_params(cfg).total == count_params(ModelConfig(preset="tiny")).total + 2 * HEADS[position] * 64
+    assert (
+        count_params(cfg).total == count_params(ModelConfig(preset="tiny")).total + 2 * HEADS[position] * 64
+    )
     model = build_model(cfg)
     for block in model.blocks:
         assert type(getattr(block.attn, GATES[position])).__name__ == "HeadGate"
@@ -186,7 +196,8 @@ def test_a_plugin_gate_fills_its_position_and_reports_its_scores(plugin_dir, pos
 
 
 def test_the_block_output_slot_scales_the_attention_before_the_residual(plugin_dir) -> None:
-    """LayerScale at 1 is the baseline exactly (same init: it draws nothing), at 0 the attention adds nothing."""
+    """LayerScale at 1 is the baseline exactly (same init: it draws nothing), at 0 the attention adds
+    nothing."""
     import torch
 
     from ablate.ablations import build_model
@@ -210,8 +221,8 @@ def test_the_block_output_slot_scales_the_attention_before_the_residual(plugin_d
 
 
 def test_an_output_plugins_scores_are_the_layers_gate_statistics(plugin_dir) -> None:
-    """A plugin in the block's output slot that returns scores (sigmoid(0) = 1/2 from a zeroed projection): the
-    probe reports them as the gate score, as a gate's."""
+    """A plugin in the block's output slot that returns scores (sigmoid(0) = 1/2 from a zeroed projection):
+    the probe reports them as the gate score, as a gate's."""
     import torch
 
     from ablate.ablations import build_model
@@ -229,7 +240,8 @@ def test_an_output_plugins_scores_are_the_layers_gate_statistics(plugin_dir) -> 
     for block in model.blocks:
         torch.nn.init.zeros_(block.attn_out.proj.weight)
     p = probe(model, torch.randint(0, 256, (3, 17)).numpy(), hist_bins=10, device=torch.device("cpu"))
-    assert p.layers["gate_score"] == [0.5, 0.5] and p.histograms["gate_score"][0][5] == 1.0  # all in bin [0.5, 0.6)
+    # all in bin [0.5, 0.6)
+    assert p.layers["gate_score"] == [0.5, 0.5] and p.histograms["gate_score"][0][5] == 1.0
 
 
 def test_match_params_rewidens_the_ffn_around_a_plugin_gate(plugin_dir, tmp_path) -> None:
@@ -247,13 +259,14 @@ def test_match_params_rewidens_the_ffn_around_a_plugin_gate(plugin_dir, tmp_path
     ("{preset: tiny, gate: {position: G3}}", '{arm: "myattn:HeadGate", args: {position: G3}}',
      r"plugin arm 'myattn:HeadGate' is a gate at G3, where model.gate already sits"),
     ("{preset: tiny}", '{arm: "nopos:Gate"}',
-     r"plugin arm 'nopos:Gate' fills slot 'gate' and must say where: position = one of \['G1', 'G2', 'G3', 'G4', "
-     r"'G5'\] \(has None\)"),
+     r"plugin arm 'nopos:Gate' fills slot 'gate' and must say where: position = one of \['G1', 'G2', 'G3', "
+     r"'G4', 'G5'\] \(has None\)"),
 ])
-def test_a_gate_plugin_without_a_free_position_is_one_line_and_exit_2(plugin_dir, tmp_path, base, arm, message):
+def test_a_gate_plugin_without_a_free_position_is_one_line_and_exit_2(plugin_dir, tmp_path, base, arm,
+                                                                      message):
     (plugin_dir / "nopos.py").write_text(
-        "from pydantic import BaseModel\nfrom torch import nn\n\n\nclass Gate(nn.Module):\n    slot = 'gate'\n\n"
-        "    class Args(BaseModel):\n        pass\n")
+        "from pydantic import BaseModel\nfrom torch import nn\n\n\nclass Gate(nn.Module):\n    slot = "
+        "'gate'\n\n    class Args(BaseModel):\n        pass\n")
     path = grid_file(tmp_path, plugins="[myattn, nopos]", arm=arm)
     path.write_text(path.read_text().replace("model: {preset: tiny}", f"model: {base}"))
     result = plan(path, tmp_path / "home")
@@ -263,7 +276,8 @@ def test_a_gate_plugin_without_a_free_position_is_one_line_and_exit_2(plugin_dir
 
 
 @pytest.mark.slow
-def test_a_gate_plugin_and_an_output_plugin_train_are_probed_and_stored(plugin_dir, tmp_path, module_cache) -> None:
+def test_a_gate_plugin_and_an_output_plugin_train_are_probed_and_stored(plugin_dir, tmp_path,
+                                                                        module_cache) -> None:
     import pandas as pd
 
     from ablate.store import Store
@@ -277,7 +291,10 @@ def test_a_gate_plugin_and_an_output_plugin_train_are_probed_and_stored(plugin_d
         probes = store.probes(run_ids=list(runs["run_id"]))
     assert set(runs["status"]) == {"done"} and len(runs) == 3
     by_variant = runs.set_index("variant")
-    gated, scaled = by_variant.loc["myattn:HeadGate(position=G3)"], by_variant.loc["myattn:LayerScale(init=0.5)"]
+    gated, scaled = (
+        by_variant.loc["myattn:HeadGate(position=G3)"],
+        by_variant.loc["myattn:LayerScale(init=0.5)"],
+    )
     assert (gated["added_params"], scaled["added_params"]) == (2 * 2 * 64, 2 * 64)
     mine = probes[probes["run_id"] == gated["run_id"]].set_index(["name", "layer"])["value"]
     scores = [mine[("gate_score", layer)] for layer in range(2)]

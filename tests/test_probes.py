@@ -1,12 +1,14 @@
-"""The probes against known answers: decoders with hand-set weights whose attention and residual stream are known.
+"""The probes against known answers: decoders with hand-set weights whose attention and residual stream are
+known.
 
-Every constructed model keeps its residual stream equal to the token embeddings (attention output projections and
-FFN down projections zeroed), so each layer sees the same input and the answers are exact:
+Every constructed model keeps its residual stream equal to the token embeddings (attention output projections
+and FFN down projections zeroed), so each layer sees the same input and the answers are exact:
 
-- sink heads: the BOS key (token 256 at position 0) and every query meet with a logit of 3600, every other key with
-  0, so a sink head puts all of each query's attention on position 0 (F-Attn 1);
-- uniform heads: zero query weights, so every query spreads its attention evenly over its causal prefix and gives
-  the first token 1/(t+1); over queries 1..T-1 that is (H_T - 1) / (T - 1) (H_T the T-th harmonic number);
+- sink heads: the BOS key (token 256 at position 0) and every query meet with a logit of 3600, every other key
+  with 0, so a sink head puts all of each query's attention on position 0 (F-Attn 1);
+- uniform heads: zero query weights, so every query spreads its attention evenly over its causal prefix and
+  gives the first token 1/(t+1); over queries 1..T-1 that is (H_T - 1) / (T - 1) (H_T the T-th harmonic
+  number);
 - a planted coordinate: one token's embedding (or one layer's FFN output) holds a huge value, which M-Act (the
   largest |activation| of the layer's output hidden state) must return.
 """
@@ -34,7 +36,8 @@ def uniform_share(T: int) -> float:
 
 def constructed(variant: str = "baseline", *, sink_heads: int = 4, n_layers: int = 2) -> torch.nn.Module:
     """The tiny preset (4 query heads, 2 key/value heads, head_dim 16) with ``sink_heads`` sink heads and the
-    rest uniform, in every layer; the residual stream is the embedding (1 on d-dim 0 for BOS, on d-dim 1 otherwise)."""
+    rest uniform, in every layer; the residual stream is the embedding (1 on d-dim 0 for BOS, on d-dim 1
+    otherwise)."""
     cfg = apply_variant(ModelConfig(preset="tiny", n_layers=n_layers), variant)
     torch.manual_seed(0)
     model = build_model(cfg)
@@ -48,9 +51,11 @@ def constructed(variant: str = "baseline", *, sink_heads: int = 4, n_layers: int
             a = block.attn
             for norm in (block.attn_norm, block.ffn_norm, a.q_norm, a.k_norm):
                 norm.weight.fill_(1.0)
-            # RoPE's slowest pair (7, 15) turns by < 0.005 rad over 16 positions: the logits barely depend on position
+            # RoPE's slowest pair (7, 15) turns by < 0.005 rad over 16 positions: the logits barely depend on
+            # position
             a.q_norm.weight[dk // 2 - 1] = a.k_norm.weight[dk // 2 - 1] = 30.0
-            q_rows = getattr(a.q_proj, "proj", a.q_proj).weight  # query head h: rows h * dk.., a fused gate's after
+            # query head h: rows h * dk.., a fused gate's after
+            q_rows = getattr(a.q_proj, "proj", a.q_proj).weight
             for h in range(sink_heads):  # every token's query points along dim 7 of the head
                 q_rows[h * dk + dk // 2 - 1, :2] = 1.0
             for j in range(cfg.n_kv_heads):  # BOS's key along dim 7, every other key along dim 0
@@ -70,7 +75,8 @@ def windows(n: int = 3, seed: int = 0) -> np.ndarray:
 def test_attention_all_on_the_first_token_gives_f_attn_one(variant):
     model = constructed(variant)
     attn = model(torch.from_numpy(windows()[:, :-1]), probe=True).probes[0]["attn"]
-    assert torch.equal(attn[..., 0], torch.ones_like(attn[..., 0]))  # the construction: every query on position 0
+    # the construction: every query on position 0
+    assert torch.equal(attn[..., 0], torch.ones_like(attn[..., 0]))
     p = probe(model, windows(), hist_bins=10, device=CPU)
     assert p.layers["f_attn"] == [1.0, 1.0]
     assert p.summary()["f_attn"] == 1.0
@@ -80,7 +86,9 @@ def test_uniform_attention_gives_the_closed_form():
     """Queries 1..T-1 only: query 0 can attend nowhere but position 0, and counting it would add 1/T."""
     p = probe(constructed(sink_heads=0), windows(), hist_bins=10, device=CPU)
     expected = uniform_share(T)
-    assert expected == pytest.approx(float((Fraction(sum(Fraction(1, k) for k in range(1, T + 1))) - 1) / (T - 1)))
+    assert expected == pytest.approx(float((Fraction(sum(Fraction(1,
+                                                                  k) for k in range(1,
+                                                                                    T + 1))) - 1) / (T - 1)))
     assert p.layers["f_attn"] == pytest.approx([expected, expected], rel=1e-6)
     assert p.summary()["f_attn"] == pytest.approx(0.1587153, abs=1e-7)  # (H_16 - 1) / 15
 
@@ -113,8 +121,8 @@ def test_m_act_finds_a_planted_residual_coordinate():
 
 
 def test_m_act_is_per_layer_output_and_carried_by_the_residual():
-    """A massive FFN output in layer 1 (as the paper's App. A.3 finds in an early layer) enters the residual stream
-    there and stays in every later layer's output: the layers before it do not see it."""
+    """A massive FFN output in layer 1 (as the paper's App. A.3 finds in an early layer) enters the residual
+    stream there and stays in every later layer's output: the layers before it do not see it."""
     model = constructed(n_layers=4)
     ffn = model.blocks[1].ffn
     with torch.no_grad():  # non-BOS tokens: ffn_norm(x) = n on d-dim 1 -> 10 silu(n) n on d-dim 3
@@ -129,8 +137,8 @@ def test_m_act_is_per_layer_output_and_carried_by_the_residual():
 
 
 def test_massive_is_the_row_max_over_the_row_median_and_where_it_sits():
-    """Sun et al.'s criterion on hand-set rows: torch.median's lower median of the T x d values; a zero median has
-    no ratio (nan) and the first-token flag still counts."""
+    """Sun et al.'s criterion on hand-set rows: torch.median's lower median of the T x d values; a zero median
+    has no ratio (nan) and the first-token flag still counts."""
     h = torch.tensor([
         [[1.0, -8.0], [2.0, 1.0], [1.0, 1.0]],   # |h| sorted 1 1 1 1 2 8: 8 / 1 on token 0
         [[1.0, 2.0], [3.0, 6.0], [-12.0, 3.0]],  # 1 2 3 3 6 12: lower median 3, 12 / 3 on token 2
@@ -142,8 +150,8 @@ def test_massive_is_the_row_max_over_the_row_median_and_where_it_sits():
 
 
 def test_massive_probe_on_a_planted_coordinate():
-    """Every coordinate 1, BOS's 2 (so each row's max is on the first token, ratio 2), and one token 42 holding 300
-    in one window: that row's max leaves the first token and its ratio is 300."""
+    """Every coordinate 1, BOS's 2 (so each row's max is on the first token, ratio 2), and one token 42
+    holding 300 in one window: that row's max leaves the first token and its ratio is 300."""
     model = constructed()
     with torch.no_grad():
         model.embed.weight.fill_(1.0)
@@ -169,8 +177,8 @@ def test_massive_summary_is_the_peak_layer_and_its_share():
 
 @pytest.mark.slow
 def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, module_cache):
-    """A run stored without massive_ratio (as one trained before the probe existed) gets it from `ablate probe`,
-    equal to what its own training measured, and its other probes come out as they were."""
+    """A run stored without massive_ratio (as one trained before the probe existed) gets it from `ablate
+    probe`, equal to what its own training measured, and its other probes come out as they were."""
     import json
 
     from tiny_grids import tiny_grid
@@ -184,7 +192,9 @@ def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, 
     home, grid = tmp_path / "home", tmp_path / "g.yaml"
     grid.write_text(tiny_grid("reprobe", variants=["sdpa-elementwise"], steps=10))
     cli = CliRunner()
-    assert (ran := cli.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])).exit_code == 0, ran.output
+    assert (ran := cli.invoke(app,
+                              ["run", str(grid), "--home", str(home),
+                               "--no-mlflow"])).exit_code == 0, ran.output
     with Store.open(home=home) as store:
         (rid,) = store.runs_frame(grid="reprobe")["run_id"]
     trained = read_result(run_dir(home, rid))
@@ -200,12 +210,14 @@ def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, 
     assert out.exit_code == 0, out.output
     (row,) = json.loads(out.stdout)
     assert row["run_id"] == rid and row["error"] is None and row["warning"] is None
-    assert out.stderr == f"{rid}: probed\n"  # a run never mirrored: MLflow is left alone, and nothing is said of it
+    # a run never mirrored: MLflow is left alone, and nothing is said of it
+    assert out.stderr == f"{rid}: probed\n"
     assert not (home / "mlflow.db").exists()
     assert row["summary"]["massive_ratio"] == trained.summary["massive_ratio"] > 1
     again = read_result(run_dir(home, rid))
     assert again.probes == trained.probes and again.histograms == trained.histograms
-    assert again.summary == trained.summary  # PPL, steps, wall time kept; the probe summary measured as it was
+    # PPL, steps, wall time kept; the probe summary measured as it was
+    assert again.summary == trained.summary
     with Store.open(home=home) as store:
         frame = store.runs_frame(grid="reprobe")
     assert frame["massive_ratio"].tolist() == [trained.summary["massive_ratio"]]
@@ -214,9 +226,9 @@ def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, 
 
 @pytest.mark.slow
 def test_ablate_probe_logs_into_the_runs_own_mlflow_run(tmp_home, module_cache):
-    """A run mirrored to MLflow before massive_ratio existed, whose MLflow run also holds an f_attn and a per-layer
-    m_act other than its own (as after a change to a probe's code): `ablate probe` logs into that same MLflow run,
-    whose values are then the store's."""
+    """A run mirrored to MLflow before massive_ratio existed, whose MLflow run also holds an f_attn and a
+    per-layer m_act other than its own (as after a change to a probe's code): `ablate probe` logs into that
+    same MLflow run, whose values are then the store's."""
     import json
     import math
 
@@ -233,7 +245,9 @@ def test_ablate_probe_logs_into_the_runs_own_mlflow_run(tmp_home, module_cache):
     home, grid = tmp_home, tmp_home.parent / "g.yaml"
     grid.write_text(tiny_grid("reprobe", variants=["sdpa-elementwise"], steps=10))
     cli = CliRunner()
-    assert (ran := cli.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])).exit_code == 0, ran.output
+    assert (ran := cli.invoke(app,
+                              ["run", str(grid), "--home", str(home),
+                               "--no-mlflow"])).exit_code == 0, ran.output
     with Store.open(home=home) as store:
         (rid,) = store.runs_frame(grid="reprobe")["run_id"]
     trained = read_result(run_dir(home, rid))
@@ -282,7 +296,8 @@ def test_ablate_probe_logs_into_the_runs_own_mlflow_run(tmp_home, module_cache):
     # MLflow unreachable: the probe is stored all the same, and one line says its MLflow run was not updated
     (tmp_home.parent / "a-file").write_text("not a folder")
     bad = f"sqlite:///{tmp_home.parent}/a-file/mlflow.db"
-    out = cli.invoke(app, ["probe", rid, "--home", str(home), "--format", "json"], env={"MLFLOW_TRACKING_URI": bad})
+    out = cli.invoke(app, ["probe", rid, "--home", str(home), "--format", "json"],
+                     env={"MLFLOW_TRACKING_URI": bad})
     assert out.exit_code == 0, out.output
     (res,) = json.loads(out.stdout)
     assert res["error"] is None and res["warning"].startswith(f"MLflow run {mid} at {bad} not updated: ")

@@ -1,6 +1,6 @@
-"""Reports never pick a configuration silently (issue 14 item 8): a grid with smoke runs at train.steps=30 beside
-runs at train.steps=120 shows the configuration with the most finished runs, then the latest, says on stderr in
-one line what it left out, and --where chooses."""
+"""Reports never pick a configuration silently (issue 14 item 8): a grid with smoke runs at train.steps=30
+beside runs at train.steps=120 shows the configuration with the most finished runs, then the latest, says on
+stderr in one line what it left out, and --where chooses."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def _add(store, steps: int, seeds: list[int], *, finished: str, ppl: float) -> l
                                      summary={"steps": steps, "val_ppl": v, "ppl/code": v,
                                               "train_loss": math.log(v)},
                                      metrics={"step": [0, 1], "loss": [3.0, 2.0]}, finished=finished))
-    store.register_grid(name="g", text="name: g", runs=planned, whole=False)  # as `ablate run --set` adds runs
+    # as `ablate run --set` adds runs
+    store.register_grid(name="g", text="name: g", runs=planned, whole=False)
     for r in results:
         store.ingest(r)
     return [p.run_id for p in planned]
@@ -44,8 +45,8 @@ def test_the_configuration_with_most_finished_runs_is_shown_and_the_rest_named(s
     out = runner.invoke(app, ["report", "table1", "--store", store_url])
     assert out.exit_code == 0, out.output
     (line,) = out.stderr.splitlines()
-    assert line == ("warning: report of grid g: 2 run(s) at other configurations left out (train.steps=30 "
-                    "(2 finished)); showing train.steps=120 (4 finished, the most); choose with --where, e.g. "
+    assert line == ("warning: report of grid g: 2 run(s) at other configurations left out (train.steps=30 (2 "
+                    "finished)); showing train.steps=120 (4 finished, the most); choose with --where, e.g. "
                     "--where \"train.steps == 30\"")
     assert "| Baseline |" in out.stdout and "6.00 ± 0.01" in out.stdout and "9.00" not in out.stdout
     chosen = runner.invoke(app, ["report", "table1", "--store", store_url, "--where", "train.steps == 30"])

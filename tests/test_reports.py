@@ -1,9 +1,9 @@
 """Reports on a store the test fills itself: known numbers in, known cells out.
 
-One SQLite store (module scope) holds a grid of tiny-preset runs whose summaries, probes, histograms, curves and
-events the test writes: three seeds per arm at lr 3e-3 (PPL = base + {-0.02, 0, +0.02}, so each cell reads
-``base ± 0.02``), one arm with a single seed, arms with no runs, and a large learning rate at which every baseline
-seed diverges and the SDPA-gated model does not.
+One SQLite store (module scope) holds a grid of tiny-preset runs whose summaries, probes, histograms, curves
+and events the test writes: three seeds per arm at lr 3e-3 (PPL = base + {-0.02, 0, +0.02}, so each cell reads
+``base ± 0.02``), one arm with a single seed, arms with no runs, and a large learning rate at which every
+baseline seed diverges and the SDPA-gated model does not.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ SEEDS = (0, 1, 2)
 OFFSETS = (-0.02, 0.0, 0.02)
 # variant -> base Avg PPL at LOW_LR (all seeds)
 PPL = {"baseline": 6.03, "sdpa-elementwise": 5.83, "v-elementwise": 5.88, "sdpa-head-shared": 5.90,
-       "sdpa-additive-silu": 5.95, "sdpa-elementwise-silu": 5.92, "sdpa-headwise": 5.86, "switch-v-4top4": 5.97,
-       "sdpa-ns-sigmoid": 5.99}
+       "sdpa-additive-silu": 5.95, "sdpa-elementwise-silu": 5.92, "sdpa-headwise": 5.86,
+       "switch-v-4top4": 5.97, "sdpa-ns-sigmoid": 5.99}
 SINGLE = ("v-headwise", 5.79)  # one seed only
 HIGH = {"sdpa-elementwise": 5.90}  # at HIGH_LR; the baseline diverges there
 GATED = {v for v in [*PPL, "v-headwise"] if v not in ("baseline", "switch-v-4top4")}
@@ -47,7 +47,8 @@ def _added(variant: str) -> int:
     return added_params(ModelConfig(preset="tiny"), variant)
 
 
-def _result(variant: str, seed: int, lr: float, ppl: float | None, *, status: str = "done") -> tuple[Planned, RunResult]:
+def _result(variant: str, seed: int, lr: float, ppl: float | None, *,
+            status: str = "done") -> tuple[Planned, RunResult]:
     from ablate.grid import run_id as make_id
 
     config = RunConfig(variant=variant, seed=seed, model={"preset": "tiny"}, train={"lr": lr, "steps": 40})
@@ -156,7 +157,8 @@ def test_table1_known_cells(data: Any) -> None:
     assert t.cell("SDPA Elementwise G1", "bench/niah").text == "51.0 ± 1.0"
     assert t.cell("SDPA Elementwise G1", "act_func").text == "sigmoid"
     assert t.cell("SDPA Elementwise G1", "score_shape").text == "n x q x dk"
-    assert t.cell("SDPA Elementwise G1", "added_params").text == fmt_count(_added("sdpa-elementwise")) == "8.2K"
+    assert t.cell("SDPA Elementwise G1",
+                  "added_params").text == fmt_count(_added("sdpa-elementwise")) == "8.2K"
     assert t.cell("v Headwise G2", "val_ppl").text == "5.79 (n=1)"
     # a row with no runs stays, empty, but still describes itself (its Added Param computed at this scale)
     empty = t.cell("k Elementwise G3", "val_ppl")
@@ -239,8 +241,8 @@ def test_latex_is_a_balanced_booktabs_table_with_the_best_in_bold(data: Any) -> 
         work = Path(os.environ.get("TMPDIR", "/tmp")) / "ablate-tex"
         work.mkdir(exist_ok=True)
         (work / "t.tex").write_text(doc + tex + "\\end{document}\n")
-        proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "t.tex"], cwd=work, capture_output=True,
-                              timeout=60)
+        proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "t.tex"], cwd=work,
+                              capture_output=True, timeout=60)
         assert proc.returncode == 0, proc.stdout[-2000:]
 
 
@@ -255,7 +257,9 @@ def test_csv_round_trips_into_pandas(data: Any) -> None:
     assert list(frame["method"]) == [r.label for r in t.rows]
     first = frame.iloc[0]
     assert math.isnan(first["val_ppl"]) and first["val_ppl:diverged"] == 3 and first["max_lr"] == HIGH_LR
-    assert frame.iloc[1]["val_ppl"] == pytest.approx(5.90) and frame.iloc[1]["val_ppl:std"] == pytest.approx(0.02)
+    assert frame.iloc[1]["val_ppl"] == pytest.approx(5.90) and frame.iloc[1]["val_ppl:std"] == pytest.approx(
+        0.02
+    )
     assert frame.iloc[1]["paper:avg_ppl"] == pytest.approx(7.404)
     assert frame.iloc[3]["delta:val_ppl"] == pytest.approx(-0.20)
 
@@ -325,7 +329,9 @@ def test_report_all_page_in_headless_chromium(filled: Any, tmp_path: Path) -> No
         if os.environ.get("CI"):
             pytest.fail("chromium is required in CI (scripts/system-deps.sh installs it)")
         pytest.skip("chromium is not installed (scripts/system-deps.sh installs it)")
-    res = CliRunner().invoke(app, ["report", "all", "--store", filled.url, "--paper", "--out", str(tmp_path / "report")])
+    res = CliRunner().invoke(app,
+                             ["report", "all", "--store", filled.url, "--paper", "--out",
+                              str(tmp_path / "report")])
     assert res.exit_code == 0, res.output
     for n in range(1, 7):
         for suffix in (".md", ".tex", ".csv"):
@@ -349,10 +355,12 @@ def test_report_all_page_in_headless_chromium(filled: Any, tmp_path: Path) -> No
 
     data = load_grid_data(filled, GRID)
     holding = sum(v.verdict == HOLDS for v in scorecard(data.runs, data.catalogue))
-    # every claim that holds is shown as holding (8 when the scorecard had its first claims; more were added since)
+    # every claim that holds is shown as holding (8 when the scorecard had its first claims; more were added
+    # since)
     assert 'id="scorecard"' in dom and dom.count('class="holds"') == holding >= 8
     for n in range(1, 8):
-        assert re.search(rf'<figure id="fig{n}"><img [^>]*src="data:image/png;base64,[A-Za-z0-9+/=]{{2000,}}"', dom)
+        assert re.search(rf'<figure id="fig{n}"><img '
+                         r'[^>]*src="data:image/png;base64,[A-Za-z0-9+/=]{2000,}"', dom)
 
 
 # ---------------------------------------------------------------- the command
@@ -368,7 +376,8 @@ def test_cli_report(filled: Any, tmp_path: Path) -> None:
     assert res.output.splitlines()[0].startswith("group,method,paper_row,runs,act_func")
     assert len(res.output.splitlines()) == 1 + len(paper_rows(3))
     out = tmp_path / "t1.tex"
-    res = runner.invoke(app, ["report", "table1", "--store", url, "--grid", GRID, "--format", "latex", "--paper",
+    res = runner.invoke(app,
+                        ["report", "table1", "--store", url, "--grid", GRID, "--format", "latex", "--paper",
                               "--out", str(out)])
     assert res.exit_code == 0 and r"\toprule" in out.read_text() and "(paper)" in out.read_text()
     res = runner.invoke(app, ["report", "table9", "--store", url])
@@ -386,7 +395,8 @@ def test_cli_report(filled: Any, tmp_path: Path) -> None:
         s.register_grid(name="a", text="name: a\n", runs=[])
     res = runner.invoke(app, ["report", "table1", "--store", two])
     assert res.exit_code == 2 and "has 2 grids; name one with --grid: a, b" in res.output
-    res = runner.invoke(app, ["report", "table1", "--store", two, "--grid", "a"])  # a grid with no runs: all rows, empty
+    # a grid with no runs: all rows, empty
+    res = runner.invoke(app, ["report", "table1", "--store", two, "--grid", "a"])
     assert res.exit_code == 0, res.output
     groups = len({r["group"] for r in paper_rows(1)})
     assert sum(ln.startswith("| ") for ln in res.output.splitlines()) == 2 + len(paper_rows(1)) + groups

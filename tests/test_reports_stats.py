@@ -61,13 +61,15 @@ def test_scorecard_verdicts_on_constructed_data() -> None:
 
     stable = next(c for c in CLAIMS if c.key == "survives_lr")
     storm = pd.concat([better, _frame([("baseline", s, None, "diverged") for s in range(3)]
-                                      + [("sdpa-elementwise", s, 5.9, "done") for s in range(3)], lr=HIGH_LR)])
+                                      + [("sdpa-elementwise", s, 5.9, "done") for s in range(3)],
+                                      lr=HIGH_LR)])
     sv = evaluate_claim(stable, storm, cat)
     assert (sv.verdict, sv.delta.n, sv.delta.mean) == (HOLDS, 3, 1.0) and "survived 3/3" in sv.detail
     calm = evaluate_claim(stable, better, cat)
     assert calm.verdict == UNCLEAR and "diverged" in calm.detail
     both = pd.concat([better, _frame([("baseline", s, None, "diverged") for s in range(3)]
-                                     + [("sdpa-elementwise", s, None, "diverged") for s in range(3)], lr=HIGH_LR)])
+                                     + [("sdpa-elementwise", s, None, "diverged") for s in range(3)],
+                                     lr=HIGH_LR)])
     assert evaluate_claim(stable, both, cat).verdict == UNCLEAR
 
 
@@ -88,11 +90,13 @@ def test_paired_delta_and_bootstrap() -> None:
 
     d = paired_delta({0: 5.0, 1: 5.2, 2: None}, {0: 6.0, 1: 6.0, 2: 6.1, 3: 6.0})
     assert d.n == 2 and d.diffs == pytest.approx((-1.0, -0.8)) and d.mean == pytest.approx(-0.9)
-    # two seeds that agree in sign: the paired t interval (1 df) is wide, not the [min, max] the bootstrap gave
+    # two seeds that agree in sign: the paired t interval (1 df) is wide, not the [min, max] the bootstrap
+    # gave
     ci = ttest_rel([5.0, 5.2], [6.0, 6.0]).confidence_interval()
     assert (d.lo, d.hi) == pytest.approx((ci.low, ci.high))
     assert (d.lo, d.hi) == pytest.approx((-2.1706, 0.3706), abs=1e-4)
-    assert d.side() == 0 and d.method == "t" and d.p == pytest.approx(ttest_rel([5.0, 5.2], [6.0, 6.0]).pvalue)
+    assert d.side() == 0 and d.method == "t" and d.p == pytest.approx(ttest_rel([5.0, 5.2],
+                                                                                [6.0, 6.0]).pvalue)
     assert bootstrap_ci([1.0]) == (None, None)
     lo, hi = bootstrap_ci([0.1, -0.3, 0.2, 0.05, -0.1])
     assert lo < 0 < hi and (lo, hi) == bootstrap_ci([0.1, -0.3, 0.2, 0.05, -0.1])  # fixed seed: reproducible

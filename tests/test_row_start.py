@@ -1,4 +1,5 @@
-"""``data.row_start``: where training rows and held-out windows begin (a random position, a fixed BOS, a document)."""
+"""``data.row_start``: where training rows and held-out windows begin (a random position, a fixed BOS, a
+document)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def test_bos_rows_start_with_the_fixed_token_then_a_window(tmp_path):
     assert len({tuple(r[1:3]) for r in rows}) > 5  # the windows after it still start anywhere
     assert np.array_equal(rows, load(tmp_path, "bos").train.batch(3))  # a pure function of (seed, step)
     held = heldout_windows(data.heldout["text"], 32, 8, bos=EOS)
-    assert held.shape == (4, 9) and (held[:, 0] == EOS).all() and all(is_window(r[1:], stream()) for r in held)
+    assert held.shape == (4,
+                          9) and (held[:, 0] == EOS).all() and all(is_window(r[1:], stream()) for r in held)
 
 
 def test_document_rows_start_at_a_document(tmp_path):
@@ -68,7 +70,8 @@ def test_document_rows_start_at_a_document(tmp_path):
 def test_document_rows_need_one_token_shard(tmp_path):
     for i in range(2):
         np.arange(100, dtype=np.uint16).tofile(tmp_path / f"shard{i}.bin")
-    cfg = DataConfig(train=[SourceConfig(kind="tokens", path=str(tmp_path / "shard*.bin"))], row_start="document")
+    cfg = DataConfig(train=[SourceConfig(kind="tokens", path=str(tmp_path / "shard*.bin"))],
+                     row_start="document")
     with pytest.raises(ConfigError, match="row_start 'document' needs one token shard, .* has 2; join them"):
         token_array(cfg.train[0], "train", ByteTokenizer(), cfg, tmp_path / "cache")
 
@@ -79,7 +82,8 @@ def test_a_row_start_that_does_not_exist_is_refused():
 
 
 def test_bos_applies_to_plain_sources_only(tmp_path):
-    """A source whose rows already start at an example (a task, or ``document``) keeps its full-length windows."""
+    """A source whose rows already start at an example (a task, or ``document``) keeps its full-length
+    windows."""
     from ablate.runner.data import TokenArray
 
     plain = TokenArray([np.arange(50, 80)], "plain")

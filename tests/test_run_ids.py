@@ -13,8 +13,8 @@ from ablate.config import CONFIG_VERSION, DataConfig, RunConfig, SourceConfig, T
 from ablate.grid import defaults
 from ablate.grid.ids import minimal, run_id
 
-# configs that exercise every kind of field: nested models, presets, optional gates, lists and maps of sources,
-# stages (free-form values), and numbers spelled several ways
+# configs that exercise every kind of field: nested models, presets, optional gates, lists and maps of
+# sources, stages (free-form values), and numbers spelled several ways
 SAMPLES: dict[str, dict[str, Any]] = {
     "defaults": {},
     "lr": {"train": {"lr": 0.004, "steps": 50}, "seed": 3},
@@ -39,20 +39,23 @@ def test_minimal_config_validates_back_to_the_config(name: str) -> None:
 
 def test_minimal_keeps_exactly_what_differs_from_what_an_omitted_field_means() -> None:
     assert minimal(RunConfig()) == {}
-    assert minimal(RunConfig(model={"preset": "small"})) == {"model": {"preset": "small"}}  # shape from the preset
+    # shape from the preset
+    assert minimal(RunConfig(model={"preset": "small"})) == {"model": {"preset": "small"}}
     # equal to ModelConfig's declared default, but not to what the preset gives: kept (else it would collide)
     assert minimal(RunConfig(model={"preset": "small", "n_layers": 2})) == {"model": {"preset": "small",
                                                                                      "n_layers": 2}}
     assert minimal(RunConfig(data={"train": [{"kind": "task", "name": "mqar"}]})) == {
         "data": {"train": [{"kind": "task", "name": "mqar"}]}}  # loss 'answer' is what a task source means
-    assert run_id(RunConfig(model={"preset": "small", "n_layers": 2})) != run_id(RunConfig(model={"preset": "small"}))
+    assert run_id(RunConfig(model={"preset": "small",
+                                   "n_layers": 2})) != run_id(RunConfig(model={"preset": "small"}))
 
 
 def test_numbers_compare_by_value_and_spelling_does_not_matter() -> None:
     a = RunConfig.model_validate({"train": {"lr": 0.003, "steps": 300.0}, "model": {"rope_theta": 1e4}})
     b = RunConfig.model_validate({"model": {"rope_theta": 10000}, "train": {"lr": 3e-3}})
     assert run_id(a) == run_id(b) == run_id(RunConfig())
-    staged = [{"stages": [{"train.steps": 20.0, "data.seq_len": 512}]}, {"stages": [{"train": {"steps": 20}, "data.seq_len": 512.0}]}]
+    staged = [{"stages": [{"train.steps": 20.0, "data.seq_len": 512}]},
+              {"stages": [{"train": {"steps": 20}, "data.seq_len": 512.0}]}]
     assert run_id(RunConfig.model_validate(staged[0])) == run_id(RunConfig.model_validate(staged[1]))
 
 
@@ -120,8 +123,8 @@ class _RunLowerLr(RunConfig):
 
 def test_changing_a_default_without_bumping_config_version_fails_the_check() -> None:
     (problem,) = defaults.check(_RunLowerLr)
-    assert problem.startswith("the default of train.lr changed from 0.003 to 0.001 but CONFIG_VERSION is still "
-                              f"{CONFIG_VERSION}: bump it")
+    assert problem.startswith("the default of train.lr changed from 0.003 to 0.001 but CONFIG_VERSION is "
+                              f"still {CONFIG_VERSION}: bump it")
     # the two configs would share an id (both leave lr out): exactly what config_version must prevent
     assert minimal(_RunLowerLr()) == minimal(RunConfig()) == {}
     # bumped: the check now asks to record the new defaults

@@ -1,4 +1,5 @@
-"""The runner end to end on the tiny preset: training, determinism, resuming, divergence, probes, result.json."""
+"""The runner end to end on the tiny preset: training, determinism, resuming, divergence, probes,
+result.json."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def test_tiny_run_trains_and_writes_a_complete_result(reference):
     assert len(losses) == STEPS and result.metrics["step"] == list(range(STEPS))
     assert np.mean(losses[-3:]) < losses[0] - 0.5, losses  # the loss falls
     for curve in ("lr", "grad_norm", "tokens_per_s"):
-        assert len(result.metrics[curve]) == STEPS and all(v is not None and v > 0 for v in result.metrics[curve])
+        assert len(result.metrics[curve]) == STEPS and all(
+            v is not None and v > 0 for v in result.metrics[curve]
+        )
     assert result.metrics["lr"][0] == pytest.approx(1e-2 * lr_factor(0, tiny().train))
     assert [s["step"] for s in steps_seen] == list(range(STEPS))
     assert set(steps_seen[0]) == {"step", "loss", "lr", "grad_norm", "tokens_per_s"}
@@ -67,7 +70,9 @@ def test_tiny_run_trains_and_writes_a_complete_result(reference):
     assert s["train_loss"] == losses[-1]
     assert s["val_ppl"] == pytest.approx(s["ppl/math"]) and 1 < s["val_ppl"] < 257
     assert s["gate_score"] is None and 0 < s["f_attn"] < 1 and s["m_act"] > 0
-    assert s["massive_ratio"] > 1 and 0 <= s["massive_first"] <= 1 and len(result.probes["massive_first"]) == 2
+    assert (
+        s["massive_ratio"] > 1 and 0 <= s["massive_first"] <= 1 and len(result.probes["massive_first"]) == 2
+    )
     assert s["massive_ratio"] == max(result.probes["massive_ratio"])
     assert s["params"] == 119168 and s["added_params"] == 0 and s["loss_spikes"] == 0
     assert s["tokens_per_s"] > 0 and s["wall_s"] > 0
@@ -127,7 +132,8 @@ def test_absurd_lr_ends_diverged_not_crashed(tmp_path):
     (event,) = [e for e in result.events if e.kind == "diverged"]
     assert event.step < 39 and result.summary["steps"] == event.step + 1
     assert "non-finite" in event.data["reason"] or "above 2 x best" in event.data["reason"]
-    assert result.summary["val_ppl"] is None and result.summary["f_attn"] is None  # a diverged run is not measured
+    # a diverged run is not measured
+    assert result.summary["val_ppl"] is None and result.summary["f_attn"] is None
     assert read_result(tmp_path).status == "diverged"
 
 
@@ -147,7 +153,9 @@ def test_spike_detector_finds_an_injected_spike():
     for i, x in enumerate(losses[:100]):
         a.update(i, x)
     b.load_state_dict(a.state_dict())
-    assert [a.update(i, x) for i, x in enumerate(losses[100:])] == [b.update(i, x) for i, x in enumerate(losses[100:])]
+    assert [a.update(i, x) for i, x in enumerate(losses[100:])] == [
+        b.update(i, x) for i, x in enumerate(losses[100:])
+    ]
 
 
 def test_divergence_rule():
@@ -158,7 +166,8 @@ def test_divergence_rule():
 
 
 def test_divergence_margin_ignores_noise_on_a_loss_near_zero():
-    """An answer-only loss at ~1e-4 doubles by noise alone: with a margin it is not diverged; a real blow-up is."""
+    """An answer-only loss at ~1e-4 doubles by noise alone: with a margin it is not diverged; a real blow-up
+    is."""
     noise = [1e-4, 2.5e-4, 3e-4, 2.2e-4, 4e-4]
     plain = DivergenceDetector(2.0, 3)
     reasons = [plain.update(x) for x in noise]  # the misfire: noise alone ends the run
@@ -180,8 +189,8 @@ def test_divergence_rule_is_the_configured_one():
 
 @pytest.mark.parametrize("variant", ["baseline", "sdpa-elementwise"])
 def test_probes_on_a_model_with_known_attention(variant):
-    """Zero query weights make every attention row uniform over the causal prefix: query t gives 1/(t+1) to the
-    first token. A zero gate projection makes every sigmoid gate score exactly 0.5."""
+    """Zero query weights make every attention row uniform over the causal prefix: query t gives 1/(t+1) to
+    the first token. A zero gate projection makes every sigmoid gate score exactly 0.5."""
     from ablate.ablations import apply_variant, build_model
     from ablate.runner.evaluate import probe
 
@@ -205,9 +214,11 @@ def test_probes_on_a_model_with_known_attention(variant):
         assert p.layers["frac_below_1e-2_scaled"] == [None, None] and p.histograms == {}
     else:
         assert p.layers["gate_score"] == pytest.approx([0.5, 0.5])
-        assert p.layers["mean_abs_post"] == pytest.approx([0.5 * v for v in p.layers["mean_abs_pre"]], rel=1e-5)
+        assert p.layers["mean_abs_post"] == pytest.approx([0.5 * v for v in p.layers["mean_abs_pre"]],
+                                                          rel=1e-5)
         assert p.layers["frac_below_1e-2_scaled"] == pytest.approx(p.layers["frac_below_1e-2_post"])
-        assert p.histograms["gate_score"] == [[0.0] * 5 + [1.0] + [0.0] * 4] * 2  # 0.5 falls in bin [0.5, 0.6)
+        # 0.5 falls in bin [0.5, 0.6)
+        assert p.histograms["gate_score"] == [[0.0] * 5 + [1.0] + [0.0] * 4] * 2
 
 
 def test_monitor_state_round_trips():
@@ -236,18 +247,23 @@ def test_moe_aux_loss_is_added_to_the_training_loss():
     mask = torch.zeros(2, 16, dtype=torch.bool)
     mask[0, 3:5] = mask[1, 10:13] = True
     masked = lit.training_step({"step": 0, "tokens": tokens, "mask": mask}, 0)
-    every = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    every = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), tokens[:, 1:].flatten(),
+                                              reduction="none")
     assert lit.last_loss.item() == pytest.approx(every[mask.flatten()].mean().item(), rel=1e-5)
     assert masked.item() == pytest.approx(lit.last_loss.item() + out.aux_loss.item(), rel=1e-5)
     decay, no_decay = param_groups(model, 0.1)
     assert model.embed.weight in no_decay["params"] and all(p.ndim >= 2 for p in decay["params"])
-    assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == sum(
+        p.numel() for p in model.parameters()
+    )
 
 
 def test_task_source_and_benchmarks(tmp_path):
-    cfg = tiny(data={"train": [{"kind": "task", "name": "mqar"}], "heldout": {"mqar": {"kind": "task", "name": "mqar"}},
-                     "seq_len": 32, "stream_tokens": 5_000},
-               train={"steps": 2, "batch_size": 2}, eval={"heldout_tokens": 64, "probes": False, "benchmarks": ["mqar@64"]})
+    cfg = tiny(data={"train": [{"kind": "task", "name": "mqar"}],
+                     "heldout": {"mqar": {"kind": "task", "name": "mqar"}}, "seq_len": 32,
+                     "stream_tokens": 5_000},
+               train={"steps": 2, "batch_size": 2},
+               eval={"heldout_tokens": 64, "probes": False, "benchmarks": ["mqar@64"]})
     result = run_one(cfg, tmp_path, run_id="t")
     s = result.summary
     assert result.status == "done" and s["f_attn"] is None and result.probes == {}
@@ -273,7 +289,8 @@ def test_a_run_cut_during_evaluation_resumes_at_its_end(reference, tmp_path):
     import shutil
 
     result, run_dir, _ = reference
-    shutil.copytree(run_dir / "checkpoints", tmp_path / "checkpoints")  # trained to the end, no result.json yet
+    # trained to the end, no result.json yet
+    shutil.copytree(run_dir / "checkpoints", tmp_path / "checkpoints")
     again = run_one(tiny(), tmp_path, run_id="ref")
     assert again.resumed_from == STEPS and again.metrics["loss"] == result.metrics["loss"]
     assert again.summary["val_ppl"] == result.summary["val_ppl"] and again.probes == result.probes
@@ -292,9 +309,9 @@ def test_lr_schedule_warms_up_then_decays_to_the_minimum():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_answer_only_loss_learns_recall_end_to_end(tmp_path, seed):
-    """A ``kind: task`` source trains on its answer tokens only (its default ``loss: answer``): the tiny preset
-    learns one-pair MQAR (chance: 1%) within ~60 steps; with the loss on every token it stays near 0-2% even after
-    200 steps."""
+    """A ``kind: task`` source trains on its answer tokens only (its default ``loss: answer``): the tiny
+    preset learns one-pair MQAR (chance: 1%) within ~60 steps; with the loss on every token it stays near 0-2%
+    even after 200 steps."""
     cfg = tiny(seed=seed, data={"train": [{"kind": "task", "name": "mqar@16"}], "heldout": {}, "seq_len": 32,
                                 "stream_tokens": 100_000},
                train={"steps": 150, "batch_size": 32, "lr": 3e-3, "checkpoint_every": 1000},

@@ -1,6 +1,6 @@
-"""``ablate runs --format csv`` is written from the query rows without pandas (#27): its bytes are held to what
-pandas writes for the same table (``runs_frame(...).to_csv(index=False)``), column kind by column kind and through
-the CLI on both backends."""
+"""``ablate runs --format csv`` is written from the query rows without pandas (#27): its bytes are held to
+what pandas writes for the same table (``runs_frame(...).to_csv(index=False)``), column kind by column kind
+and through the CLI on both backends."""
 
 from __future__ import annotations
 
@@ -55,27 +55,30 @@ def test_a_column_is_spelled_as_pandas_spells_it(values: list) -> None:
     assert runs_csv(["a"], [[v] for v in values], {}) == alone.to_csv(index=False)
 
 
-@pytest.mark.parametrize(("dtype", "values"), [(d, v) for (d, _), v in TYPED.items()], ids=[n for _, n in TYPED])
+@pytest.mark.parametrize(("dtype", "values"), [(d, v) for (d, _), v in TYPED.items()],
+                         ids=[n for _, n in TYPED])
 def test_a_typed_column_is_spelled_as_its_dtype(dtype: str, values: list) -> None:
     frame = pd.DataFrame.from_records([(v, "x") for v in values], columns=["a", "b"])
     frame["a"] = _typed(frame["a"], dtype)
     assert runs_csv(["a", "b"], [[v, "x"] for v in values], {"a": dtype}) == frame.to_csv(index=False)
 
 
-@pytest.mark.parametrize("values", [[D(2025, 1, 1, tzinfo=None), "x"], [2**64, 1]], ids=["dates and text", "uint64"])
+@pytest.mark.parametrize("values", [[D(2025, 1, 1, tzinfo=None), "x"], [2**64, 1]],
+                         ids=["dates and text", "uint64"])
 def test_what_it_cannot_promise_is_left_to_pandas(values: list) -> None:
     assert runs_csv(["a"], [[v] for v in values], {}) is None
 
 
 def test_the_cli_writes_what_the_frame_writes(store: Store, store_url: str) -> None:
-    """Runs of different configs (keys some lack, a list, None), a running one, a failed one with an error that
-    needs quoting, scores some lack: the CLI's CSV is the frame's, whole, per grid and with --columns."""
+    """Runs of different configs (keys some lack, a list, None), a running one, a failed one with an error
+    that needs quoting, scores some lack: the CLI's CSV is the frame's, whole, per grid and with --columns."""
     store.register_grid(name="g", text="g", runs=[planned(i) for i in range(4)])
     other = RunConfig(variant="sdpa-elementwise", seed=7, model={"preset": "tiny", "n_layers": 3}).model_dump(
         mode="json")
     other["train"].pop("lr")  # a key the others have (NA here), a float where they have ints, one only it has
     other["train"]["steps"], other["note"] = 5.5, None
-    store.register_grid(name="h", text="h", runs=[{"run_id": "odd", "config": other, "stem_id": "odd", "params": 10,
+    store.register_grid(name="h", text="h",
+                        runs=[{"run_id": "odd", "config": other, "stem_id": "odd", "params": 10,
                                                    "added_params": 0}, planned(0)])
     store.ingest(result(0))
     store.ingest(result(1, steps=12))
@@ -85,7 +88,8 @@ def test_the_cli_writes_what_the_frame_writes(store: Store, store_url: str) -> N
     assert runs_csv(*store.runs_records()) is not None  # written from the rows, not the frame
     runner = CliRunner()
     for args, grid, cols in [((), None, None), (("--grid", "h"), "h", None),
-                             (("--columns", "run_id,ppl/*,train.*,started"), None, "run_id,ppl/*,train.*,started")]:
+                             (("--columns", "run_id,ppl/*,train.*,started"), None,
+                              "run_id,ppl/*,train.*,started")]:
         out = runner.invoke(app, ["runs", "--store", store_url, "--format", "csv", *args])
         assert out.exit_code == 0, out.output
         frame = store.runs_frame(grid=grid)

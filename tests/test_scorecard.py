@@ -1,5 +1,5 @@
-"""The scorecard on its own: each kind of claim (delta, ratio, level, stability) on constructed runs, which claims a
-grid can test, and ``ablate report scorecard`` in markdown, JSON and CSV from a real store."""
+"""The scorecard on its own: each kind of claim (delta, ratio, level, stability) on constructed runs, which
+claims a grid can test, and ``ablate report scorecard`` in markdown, JSON and CSV from a real store."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def claim(key: str) -> Any:
 def frame(rows: list[dict[str, Any]]) -> Any:
     import pandas as pd
 
-    base = {"status": "done", "train.lr": LOW, "loss_spikes": 0, "val_ppl": 6.0, "f_attn": None, "m_act": None}
+    base = {"status": "done", "train.lr": LOW, "loss_spikes": 0, "val_ppl": 6.0, "f_attn": None,
+            "m_act": None}
     return pd.DataFrame([{**base, **r, "run_id": f"{r['variant']}-{r['seed']}-{r.get('train.lr', LOW)}"}
                          for r in rows])
 
@@ -41,10 +42,12 @@ def test_the_sink_is_a_level_against_0_3():
     sink = claim("sink")
     v = evaluate_claim(sink, frame(arms({"f_attn": 0.45}, {"f_attn": 0.05})), CAT)
     assert (v.verdict, v.delta.n, v.effect, v.ci) == (HOLDS, 3, "F-Attn 0.450", "[0.450, 0.450]")
-    weak = frame([{"variant": "baseline", "seed": s, "f_attn": f} for s, f in enumerate([0.01, 0.012, 0.009])])
+    weak = frame([{"variant": "baseline", "seed": s,
+                   "f_attn": f} for s, f in enumerate([0.01, 0.012, 0.009])])
     w = evaluate_claim(sink, weak, CAT)
     assert w.verdict == CONTRADICTED and "baseline, mean of 3 run(s) against 0.3" in w.detail
-    straddle = frame([{"variant": "baseline", "seed": s, "f_attn": f} for s, f in enumerate([0.2, 0.4, 0.35])])
+    straddle = frame([{"variant": "baseline", "seed": s,
+                       "f_attn": f} for s, f in enumerate([0.2, 0.4, 0.35])])
     assert "the CI crosses 0.3" in evaluate_claim(sink, straddle, CAT).detail
     assert evaluate_claim(sink, frame([{"variant": "baseline", "seed": 0}]), CAT).detail == \
         "no f_attn measured on baseline (probes off?)"
@@ -82,8 +85,8 @@ def test_stability_counts_spikes_and_divergence():
 def test_only_claims_the_grid_can_test():
     runs = frame(arms({"f_attn": 0.45, "m_act": 300.0, "val_ppl": 6.2}, {"f_attn": 0.04, "m_act": 60.0}))
     keys = [v.claim.key for v in scorecard(runs, CAT)]
-    assert keys == ["sink", "lower_f_attn", "g1_removes_sink", "lower_m_act", "g1_halves_m_act", "g1_beats_baseline",
-                    "stable_lr", "survives_lr"]
+    assert keys == ["sink", "lower_f_attn", "g1_removes_sink", "lower_m_act", "g1_halves_m_act",
+                    "g1_beats_baseline", "stable_lr", "survives_lr"]
     everything = scorecard(runs, CAT, every_claim=True)
     assert len(everything) == len(CLAIMS)
     g2 = next(v for v in everything if v.claim.key == "g2_keeps_sink")
@@ -91,14 +94,17 @@ def test_only_claims_the_grid_can_test():
 
 
 # ---------------------------------------------------------------- the command, from a store
-def _run(variant: str, seed: int, lr: float, *, f_attn: float, status: str = "done") -> tuple[Planned, RunResult]:
+def _run(variant: str, seed: int, lr: float, *, f_attn: float, status: str = "done") -> tuple[Planned,
+                                                                                              RunResult]:
     from ablate.grid import run_id
 
     config = RunConfig(variant=variant, seed=seed, model={"preset": "tiny"}, train={"lr": lr, "steps": 10})
     rid = run_id(config)
     done = status == "done"
-    summary = {"steps": 10, "tokens": 10, "loss_spikes": 0, "val_ppl": (5.5 if variant == "baseline" else 5.0) + seed
-               if done else None, "f_attn": f_attn if done else None, "m_act": (400.0 if variant == "baseline" else
+    summary = {"steps": 10, "tokens": 10, "loss_spikes": 0,
+               "val_ppl": (5.5 if variant == "baseline" else 5.0) + seed
+               if done else None, "f_attn": f_attn if done else None,
+               "m_act": (400.0 if variant == "baseline" else
                                                                                  50.0) if done else None}
     return (Planned(rid, config, 1000, 0, axes={"variant": variant, "seed": seed, "train.lr": lr}),
             RunResult(run_id=rid, config=config.model_dump(mode="json"), status=status, summary=summary,
@@ -148,8 +154,9 @@ def test_report_scorecard_json_csv_markdown(store_url):
     assert res.stdout.startswith("| Claim | Effect | 95% CI | n | Verdict | Detail | Paper |")
     assert "| G1 leaves at most 1/3 of the baseline's F-Attn | F-Attn ratio 0.07 |" in res.stdout
 
-    res = cli.invoke(app, ["report", "scorecard", "--grid", "sink", "--store", store_url, "--format", "latex"])
-    assert res.exit_code == 2 and res.output == ("error: unknown scorecard format 'latex'; allowed: csv, html, json, "
-                                                "markdown (option --format)\n")
+    res = cli.invoke(app,
+                     ["report", "scorecard", "--grid", "sink", "--store", store_url, "--format", "latex"])
+    assert res.exit_code == 2 and res.output == ("error: unknown scorecard format 'latex'; allowed: csv, "
+                                                "html, json, markdown (option --format)\n")
     res = cli.invoke(app, ["report", "table1", "--grid", "sink", "--store", store_url, "--format", "json"])
     assert res.exit_code == 2 and "format" in res.output

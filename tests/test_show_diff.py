@@ -1,5 +1,6 @@
-"""`ablate show RUN_ID` (one run: config that differs from the defaults, results, events, loss curve; live while it
-trains) and `ablate diff RUN_A RUN_B` (config fields that differ, results side by side), on both backends."""
+"""`ablate show RUN_ID` (one run: config that differs from the defaults, results, events, loss curve; live
+while it trains) and `ablate diff RUN_A RUN_B` (config fields that differ, results side by side), on both
+backends."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def filled(store: Store) -> Store:
 
 def test_show_a_finished_run(filled: Store) -> None:
     view = show(filled, "run000")
-    assert (view["run_id"], view["status"], view["variant"], view["grid"]) == ("run000", "done", "baseline", "g")
+    assert (view["run_id"], view["status"], view["variant"], view["grid"]) == ("run000", "done", "baseline",
+                                                                               "g")
     assert view["config"] == {"train.steps": 40}  # only what differs from the defaults (baseline, seed 0 are)
     assert view["results"]["val_ppl"] == 10.0 and view["results"]["ppl/code"] == 8.0
     assert list(view["results"])[:4] == ["params", "added_params", "steps", "tokens"]  # the declared order
@@ -56,7 +58,8 @@ def test_show_table_and_json(filled: Store) -> None:
     assert out.exit_code == 0, out.output
     for text in ("run run007", "train.lr", "0.004", "val_ppl", "loss_spike", "loss by step"):
         assert text in out.stdout, text
-    data = json.loads(runner.invoke(app, ["show", "run007", "--store", filled.url, "--format", "json"]).stdout)
+    data = json.loads(runner.invoke(app,
+                                    ["show", "run007", "--store", filled.url, "--format", "json"]).stdout)
     assert data["run_id"] == "run007" and data["results"]["bench/arith"] == pytest.approx(0.32)
 
 
@@ -64,7 +67,8 @@ def test_run_ids_by_prefix(filled: Store) -> None:
     assert filled.resolve_run("run007") == "run007" and filled.resolve_run(" run007 ") == "run007"
     filled.register_grid(name="h", text="h", runs=[planned(42)])
     assert filled.resolve_run("run04") == "run042"  # a unique beginning is enough
-    with pytest.raises(UserInputError, match=r"run 'run00' is ambiguous: it begins run000, run001, run002, run007"):
+    with pytest.raises(UserInputError,
+                       match=r"run 'run00' is ambiguous: it begins run000, run001, run002, run007"):
         filled.resolve_run("run00")
     with pytest.raises(UserInputError, match=r"no run 'nope' in the store .*ablate runs"):
         filled.resolve_run("nope")
@@ -77,7 +81,11 @@ def test_diff_two_runs(filled: Store) -> None:
     assert {r["field"]: (r["a"], r["b"]) for r in d["config"]} == {
         "seed": (0, 2), "train.lr": (0.003, 0.004), "variant": ("baseline", "sdpa-elementwise")}
     results = {r["metric"]: r for r in d["results"]}
-    assert results["val_ppl"]["a"] == 10.0 and results["val_ppl"]["b"] == 17.0 and results["val_ppl"]["b_minus_a"] == 7
+    assert (
+        results["val_ppl"]["a"] == 10.0
+        and results["val_ppl"]["b"] == 17.0
+        and results["val_ppl"]["b_minus_a"] == 7
+    )
     assert [r["metric"] for r in d["results"]][:3] == ["params", "added_params", "steps"]
     out = runner.invoke(app, ["diff", "run000", "run007", "--store", filled.url])
     assert out.exit_code == 0, out.output

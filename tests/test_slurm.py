@@ -1,8 +1,8 @@
-"""``ablate run --executor slurm`` on a real one-node Slurm cluster (scripts/slurm.sh: munged, slurmctld, slurmd on
-127.0.0.1): a grid as one job array filling the store, a rerun that submits nothing, a task preempted mid-run
-(``SIGUSR2``, as Slurm sends it) that is requeued and resumes from its checkpoint to the same losses, ``ablate
-status`` showing the jobs, ``ablate cancel``, a run on two DDP processes, and ``--wait`` through a PostgreSQL store
-that goes away. The runs: the tiny preset on the arithmetic stream, 40 steps of
+"""``ablate run --executor slurm`` on a real one-node Slurm cluster (scripts/slurm.sh: munged, slurmctld,
+slurmd on 127.0.0.1): a grid as one job array filling the store, a rerun that submits nothing, a task
+preempted mid-run (``SIGUSR2``, as Slurm sends it) that is requeued and resumes from its checkpoint to the
+same losses, ``ablate status`` showing the jobs, ``ablate cancel``, a run on two DDP processes, and ``--wait``
+through a PostgreSQL store that goes away. The runs: the tiny preset on the arithmetic stream, 40 steps of
 4 x 32 tokens; the store is SQLite in a temporary directory (the jobs run on this machine).
 
 Skipped only when the Slurm binaries are missing and ``CI`` is unset (in CI the script installs them).
@@ -49,8 +49,8 @@ def runs(home: Path, grid: str | None = None):
 
 
 def squeue() -> dict[str, tuple[str, str]]:
-    out = subprocess.run(["squeue", "-h", "-r", "--states=all", "-o", "%i|%T|%r"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(["squeue", "-h", "-r", "--states=all", "-o", "%i|%T|%r"], capture_output=True,
+                         text=True, check=True).stdout
     return {j: (s, r) for j, s, r in (line.split("|") for line in out.split())}
 
 
@@ -65,9 +65,11 @@ def wait_until(predicate, timeout: float, what: str, poll: float = 0.1):
 
 def ended(job: str) -> bool:
     """Every task of the job (or array) ``job`` has ended (or aged out of squeue). A task ends only after its
-    lifecycle closed: its MLflow mirror complete (or given up), its store writes flushed. The exact trigger for
-    what a task writes last, where a wall-clock window would race a busy machine."""
-    return all(state not in ALIVE for j, (state, _) in squeue().items() if j == job or j.startswith(f"{job}_"))
+    lifecycle closed: its MLflow mirror complete (or given up), its store writes flushed. The exact trigger
+    for what a task writes last, where a wall-clock window would race a busy machine."""
+    return all(
+        state not in ALIVE for j, (state, _) in squeue().items() if j == job or j.startswith(f"{job}_")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -77,8 +79,8 @@ def arrayed(slurm_cluster, tmp_path_factory):
     path = root / "g.yaml"
     path.write_text(grid_text("arr", ["baseline", "sdpa-elementwise"]))
     home = root / "home"
-    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home", str(home),
-                    "--slurm-opt", "cpus_per_task=1", "--time", "0:10:00")
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home",
+                    str(home), "--slurm-opt", "cpus_per_task=1", "--time", "0:10:00")
     return path, home, result
 
 
@@ -95,13 +97,14 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
     for run_id in frame.index:
         assert (home / "runs" / run_id / "result.json").is_file()
     assert f"submitted 2 run(s) as Slurm job array {array}" in result.output
-    # each task mirrored its run into MLflow, live, through the same lifecycle as the local pool (the two tasks
-    # opened the new tracking store together)
+    # each task mirrored its run into MLflow, live, through the same lifecycle as the local pool (the two
+    # tasks opened the new tracking store together)
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
 
-    # --wait returns once the store says done; each task then completes its mirror and writes the MLflow run id
+    # --wait returns once the store says done; each task then completes its mirror and writes the MLflow run
+    # id
     wait_until(lambda: ended(array), 600, "the array's tasks to end", poll=0.5)
     ids = dict(runs(home, "arr")["mlflow_run_id"])
     assert all(isinstance(v, str) for v in ids.values()), ids
@@ -147,7 +150,8 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
         assert [(r["run_id"], r["slurm_job_id"], r["slurm_state"]) for r in status["slurm"]] == \
             [(run_id, job, "PENDING")]
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
-        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] in ("done", "failed"), 300, "the resumed run")
+        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] in ("done", "failed"), 300,
+                   "the resumed run")
         curves = store.curves(run_ids=[run_id], metrics=["loss"])
     frame = runs(home)
     assert frame.loc[run_id, "status"] == "done", frame.loc[run_id, "error"]
@@ -160,8 +164,10 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
         ref = ref_store.curves(run_ids=[run_id], metrics=["loss"])
     assert list(curves["step"]) == list(range(STEPS)) == list(ref["step"])
     assert list(curves["value"]) == pytest.approx(list(ref["value"]), rel=1e-6)
-    assert frame.loc[run_id, "train_loss"] == pytest.approx(runs(ref_home).loc[run_id, "train_loss"], rel=1e-6)
-    # MLflow: the requeued task continued the same run (KILLED at the preemption, then FINISHED), each step once
+    assert frame.loc[run_id, "train_loss"] == pytest.approx(runs(ref_home).loc[run_id, "train_loss"],
+                                                            rel=1e-6)
+    # MLflow: the requeued task continued the same run (KILLED at the preemption, then FINISHED), each step
+    # once
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
@@ -206,12 +212,12 @@ def test_status_shows_the_jobs_and_cancel_puts_the_runs_back_in_the_queue(slurm_
 
 
 # ------------------------------------------------------------ several devices per run
-# ``train.devices = 2`` with ``strategy: ddp`` trains as two CPU processes (gloo), one Slurm task each under ``srun``
-# (Lightning reads the ranks from Slurm). "The same loss curve as one process", numerically: DDP averages the
-# gradients of the two half batches, which is the gradient of the whole batch, so the parameters follow the
-# one-process run up to float summation order, and the logged loss is the mean over both ranks (the whole batch's
-# loss). So every step's loss must match the one-process run's within 1e-3 relative (observed: ~1e-7). Rank 0 alone
-# writes: one ``result.json``, one row in the store, one value per step and metric.
+# ``train.devices = 2`` with ``strategy: ddp`` trains as two CPU processes (gloo), one Slurm task each under
+# ``srun`` (Lightning reads the ranks from Slurm). "The same loss curve as one process", numerically: DDP
+# averages the gradients of the two half batches, which is the gradient of the whole batch, so the parameters
+# follow the one-process run up to float summation order, and the logged loss is the mean over both ranks (the
+# whole batch's loss). So every step's loss must match the one-process run's within 1e-3 relative (observed:
+# ~1e-7). Rank 0 alone writes: one ``result.json``, one row in the store, one value per step and metric.
 
 
 def test_two_ddp_processes_follow_the_one_process_loss_curve_and_record_one_result(arrayed, tmp_path):
@@ -219,8 +225,8 @@ def test_two_ddp_processes_follow_the_one_process_loss_curve_and_record_one_resu
     path = tmp_path / "d.yaml"
     path.write_text(grid_text("ddp", ["baseline"], train=", devices: 2, strategy: ddp"))
     home = tmp_path / "home"
-    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home", str(home),
-                    "--slurm-opt", "cpus_per_task=1", "--time", "0:10:00")
+    result = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home",
+                    str(home), "--slurm-opt", "cpus_per_task=1", "--time", "0:10:00")
     assert result.exit_code == 0, result.output
     frame = runs(home)
     assert len(frame) == 1
@@ -263,13 +269,13 @@ def test_bad_slurm_options_are_one_line_and_exit_2(slurm_cluster, tmp_path, args
     assert not set(squeue()) - jobs_before  # nothing was submitted (an old job may age out meanwhile)
 
 
-# ``--wait`` follows the array through the store. When the store (here a PostgreSQL server of the test's own) goes
-# away, the wait says so and waits for it up to --store-patience seconds: the task trains on either way. Back in
-# time, the wait ends as usual (exit 0, the run done); away for longer, it stops waiting with one error line and
-# exit 1, and the task, still running, records its run itself once the store is back.
+# ``--wait`` follows the array through the store. When the store (here a PostgreSQL server of the test's own)
+# goes away, the wait says so and waits for it up to --store-patience seconds: the task trains on either way.
+# Back in time, the wait ends as usual (exit 0, the run done); away for longer, it stops waiting with one
+# error line and exit 1, and the task, still running, records its run itself once the store is back.
 @pytest.mark.parametrize("outage", ["back in time", "away too long"])
-def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm_cluster, own_postgres, tmp_path,
-                                                                           outage):
+def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm_cluster, own_postgres,
+                                                                           tmp_path, outage):
     url, stop, start = own_postgres
     path, home = tmp_path / "o.yaml", tmp_path / "home"
     # long enough that the wait (which looks every 5 s) sees the store away while the task still trains, on an
@@ -301,8 +307,10 @@ def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm
     try:
         wait_until(training, 300, "the task to train", poll=0.2)
         stop()
-        if outage == "back in time":  # back once the wait has seen it away (not after a guess at how long that takes)
-            wait_until(lambda: any("is unreachable" in line for line in lines), 300, "the wait to see the outage")
+        # back once the wait has seen it away (not after a guess at how long that takes)
+        if outage == "back in time":
+            wait_until(lambda: any("is unreachable" in line for line in lines), 300,
+                       "the wait to see the outage")
             start()
         out = proc.stdout.read()
         proc.wait(timeout=600)
@@ -312,22 +320,25 @@ def test_wait_rides_out_a_store_outage_or_stops_cleanly_after_its_patience(slurm
         if proc.poll() is None:
             proc.kill()
     assert "Traceback" not in err, err
-    assert re.search(r"the store \S+ is unreachable: the Slurm tasks train on and record their runs when it is "
-                     rf"back; waiting for it \(up to {patience} s\)", err), err
+    assert re.search(r"the store \S+ is unreachable: the Slurm tasks train on and record their runs when it "
+                     rf"is back; waiting for it \(up to {patience} s\)", err), err
     if outage == "back in time":
         assert proc.returncode == 0, err
         assert re.search(r"the store \S+ is back after \d+ s", err) and "1 done" in err, err
     else:
         assert proc.returncode == 1, err
-        assert re.search(r"error: the store \S+ has been unreachable for \d+ s: stopped waiting; array \d+ goes on, "
-                         r"and its runs are recorded when the store is back \(by their tasks, or by the next `ablate "
-                         r"run` for a task that ended meanwhile\)", err), err
+        assert re.search(r"error: the store \S+ has been unreachable for \d+ s: stopped waiting; array \d+ "
+                         r"goes on, and its runs are recorded when the store is back \(by their tasks, or by "
+                         r"the next `ablate run` for a task that ended meanwhile\)", err), err
         start()
         array = out.strip().splitlines()[-1]
-        wait_until(lambda: all(state not in ALIVE for job, (state, _) in squeue().items() if job.startswith(array)),
-                   300, "the task to end")
-        again = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home", str(home),
-                       "--store", url)
+        wait_until(
+            lambda: all(state not in ALIVE for job, (state, _) in squeue().items() if job.startswith(array)),
+            300,
+            "the task to end",
+        )
+        again = invoke("run", str(path), "--executor", "slurm", "--gpus-per-job", "0", "--wait", "--home",
+                       str(home), "--store", url)
         assert again.exit_code == 0 and "nothing to submit (1 skipped)" in again.output, again.output
     final = runs_at(url)
     assert list(final["status"]) == ["done"] and list(final["steps"]) == [AWAY_STEPS]
@@ -340,8 +351,9 @@ def runs_at(url: str):
 
 
 def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tmp_path):
-    """The file's seeds are finished already (their ``result.json`` files, ingested); the seed ``--until-resolved``
-    adds to both cells of the open comparison trains on Slurm, waited for, and the second look reads it."""
+    """The file's seeds are finished already (their ``result.json`` files, ingested); the seed
+    ``--until-resolved`` adds to both cells of the open comparison trains on Slurm, waited for, and the second
+    look reads it."""
     from ablate.execute.until_resolved import UntilResolved, plan_until_resolved
     from ablate.grid import expand, load_grid
     from ablate.layout import run_dir
@@ -352,7 +364,8 @@ def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tm
     for p in expand(load_grid(path)):
         summary = {"steps": 8, "tokens": 1024, "train_loss": 2.0 + 0.1 * p.config.seed, "val_ppl": 9.0}
         write_result(RunResult(run_id=p.run_id, config=p.config.model_dump(mode="json"), status="done",
-                               summary=summary, metrics={"step": [0], "loss": [2.0]}), run_dir(home, p.run_id))
+                               summary=summary, metrics={"step": [0], "loss": [2.0]}),
+                               run_dir(home, p.run_id))
     planner, ids = plan_until_resolved(path, (), UntilResolved(max_seeds=3, round=1, metric="train_loss"),
                                        home=home)
     added = sorted(ids[c][2] for c in (planner.comps[0].cell, planner.comps[0].reference))

@@ -1,13 +1,14 @@
 """Runs of several processes on the real local Slurm cluster (scripts/slurm.sh; one node, gloo on CPU):
 ``ablate run --executor slurm --nodes 1 --gpus-per-node 0`` runs a ``train.devices: 2, strategy: fsdp`` run as
-one array task of two Slurm tasks started by ``srun`` (Lightning reads the ranks from Slurm; rank 0 alone records).
+one array task of two Slurm tasks started by ``srun`` (Lightning reads the ranks from Slurm; rank 0 alone
+records).
 
 - It gives the losses of the same run trained locally as two processes (``ablate run`` on this machine).
-- Preempted (``SIGUSR2``, as Slurm sends it), both tasks checkpoint at the same step, the job is requeued, and both
-  resume from the sharded checkpoint to the same final loss.
+- Preempted (``SIGUSR2``, as Slurm sends it), both tasks checkpoint at the same step, the job is requeued, and
+  both resume from the sharded checkpoint to the same final loss.
 - A local ``ablate run`` never trains a run that a live Slurm job holds.
-- Bad input is one line and exit 2: ``--nodes`` without the Slurm executor, more GPUs per node than the partition
-  has, processes that do not split over the nodes.
+- Bad input is one line and exit 2: ``--nodes`` without the Slurm executor, more GPUs per node than the
+  partition has, processes that do not split over the nodes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ FSDP = ", devices: 2, strategy: fsdp, lr: 1.0e-2"
 
 
 def grid(path: Path, name: str, train: str = FSDP) -> Path:
-    path.write_text(tiny_grid(name, variants=["baseline"], steps=STEPS, checkpoint_every=20, train_extra=train))
+    path.write_text(tiny_grid(name, variants=["baseline"], steps=STEPS, checkpoint_every=20,
+                              train_extra=train))
     return path
 
 
@@ -85,11 +87,13 @@ def test_a_preempted_two_task_job_resumes_both_ranks_to_the_same_loss(slurm_clus
         wait_until(past_a_checkpoint, 300, "the job to train past its first checkpoint")
         subprocess.run(["scancel", "--signal=USR2", job], check=True)
         wait_until(lambda: squeue().get(job, ("", ""))[0] == "PENDING", 120, "the job to be requeued")
-        # the task's handler puts the run back in the queue before it hands the job back; with two ranks on one
-        # SQLite file that write may wait out the other rank's lock, so it is read until it lands
-        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] == "queued", 30, "the run back in the queue")
+        # the task's handler puts the run back in the queue before it hands the job back; with two ranks on
+        # one SQLite file that write may wait out the other rank's lock, so it is read until it lands
+        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] == "queued", 30,
+                   "the run back in the queue")
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
-        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] in ("done", "failed"), 300, "the resumed run")
+        wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] in ("done", "failed"), 300,
+                   "the resumed run")
     frame = runs(home)
     assert frame.loc[run_id, "status"] == "done", frame.loc[run_id, "error"]
     assert 25 <= int(frame.loc[run_id, "resumed_from"]) < STEPS
@@ -123,7 +127,8 @@ def test_a_local_run_never_trains_a_run_a_live_slurm_job_holds(slurm_cluster, tm
     (["--nodes", "2"], "--nodes: only the Slurm executor spans nodes; add --executor slurm"),
     (["--executor", "slurm", "--nodes", "1", "--gpus-per-node", "2"],
      "--gpus-per-node: 2 GPUs per node asked for, but the default partition has at most 0 per node (sinfo)"),
-    (["--executor", "slurm", "--nodes", "4"], "--nodes: train.devices = 2 processes do not split evenly over 4 nodes"),
+    (["--executor", "slurm", "--nodes", "4"],
+     "--nodes: train.devices = 2 processes do not split evenly over 4 nodes"),
     (["--executor", "slurm", "--nodes", "1", "--gpus-per-node", "4"],
      "--gpus-per-node: 1 node(s) x 4 GPUs = 4 GPUs for runs with train.devices = 2"),
 ], ids=["nodes-local", "gpus-over-partition", "nodes-split", "gpus-devices"])

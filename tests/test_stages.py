@@ -1,5 +1,5 @@
-"""Context extension end to end (paper Table 5): training stages, their hand-over and resumption, retrieval scored
-with and without YaRN past the training length, stage validation, the Table 5 grid and its report."""
+"""Context extension end to end (paper Table 5): training stages, their hand-over and resumption, retrieval
+scored with and without YaRN past the training length, stage validation, the Table 5 grid and its report."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ class StageStart:
 
         class _Hook(L.Callback):
             def on_train_start(hook, trainer, pl_module):  # noqa: N805 - the outer object keeps the record
-                self.weights[pl_module.stage] = {k: v.clone() for k, v in pl_module.model.state_dict().items()}
+                self.weights[pl_module.stage] = {
+                    k: v.clone() for k, v in pl_module.model.state_dict().items()
+                }
                 self.inv_freq[pl_module.stage] = pl_module.model.rotary.inv_freq.clone()
 
         self.weights: dict[int, dict[str, torch.Tensor]] = {}
@@ -103,7 +105,10 @@ def test_stop_in_stage_one_resumes_from_its_own_checkpoint(reference, tmp_path):
     resumed = run_one(two_stage(), tmp_path, run_id="s")
     assert resumed.resumed_from == S0 + 3
     assert [(e.kind, e.step) for e in resumed.events] == [("resumed", S0 + 3)]
-    assert resumed.metrics["loss"] == result.metrics["loss"] and resumed.metrics["step"] == result.metrics["step"]
+    assert (
+        resumed.metrics["loss"] == result.metrics["loss"]
+        and resumed.metrics["step"] == result.metrics["step"]
+    )
     assert resumed.summary["val_ppl"] == result.summary["val_ppl"]
 
 
@@ -139,11 +144,15 @@ def test_yarn_scores_use_the_yarn_rope_on_the_same_weights(reference, factor):
     keys = {"bench/mqar@32", "bench/mqar@128", "bench/mqar"}
     assert set(scores) == keys | {f"{k}/yarn" for k in keys}
     assert all(0 <= v <= 100 for v in scores.values())
-    assert scores["bench/mqar/yarn"] == pytest.approx((scores["bench/mqar@32/yarn"] + scores["bench/mqar@128/yarn"]) / 2)
-    # the YaRN scores are those of a model built with YaRN at that factor over the final length (64), same weights
+    assert scores["bench/mqar/yarn"] == pytest.approx(
+        (scores["bench/mqar@32/yarn"] + scores["bench/mqar@128/yarn"]) / 2
+    )
+    # the YaRN scores are those of a model built with YaRN at that factor over the final length (64), same
+    # weights
     for length in (32, 128):
         f = max(1.0, length / 64) if factor == "auto" else factor
-        built = build_model(model.cfg.model_copy(update={"rope_yarn_factor": f, "rope_yarn_original_len": 64}))
+        built = build_model(model.cfg.model_copy(update={"rope_yarn_factor": f,
+                                                         "rope_yarn_original_len": 64}))
         built.load_state_dict(model.state_dict())
         own = evaluate_tasks(built.eval(), tok, [f"mqar@{length}"], seed=0)[f"bench/mqar@{length}"]
         assert scores[f"bench/mqar@{length}/yarn"] == own
@@ -170,7 +179,8 @@ def test_a_bad_stage_override_names_the_field(tmp_path, stage, match):
     from ablate.grid import expand, load_grid
 
     path = tmp_path / "grid.yaml"
-    path.write_text(json.dumps({"name": "bad", "base": {"stages": [{"train.steps": 5}, stage]}, "grid": {"seed": [0]}}))
+    path.write_text(json.dumps({"name": "bad", "base": {"stages": [{"train.steps": 5}, stage]},
+                                "grid": {"seed": [0]}}))
     with pytest.raises(ConfigError, match=match) as exc:  # the second stage is the bad one
         expand(load_grid(path))
     assert str(exc.value).startswith(f"{path}: base: ")
@@ -186,7 +196,8 @@ def test_a_stage_spelled_nested_or_dotted_is_one_run():
 
 
 def test_a_staged_runs_progress_counts_every_stage(tmp_path):
-    """The progress total (ablate status, show, the pool's display) is the steps of every stage, not stage 0's."""
+    """The progress total (ablate status, show, the pool's display) is the steps of every stage, not stage
+    0's."""
     from ablate.config import total_steps
     from ablate.store import Store
 
@@ -254,8 +265,8 @@ def test_table5_report_places_plain_and_yarn_scores():
     rows = []
     for variant, base in (("baseline", 60.0), ("sdpa-elementwise", 70.0)):
         for seed in (0, 1):
-            r = {"run_id": f"{variant}-{seed}", "grid": "t5", "variant": variant, "seed": seed, "status": "done",
-                 "data.seq_len": 128, "model.rope_yarn_factor": 1.0,
+            r = {"run_id": f"{variant}-{seed}", "grid": "t5", "variant": variant, "seed": seed,
+                 "status": "done", "data.seq_len": 128, "model.rope_yarn_factor": 1.0,
                  "stages": json.dumps([{"data.seq_len": 256, "model.rope_theta": 1e5}])}
             for i, length in enumerate((256, 512, 1024)):  # 1x, 2x, 4x the final training length
                 for task, off in (("niah-single", 0.0), ("mqar", 10.0)):
@@ -265,10 +276,12 @@ def test_table5_report_places_plain_and_yarn_scores():
     t = build_table(5, pd.DataFrame(rows), catalogue_info(), grid="t5", paper=True)
     assert [c.key for c in t.columns] == ["len/256", "paper:len_32k", "len/512", "paper:len_64k", "len/1024",
                                           "paper:len_128k", "paper:len_4k", "paper:len_8k", "paper:len_16k"]
-    assert [c.label for c in t.columns][:6] == ["256 (1x)", "32k (paper)", "512 (2x)", "64k (paper)", "1k (4x)",
-                                                "128k (paper)"]
-    assert [(r.group, r.label) for r in t.rows] == [("Trained at 256", "Baseline"), ("Trained at 256", "SDPA-Gate"),
-                                                     ("YaRN Extended", "Baseline"), ("YaRN Extended", "SDPA-Gate")]
+    assert [c.label for c in t.columns][:6] == ["256 (1x)", "32k (paper)", "512 (2x)", "64k (paper)",
+                                                "1k (4x)", "128k (paper)"]
+    assert [(r.group, r.label) for r in t.rows] == [("Trained at 256", "Baseline"),
+                                                    ("Trained at 256", "SDPA-Gate"),
+                                                     ("YaRN Extended", "Baseline"),
+                                                     ("YaRN Extended", "SDPA-Gate")]
     # the mean over tasks, then mean ± std over seeds: base - step * i + 5 (task mean) + 0.5 (seed mean)
     assert t.cell("Baseline", "len/256", group="Trained at 256").text == "65.5 ± 0.7"
     assert t.cell("SDPA-Gate", "len/1024", group="Trained at 256").text == "35.5 ± 0.7"

@@ -1,5 +1,6 @@
-"""The reports' statistics hold their promises: simulation tests of the error rates (coverage of the 95% intervals at
-2-10 seeds, the family-wise error under Holm, the power formula), and closed-form checks against scipy.
+"""The reports' statistics hold their promises: simulation tests of the error rates (coverage of the 95%
+intervals at 2-10 seeds, the family-wise error under Holm, the power formula), and closed-form checks against
+scipy.
 
 Every simulation draws from a fixed seed and runs vectorized through the same functions the reports call.
 """
@@ -60,8 +61,8 @@ def test_the_95_percent_interval_covers_zero_95_percent_of_the_time_under_the_nu
 
 @pytest.mark.parametrize("n", NS)
 def test_the_bootstrap_the_reports_used_to_print_undercovers_at_small_n(n: int) -> None:
-    """Why the t interval is the default: the [min, max] of two seeds excludes 0 half the time (a check that the
-    simulation can tell a bad interval; the bootstrap's own range is what limits it)."""
+    """Why the t interval is the default: the [min, max] of two seeds excludes 0 half the time (a check that
+    the simulation can tell a bad interval; the bootstrap's own range is what limits it)."""
     x = _null_pairs(np.random.default_rng(n), "normal", (DRAWS, n))
     range_covers = float(np.mean((x.min(axis=1) <= 0) & (0 <= x.max(axis=1))))
     assert range_covers <= 1 - 2 * 0.5 ** n + 0.02  # the bootstrap never reaches outside [min, max]
@@ -131,7 +132,8 @@ def test_the_paired_t_interval_and_p_are_scipys() -> None:
     ci = rel.confidence_interval()
     assert (d.lo, d.hi) == pytest.approx((ci.low, ci.high), rel=1e-12) and d.p == pytest.approx(rel.pvalue)
     assert d.mean == pytest.approx(np.mean(np.subtract(TREAT, REF))) and d.n == 5 and d.method == "t"
-    assert d.p_perm == pytest.approx(2 / 32)  # every difference is negative: 2 of the 32 sign flips are as extreme
+    # every difference is negative: 2 of the 32 sign flips are as extreme
+    assert d.p_perm == pytest.approx(2 / 32)
 
 
 def test_the_log_ratio_interval_is_the_exponentiated_t_interval_of_the_log_ratios() -> None:
@@ -158,7 +160,8 @@ def test_one_seed_gets_no_interval_and_says_n_1() -> None:
     assert (d.mean, d.lo, d.hi, d.p, d.n) == (-1.0, None, None, None, 1)
     assert delta_cell(d, 2, 1).text == "-1.00 (n=1)"
     assert "n=1: no interval" in method_note([d])
-    assert unresolved_line("G1 vs baseline", d, 2) == "G1 vs baseline: -1.00 (n=1), needs a second seed for a spread"
+    assert unresolved_line("G1 vs baseline", d,
+                           2) == "G1 vs baseline: -1.00 (n=1), needs a second seed for a spread"
 
 
 def test_the_bootstrap_is_opt_in_and_only_from_20_seeds() -> None:
@@ -180,8 +183,8 @@ def test_the_family_is_corrected_and_the_footer_says_how() -> None:
     assert [d.p_adj is None for d in fam] == [False, False, False, True]  # n=1 is not in the family
     assert fam[0].p_adj == pytest.approx(min(1.0, 3 * min(d.p for d in deltas[:3])) if deltas[0].p == min(
         d.p for d in deltas[:3]) else fam[0].p_adj)
-    assert method_note(fam) == ("Δ: paired Student t 95% CI (n=1/3 seeds, n-1 df); n=1: no interval; significant "
-                                "(bold) after Holm over 3 comparisons at alpha=0.05")
+    assert method_note(fam) == ("Δ: paired Student t 95% CI (n=1/3 seeds, n-1 df); n=1: no interval; "
+                                "significant (bold) after Holm over 3 comparisons at alpha=0.05")
     line = unresolved_line("x vs baseline", fam[1], 2, m=3)
     assert line.startswith("x vs baseline: +0.05 ± 0.37, needs ≈ ") and line.endswith(" seeds")
 

@@ -29,7 +29,8 @@ def test_register_and_lifecycle(store: Store) -> None:
         ("run000", "node7", "cuda:1", 12)
     assert running["stale"] is False and summary["stale"] == []
     assert store.status_summary(stale_after_s=3600)["stale"] == []
-    assert store.status_summary(stale_after_s=-1)["stale"] == ["run000"]  # any heartbeat is older than the future
+    # any heartbeat is older than the future
+    assert store.status_summary(stale_after_s=-1)["stale"] == ["run000"]
 
     store.mark_failed(run_id="run000", error="CUDA out of memory")
     store.mark_queued(run_id="run001")
@@ -83,7 +84,8 @@ def test_ingest_records_everything(store: Store) -> None:
     assert probes[["layer", "name", "value"]].values.tolist() == [
         [0, "gate_score", 0.2], [1, "gate_score", 0.3], [0, "m_act", 5.0], [1, "m_act", 50.0]]
     hist = store.histograms(run_ids=["run004"])
-    assert len(hist) == 6 and hist.iloc[2][["layer", "bin", "lo", "hi", "count"]].tolist() == [0, 2, 0.5, 1.0, 3]
+    assert len(hist) == 6 and hist.iloc[2][["layer", "bin", "lo", "hi", "count"]].tolist() == [0, 2, 0.5, 1.0,
+                                                                                               3]
     events = store.events(run_ids=["run004"])
     assert events[["kind", "step"]].values.tolist() == [["loss_spike", 7]]
     assert events["data"].iloc[0] == {"loss": 3.5, "trend": 2.1}

@@ -111,7 +111,9 @@ def test_ingest_and_db_upgrade(store_url: str, tmp_path) -> None:  # noqa: ANN00
     (runs / "run009" / "result.json").write_text('{"run_id": "run009", "conf')  # cut off mid-write
     out = invoke("ingest", "--store", store_url, str(runs))
     assert out.exit_code == 1
-    assert out.stdout.count("ingested run00") == 3 and "run009" in out.stderr and "not a complete" in out.stderr
+    assert (
+        out.stdout.count("ingested run00") == 3 and "run009" in out.stderr and "not a complete" in out.stderr
+    )
     out = invoke("ingest", "--store", store_url, str(runs / "run001"))  # again: idempotent
     assert out.exit_code == 0 and "ingested run001" in out.stdout
     with Store.open(store_url) as store:
@@ -122,7 +124,8 @@ def test_ingest_and_db_upgrade(store_url: str, tmp_path) -> None:  # noqa: ANN00
 
 def test_default_store_lives_in_home(tmp_home) -> None:  # noqa: ANN001
     out = invoke("status", "--format", "json")
-    assert out.exit_code == 0 and json.loads(out.stdout) == {"grids": [], "running": [], "stale": [], "slurm": []}
+    assert out.exit_code == 0 and json.loads(out.stdout) == {"grids": [], "running": [], "stale": [],
+                                                             "slurm": []}
     assert (tmp_home / "ablate.db").is_file()
 
 

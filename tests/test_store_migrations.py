@@ -13,7 +13,8 @@ from ablate.store.engine import make_engine
 from ablate.store.migrate import current_revision, head_revision, upgrade
 from ablate.store.schema import Base
 
-TABLES = {"grids", "grid_runs", "runs", "scores", "metrics", "probes", "histograms", "events", "alembic_version"}
+TABLES = {"grids", "grid_runs", "runs", "scores", "metrics", "probes", "histograms", "events",
+          "alembic_version"}
 
 
 def _schema_diff(engine) -> list:  # noqa: ANN001
@@ -59,7 +60,8 @@ def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
         assert "ix_runs_status_heartbeat" in {ix["name"] for ix in inspect(store.engine).get_indexes("runs")}
         assert store.statuses(run_ids=["old1"]) == {"old1": "done"}
         frame = store.runs_frame()
-        assert frame[["run_id", "variant", "seed", "train.lr"]].values.tolist() == [["old1", "baseline", 3, 0.002]]
+        assert frame[["run_id", "variant", "seed", "train.lr"]].values.tolist() == [["old1", "baseline", 3,
+                                                                                     0.002]]
         with store.engine.connect() as conn:  # the migration filled the new column of the old row
             flat = conn.execute(text("SELECT config_flat FROM runs")).scalar_one()
         assert (json.loads(flat) if isinstance(flat, str) else flat) == {"variant": "baseline", "seed": 3,
@@ -104,8 +106,9 @@ def test_store_from_a_newer_ablate_is_a_clear_error(store_url: str) -> None:
 
 
 def test_pruned_runs_stored_as_failed_become_pruned(store_url: str) -> None:
-    """Migration 0003: a run tune stored as failed with a "pruned:" error is ``pruned``, its step and value kept;
-    a real failure and every child row stay as they were (SQLite recreates ``runs`` without cascading)."""
+    """Migration 0003: a run tune stored as failed with a "pruned:" error is ``pruned``, its step and value
+    kept; a real failure and every child row stay as they were (SQLite recreates ``runs`` without
+    cascading)."""
     import pandas as pd
 
     engine, _ = make_engine(store_url)
@@ -128,9 +131,11 @@ def test_pruned_runs_stored_as_failed_become_pruned(store_url: str) -> None:
         assert frame.loc["p1", "steps"] == 5 and pd.isna(frame.loc["p1", "error"])
         assert frame.loc["f1", "error"] == "RuntimeError: boom" and frame.loc["f1", "ppl/code"] == 9.5
         events = store.events(run_ids=["p1", "p2"])
-        assert events[["run_id", "kind", "step"]].values.tolist() == [["p1", "pruned", 5], ["p2", "pruned", 0]]
+        assert events[["run_id", "kind", "step"]].values.tolist() == [["p1", "pruned", 5],
+                                                                      ["p2", "pruned", 0]]
         assert events["data"].tolist() == [{"value": 812.3, "metric": "val_ppl"}, {"value": None}]
-        with pytest.raises(Exception, match="(?i)check"), store.engine.begin() as conn:  # the enum is enforced
+        # the enum is enforced
+        with pytest.raises(Exception, match="(?i)check"), store.engine.begin() as conn:
             conn.execute(text("UPDATE runs SET status = 'finished' WHERE run_id = 'f1'"))
 
 

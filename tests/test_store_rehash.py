@@ -84,8 +84,8 @@ def test_rehash_carries_every_run_over_without_retraining(old_store) -> None:  #
     with Store.open(url) as store:
         # before: a grid run would not find its runs, and says so instead of retraining them
         assert set(store.outdated(new_ids)) == set(new_ids)
-        with pytest.raises(UserInputError, match=r"4 run\(s\) of this grid are in the store .* older ablate .*"
-                                                 r"`ablate db rehash`.*nothing retrains"):
+        with pytest.raises(UserInputError, match=r"4 run\(s\) of this grid are in the store .* older ablate "
+                                                 r".*`ablate db rehash`.*nothing retrains"):
             store.require_current_ids(new_ids)
         uri = _mirrored(store, home, old_ids)
         todo, report = rehash(store, home, mlflow_uri=uri)
@@ -96,7 +96,8 @@ def test_rehash_carries_every_run_over_without_retraining(old_store) -> None:  #
         assert store.outdated(new_ids) == {} and store.rehash_plan().moves == []
         store.require_current_ids(new_ids)
         frame = store.runs_frame(grid="g").set_index("run_id")
-        assert sorted(frame.index) == sorted(new_ids) and list(frame.loc[new_ids, "ppl/code"]) == [8, 9, 10, 11]
+        assert sorted(frame.index) == sorted(new_ids) and list(frame.loc[new_ids, "ppl/code"]) == [8, 9, 10,
+                                                                                                   11]
         assert len(store.curves(run_ids=new_ids)) == 4 * 40 and len(store.events(run_ids=new_ids)) == 4
         mlflow_ids = list(frame.loc[new_ids, "mlflow_run_id"])
     for new, old, mlflow_id in zip(new_ids, old_ids, mlflow_ids, strict=True):
@@ -104,7 +105,8 @@ def test_rehash_carries_every_run_over_without_retraining(old_store) -> None:  #
         assert read_result(home / "runs" / new).run_id == new
         assert MlflowClient(uri).get_run(mlflow_id).data.tags["run_id"] == new
         logged = MlflowClient(uri).download_artifacts(mlflow_id, "result.json", str(home / "download" / new))
-        assert RunResult.model_validate_json(Path(logged).read_text()).run_id == new  # the artifact follows too
+        # the artifact follows too
+        assert RunResult.model_validate_json(Path(logged).read_text()).run_id == new
     with Store.open(url) as store:  # again: nothing to do
         _, again = rehash(store, home, mlflow_uri=uri)
         assert (len(again.moved), again.dirs, again.current) == (0, 0, 0)
@@ -172,7 +174,9 @@ def test_plan_shows_runs_stored_under_old_ids_and_the_cli_rehashes(old_store, mo
     out = runner.invoke(app, ["db", "rehash", "--store", url])
     assert out.exit_code == 0, out.output
     # no MLflow store in this home: none is created
-    assert out.stdout.startswith("4 run(s) carried over to today's ids (4 run directories moved, 0 MLflow runs")
+    assert out.stdout.startswith(
+        "4 run(s) carried over to today's ids (4 run directories moved, 0 MLflow runs"
+    )
     assert not (home / "mlflow.db").exists()
     out = runner.invoke(app, ["plan", str(grid), "--store", url, "--format", "json"])
     assert {r["status"] for r in json.loads(out.stdout)["runs"]} == {"done"}

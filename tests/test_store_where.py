@@ -58,7 +58,8 @@ def test_where_selects(frame: pd.DataFrame, expr: str, expected: list[str]) -> N
 
 
 def test_runs_frame_applies_where(filled: Store) -> None:
-    assert list(filled.runs_frame(where="ppl/code < 10 and train.lr < 0.004")["run_id"]) == ["run000", "run001"]
+    assert list(filled.runs_frame(where="ppl/code < 10 and train.lr < 0.004")["run_id"]) == ["run000",
+                                                                                             "run001"]
     assert list(filled.runs_frame(grid="g", where="status == 'queued'")["run_id"]) == ["run004", "run005"]
     with pytest.raises(UserInputError, match="unknown column 'trian.lr'"):
         filled.runs_frame(where="trian.lr > 0")
@@ -73,9 +74,9 @@ def test_scores_no_run_has_yet_are_not_unknown(store: Store) -> None:
 
 
 ERRORS = {
-    "unknown-dotted": ("train.lrr > 1", r"unknown column 'train.lrr' \(did you mean 'train.lr'\?\); known columns: "
-                                        r"added_params, bench/arith, .*, wall_s, data.\{.*seq_len.*\}, .*"
-                                        r"train.\{.*batch_size, .*lr, .*\}"),
+    "unknown-dotted": ("train.lrr > 1", r"unknown column 'train.lrr' \(did you mean 'train.lr'\?\); known "
+                                        r"columns: added_params, bench/arith, .*, wall_s, "
+                                        r"data.\{.*seq_len.*\}, .*train.\{.*batch_size, .*lr, .*\}"),
     "unknown-slash": ("ppl/cod < 3", r"unknown column 'ppl/cod' \(did you mean 'ppl/code'\?\)"),
     "syntax": ("variant ==", r"not a valid expression"),
     "call": ("__import__('os').system('true')", r"is not allowed here"),

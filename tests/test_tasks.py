@@ -1,5 +1,5 @@
-"""Offline benchmark tasks: seeded generation, length specs, and the exact-match greedy scorer against a perfect
-oracle, a random model and a nearly-right one (real logits tensors, the real scorer)."""
+"""Offline benchmark tasks: seeded generation, length specs, and the exact-match greedy scorer against a
+perfect oracle, a random model and a nearly-right one (real logits tensors, the real scorer)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,8 @@ def test_specs():
     assert benchmark_plan(["vt", "niah-single@512", "niah-single@256"], [128]) == {
         "vt": (128,), "niah-single": (256, 512)}
     assert benchmark_plan(["mqar"]) == {"mqar": TASKS["mqar"].default_lengths}
-    with pytest.raises(ConfigError, match=r"unknown benchmark task 'niah-singel' \(did you mean 'niah-single'\?\)"):
+    with pytest.raises(ConfigError,
+                       match=r"unknown benchmark task 'niah-singel' \(did you mean 'niah-single'\?\)"):
         parse_task_spec("niah-singel@256")
     with pytest.raises(ConfigError, match=r"eval.benchmarks: bad length 'x2'"):
         parse_task_spec("vt@256,x2")

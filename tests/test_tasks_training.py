@@ -1,9 +1,9 @@
 """A tiny model trained briefly with plain PyTorch on a task's examples scores well above chance on that task.
 
 The configuration is MQAR with one key:value pair (``mqar@16``): the answer's two digits (chance: 1%) are
-recalled by looking back at the stated pair. As in zoology, the loss is on the answer tokens only: with the loss
-spread over every byte of the example the lookup forms only after a long, seed-dependent plateau, while on the
-answer alone the tiny preset learns it within ~100 steps for every seed tried (0-5).
+recalled by looking back at the stated pair. As in zoology, the loss is on the answer tokens only: with the
+loss spread over every byte of the example the lookup forms only after a long, seed-dependent plateau, while
+on the answer alone the tiny preset learns it within ~100 steps for every seed tried (0-5).
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ SPEC, LENGTH, BATCH, MAX_STEPS = "mqar@16", 16, 32, 400
 
 
 def _batches(tok: ByteTokenizer):
-    """Rows of ``[eos] + prompt + answer`` (padded with eos) and the mask of the positions that predict the answer."""
+    """Rows of ``[eos] + prompt + answer`` (padded with eos) and the mask of the positions that predict the
+    answer."""
     k = 0
     while True:
-        examples = task_examples("mqar", seed=1000 + k, length=LENGTH, n=BATCH, tokenizer=tok)  # not the eval seed
+        # not the eval seed
+        examples = task_examples("mqar", seed=1000 + k, length=LENGTH, n=BATCH, tokenizer=tok)
         k += 1
         rows = torch.full((BATCH, LENGTH + 1), tok.eos_id)
         mask = torch.zeros(BATCH, LENGTH, dtype=torch.bool)

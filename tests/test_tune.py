@@ -1,10 +1,12 @@
-"""``ablate tune`` end to end on the tiny preset (15 steps of 4 x 32 tokens of the arithmetic stream, validation
-every 5 steps): a study that prunes a hopeless trial, a rerun that adds nothing, a diverged trial told as a bad
-value, a repeated config reused, a bracketing probe, ``--then-run`` at the best LR, and the report.
+"""``ablate tune`` end to end on the tiny preset (15 steps of 4 x 32 tokens of the arithmetic stream,
+validation every 5 steps): a study that prunes a hopeless trial, a rerun that adds nothing, a diverged trial
+told as a bad value, a repeated config reused, a bracketing probe, ``--then-run`` at the best LR, and the
+report.
 
-The trials' values are fixed with Optuna's ``enqueue_trial`` on the same study, so every outcome is constructed:
-lr 1e-2 trains well; lr 1e-6 barely moves (val PPL ~300 vs ~16 at step 5), so a median pruner that needs one
-finished trial must prune it; lr 50 diverges within the few steps ``diverge_patience: 3`` allows.
+The trials' values are fixed with Optuna's ``enqueue_trial`` on the same study, so every outcome is
+constructed: lr 1e-2 trains well; lr 1e-6 barely moves (val PPL ~300 vs ~16 at step 5), so a median pruner
+that needs one finished trial must prune it; lr 50 diverges within the few steps ``diverge_patience: 3``
+allows.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def runs(home, grid):
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """Three `ablate tune` calls on one home: 2 trials; the same again; 4 trials with --then-run and a probe."""
+    """Three `ablate tune` calls on one home: 2 trials; the same again; 4 trials with --then-run and a
+    probe."""
     mp = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("tune")
     mp.setenv("ABLATE_CACHE", str(root / "cache"))
@@ -97,11 +100,13 @@ def tuned(tmp_path_factory):
 def test_a_study_runs_and_prunes_a_hopeless_trial(tuned):
     first, home = tuned["first"], tuned["home"]
     assert first.exit_code == 0 and first.counts == {"done": 1, "pruned": 1}
-    assert [(n, s, v) for n, s, v in tuned["snapshot"]] == [(0, TrialState.COMPLETE, 1e-2), (1, TrialState.PRUNED, 1e-6)]
+    assert [(n, s, v) for n, s, v in tuned["snapshot"]] == [(0, TrialState.COMPLETE, 1e-2),
+                                                            (1, TrialState.PRUNED, 1e-6)]
     trials = study_of(home, tuned["name"]).trials
     good, hopeless = trials[0], trials[1]
     assert 5 < good.value < 40 and good.user_attrs["outcome"] == "ok"
-    assert hopeless.intermediate_values and min(hopeless.intermediate_values) == 5  # pruned at its first report
+    # pruned at its first report
+    assert hopeless.intermediate_values and min(hopeless.intermediate_values) == 5
     assert hopeless.intermediate_values[5] > 3 * good.intermediate_values[5]
     frame = runs(home, "lrg/tune")
     assert frame.loc[good.user_attrs["run_id"], "status"] == "done"
@@ -157,7 +162,8 @@ def test_a_diverged_trial_is_a_bad_value_and_a_repeated_config_is_reused(tuned):
 def test_the_bracketing_probe_lies_between_the_stable_and_the_diverged_lr(tuned):
     study = study_of(tuned["home"], tuned["name"])
     (probe,) = study.user_attrs["probes"]
-    assert probe["value"] == pytest.approx((1e-2 * 50.0) ** 0.5)  # geometric midpoint of stable 1e-2, unstable 50
+    # geometric midpoint of stable 1e-2, unstable 50
+    assert probe["value"] == pytest.approx((1e-2 * 50.0) ** 0.5)
     cell = tuned["last"].cells[0]
     assert cell.stable.value >= 1e-2 and cell.unstable.value <= 50.0
     assert cell.stable.value < cell.unstable.value
@@ -185,12 +191,16 @@ def test_the_lr_report_and_the_cli(tuned, monkeypatch):
     assert "Table LR" in out.output and f"{best:.1e}".replace("e-0", "e-") in out.output
     # lr 1e-2 twice (ok), lr 50 (diverged), lr 1e-6 (pruned), and the probe at 0.71 (diverges on CPU here)
     assert re.search(r"\| [23] ok, [12] diverged, 1 pruned \|", out.output), out.output
-    out = cli.invoke(app, ["report", "all", "--home", str(home), "--grid", "lrg/tuned", "--out", str(home / "rep")])
+    out = cli.invoke(app,
+                     ["report", "all", "--home", str(home), "--grid", "lrg/tuned", "--out",
+                      str(home / "rep")])
     assert out.exit_code == 0, out.output
     assert (home / "rep" / "figures" / "lr_sensitivity.png").stat().st_size > 1000
     assert 'id="lr"' in (home / "rep" / "report.html").read_text()
     # a rerun from the CLI: nothing new to train, exit 0, the summary names the best
-    out = cli.invoke(app, ["tune", str(tuned["path"]), "--home", str(home), "--low", "1e-6", "--high", "100", "--log",
+    out = cli.invoke(app,
+                     ["tune", str(tuned["path"]), "--home", str(home), "--low", "1e-6", "--high", "100",
+                      "--log",
                            "--trials", "4", "--pruner", "median:1", "--jobs", "1"])
     assert out.exit_code == 0, out.output
     assert "nothing to run" in out.output
@@ -210,8 +220,8 @@ def test_option_errors_exit_2_with_the_fix(tmp_path):
 
 
 def test_dashboard_without_the_package_says_how_to_install_it(tmp_path):
-    # a real `ablate` process in which optuna-dashboard cannot be imported (None in sys.modules: ImportError), as
-    # on a machine without the `dashboard` extra
+    # a real `ablate` process in which optuna-dashboard cannot be imported (None in sys.modules: ImportError),
+    # as on a machine without the `dashboard` extra
     code = ("import sys; sys.modules['optuna_dashboard'] = None; sys.argv = ['ablate'] + sys.argv[1:]; "
             "from ablate.cli import main; main()")
     out = subprocess.run([sys.executable, "-c", code, "tune", "--dashboard", "--home", str(tmp_path)],
@@ -221,8 +231,8 @@ def test_dashboard_without_the_package_says_how_to_install_it(tmp_path):
 
 
 def test_a_cut_off_trial_is_resumed_not_replaced(tuned):
-    """A trial left RUNNING (its `ablate tune` was killed) counts towards --trials and is finished on the next call
-    (here its run is already in the store, so it is told from there without training)."""
+    """A trial left RUNNING (its `ablate tune` was killed) counts towards --trials and is finished on the next
+    call (here its run is already in the store, so it is told from there without training)."""
     home, name = tuned["home"], tuned["name"]
     study = study_of(home, name)
     study.enqueue_trial({"train.lr": 1e-2})

@@ -1,5 +1,6 @@
-"""``ablate tune``'s pure parts: the stable-LR bracketing search against constructed thresholds, best and largest
-stable values, cells and study names, the tuned grid file, option errors; and Optuna's tables beside the store's."""
+"""``ablate tune``'s pure parts: the stable-LR bracketing search against constructed thresholds, best and
+largest stable values, cells and study names, the tuned grid file, option errors; and Optuna's tables beside
+the store's."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def test_geometric_bracket_brackets_a_constructed_divergence_threshold(threshold
     b = bracket(stable, 1e-3, 0.1, steps=steps, log=True)
     assert b.stable < threshold <= b.unstable
     assert len(tried) == steps and len(b.tried) == steps
-    assert b.ratio == pytest.approx((0.1 / 1e-3) ** (1 / 2 ** steps), rel=1e-9)  # halved in log space each step
+    # halved in log space each step
+    assert b.ratio == pytest.approx((0.1 / 1e-3) ** (1 / 2 ** steps), rel=1e-9)
     assert all(1e-3 < x < 0.1 for x in tried)
     assert tried[0] == pytest.approx(math.sqrt(1e-3 * 0.1))
 
@@ -53,13 +55,14 @@ def test_linear_bracket_and_its_limits():
 
 
 def test_best_and_largest_stable_from_points():
-    points = [Point(1e-4, "ok", 20.0), Point(1e-3, "ok", 12.0), Point(3e-3, "ok", 12.5), Point(1e-2, "ok", 13.0),
-              Point(2e-2, "pruned"), Point(5e-2, "diverged"), Point(3e-2, "failed")]
+    points = [Point(1e-4, "ok", 20.0), Point(1e-3, "ok", 12.0), Point(3e-3, "ok", 12.5),
+              Point(1e-2, "ok", 13.0), Point(2e-2, "pruned"), Point(5e-2, "diverged"), Point(3e-2, "failed")]
     assert best_point(points) == points[1]
     # within 5% of 12.0 means <= 12.6: 3e-3 is the largest stable, 1e-2 (13.0) is outside the tolerance
     assert max_stable(points, 0.05) == points[2]
     assert first_unstable_above(points, 3e-3, 0.05) == points[3]
-    # a wider tolerance: 1e-2 becomes stable and the next unstable is the diverged 5e-2 (pruned/failed say nothing)
+    # a wider tolerance: 1e-2 becomes stable and the next unstable is the diverged 5e-2 (pruned/failed say
+    # nothing)
     assert max_stable(points, 0.10) == points[3]
     assert first_unstable_above(points, 1e-2, 0.10) == points[5]
     assert is_stable(points[4], 12.0) is None and is_stable(points[5], 12.0) is False
@@ -67,7 +70,8 @@ def test_best_and_largest_stable_from_points():
 
 
 def test_bracket_from_points_starts_from_the_tightest_pair_or_says_why_not():
-    points = [Point(1e-3, "ok", 10.0), Point(4e-3, "ok", 10.2), Point(0.1, "diverged"), Point(0.5, "diverged")]
+    points = [Point(1e-3, "ok", 10.0), Point(4e-3, "ok", 10.2), Point(0.1, "diverged"),
+              Point(0.5, "diverged")]
     b, why = bracket_from_points(points, high=1.0, steps=2, log=True, tolerance=0.05)
     assert why == "" and (b.stable, b.unstable) == (4e-3, 0.1)
     none, why = bracket_from_points(points[:2], high=1.0, steps=2, log=True)
@@ -132,7 +136,8 @@ def test_pruner_specs_and_metric_names():
     import optuna
 
     assert isinstance(make_pruner("median:1"), optuna.pruners.MedianPruner)
-    assert isinstance(make_pruner("hyperband", min_resource=5, max_resource=50), optuna.pruners.HyperbandPruner)
+    assert isinstance(make_pruner("hyperband", min_resource=5, max_resource=50),
+                      optuna.pruners.HyperbandPruner)
     assert isinstance(make_pruner("threshold:100"), optuna.pruners.ThresholdPruner)
     assert isinstance(make_pruner("none"), optuna.pruners.NopPruner)
     with pytest.raises(ConfigError, match=r"--pruner: unknown pruner 'medain' \(did you mean 'median'\?\)"):
@@ -156,7 +161,8 @@ def test_optuna_tables_live_beside_the_store_and_both_reopen(store_url):
     with Store.open(store_url) as store:
         assert store_studies(store, "g") == []  # creates nothing
         assert not inspect(store.engine).has_table("studies")
-        study = optuna.create_study(study_name="g/tune/x", storage=optuna_storage(store.url), direction="minimize")
+        study = optuna.create_study(study_name="g/tune/x", storage=optuna_storage(store.url),
+                                    direction="minimize")
         study.set_user_attr("grid", "g")
         study.tell(study.ask(), 1.5)
     with Store.open(store_url) as store:  # the store migrates (a no-op) and still works
@@ -177,10 +183,12 @@ def test_a_study_is_continued_never_duplicated_and_never_mixed_with_another_sear
     with Store.open(f"sqlite:///{tmp_path / 'a.db'}") as store:
         storage = optuna_storage(store.url)
         first = open_study(storage, "g/tune/s", attrs, trials=4, pruner=make_pruner("none"))
-        again = open_study(storage, "g/tune/s", {**attrs, "tolerance": 0.1}, trials=4, pruner=make_pruner("none"))
+        again = open_study(storage, "g/tune/s", {**attrs, "tolerance": 0.1}, trials=4,
+                           pruner=make_pruner("none"))
         assert first._study_id == again._study_id and len(storage.get_all_studies()) == 1
         assert again.user_attrs["tolerance"] == 0.1  # attrs that do not change the question are updated
-        with pytest.raises(ConfigError, match=r"made with high=0.01, not high=0.1.*same --param, --low, --high"):
+        with pytest.raises(ConfigError,
+                           match=r"made with high=0.01, not high=0.1.*same --param, --low, --high"):
             open_study(storage, "g/tune/s", {**attrs, "high": 0.1}, trials=4, pruner=make_pruner("none"))
 
 

@@ -1,8 +1,9 @@
-"""``ablate run --until-resolved``: seeds added only where a comparison is open, looks that keep the error rate.
+"""``ablate run --until-resolved``: seeds added only where a comparison is open, looks that keep the error
+rate.
 
-The simulation drives the real loop (``run_looks``) over a real grid's plan, with each run's metric drawn from a
-null (or a true effect) instead of trained; the CLI test records finished runs written as ``result.json`` files
-(nothing trains) and reads what ``ablate run --until-resolved`` added, reported and reused.
+The simulation drives the real loop (``run_looks``) over a real grid's plan, with each run's metric drawn from
+a null (or a true effect) instead of trained; the CLI test records finished runs written as ``result.json``
+files (nothing trains) and reads what ``ablate run --until-resolved`` added, reported and reused.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def _grid(tmp_path: Path, seeds: int = 2, arms: tuple[str, ...] = ARMS, name: st
 
 
 def _simulate(planner, ids, spec, effects: dict[str, float], rng: np.random.Generator):
-    """One pass of the looks with every run's metric drawn: a per-seed offset shared by the arms of a seed (what
-    pairing cancels), noise, and ``effects[variant]`` added to that arm."""
+    """One pass of the looks with every run's metric drawn: a per-seed offset shared by the arms of a seed
+    (what pairing cancels), noise, and ``effects[variant]`` added to that arm."""
     cell_variant = {c.cell: c.axes["variant"] for c in planner.comps} | {c.reference: "baseline"
                                                                             for c in planner.comps}
     offsets: dict[int, float] = {}
@@ -45,8 +46,8 @@ def _simulate(planner, ids, spec, effects: dict[str, float], rng: np.random.Gene
         asked.append(extra)
         return 0
 
-    outcome = run_looks(planner, ids, spec, read=lambda rids: {r: values[r] for r in rids}, run_round=run_round,
-                        say=lambda line: None)
+    outcome = run_looks(planner, ids, spec, read=lambda rids: {r: values[r] for r in rids},
+                        run_round=run_round, say=lambda line: None)
     return outcome, asked
 
 
@@ -73,7 +74,8 @@ def test_a_true_effect_resolves_with_power_that_grows_with_the_seeds(tmp_path) -
     by = [float(np.mean([a is not None and a <= j for a in at_look])) for j in range(4)]
     print("share of the true effect resolved by each look:", [round(b, 3) for b in by])
     assert all(a < b for a, b in zip(by[1:], by[2:], strict=False))  # power grows with n
-    # no better than a fixed test at alpha with all the seeds, and not far below the one at the last look's level
+    # no better than a fixed test at alpha with all the seeds, and not far below the one at the last look's
+    # level
     assert by[-1] <= float(power(effect, sd, 8)) + 0.07
     assert by[-1] >= float(power(effect, sd, 8, alpha=0.03)) - 0.1
 
@@ -115,8 +117,8 @@ def _ablate(*args: str, home: Path):  # noqa: ANN202
 
 
 def _fill(path: Path, home: Path, spec: UntilResolved, effect: dict[str, float]) -> int:
-    """Every run the plan may reach, finished with ``val_ppl`` = 9 + a seed's offset + the arm's effect + noise;
-    the number of runs written."""
+    """Every run the plan may reach, finished with ``val_ppl`` = 9 + a seed's offset + the arm's effect +
+    noise; the number of runs written."""
     import dataclasses
 
     from ablate.grid import expand, load_grid
@@ -175,11 +177,15 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
 
 
 @pytest.mark.parametrize("command", ["plan", "run"])
-def test_a_bad_until_resolved_option_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, command) -> None:
+def test_a_bad_until_resolved_option_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch,
+                                                                           command) -> None:
     monkeypatch.chdir(tmp_path)
     home = tmp_path / "home"
     out = _ablate(command, str(_grid(tmp_path)), "--until-resolved", "--metric", "accuracy", home=home)
     assert out.exit_code == 2, out.output
-    assert out.output.startswith("error: unknown metric 'accuracy'; allowed: ") and "(option --metric)" in out.output
+    assert (
+        out.output.startswith("error: unknown metric 'accuracy'; allowed: ")
+        and "(option --metric)" in out.output
+    )
     assert len(out.output.strip().splitlines()) == 1 and "Traceback" not in out.output
     assert not home.exists()

@@ -1,4 +1,5 @@
-"""The catalogue: every variant trains a step on its tiny preset, is causal, and the rows of the paper are covered."""
+"""The catalogue: every variant trains a step on its tiny preset, is causal, and the rows of the paper are
+covered."""
 
 from __future__ import annotations
 
@@ -78,12 +79,15 @@ def test_relative_changes_follow_the_preset() -> None:
 
 
 def test_moe_only_variant_on_dense_preset_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match=r"variant: variant 'add-4-experts' needs a mixture-of-experts model.*'tiny-moe'"):
+    with pytest.raises(
+        ConfigError, match=r"variant: variant 'add-4-experts' needs a mixture-of-experts model.*'tiny-moe'"
+    ):
         apply_variant(ModelConfig(preset="tiny"), "add-4-experts")
 
 
 def test_unknown_variant_names_a_near_match() -> None:
-    with pytest.raises(ConfigError, match=r"unknown variant 'sdpa-elementwize' \(did you mean 'sdpa-elementwise'\?\)"):
+    with pytest.raises(ConfigError,
+                       match=r"unknown variant 'sdpa-elementwize' \(did you mean 'sdpa-elementwise'\?\)"):
         apply_variant(ModelConfig(), "sdpa-elementwize")
 
 

@@ -1,13 +1,16 @@
-"""Grid files for the end-to-end tests: the tiny preset on the synthetic arithmetic stream, a few seconds a run."""
+"""Grid files for the end-to-end tests: the tiny preset on the synthetic arithmetic stream, a few seconds a
+run."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 
-def tiny_grid(name: str, *, variants: Sequence[str] = ("baseline", "sdpa-elementwise"), seeds: Sequence[int] | None = None,
-              steps: int = 60, checkpoint_every: int = 10, train_extra: str = "", extra: str = "") -> str:
-    """A grid's YAML text; ``train_extra`` is appended inside ``train: {...}``, ``extra`` after the grid section."""
+def tiny_grid(name: str, *, variants: Sequence[str] = ("baseline", "sdpa-elementwise"),
+              seeds: Sequence[int] | None = None, steps: int = 60, checkpoint_every: int = 10,
+              train_extra: str = "", extra: str = "") -> str:
+    """A grid's YAML text; ``train_extra`` is appended inside ``train: {...}``, ``extra`` after the grid
+    section."""
     seed_axis = f"\n  seed: {list(seeds)}" if seeds is not None else ""
     return f"""
 name: {name}

@@ -1,7 +1,8 @@
 """The model zoo: ``ModelConfig`` -> a Qwen3-style decoder with every attention-gating arm of the paper.
 
 Importing this package never imports torch: ``build_model`` and ``export_hf`` import the torch modules when
-called; the catalogue (``VARIANTS``, ``apply_variant``) and counting (``count_params``...) are torch-free at import.
+called; the catalogue (``VARIANTS``, ``apply_variant``) and counting (``count_params``...) are torch-free at
+import.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ def build_model(cfg: ModelConfig, *, device: Any = None, fuse_g1: bool = True) -
 
 
 def export_hf(model: Any, cfg: ModelConfig, out_dir: str | Path, **kwargs: Any) -> Path:
-    """Write ``model`` as a transformers folder: Qwen3, Qwen3-MoE or Qwen3-Next (see ``ablate.ablations.export``)."""
+    """Write ``model`` as a transformers folder: Qwen3, Qwen3-MoE or Qwen3-Next (see
+    ``ablate.ablations.export``)."""
     from ablate.ablations.export import export_hf as _export
 
     return _export(model, cfg, out_dir, **kwargs)
 
 
 __all__ = [
-    "GateSpec", "ModelConfig", "SwitchSpec", "PRESETS", "VARIANTS", "Variant", "Rel", "apply_variant", "get_variant",
-    "build_model", "count_params", "ParamCount", "added_params", "match_ffn", "export_hf",
+    "GateSpec", "ModelConfig", "SwitchSpec", "PRESETS", "VARIANTS", "Variant", "Rel", "apply_variant",
+    "get_variant", "build_model", "count_params", "ParamCount", "added_params", "match_ffn", "export_hf",
 ]

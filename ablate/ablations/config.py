@@ -1,8 +1,8 @@
 """The model's config: every architectural choice of the paper as a typed field.
 
 ``ModelConfig(preset="tiny")`` fills every field from the preset; fields given beside it override the preset.
-The resolved config (``model_dump()``) has no missing values, so it serializes unchanged to YAML, MLflow and SQL.
-Importing this module never imports torch.
+The resolved config (``model_dump()``) has no missing values, so it serializes unchanged to YAML, MLflow and
+SQL. Importing this module never imports torch.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ class SwitchSpec(_Strict):
 class PluginArm(_Strict):
     """An arm from the user's code (``ablate.ablations.plugins``): ``arm`` is ``module:Class`` (or the name an
     installed package registers under the ``ablate.arms`` entry points), ``args`` the keyword arguments its
-    ``Args`` model validates. ``version`` is filled by ablate when the grid is loaded: the package's version, or
-    else a hash of the module's source, so the run id changes with the plugin's code."""
+    ``Args`` model validates. ``version`` is filled by ablate when the grid is loaded: the package's version,
+    or else a hash of the module's source, so the run id changes with the plugin's code."""
 
     arm: str = Field(pattern=r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$",
                      description="module:Class, or a name registered under the ablate.arms entry points")
@@ -116,11 +116,12 @@ class ModelConfig(_Strict):
     switch: SwitchSpec | None = None
     # the field's other sink fixes (ablate/ablations/weights.py)
     attn_weights: AttnWeights = Field(
-        "softmax", description="how scores become attention weights: softmax; sink-learned (a learned per-head "
-        "sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick")
-    plugin: PluginArm | None = Field(None, description="an arm from the user's code (set by a grid's variant {arm: "
-                                     "module:Class, args: {...}}): the attention weights (replacing attn_weights), a "
-                                     "gate at G1-G5 or the block's attention output (ablate.ablations.plugins)")
+        "softmax", description="how scores become attention weights: softmax; sink-learned (a learned "
+        "per-head sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick")
+    plugin: PluginArm | None = Field(None, description="an arm from the user's code (set by a grid's variant "
+                                     "{arm: module:Class, args: {...}}): the attention weights (replacing "
+                                     "attn_weights), a gate at G1-G5 or the block's attention output "
+                                     "(ablate.ablations.plugins)")
 
     @model_validator(mode="before")
     @classmethod

@@ -10,14 +10,15 @@ Per token of training (forward and backward, PaLM's appendix B convention)::
   baseline by exactly its gate. Weights that multiply elementwise (RMSNorm scales, an input-independent gate's
   per-head logits) are not matmuls and are left out. In a mixture of experts only the ``moe_top_k`` routed
   experts (and, for switch heads, the ``top_k`` selected ones) are counted: active-parameter compute, what a
-  sparse implementation spends (ablate's switch heads compute every expert and weight them, so they spend more).
-- ``12 * L * H * Q * T``: the attention scores and the weighted sum (``QK^T`` and ``PV``, forward and backward)
-  for ``L`` layers of ``H`` query heads of dimension ``Q`` over a context of ``T`` tokens, counted over the full
-  ``T x T`` square as PaLM does (causal masking is not subtracted).
+  sparse implementation spends (ablate's switch heads compute every expert and weight them, so they spend
+  more).
+- ``12 * L * H * Q * T``: the attention scores and the weighted sum (``QK^T`` and ``PV``, forward and
+  backward) for ``L`` layers of ``H`` query heads of dimension ``Q`` over a context of ``T`` tokens, counted
+  over the full ``T x T`` square as PaLM does (causal masking is not subtracted).
 
 Counting walks the model built on the meta device, so it follows the model as built (a fused projection, a new
-gate) without a second description of its shapes; tests/test_flops.py checks it against torch's FlopCounterMode
-over a real training step. Importing this module never imports torch.
+gate) without a second description of its shapes; tests/test_flops.py checks it against torch's
+FlopCounterMode over a real training step. Importing this module never imports torch.
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ def _matmul_weights(cfg_json: str) -> int:
 
 
 def matmul_params(cfg: ModelConfig) -> int:
-    """``N`` of the FLOPs count: the active matmul weights one token passes through, vocabulary matrices excluded.
+    """``N`` of the FLOPs count: the active matmul weights one token passes through, vocabulary matrices
+    excluded.
 
-    >>> matmul_params(ModelConfig(preset="tiny"))  # 2 layers x (q, k, v, o: 4096 + 2048 + 2048 + 4096; FFN 36864)
+    >>> # 2 layers x (q, k, v, o: 4096 + 2048 + 2048 + 4096; FFN 36864)
+    >>> matmul_params(ModelConfig(preset="tiny"))
     98304
     """
     return _matmul_weights(cfg.model_dump_json())
@@ -67,7 +70,8 @@ def attention_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
-    """Training FLOPs per token of ``cfg`` (the effective model: its variant already applied) at context ``seq_len``.
+    """Training FLOPs per token of ``cfg`` (the effective model: its variant already applied) at context
+    ``seq_len``.
 
     >>> flops_per_token(ModelConfig(preset="tiny"), 256)  # 6 * 98304 + 12 * 2 * 4 * 16 * 256
     983040

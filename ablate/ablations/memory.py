@@ -3,10 +3,10 @@ arm's module is measured on the meta device).
 
 What a device holds (docs/scale.md itemises it with numbers):
 
-- **parameters** ``N`` (the gate's included): fp32 (4 bytes each). Under ``bf16-mixed`` autocast also keeps a bf16
-  copy of every weight it multiplies with (2 bytes, saved for the backward pass). FSDP keeps ``4N / k`` (its
-  shard of k devices) plus bf16 copies of the units it has gathered: the root's (embedding, final norm, head) and
-  two decoder blocks (the one computing and the one prefetched).
+- **parameters** ``N`` (the gate's included): fp32 (4 bytes each). Under ``bf16-mixed`` autocast also keeps a
+  bf16 copy of every weight it multiplies with (2 bytes, saved for the backward pass). FSDP keeps ``4N / k``
+  (its shard of k devices) plus bf16 copies of the units it has gathered: the root's (embedding, final norm,
+  head) and two decoder blocks (the one computing and the one prefetched).
 - **gradients**: fp32, ``4N`` (``4N / k`` under FSDP, plus a gathered block's bf16 gradient and its fp32 copy
   for the reduction). DDP adds its gradient buckets (another ``4N``). They exist from the backward pass to the
   optimizer step, so they add to the activations only when micro-batches accumulate into them.
@@ -14,21 +14,23 @@ What a device holds (docs/scale.md itemises it with numbers):
   fp32 tensor per parameter (``4N``, ``4N / k``) beside the gradients.
 - **activations** of one micro-batch (``rows x seq_len`` tokens): what each block saves for the backward pass,
   counted tensor by tensor from ``ablate.ablations.model`` (``_block_elements``: norms, projections, RoPE,
-  SDPA's output and log-sum-exp, the gate's logits, scores and product, the FFN's four intermediates), plus the
-  head's logits (the model's dtype, an fp32 copy and ``log_softmax``'s fp32 output). An attention-weights arm other
-  than softmax keeps fp32 ``T x T`` maps per head (``SCORE_MAPS``: the sink's probabilities, where SDPA falls back to
-  its math kernel for a float mask; sigmoid's and softpick's hand-computed intermediates). A plugin arm's module is
-  the user's code, so what it keeps is measured instead: one forward of it on the meta device under saved-tensor
-  hooks, at the run's shapes (``plugins.saved_bytes``), in place of SDPA's output and log-sum-exp for a weights arm.
-  With activation checkpointing only each block's input is kept and one block is recomputed at a time.
-- **temporaries** at the peak: the start of the backward pass, where the logits' fp32 gradients (two) are alive
-  with every activation.
+  SDPA's output and log-sum-exp, the gate's logits, scores and product, the FFN's four intermediates), plus
+  the head's logits (the model's dtype, an fp32 copy and ``log_softmax``'s fp32 output). An attention-weights
+  arm other than softmax keeps fp32 ``T x T`` maps per head (``SCORE_MAPS``: the sink's probabilities, where
+  SDPA falls back to its math kernel for a float mask; sigmoid's and softpick's hand-computed intermediates).
+  A plugin arm's module is the user's code, so what it keeps is measured instead: one forward of it on the
+  meta device under saved-tensor hooks, at the run's shapes (``plugins.saved_bytes``), in place of SDPA's
+  output and log-sum-exp for a weights arm. With activation checkpointing only each block's input is kept and
+  one block is recomputed at a time.
+- **temporaries** at the peak: the start of the backward pass, where the logits' fp32 gradients (two) are
+  alive with every activation.
 
 The peak is the larger of (the backward pass starting: parameters, optimizer state, activations, the head's
-temporaries, and accumulated gradients) and (the optimizer step: parameters, gradients, optimizer state and its
-temporary). ``tests/test_memory.py`` checks the estimate against the peak measured by PyTorch's ``MemTracker`` on
-CPU; ``bench/gpu_check.sh`` against ``torch.cuda.max_memory_allocated`` on a GPU. Not counted: the CUDA context
-and the allocator's cache (``FIT_FRACTION`` of a device is taken as usable), evaluation (no gradients: smaller).
+temporaries, and accumulated gradients) and (the optimizer step: parameters, gradients, optimizer state and
+its temporary). ``tests/test_memory.py`` checks the estimate against the peak measured by PyTorch's
+``MemTracker`` on CPU; ``bench/gpu_check.sh`` against ``torch.cuda.max_memory_allocated`` on a GPU. Not
+counted: the CUDA context and the allocator's cache (``FIT_FRACTION`` of a device is taken as usable),
+evaluation (no gradients: smaller).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ if TYPE_CHECKING:
     from ablate.config import RunConfig
 
 GiB = 2**30
-FIT_FRACTION = 0.9  # of a device's memory: the rest goes to the CUDA context, the allocator's cache, fragmentation
+# of a device's memory: the rest goes to the CUDA context, the allocator's cache, fragmentation
+FIT_FRACTION = 0.9
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": GiB, "gb": GiB, "gib": GiB, "t": 2**40, "tb": 2**40, "tib": 2**40}
 
@@ -74,7 +77,8 @@ class MemoryEstimate:
 
     def itemised_gb(self) -> dict[str, float]:
         """Each item and the total in GiB, rounded to 0.0001."""
-        items = {f.name: getattr(self, f.name) for f in fields(self)}  # not asdict: it deep-copies, per run of a plan
+        # not asdict: it deep-copies, per run of a plan
+        items = {f.name: getattr(self, f.name) for f in fields(self)}
         return {k: round(v / GiB, 4) for k, v in items.items()} | {"total": round(self.gb, 4)}
 
 
@@ -87,13 +91,14 @@ def parse_memory(text: str, *, where: str = "--device-memory") -> float:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(f"{text!r} is not an amount of memory; give a positive number with a unit, e.g. 80GB, "
-                          "40GiB, 24000MB (1 GB = 2^30 bytes)", where=where)
+        raise ConfigError(f"{text!r} is not an amount of memory; give a positive number with a unit, e.g. "
+                          "80GB, 40GiB, 24000MB (1 GB = 2^30 bytes)", where=where)
     return float(m.group(1)) * _UNITS[unit]
 
 
-# fp32 T x T maps per head that one block keeps for the backward pass, by ``ModelConfig.attn_weights``: counted on
-# CPU with MemTracker (tests/test_memory.py); a GPU's fused kernel with a float mask keeps fewer for the sinks.
+# fp32 T x T maps per head that one block keeps for the backward pass, by ``ModelConfig.attn_weights``:
+# counted on CPU with MemTracker (tests/test_memory.py); a GPU's fused kernel with a float mask keeps fewer
+# for the sinks.
 SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "softpick": 6}
 
 
@@ -111,19 +116,23 @@ def _block_elements(cfg: ModelConfig) -> float:
     n += q  # the heads' output made contiguous for W_o
     g = cfg.gate
     if g is not None:
-        heads, width = {"G1": (h, dk), "G2": (hk, dk), "G3": (hk, dk), "G4": (h, dk), "G5": (1, d)}[g.position]
+        heads, width = {"G1": (h, dk), "G2": (hk, dk), "G3": (hk, dk), "G4": (h, dk),
+                        "G5": (1, d)}[g.position]
         w = width if g.granularity == "elementwise" else 1
-        n += (heads * w if g.input == "dependent" else 0) + heads * w + heads * width  # logits, scores, product
+        # logits, scores, product
+        n += (heads * w if g.input == "dependent" else 0) + heads * w + heads * width
     n += norm * q if cfg.sdpa_norm else 0
     n += q if cfg.sdpa_silu else 0
     if cfg.switch is not None:
         e = cfg.switch.n_experts
-        n += hk * e * 2 + (2 if cfg.switch.kind == "kv" else 1) * (kv * e * 2)  # router scores; expert outputs
+        # router scores; expert outputs
+        n += hk * e * 2 + (2 if cfg.switch.kind == "kv" else 1) * (kv * e * 2)
     n += d  # the residual stream after attention
     n += norm * d  # the FFN's pre-norm
     if cfg.is_moe:
         k, w, e = cfg.moe_top_k, cfg.expert_dim, cfg.n_experts
-        n += 2 * e + k * (2 * d + 4 * w) + d  # router logits and probabilities; per expert: x, gate/up, silu, product, y
+        # router logits and probabilities; per expert: x, gate/up, silu, product, y
+        n += 2 * e + k * (2 * d + 4 * w) + d
     else:
         n += 4 * cfg.ffn_dim  # gate, silu(gate), up, their product
     n += d  # the residual stream after the FFN
@@ -135,18 +144,23 @@ def _block_elements(cfg: ModelConfig) -> float:
 def _norm_elements(cfg: ModelConfig) -> float:
     """Elements per token of the RMSNorms of one block (their fp32 copies under bf16 autocast)."""
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    return 2 * cfg.d_model * (1 + cfg.sandwich_norm) + (q + kv if cfg.qk_norm else 0) + (q if cfg.sdpa_norm else 0)
+    return (
+        2 * cfg.d_model * (1 + cfg.sandwich_norm)
+        + (q + kv if cfg.qk_norm else 0)
+        + (q if cfg.sdpa_norm else 0)
+    )
 
 
-def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: int = 1, precision: str = "32-true",
-                    strategy: str = "auto", devices: int = 1, checkpointing: bool = False,
-                    gpu: bool = False) -> MemoryEstimate:
+def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: int = 1,
+                    precision: str = "32-true", strategy: str = "auto", devices: int = 1,
+                    checkpointing: bool = False, gpu: bool = False) -> MemoryEstimate:
     """Peak bytes per device of a training step of ``model`` (the variant already applied) on ``rows`` rows of
     ``seq_len`` tokens per device per micro-batch (``accumulate`` micro-batches per step).
 
     ``precision``: ``32-true``, ``bf16-mixed`` or ``16-mixed``; ``strategy``: ``auto``/``ddp`` (replicated) or
     ``fsdp`` (sharded over ``devices``; one device is plain training); ``gpu``: AdamW's step runs on all
-    parameters at once there (``foreach``), one parameter at a time on CPU. See the module docstring for the terms.
+    parameters at once there (``foreach``), one parameter at a time on CPU. See the module docstring for the
+    terms.
 
     >>> round(estimate_memory(ModelConfig(preset="paper-dense-1.7b"), seq_len=4096, rows=1,
     ...                       precision="bf16-mixed", strategy="fsdp", devices=8).gb, 1) > 0
@@ -174,17 +188,20 @@ def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: 
     # AdamW's temporary: a tensor per parameter at once on a GPU (foreach), the largest parameter's on CPU
     step_temp = 4 * n / k if gpu else 4 * max(vocab / (2 - model.tie_embeddings), block / 3) / k
 
-    per_block = _block_elements(model) * act + (_norm_elements(model) * 4 if half else 0)  # norms' fp32 copies
+    # norms' fp32 copies
+    per_block = _block_elements(model) * act + (_norm_elements(model) * 4 if half else 0)
     per_block += SCORE_MAPS[model.attn_weights] * model.n_heads * seq_len * 4  # per token: a row of each map
     per_block += plugins.saved_bytes(model, rows=rows, seq_len=seq_len, half=half) / tokens
     if checkpointing:  # each block's input kept; one block recomputed at a time
         blocks = model.n_layers * model.d_model * act + per_block
     else:
         blocks = model.n_layers * per_block
-    # the logits (an fp32 copy too under autocast) and log_softmax's fp32 output; the final norm; the embedding
+    # the logits (an fp32 copy too under autocast) and log_softmax's fp32 output; the final norm; the
+    # embedding
     head = model.vocab_size * (act + 4 + (4 if half else 0)) + 3 * model.d_model * act
     activations = tokens * (blocks + head)
-    temporaries = tokens * model.vocab_size * 8  # the logits' fp32 gradients at the start of the backward pass
+    # the logits' fp32 gradients at the start of the backward pass
+    temporaries = tokens * model.vocab_size * 8
     held = grads if accumulate > 1 else 0.0  # gradients accumulated over earlier micro-batches
     backward = params + optimizer + activations + temporaries + held
     step = master + optimizer + grads + step_temp  # the bf16 copies and gathered units are freed by then
@@ -219,9 +236,9 @@ def run_memory(config: RunConfig, *, gpu: bool, **changes: Any) -> MemoryEstimat
 
 def cheapest_fix(config: RunConfig, available: float, *, gpu: bool, max_devices: int = 64) -> str | None:
     """The first change that makes ``config`` fit in ``available`` bytes (times ``FIT_FRACTION``), from the
-    cheapest: a smaller micro-batch (the same step, accumulated), activation checkpointing (a third more compute),
-    both, then FSDP over the fewest devices (2, 4, 8, ... up to ``max_devices``) that divide the batch, with a
-    micro-batch and checkpointing if those are needed too. None when nothing tried fits."""
+    cheapest: a smaller micro-batch (the same step, accumulated), activation checkpointing (a third more
+    compute), both, then FSDP over the fewest devices (2, 4, 8, ... up to ``max_devices``) that divide the
+    batch, with a micro-batch and checkpointing if those are needed too. None when nothing tried fits."""
     budget = available * FIT_FRACTION
     tc = config.train
 
@@ -239,7 +256,8 @@ def cheapest_fix(config: RunConfig, available: float, *, gpu: bool, max_devices:
     tries: list[dict[str, Any]] = [{"micro_batch_size": m} for m in micro_options(tc.devices)]
     if not tc.activation_checkpointing:
         tries.append({"activation_checkpointing": True})
-        tries += [{"activation_checkpointing": True, "micro_batch_size": m} for m in micro_options(tc.devices)]
+        tries += [{"activation_checkpointing": True,
+                   "micro_batch_size": m} for m in micro_options(tc.devices)]
     k = max(2, tc.devices * (2 if tc.strategy == "fsdp" else 1))
     while k <= max_devices:
         if tc.batch_size % k == 0:
@@ -248,7 +266,8 @@ def cheapest_fix(config: RunConfig, available: float, *, gpu: bool, max_devices:
             tries += [{**base, "micro_batch_size": m} for m in micro_options(k)]
             if not tc.activation_checkpointing:
                 tries.append({**base, "activation_checkpointing": True})
-                tries += [{**base, "activation_checkpointing": True, "micro_batch_size": m} for m in micro_options(k)]
+                tries += [{**base, "activation_checkpointing": True,
+                           "micro_batch_size": m} for m in micro_options(k)]
         k *= 2
     for ch in tries:
         if (need := fits(**ch)) is not None:
@@ -271,8 +290,9 @@ def check_fit(runs: Sequence[tuple[str, str, RunConfig]], available: float, *, g
     fix = cheapest_fix(bad[0][2], available, gpu=gpu)
     advice = f"cheapest fix for the largest: {fix}" if fix else \
         "no smaller micro-batch, activation checkpointing or FSDP over up to 64 devices makes the largest fit"
-    raise ConfigError(f"{len(bad)} of {len(runs)} run(s) cannot fit in {fmt_gb(available)} per device (estimated "
-                      f"peak vs {FIT_FRACTION:.0%} of it): {named}; the largest needs {fmt_gb(bad[0][3])}; {advice}",
+    raise ConfigError(f"{len(bad)} of {len(runs)} run(s) cannot fit in {fmt_gb(available)} per device "
+                      f"(estimated peak vs {FIT_FRACTION:.0%} of it): {named}; the largest needs "
+                      f"{fmt_gb(bad[0][3])}; {advice}",
                       where=where)
 
 
@@ -290,7 +310,9 @@ def device_memory() -> float | None:
 
     if not torch.cuda.is_available():
         return None
-    return float(min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())))
+    return float(
+        min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+    )
 
 
 def fmt_gb(nbytes: float) -> str:

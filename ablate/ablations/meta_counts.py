@@ -1,10 +1,11 @@
 """Numbers counted from a model built on the meta device (its parameters, its matmul weights), kept on disk.
 
-Counting builds the model, which imports torch: a second of CPU before ``ablate plan`` can print anything. So each
-count is kept between processes, keyed by the model config's JSON, in one file per version of this package's code
-(any change to a file of ``ablate/ablations`` starts a new file, so a count never outlives the code that made it):
-``$ABLATE_CACHE/meta_counts-<version>.json``, else ``~/.cache/ablate/``. Planning a grid whose models were counted
-before (by an earlier plan or run) never imports torch. An unwritable cache only means counting again.
+Counting builds the model, which imports torch: a second of CPU before ``ablate plan`` can print anything. So
+each count is kept between processes, keyed by the model config's JSON, in one file per version of this
+package's code (any change to a file of ``ablate/ablations`` starts a new file, so a count never outlives the
+code that made it): ``$ABLATE_CACHE/meta_counts-<version>.json``, else ``~/.cache/ablate/``. Planning a grid
+whose models were counted before (by an earlier plan or run) never imports torch. An unwritable cache only
+means counting again.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def counts_file() -> Path:
     for path in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(path.read_bytes())
     cache = os.environ.get("ABLATE_CACHE")
-    root = Path(cache) if cache else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
+    root = (
+        Path(cache) if cache else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
+    )
     return root / f"meta_counts-{digest.hexdigest()[:16]}.json"
 
 

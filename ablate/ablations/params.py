@@ -54,7 +54,8 @@ def count_params(cfg: ModelConfig) -> ParamCount:
 
 def added_params(base: ModelConfig, variant: str) -> int:
     """Parameters the variant adds over ``base`` (negative when it removes some)."""
-    return count_params(apply_variant(base, variant)).total - count_params(without_variant(base, variant)).total
+    return count_params(apply_variant(base, variant)).total - count_params(without_variant(base,
+                                                                                           variant)).total
 
 
 def match_ffn(cfg: ModelConfig, target_total: int) -> tuple[ModelConfig, float]:
@@ -64,7 +65,8 @@ def match_ffn(cfg: ModelConfig, target_total: int) -> tuple[ModelConfig, float]:
     width, so two counts give the exact answer.
     """
     if target_total <= 0:
-        raise ConfigError(f"target parameter count must be positive, got {target_total}", where="match_params")
+        raise ConfigError(f"target parameter count must be positive, got {target_total}",
+                          where="match_params")
     key = "expert_dim" if cfg.is_moe else "ffn_dim"
 
     def with_width(w: int) -> ModelConfig:

@@ -9,26 +9,28 @@ The protocol (docs/internals.md, "plugins"): the class a ``PluginArm.arm`` names
     ``forward(q, k, v, probe) -> (y, p | None)``, ``q [B, q, T, dk]``, ``k``/``v`` ``[B, k, T, dk]``, causal;
     ``p [B, q, T, T]`` when ``probe`` (F-Attn reads it);
   - ``"gate"``: a gate at one of the paper's positions, called as the catalogue's gates are
-    (``ablate.ablations.gates.gate_for``): ``forward(y, x) -> (y', scores | None)``, ``x [B, T, d]`` the block's
-    normed input and ``y`` the tensor gated: G1 the SDPA output ``[B, T, q, dk]``, G2 the values and G3 the keys
-    ``[B, T, k, dk]``, G4 the queries ``[B, T, q, dk]``, G5 the output after W_o ``[B, T, d]``. Its position is
-    the class's ``position`` (``"G1"`` .. ``"G5"``), or the ``position`` argument when its ``Args`` has one (the
-    grid then chooses it). ``scores`` (any shape; values in [0, 1] for the histogram) are its gate statistics;
+    (``ablate.ablations.gates.gate_for``): ``forward(y, x) -> (y', scores | None)``, ``x [B, T, d]`` the
+    block's normed input and ``y`` the tensor gated: G1 the SDPA output ``[B, T, q, dk]``, G2 the values and
+    G3 the keys ``[B, T, k, dk]``, G4 the queries ``[B, T, q, dk]``, G5 the output after W_o ``[B, T, d]``.
+    Its position is the class's ``position`` (``"G1"`` .. ``"G5"``), or the ``position`` argument when its
+    ``Args`` has one (the grid then chooses it). ``scores`` (any shape; values in [0, 1] for the histogram)
+    are its gate statistics;
   - ``"attn_out"``: the block's attention output, after W_o, G5 and the sandwich norm, before the clip and the
-    residual add: ``forward(a, x) -> (a', scores | None)``, ``a`` and ``x`` ``[B, T, d]`` (a G5 gate's shapes);
+    residual add: ``forward(a, x) -> (a', scores | None)``, ``a`` and ``x`` ``[B, T, d]`` (a G5 gate's
+    shapes);
 
 - ``Args``: a pydantic model of its arguments (the grid's ``args``, validated when the grid is loaded);
 - ``__init__(self, args: Args, cfg: ModelConfig)``.
 
-Its parameters are the model's, so they are counted (and ``match_params`` re-widens the FFN around them), and what
-it saves for the backward pass is measured for the memory estimate (``saved_bytes``). A gate plugin cannot sit where
-the config's own gate (``model.gate``) does.
+Its parameters are the model's, so they are counted (and ``match_params`` re-widens the FFN around them), and
+what it saves for the backward pass is measured for the memory estimate (``saved_bytes``). A gate plugin
+cannot sit where the config's own gate (``model.gate``) does.
 
-Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the ``ablate.arms``
-entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported (``check``). Identity: the
-arm's ``version`` is filled when the grid is loaded (``fill_version``): its distribution's version when the module
-comes from an installed package, else ``sha256:`` of its source files, so a changed plugin changes the run id.
-Importing this module never imports torch or any plugin.
+Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the
+``ablate.arms`` entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported
+(``check``). Identity: the arm's ``version`` is filled when the grid is loaded (``fill_version``): its
+distribution's version when the module comes from an installed package, else ``sha256:`` of its source files,
+so a changed plugin changes the run id. Importing this module never imports torch or any plugin.
 """
 
 from __future__ import annotations
@@ -62,9 +64,9 @@ def registered() -> dict[str, str]:
 
 def catalogue_rows() -> list[dict[str, Any]]:
     """``ablate variants``' rows of the registered arms (nothing imported): the source is the entry point."""
-    return [dict(name=name, description=f"plugin arm {value} (an installed {ENTRY_POINTS!r} entry point)", paper=[],
-                 changes={"plugin": {"arm": name}}, requires_moe=False, act_func="-", score_shape="-",
-                 source=f"plugin: {value}") for name, value in sorted(registered().items())]
+    return [dict(name=name, description=f"plugin arm {value} (an installed {ENTRY_POINTS!r} entry point)",
+                 paper=[], changes={"plugin": {"arm": name}}, requires_moe=False, act_func="-",
+                 score_shape="-", source=f"plugin: {value}") for name, value in sorted(registered().items())]
 
 
 def target(arm: str) -> str:
@@ -91,11 +93,13 @@ class Arm(Protocol):
 
 
 def load(arm: str) -> type[Arm]:
-    """The class ``arm`` names; a ConfigError naming the module and the exception when it cannot be imported."""
+    """The class ``arm`` names; a ConfigError naming the module and the exception when it cannot be
+    imported."""
     module, _, name = target(arm).partition(":")
     if not name:
         raise ConfigError(f"plugin arm {arm!r} is neither module:Class nor a name registered under the "
-                          f"{ENTRY_POINTS!r} entry points ({', '.join(sorted(registered())) or 'none installed'})",
+                          f"{ENTRY_POINTS!r} entry points "
+                          f"({', '.join(sorted(registered())) or 'none installed'})",
                           where="model.plugin.arm")
     try:
         mod = importlib.import_module(module)
@@ -107,8 +111,8 @@ def load(arm: str) -> type[Arm]:
         raise ConfigError(f"plugin module {module!r} has no {name!r}", where="model.plugin.arm")
     slot, args = getattr(cls, "slot", None), getattr(cls, "Args", None)
     if slot not in SLOTS or not (isinstance(args, type) and issubclass(args, BaseModel)):
-        raise ConfigError(f"plugin arm {arm!r} must declare slot = one of {list(SLOTS)} (has {slot!r}) and Args, "
-                          "a pydantic model of its arguments", where="model.plugin.arm")
+        raise ConfigError(f"plugin arm {arm!r} must declare slot = one of {list(SLOTS)} (has {slot!r}) and "
+                          "Args, a pydantic model of its arguments", where="model.plugin.arm")
     return cls
 
 
@@ -124,22 +128,22 @@ def arguments(spec: PluginArm) -> BaseModel:
 
 
 def check(spec: PluginArm, listed: Iterable[str], model: ModelConfig | None = None) -> None:
-    """Refuse an arm whose module the grid does not list (nor an entry point registers), then load it, validate its
-    arguments and (given the ``model`` it goes into) find its slot."""
+    """Refuse an arm whose module the grid does not list (nor an entry point registers), then load it,
+    validate its arguments and (given the ``model`` it goes into) find its slot."""
     allowed = set(listed) | {module_of(v) for v in registered().values()}
     module = module_of(spec.arm)
     if module not in allowed:
-        raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}, which the grid does not list: add "
-                          f"`plugins: [{module}]` (only listed modules and installed {ENTRY_POINTS!r} entry points are "
-                          "imported)", where="model.plugin.arm")
+        raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}, which the grid does not list: "
+                          f"add `plugins: [{module}]` (only listed modules and installed {ENTRY_POINTS!r} "
+                          "entry points are imported)", where="model.plugin.arm")
     arguments(spec)
     if model is not None:
         slot(model)
 
 
 def slot(cfg: ModelConfig) -> str | None:
-    """Where ``cfg``'s plugin arm sits: ``"weights"``, a gate position ``"G1"`` .. ``"G5"``, ``"attn_out"``; None
-    without one. A gate with no valid position, or at the position of ``cfg.gate``, is a ConfigError."""
+    """Where ``cfg``'s plugin arm sits: ``"weights"``, a gate position ``"G1"`` .. ``"G5"``, ``"attn_out"``;
+    None without one. A gate with no valid position, or at the position of ``cfg.gate``, is a ConfigError."""
     if cfg.plugin is None:
         return None
     cls = load(cfg.plugin.arm)
@@ -147,11 +151,12 @@ def slot(cfg: ModelConfig) -> str | None:
         return str(cls.slot)
     position = getattr(arguments(cfg.plugin), "position", None) or getattr(cls, "position", None)
     if position not in POSITIONS:
-        raise ConfigError(f"plugin arm {cfg.plugin.arm!r} fills slot 'gate' and must say where: position = one of "
-                          f"{list(POSITIONS)} (has {position!r})", where="model.plugin.arm")
+        raise ConfigError(f"plugin arm {cfg.plugin.arm!r} fills slot 'gate' and must say where: position = "
+                          f"one of {list(POSITIONS)} (has {position!r})", where="model.plugin.arm")
     if cfg.gate is not None and cfg.gate.position == position:
-        raise ConfigError(f"plugin arm {cfg.plugin.arm!r} is a gate at {position}, where model.gate already sits; "
-                          "remove model.gate or put the plugin's gate elsewhere", where="model.plugin.arm")
+        raise ConfigError(f"plugin arm {cfg.plugin.arm!r} is a gate at {position}, where model.gate already "
+                          "sits; remove model.gate or put the plugin's gate "
+                          "elsewhere", where="model.plugin.arm")
     return str(position)
 
 
@@ -184,15 +189,16 @@ def build(cfg: ModelConfig) -> Any:
 
 
 def saved_bytes(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False) -> int:
-    """Bytes that one block's plugin module saves for its backward pass on ``rows x seq_len`` tokens, beyond what
-    the block keeps without it; 0 without a plugin.
+    """Bytes that one block's plugin module saves for its backward pass on ``rows x seq_len`` tokens, beyond
+    what the block keeps without it; 0 without a plugin.
 
-    Measured, not declared: the module alone, built and run forward on the meta device (no memory, the run's own
-    shapes; in bf16 when ``half``, as the estimate takes every activation in the autocast dtype), with its slot's
-    inputs (module docstring), under saved-tensor hooks; each tensor kept counts once, at its whole size. Left out,
-    as the block holds them anyway: the module's parameters and buffers, the block's normed input ``x``, and a
-    weights arm's ``q``, ``k``, ``v``. A gate that keeps the tensor it gates counts it: the block keeps the gated
-    tensor in its place. A module that cannot run on the meta device counts 0, with a warning naming it.
+    Measured, not declared: the module alone, built and run forward on the meta device (no memory, the run's
+    own shapes; in bf16 when ``half``, as the estimate takes every activation in the autocast dtype), with its
+    slot's inputs (module docstring), under saved-tensor hooks; each tensor kept counts once, at its whole
+    size. Left out, as the block holds them anyway: the module's parameters and buffers, the block's normed
+    input ``x``, and a weights arm's ``q``, ``k``, ``v``. A gate that keeps the tensor it gates counts it: the
+    block keeps the gated tensor in its place. A module that cannot run on the meta device counts 0, with a
+    warning naming it.
 
     >>> saved_bytes(ModelConfig(preset="tiny"), rows=8, seq_len=64)
     0
@@ -201,7 +207,8 @@ def saved_bytes(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False
     if where is None:
         return 0
     assert cfg.plugin is not None
-    return _measure(load(cfg.plugin.arm), cfg, where, rows, seq_len, half)  # the class: a module reloaded is new
+    # the class: a module reloaded is new
+    return _measure(load(cfg.plugin.arm), cfg, where, rows, seq_len, half)
 
 
 @functools.lru_cache(maxsize=256)  # a plan's memory fix tries the same config at a few micro-batches
@@ -237,7 +244,9 @@ def _measure(cls: type[Arm], cfg: ModelConfig, where: str, rows: int, seq_len: i
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
             module(*args)
     except Exception as exc:  # noqa: BLE001 - the user's code: the estimate goes on without it, and says so
-        log.warning("plugin arm %s cannot run on the meta device (%s: %s): what it saves for the backward pass is "
-                    "not in the memory estimate", f"{cls.__module__}:{cls.__qualname__}", type(exc).__name__, exc)
+        log.warning("plugin arm %s cannot run on the meta device (%s: %s): what it saves for the backward "
+                    "pass is not in the memory "
+                    "estimate", f"{cls.__module__}:{cls.__qualname__}", type(exc).__name__,
+                    exc)
         return 0
     return sum(v.numel() * v.element_size() for v in kept.values())

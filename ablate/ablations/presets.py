@@ -19,8 +19,8 @@ PRESETS: dict[str, dict[str, object]] = {
         n_layers=6, d_model=256, n_heads=8, n_kv_heads=4, head_dim=32, ffn_dim=768,
         vocab_size=512, tie_embeddings=True,
     ),
-    # Qwen-MoE 15A2B shapes of the paper (Sec. 3.1): 24 layers, 2048 wide, 32 q heads, 4 kv heads, head dim 128,
-    # 128 fine-grained experts, top-8.
+    # Qwen-MoE 15A2B shapes of the paper (Sec. 3.1): 24 layers, 2048 wide, 32 q heads, 4 kv heads, head dim
+    # 128, 128 fine-grained experts, top-8.
     "paper-moe-15a2b": dict(
         n_layers=24, d_model=2048, n_heads=32, n_kv_heads=4, head_dim=128, ffn_dim=6144,
         vocab_size=151936, tie_embeddings=False, n_experts=128, expert_dim=768, moe_top_k=8,

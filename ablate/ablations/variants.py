@@ -1,9 +1,9 @@
 """The variant catalogue: every arm of the paper as data, and ``apply_variant`` to put one on a model config.
 
-A ``Variant``'s ``changes`` are ``ModelConfig`` field overrides. A value is either a plain value (``gate`` as a
-``GateSpec`` mapping) or a ``Rel`` relative to the base config (``Rel("x", 2)`` doubles the field, ``Rel("+", 4)``
-adds four), so "double the key/value heads" means the same thing at every preset. Importing this module never
-imports torch.
+A ``Variant``'s ``changes`` are ``ModelConfig`` field overrides. A value is either a plain value (``gate`` as
+a ``GateSpec`` mapping) or a ``Rel`` relative to the base config (``Rel("x", 2)`` doubles the field,
+``Rel("+", 4)`` adds four), so "double the key/value heads" means the same thing at every preset. Importing
+this module never imports torch.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class Rel:
         new = base * self.value if self.op == "x" else base + self.value
         if new != int(new):
             raise ConfigError(
-                f"{self} on {field_name}={base} gives {new}, not an integer; choose a preset where it divides",
+                f"{self} on {field_name}={base} gives {new}, not an integer; choose a preset where it "
+                "divides",
                 where=f"model.{field_name}",
             )
         return int(new)
@@ -61,7 +62,8 @@ class Variant:
         changes = {k: (str(v) if isinstance(v, Rel) else v) for k, v in self.changes.items()}
         return dict(
             name=self.name, description=self.description, paper=list(self.paper), changes=changes,
-            requires_moe=self.requires_moe, act_func=self.act_func, score_shape=self.score_shape, source=self.source,
+            requires_moe=self.requires_moe, act_func=self.act_func, score_shape=self.score_shape,
+            source=self.source,
         )
 
 
@@ -77,18 +79,22 @@ _CATALOGUE: list[Variant] = [
     # ---- reference baselines (Table 1 rows 1-4)
     Variant("baseline", "the plain Qwen3-style decoder, no gate",
             ("table1:1", "table3:1", "table4:1", "table6:1", *_T2_BASELINE)),
-    Variant("kv-heads-x2", "twice the key/value heads (paper: k=8 at 4 kv heads); a parameter-matched reference",
+    Variant("kv-heads-x2",
+            "twice the key/value heads (paper: k=8 at 4 kv heads); a parameter-matched reference",
             ("table1:2",), {"n_kv_heads": Rel("x", 2)}),
     Variant("q-heads-x1.5", "1.5x the query heads (paper: q=48 at 32 q heads); a parameter-matched reference",
             ("table1:3",), {"n_heads": Rel("x", 1.5)}),
-    Variant("add-4-experts", "four more experts and four more active per token; a parameter-matched reference",
-            ("table1:4",), {"n_experts": Rel("+", 4), "moe_top_k": Rel("+", 4)}, requires_moe=True),
+    Variant("add-4-experts",
+            "four more experts and four more active per token; a parameter-matched reference", ("table1:4",),
+            {"n_experts": Rel("+", 4), "moe_top_k": Rel("+", 4)}, requires_moe=True),
     # ---- gate positions (Table 1 rows 5-9)
-    Variant("sdpa-elementwise", "sigmoid gate on the SDPA output, one score per head and dim (the paper's best)",
-            ("table1:5", "table3:2", "table4:2", *_T2_ELEMENTWISE), _gate("G1", **_ELEM),
-            act_func="sigmoid", score_shape="n x q x dk"),
+    Variant("sdpa-elementwise",
+            "sigmoid gate on the SDPA output, one score per head and dim (the paper's best)",
+            ("table1:5", "table3:2", "table4:2", *_T2_ELEMENTWISE), _gate("G1", **_ELEM), act_func="sigmoid",
+            score_shape="n x q x dk"),
     Variant("v-elementwise", "sigmoid gate on the value projection, per kv head and dim",
-            ("table1:6", "table3:3", "table4:5"), _gate("G2", **_ELEM), act_func="sigmoid", score_shape="n x k x dk"),
+            ("table1:6", "table3:3", "table4:5"), _gate("G2", **_ELEM), act_func="sigmoid",
+            score_shape="n x k x dk"),
     Variant("k-elementwise", "sigmoid gate on the key projection, per kv head and dim",
             ("table1:7",), _gate("G3", **_ELEM), act_func="sigmoid", score_shape="n x k x dk"),
     Variant("q-elementwise", "sigmoid gate on the query projection, per query head and dim",
@@ -97,11 +103,13 @@ _CATALOGUE: list[Variant] = [
             ("table1:9",), _gate("G5", **_ELEM), act_func="sigmoid", score_shape="n x dmodel"),
     # ---- granularity (rows 10-11), head-shared (12-13)
     Variant("sdpa-headwise", "sigmoid gate on the SDPA output, one score per query head",
-            ("table1:10", "table4:3", "table2:9"), _gate("G1", **_HEAD), act_func="sigmoid", score_shape="n x q"),
+            ("table1:10", "table4:3", "table2:9"), _gate("G1", **_HEAD), act_func="sigmoid",
+            score_shape="n x q"),
     Variant("v-headwise", "sigmoid gate on the value projection, one score per kv head",
             ("table1:11",), _gate("G2", **_HEAD), act_func="sigmoid", score_shape="n x q"),
     Variant("sdpa-head-shared", "SDPA elementwise gate whose per-head scores are averaged over the heads",
-            ("table1:12", "table4:4"), _gate("G1", **_ELEM, shared=True), act_func="sigmoid", score_shape="n x dk"),
+            ("table1:12", "table4:4"), _gate("G1", **_ELEM, shared=True), act_func="sigmoid",
+            score_shape="n x dk"),
     Variant("v-head-shared", "value elementwise gate whose per-head scores are averaged over the kv heads",
             ("table1:13",), _gate("G2", **_ELEM, shared=True), act_func="sigmoid", score_shape="n x dk"),
     # ---- combination and activation (rows 14-15, Table 3)
@@ -109,7 +117,8 @@ _CATALOGUE: list[Variant] = [
             ("table1:14", "table3:4"), _gate("G1", **_ELEM, combine="additive", activation="silu"),
             act_func="SiLU", score_shape="n x q x dk"),
     Variant("sdpa-elementwise-silu", "SDPA elementwise gate with SiLU instead of sigmoid: Y * silu(XW)",
-            ("table1:15",), _gate("G1", **_ELEM, activation="silu"), act_func="SiLU", score_shape="n x q x dk"),
+            ("table1:15",), _gate("G1", **_ELEM, activation="silu"), act_func="SiLU",
+            score_shape="n x q x dk"),
     Variant("sdpa-groupnorm", "RMSNorm per head on the SDPA output, no gate ('SDPA GroupNorm')",
             ("table3:5",), {"sdpa_norm": True}, act_func="RMSNorm"),
     Variant("sdpa-silu", "SiLU alone on the SDPA output, no gate projection",
@@ -118,11 +127,12 @@ _CATALOGUE: list[Variant] = [
             ("table3:7",), _gate("G1", **_ELEM, combine="additive", activation="identity"),
             act_func="identity", score_shape="n x q x dk"),
     # ---- sparsity (Table 4 rows 6-7)
-    Variant("sdpa-input-independent", "SDPA elementwise gate from a learned per-head constant, not from the input",
-            ("table4:6",), _gate("G1", **_ELEM, input="independent"), act_func="sigmoid", score_shape="q x dk"),
-    Variant("sdpa-ns-sigmoid", "SDPA elementwise gate with the non-sparse 0.5 + 0.5 sigmoid (scores in [0.5, 1])",
-            ("table4:7",), _gate("G1", **_ELEM, activation="ns_sigmoid"), act_func="NS-sigmoid",
-            score_shape="n x q x dk"),
+    Variant("sdpa-input-independent",
+            "SDPA elementwise gate from a learned per-head constant, not from the input", ("table4:6",),
+            _gate("G1", **_ELEM, input="independent"), act_func="sigmoid", score_shape="q x dk"),
+    Variant("sdpa-ns-sigmoid",
+            "SDPA elementwise gate with the non-sparse 0.5 + 0.5 sigmoid (scores in [0.5, 1])", ("table4:7",),
+            _gate("G1", **_ELEM, activation="ns_sigmoid"), act_func="NS-sigmoid", score_shape="n x q x dk"),
     # ---- stability (Table 2 row 7, Appendix A.5)
     Variant("sandwich-norm", "RMSNorm on attention and FFN outputs before the residual add (no gate)",
             ("table2:7",), {"sandwich_norm": True}),
@@ -131,7 +141,8 @@ _CATALOGUE: list[Variant] = [
     Variant("clip-100", "attention and FFN outputs clipped to (-100, 100) before the residual (Appendix A.5)",
             (), {"output_clip": 100.0}),
     # ---- switch heads (Table 6)
-    Variant("switch-kv-8top8", "switch heads: 8 key and 8 value experts per kv head, all 8 active, sigmoid router",
+    Variant("switch-kv-8top8",
+            "switch heads: 8 key and 8 value experts per kv head, all 8 active, sigmoid router",
             ("table6:2",), {"switch": {"kind": "kv", "n_experts": 8, "top_k": 8}}, act_func="sigmoid",
             score_shape="n x k x E"),
     Variant("switch-kv-4top4", "switch heads: 4 key and 4 value experts per kv head, all 4 active",
@@ -151,13 +162,16 @@ _CATALOGUE: list[Variant] = [
             (), _gate("G3", **_HEAD), act_func="sigmoid", score_shape="n x k"),
     Variant("q-headwise", "sigmoid gate on the query projection, one score per query head (not in the paper)",
             (), _gate("G4", **_HEAD), act_func="sigmoid", score_shape="n x q"),
-    Variant("sdpa-multiplicative-identity", "linear multiplicative gate on the SDPA output: Y * XW (not in the paper)",
-            (), _gate("G1", **_ELEM, activation="identity"), act_func="identity", score_shape="n x q x dk"),
-    Variant("sdpa-headwise-input-independent", "SDPA headwise gate from a learned per-head constant (not in the paper)",
-            (), _gate("G1", **_HEAD, input="independent"), act_func="sigmoid", score_shape="q"),
+    Variant("sdpa-multiplicative-identity",
+            "linear multiplicative gate on the SDPA output: Y * XW (not in the paper)", (),
+            _gate("G1", **_ELEM, activation="identity"), act_func="identity", score_shape="n x q x dk"),
+    Variant("sdpa-headwise-input-independent",
+            "SDPA headwise gate from a learned per-head constant (not in the paper)", (),
+            _gate("G1", **_HEAD, input="independent"), act_func="sigmoid", score_shape="q"),
     # ---- the field's other sink fixes: the attention weights slot (ablate/ablations/weights.py), no gate
-    Variant("sink-learned", "softmax with a learned per-head sink logit in the denominator (a zero-value key)",
-            (), {"attn_weights": "sink-learned"}, act_func="softmax+sink", score_shape="q",
+    Variant("sink-learned",
+            "softmax with a learned per-head sink logit in the denominator (a zero-value key)", (),
+            {"attn_weights": "sink-learned"}, act_func="softmax+sink", score_shape="q",
             source="OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card; Xiao et al. 2023 (arXiv 2309.17453)"),
     Variant("softmax-off-by-one", "softmax with an extra zero logit: a sink fixed at 0 (softmax1)",
             (), {"attn_weights": "softmax1"}, act_func="softmax1",
@@ -168,7 +182,8 @@ _CATALOGUE: list[Variant] = [
                    "(arXiv 2409.04431)"),
     Variant("softpick", "ReLU(e^x - 1) / (sum |e^x - 1| + eps) over the visible keys, instead of softmax",
             (), {"attn_weights": "softpick"}, act_func="softpick",
-            source="Zuhri et al. 2025, Softpick: No Attention Sink, No Massive Activations (arXiv 2504.20966)"),
+            source="Zuhri et al. 2025, Softpick: No Attention Sink, No Massive Activations (arXiv "
+                   "2504.20966)"),
 ]
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in _CATALOGUE}
@@ -189,7 +204,8 @@ def is_plugin_arm(model: ModelConfig, name: str) -> bool:
 
 
 def without_variant(model: ModelConfig, name: str) -> ModelConfig:
-    """The reference a variant's added parameters are counted against: ``model``, less a plugin arm's plugin."""
+    """The reference a variant's added parameters are counted against: ``model``, less a plugin arm's
+    plugin."""
     return model.model_copy(update={"plugin": None}) if is_plugin_arm(model, name) else model
 
 
@@ -201,11 +217,13 @@ def resolve_changes(model: ModelConfig, name: str) -> dict[str, Any]:
     if variant.requires_moe and not model.is_moe:
         raise ConfigError(
             f"variant {name!r} needs a mixture-of-experts model (n_experts > 0), but model preset "
-            f"{model.preset!r} is dense (n_experts=0); use a MoE preset such as 'tiny-moe' or 'paper-moe-15a2b'",
+            f"{model.preset!r} is dense (n_experts=0); use a MoE preset such as 'tiny-moe' or "
+            "'paper-moe-15a2b'",
             where="variant",
         )
     return {
-        k: (v.apply(getattr(model, k), field_name=k) if isinstance(v, Rel) else v) for k, v in variant.changes.items()
+        k: (v.apply(getattr(model, k), field_name=k) if isinstance(v, Rel) else v)
+        for k, v in variant.changes.items()
     }
 
 
@@ -230,10 +248,10 @@ def apply_variant(model: ModelConfig, name: str) -> ModelConfig:
 
 
 def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
-    """``ablate variants``: every variant as a JSON-ready dict, then the plugin arms installed packages register
-    (``ablate.arms`` entry points), with ``added_params`` at ``preset`` when given (None for an MoE-only variant on
-    a dense preset, and for a plugin arm, whose arguments the grid gives). An unknown preset is a ConfigError
-    naming ``--preset``."""
+    """``ablate variants``: every variant as a JSON-ready dict, then the plugin arms installed packages
+    register (``ablate.arms`` entry points), with ``added_params`` at ``preset`` when given (None for an
+    MoE-only variant on a dense preset, and for a plugin arm, whose arguments the grid gives). An unknown
+    preset is a ConfigError naming ``--preset``."""
     from ablate.ablations.plugins import catalogue_rows as plugin_rows
 
     rows = [v.as_dict() for v in VARIANTS.values()] + plugin_rows()
@@ -246,7 +264,8 @@ def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
         raise ConfigError(one_of(preset, PRESETS, what="preset"), where="--preset")
     base = ModelConfig(preset=preset)
     for row in rows:
-        plugin = row["name"] not in VARIANTS  # counted only when asked for the plugin's own arguments: none here
+        # counted only when asked for the plugin's own arguments: none here
+        plugin = row["name"] not in VARIANTS
         row["added_params"] = None if plugin or (row["requires_moe"] and not base.is_moe) else added_params(
             base, row["name"])
     return rows

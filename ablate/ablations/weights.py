@@ -43,7 +43,8 @@ def mix(p: torch.Tensor, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return (p @ repeat_kv(q, v).float()).to(q.dtype)
 
 
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                   torch.Tensor]:
     """Causal softmax attention computed by hand, returning the probabilities too: ``(y, p [B, q, T, T])``."""
     scores, mask = causal_scores(q, k)
     p = scores.masked_fill(~mask, float("-inf")).softmax(-1)
@@ -82,14 +83,16 @@ class SinkSoftmax(nn.Module):
         if probe:
             scores, mask = causal_scores(q, k)
             sink = self.sink.float().view(1, H, 1, 1).expand(B, H, T, 1)
-            p = torch.cat([sink, scores.masked_fill(~mask, float("-inf"))], -1).softmax(-1)[..., 1:]  # (B, q, T, T)
+            # (B, q, T, T)
+            p = torch.cat([sink, scores.masked_fill(~mask, float("-inf"))], -1).softmax(-1)[..., 1:]
             return mix(p, q, v), p
         zero = k.new_zeros(B, k.shape[1], 1, dk)
         k, v = torch.cat([zero, k], 2), torch.cat([zero, v], 2)  # (B, k, 1 + T, dk): the sink is key 0
         causal = torch.zeros(T, T, dtype=q.dtype, device=q.device).masked_fill(
             ~torch.ones(T, T, dtype=torch.bool, device=q.device).tril(), float("-inf"))
         bias = torch.cat([self.sink.to(q.dtype).view(H, 1, 1).expand(H, T, 1), causal.expand(H, T, T)], -1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True), None  # bias (q, T, 1 + T)
+        # bias (q, T, 1 + T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True), None
 
 
 class SigmoidWeights(nn.Module):

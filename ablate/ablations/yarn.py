@@ -2,8 +2,9 @@
 
 The same formula as Hugging Face transformers' ``_compute_yarn_parameters`` (with ``truncate=True``, no
 ``mscale``): dimensions that rotate fast over the original context (more than ``beta_fast`` turns) keep their
-frequency (extrapolation), slow ones (fewer than ``beta_slow`` turns) are divided by ``factor`` (interpolation),
-and those between blend linearly. Cos/sin are multiplied by the attention factor ``0.1 ln(factor) + 1``.
+frequency (extrapolation), slow ones (fewer than ``beta_slow`` turns) are divided by ``factor``
+(interpolation), and those between blend linearly. Cos/sin are multiplied by the attention factor ``0.1
+ln(factor) + 1``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def yarn_inv_freq(
     high: float = min(math.ceil(_dim_for_rotations(beta_slow, head_dim, theta, original_len)), head_dim - 1)
     if low == high:
         high += 0.001  # avoid dividing by zero in the ramp
-    ramp = ((torch.arange(half, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # 0 = fast dims, 1 = slow
+    # 0 = fast dims, 1 = slow
+    ramp = ((torch.arange(half, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     inv_freq = extrapolated * (1 - ramp) + interpolated * ramp
     return inv_freq, yarn_attention_factor(factor)

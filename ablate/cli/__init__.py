@@ -1,8 +1,8 @@
 """The ``ablate`` command line: one module per command group, each command a few lines calling the library.
 
-Heavy modules (torch, Lightning, MLflow, pandas, matplotlib) are imported inside the commands, so ``ablate --help``
-answers at once. ``common`` holds the app, the shared options and the one place where errors become a line and
-an exit status.
+Heavy modules (torch, Lightning, MLflow, pandas, matplotlib) are imported inside the commands, so ``ablate
+--help`` answers at once. ``common`` holds the app, the shared options and the one place where errors become a
+line and an exit status.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every command group shares: the app, its one-line error rendering, and the options defined once.
 
-Library errors (``AblateError``) become one red line on stderr and their exit status here, and only here; so do
-Click's own usage errors (a bad ``--format``, a missing argument): ``error: --format: unknown format 'xml';
+Library errors (``AblateError``) become one red line on stderr and their exit status here, and only here; so
+do Click's own usage errors (a bad ``--format``, a missing argument): ``error: --format: unknown format 'xml';
 allowed: json, table`` and exit 2, never a box or a traceback.
 """
 
@@ -146,11 +146,13 @@ def handles_errors(fn: F) -> F:
 app = typer.Typer(
     name="ablate",
     cls=OneLineErrors,
-    help="Architecture ablation studies of attention gating: grids -> runs -> a SQL store -> the paper's tables.",
+    help="Architecture ablation studies of attention gating: grids -> runs -> a SQL store -> the paper's "
+         "tables.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # click's plain help: Typer's rich help imports rich.markdown (+0.2-0.4 s a --help)
+    # click's plain help: Typer's rich help imports rich.markdown (+0.2-0.4 s a --help)
+    rich_markup_mode=None,
 )
 db_app = typer.Typer(help="The results store's schema.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
@@ -159,7 +161,8 @@ app.add_typer(db_app, name="db")
 # ---------------------------------------------------------------- shared options (defined once)
 HomeOpt = Annotated[
     Path | None,
-    typer.Option("--home", envvar="ABLATE_HOME", help="run directories and default stores [default: ./ablate-runs]"),
+    typer.Option("--home", envvar="ABLATE_HOME",
+                 help="run directories and default stores [default: ./ablate-runs]"),
 ]
 StoreOpt = Annotated[
     str | None,
@@ -171,21 +174,22 @@ SetOpt = Annotated[
 ]
 GridArg = Annotated[Path, typer.Argument(help="grid file (YAML)", show_default=False)]
 GridNameOpt = Annotated[str | None, typer.Option("--grid", help="only the runs of this grid (by its name)")]
-JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU: they split the cores) [default: 1 "
-                                             "on CPU, one per GPU]")]
+JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU: they split the cores) "
+                                             "[default: 1 on CPU, one per GPU]")]
 DevicesOpt = Annotated[str | None, typer.Option("--devices", help="cpu, cuda, or a comma list of GPU indices "
                                                 "[default: every GPU, else cpu]")]
-ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="torch threads per worker [default: the CPUs "
-                                               "this process may use (taskset, cgroup quota, Slurm) // workers]")]
+ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="torch threads per worker [default: the "
+                                               "CPUs this process may use (taskset, cgroup quota, Slurm) // "
+                                               "workers]")]
 DeviceMemoryOpt = Annotated[str | None, typer.Option(
-    "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything starts "
-                            "if a run's estimated peak does not fit, naming the cheapest fix [run, on a GPU: its "
-                            "memory]")]
+    "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything "
+                            "starts if a run's estimated peak does not fit, naming the cheapest fix [run, on "
+                            "a GPU: its memory]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 StorePatienceOpt = Annotated[float | None, typer.Option(
     "--store-patience", min=0, show_default=False,
-    help="seconds the store may stay unreachable before the command stops cleanly (training goes on meanwhile; "
-         "slurm --wait: before it stops waiting) [default: 300]")]
+    help="seconds the store may stay unreachable before the command stops cleanly (training goes on "
+         "meanwhile; slurm --wait: before it stops waiting) [default: 300]")]
 
 
 class Patience(TypedDict, total=False):
@@ -193,7 +197,8 @@ class Patience(TypedDict, total=False):
 
 
 def patience(store_patience: float | None) -> Patience:
-    """``store_patience_s`` for an executor's options when ``--store-patience`` was given (else its default)."""
+    """``store_patience_s`` for an executor's options when ``--store-patience`` was given (else its
+    default)."""
     return {} if store_patience is None else {"store_patience_s": store_patience}
 
 
@@ -225,8 +230,8 @@ def print_wide(renderable: Any) -> None:
 
 
 def echo_json(data: Any, *, flat_from: int | None = None) -> None:
-    """``data`` as indented JSON on stdout; with ``flat_from``, the values that deep (0: ``data`` itself) each on
-    one line: ``plan``'s 10,000 runs, one a line, take a tenth of the time of json's indenting encoder."""
+    """``data`` as indented JSON on stdout; with ``flat_from``, the values that deep (0: ``data`` itself) each
+    on one line: ``plan``'s 10,000 runs, one a line, take a tenth of the time of json's indenting encoder."""
     import json
 
     if flat_from is None:

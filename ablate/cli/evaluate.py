@@ -19,9 +19,9 @@ from ablate.cli.common import (
     print_wide,
 )
 
-TASKS_HELP = ("comma list of lm-eval tasks: ablate's offline ablate_mqar, ablate_niah_multikey, ablate_niah_single, "
-              "ablate_vt (all four: ablate), any lm-eval task whose data is on this machine, or a task YAML under "
-              "--include-path")
+TASKS_HELP = ("comma list of lm-eval tasks: ablate's offline ablate_mqar, ablate_niah_multikey, "
+              "ablate_niah_single, ablate_vt (all four: ablate), any lm-eval task whose data is on this "
+              "machine, or a task YAML under --include-path")
 
 
 @app.command("eval")
@@ -35,14 +35,15 @@ def eval_cmd(
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N examples per task")] = None,
     include_path: Annotated[list[Path] | None, typer.Option(
         "--include-path", help="a folder of lm-eval task YAMLs (repeatable)")] = None,
-    device: Annotated[str, typer.Option("--device", help="where the model runs: cpu, cuda, cuda:1, ...")] = "cpu",
+    device: Annotated[str,
+                      typer.Option("--device", help="where the model runs: cpu, cuda, cuda:1, ...")] = "cpu",
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="requests per forward pass")] = 8,
     fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Score finished runs with lm-evaluation-harness and store the scores as bench/<task> columns (`ablate runs`,
-    the reports). A rerun scores only what is missing; exit 1 if a run could not be scored."""
+    """Score finished runs with lm-evaluation-harness and store the scores as bench/<task> columns (`ablate
+    runs`, the reports). A rerun scores only what is missing; exit 1 if a run could not be scored."""
     from ablate.execute.evaluate import RunScores, evaluate_runs, select_runs
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notes; failures still show
@@ -55,8 +56,9 @@ def eval_cmd(
 
     with open_store(home, store) as opened:
         chosen = select_runs(opened, run_ids or [], grid)
-        results = evaluate_runs(opened, home_dir(home), chosen, names, limit=limit, include_path=include_path or [],
-                                device=device, batch_size=batch_size, on_run=report)
+        results = evaluate_runs(opened, home_dir(home), chosen, names, limit=limit,
+                                include_path=include_path or [], device=device, batch_size=batch_size,
+                                on_run=report)
     if fmt == "json":
         echo_json([vars(r) for r in results])
     else:
@@ -70,7 +72,8 @@ def _table(results: list[Any]) -> Any:
 
 
 def _results_table(title: str, results: list[Any], values: Any, fmt: str, note: Any) -> Any:
-    """One row a run: its ``values(r)`` (a dict; columns in first-seen order, ``fmt`` each) and ``note(r)``."""
+    """One row a run: its ``values(r)`` (a dict; columns in first-seen order, ``fmt`` each) and
+    ``note(r)``."""
     from rich.table import Table
 
     columns = list(dict.fromkeys(k for r in results for k in values(r)))
@@ -88,16 +91,19 @@ def _results_table(title: str, results: list[Any], values: Any, fmt: str, note: 
 @app.command("probe")
 @handles_errors
 def probe_cmd(
-    run_ids: Annotated[list[str] | None, typer.Argument(help="runs to probe (ids as in `ablate runs`, or their "
-                                                             "first characters)", show_default=False)] = None,
+    run_ids: Annotated[list[str] | None, typer.Argument(help="runs to probe (ids as in `ablate runs`, or "
+                                                             "their first "
+                                                             "characters)", show_default=False)] = None,
     grid: Annotated[str | None, typer.Option("--grid", help="probe every done run of this grid")] = None,
-    device: Annotated[str, typer.Option("--device", help="where the model runs: cpu, cuda, cuda:1, ...")] = "cpu",
+    device: Annotated[str,
+                      typer.Option("--device", help="where the model runs: cpu, cuda, cuda:1, ...")] = "cpu",
     fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Probe done runs again from their last checkpoint, on the windows they probed, and store the probes (a probe
-    added since a run trained, such as massive_ratio, without training it again); exit 1 if a run failed."""
+    """Probe done runs again from their last checkpoint, on the windows they probed, and store the probes (a
+    probe added since a run trained, such as massive_ratio, without training it again); exit 1 if a run
+    failed."""
     from ablate.execute.evaluate import RunProbes, probe_runs, select_runs
 
     def report(res: RunProbes) -> None:
@@ -116,4 +122,5 @@ def probe_cmd(
 
 
 def _probe_table(results: list[Any]) -> Any:
-    return _results_table("ablate probe", results, lambda r: r.summary, "{:.3g}", lambda r: r.error or "probed")
+    return _results_table("ablate probe", results, lambda r: r.summary, "{:.3g}",
+                          lambda r: r.error or "probed")

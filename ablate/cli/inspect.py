@@ -71,13 +71,15 @@ def _show_parts(view: dict[str, Any]) -> list[Any]:
     from rich.table import Table
 
     head = {k: view[k] for k in ("status", "grid", "variant", "seed", "host", "device", "started", "finished",
-                                 "resumed_from", "mlflow_run_id", "slurm_job_id", "error") if view.get(k) is not None}
+                                 "resumed_from", "mlflow_run_id", "slurm_job_id",
+                                 "error") if view.get(k) is not None}
     if "progress" in view:
         p = view["progress"]
         eta = f", ETA {p['eta_s'] / 60:.1f} min" if p["eta_s"] is not None else ""
         head["progress"] = f"step {p['step']} / {p['total']}{eta}"
     parts: list[Any] = [_pairs(f"run {view['run_id']}", head)]
-    parts.append(_pairs("config (fields that differ from the defaults)", view["config"] or {"(all defaults)": ""}))
+    parts.append(_pairs("config (fields that differ from the defaults)",
+                        view["config"] or {"(all defaults)": ""}))
     if view["results"]:
         parts.append(_pairs("results", view["results"]))
     if view["events"]:
@@ -101,8 +103,8 @@ def loss_plot(points: list[tuple[int, float]]) -> str:
     from uniplot import plot_to_string
 
     steps, losses = [s for s, _ in points], [v for _, v in points]
-    return plot_to_string(losses, steps, title="loss by step", width=PLOT_WIDTH, height=PLOT_HEIGHT, lines=True,
-                          color=False)
+    return plot_to_string(losses, steps, title="loss by step", width=PLOT_WIDTH, height=PLOT_HEIGHT,
+                          lines=True, color=False)
 
 
 def _diff_parts(d: dict[str, Any]) -> list[Any]:

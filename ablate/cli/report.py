@@ -22,34 +22,39 @@ def report_cmd(
     target: Annotated[ReportTarget, typer.Argument(
         help="; ".join(f"{name}: {r.help}" for name, r in REPORTS.items()),
         show_default=False, metavar="TABLE")],
-    grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's only "
-                                             "grid)")] = None,
-    paper: Annotated[bool, typer.Option("--paper", help="add the paper's own number beside each measured one")]
+    grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's "
+                                             "only grid)")] = None,
+    paper: Annotated[bool,
+                     typer.Option("--paper", help="add the paper's own number beside each measured one")]
     = False,
     fmt: Annotated[Literal["markdown", "latex", "csv", "html", "json"], typer.Option(
         "--format", help="markdown, latex, csv or html (tables); markdown, json, csv or html (scorecard)")]
     = "markdown",
     out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
-                                             "directory for figures/all (if not given: ./report) and for ladder "
-                                             "(the report and its figure; if not given: stdout, no figure)")] = None,
-    where: Annotated[str | None, typer.Option("--where", help="report only the runs for which this is true (the "
-                                              "expression language of `ablate runs --where`); a grid with runs at "
-                                              "several configurations shows the one with the most finished runs, "
-                                              "then the latest, and says on stderr what it left out")] = None,
-    ladder_target: Annotated[str, typer.Option("--target", help="ladder: where to predict: paper (1.7B dense at "
-                                               "400B and 3.5T tokens, 15B-A2.5B MoE at 3.5T) or FLOPs, "
+                                             "directory for figures/all (if not given: ./report) and for "
+                                             "ladder (the report and its figure; if not given: stdout, no "
+                                             "figure)")] = None,
+    where: Annotated[str | None, typer.Option("--where", help="report only the runs for which this is true "
+                                              "(the expression language of `ablate runs --where`); a grid "
+                                              "with runs at several configurations shows the one with the "
+                                              "most finished runs, then the latest, and says on stderr what "
+                                              "it left out")] = None,
+    ladder_target: Annotated[str, typer.Option("--target", help="ladder: where to predict: paper (1.7B dense "
+                                               "at 400B and 3.5T tokens, 15B-A2.5B MoE at 3.5T) or FLOPs, "
                                                "comma-separated")] = "paper",
     interval: Annotated[Literal["t", "bootstrap"], typer.Option(
         "--interval", help="the deltas' 95% CI: t (paired Student t, n-1 df) or bootstrap (BCa, only from 20 "
                            "seeds; below that t, and the table says so)")] = "t",
     correction: Annotated[Literal["holm", "bh", "none"], typer.Option(
         "--correction", help="the family correction over a table's deltas and the scorecard's claims: holm "
-                             "(family-wise error), bh (Benjamini-Hochberg, false discovery rate) or none")] = "holm",
+                             "(family-wise error), bh (Benjamini-Hochberg, false discovery rate) or "
+                             "none")] = "holm",
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, paired deltas with t CIs
-    and p-values corrected per table); ends with one line per unresolved comparison and the seeds it needs."""
+    """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, paired deltas with t
+    CIs and p-values corrected per table); ends with one line per unresolved comparison and the seeds it
+    needs."""
     from ablate.reports.registry import Request
     from ablate.reports.stats import Stats
 

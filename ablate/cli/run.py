@@ -29,23 +29,25 @@ from ablate.cli.common import (
 )
 
 UntilResolvedOpt = Annotated[bool, typer.Option(
-    "--until-resolved", help="train more seeds (--round at a time, up to --max-seeds) in each cell whose comparison "
-                             "with its --reference cell is unresolved on --metric, looking again with alpha "
-                             "spending; the plan shows the most it can add")]
+    "--until-resolved", help="train more seeds (--round at a time, up to --max-seeds) in each cell whose "
+                             "comparison with its --reference cell is unresolved on --metric, looking again "
+                             "with alpha spending; the plan shows the most it can add")]
 MaxSeedsOpt = Annotated[int, typer.Option("--max-seeds", help="--until-resolved: the most seeds per cell")]
-RoundOpt = Annotated[int, typer.Option("--round", help="--until-resolved: seeds added per open cell per look")]
-MetricOpt = Annotated[str, typer.Option("--metric", help="--until-resolved: the metric compared (val_ppl, f_attn, "
-                                                         "m_act, massive_ratio, ppl/<set>: any summary metric)")]
+RoundOpt = Annotated[int,
+                     typer.Option("--round", help="--until-resolved: seeds added per open cell per look")]
+MetricOpt = Annotated[str, typer.Option("--metric", help="--until-resolved: the metric compared (val_ppl, "
+                                                         "f_attn, m_act, massive_ratio, ppl/<set>: any "
+                                                         "summary metric)")]
 ReferenceOpt = Annotated[str, typer.Option("--reference", help="--until-resolved: the reference variant")]
-CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until-resolved: a variant to resolve "
-                                                      "(repeat; default: every other variant)")]
+CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until-resolved: a variant to "
+                                                      "resolve (repeat; default: every other variant)")]
 
 
 def until_resolved_spec(metric: str, reference: str, compare: list[str] | None, max_seeds: int, round_: int):
     from ablate.execute.until_resolved import UntilResolved
 
-    return UntilResolved(metric=metric, reference=reference, compare=tuple(compare or ()), max_seeds=max_seeds,
-                         round=round_)
+    return UntilResolved(metric=metric, reference=reference, compare=tuple(compare or ()),
+                         max_seeds=max_seeds, round=round_)
 
 
 RICH_ROWS = 500  # a plan longer than this prints as plain columns (views.text_table)
@@ -106,7 +108,8 @@ def plan(
         most = most_line(plan_until_resolved(grid, sets or (), spec_u, home=home_dir(home))[0])
     if fmt == "json":
         echo_json({**plan_json(spec.name, runs, status),
-                   "workers": [{"device": s.device, "threads": s.threads} for s in slots]}, flat_from=2)  # a run a line
+                   # a run a line
+                   "workers": [{"device": s.device, "threads": s.threads} for s in slots]}, flat_from=2)
         return
     table = plan_rows(spec.name, runs, status, matched=spec.match_params, ladder=spec.ladder is not None)
     imported = plan_imports(runs)
@@ -126,7 +129,9 @@ def plan(
         from ablate.execute.devices import crowding, describe, usable_cpus
 
         cpus = usable_cpus()
-        typer.echo(f"ablate run here: {describe(slots)} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)")
+        typer.echo(
+            f"ablate run here: {describe(slots)} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)"
+        )
         if (crowded := crowding(slots, cpu_count=cpus)):
             warn(crowded)
 
@@ -177,35 +182,42 @@ def run(
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
     threads: ThreadsOpt = None,
-    jobs_per_device: Annotated[int, typer.Option("--jobs-per-device", help="small jobs packed onto each GPU")] = 1,
+    jobs_per_device: Annotated[int,
+                               typer.Option("--jobs-per-device", help="small jobs packed onto each GPU")] = 1,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="run failed runs again (from their "
                                                "last checkpoint)")] = False,
-    append: Annotated[bool, typer.Option("--append", help="the store holds a grid of this name with another base, "
-                                         "and this is the same study grown: its runs so far stay in it, as runs of "
-                                         "an older configuration (without it such a grid is refused)")] = False,
+    append: Annotated[bool, typer.Option("--append", help="the store holds a grid of this name with another "
+                                         "base, and this is the same study grown: its runs so far stay in "
+                                         "it, as runs of an older configuration (without it such a grid is "
+                                         "refused)")] = False,
     no_mlflow: NoMlflowOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
-    executor: Annotated[Literal["local", "slurm"], typer.Option("--executor", help="local (worker pool here) or "
-                                                               "slurm (one job array)")] = "local",
+    executor: Annotated[Literal["local", "slurm"], typer.Option("--executor", help="local (worker pool here) "
+                                                               "or slurm (one job array)")] = "local",
     partition: Annotated[str | None, typer.Option("--partition", help="slurm: the partition")] = None,
-    gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="slurm: GPUs per run (= train.devices; "
-                                                     "0 = CPU) [default: train.devices if GPUs here, else 0]")] = None,
-    time_limit: Annotated[str, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, D-HH:MM:SS); "
-                                            "a task out of time checkpoints and is requeued")] = "1-00:00:00",
-    array_parallelism: Annotated[int | None, typer.Option("--array-parallelism", help="slurm: tasks at a time")]
+    gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="slurm: GPUs per run (= "
+                                                     "train.devices; 0 = CPU) [default: train.devices if "
+                                                     "GPUs here, else 0]")] = None,
+    time_limit: Annotated[str, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, "
+                                            "D-HH:MM:SS); a task out of time checkpoints and is "
+                                            "requeued")] = "1-00:00:00",
+    array_parallelism: Annotated[int | None,
+                                 typer.Option("--array-parallelism", help="slurm: tasks at a time")]
     = None,
-    slurm_opts: Annotated[list[str] | None, typer.Option("--slurm-opt", help="slurm: K=V, a submitit parameter "
-                                                         "(cpus_per_task=8, mem=32G) or any sbatch flag")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="wait for runs another process is training, then run what "
-                                       "they leave (slurm: wait until every run has ended)")] = False,
+    slurm_opts: Annotated[list[str] | None, typer.Option("--slurm-opt", help="slurm: K=V, a submitit "
+                                                         "parameter (cpus_per_task=8, mem=32G) or any sbatch "
+                                                         "flag")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for runs another process is training, then run "
+                                       "what they leave (slurm: wait until every run has ended)")] = False,
     store_patience: StorePatienceOpt = None,
-    progress_every: Annotated[float, typer.Option("--progress-every", help="without a terminal: a progress line "
-                                                  "this often (seconds)")] = 30.0,
-    nodes: Annotated[int | None, typer.Option("--nodes", help="slurm: nodes per run (its train.devices processes "
-                                              "spread evenly over them)")] = None,
-    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", help="slurm: GPUs per node (= processes "
-                                                      "per node; nodes x this = train.devices)")] = None,
+    progress_every: Annotated[float, typer.Option("--progress-every", help="without a terminal: a progress "
+                                                  "line this often (seconds)")] = 30.0,
+    nodes: Annotated[int | None, typer.Option("--nodes", help="slurm: nodes per run (its train.devices "
+                                              "processes spread evenly over them)")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", help="slurm: GPUs per node (= "
+                                                      "processes per node; nodes x this = "
+                                                      "train.devices)")] = None,
     device_memory: DeviceMemoryOpt = None,
     until_resolved: UntilResolvedOpt = False,
     max_seeds: MaxSeedsOpt = 10,
@@ -231,18 +243,18 @@ def run(
         if executor == "slurm":
             from ablate.cli.slurm import run_slurm
 
-            return run_slurm(grid, sets, home=home, store=store, partition=partition, gpus_per_job=gpus_per_job,
-                             time_limit=time_limit, wait=wait or spec is not None,
-                             array_parallelism=array_parallelism, slurm_opts=slurm_opts, retry_failed=retry_failed,
-                             mlflow=not no_mlflow, nodes=nodes or 1, gpus_per_node=gpus_per_node,
-                             store_patience=store_patience, append=append, extra=extra or (),
-                             device_memory=memory)
+            return run_slurm(grid, sets, home=home, store=store, partition=partition,
+                             gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait or spec is not None,
+                             array_parallelism=array_parallelism, slurm_opts=slurm_opts,
+                             retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
+                             gpus_per_node=gpus_per_node, store_patience=store_patience, append=append,
+                             extra=extra or (), device_memory=memory)
         from ablate.execute import RunOptions, print_summary, run_grid
 
         options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
                              jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow,
-                             wait=wait, append=append, progress_every_s=progress_every, extra=tuple(extra or ()),
-                             device_memory=memory, **patience(store_patience))
+                             wait=wait, append=append, progress_every_s=progress_every,
+                             extra=tuple(extra or ()), device_memory=memory, **patience(store_patience))
         report = run_grid(grid, sets or [], options)
         print_summary(report)
         return report.exit_code
@@ -253,7 +265,8 @@ def run(
 
 
 def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, store) -> int:
-    """``ablate run --until-resolved``: rounds of ``run_round`` until the comparisons resolve; the verdicts."""
+    """``ablate run --until-resolved``: rounds of ``run_round`` until the comparisons resolve; the
+    verdicts."""
     from ablate.cli.common import open_store
     from ablate.execute.until_resolved import metric_values, until_resolved, verdict_lines
 
@@ -274,7 +287,8 @@ def ui(
     port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
     home: HomeOpt = None,
 ) -> None:
-    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its workers)."""
+    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its
+    workers)."""
     from ablate.execute.serve import serve, ui_command
 
     cmd = ui_command(home_dir(home), port=port)

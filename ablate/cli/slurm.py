@@ -33,8 +33,8 @@ def run_slurm(grid: Path, sets: list[str] | None, *, home: Path | None, store: s
 
     options = SlurmOptions(home=home_dir(home), store=store, partition=partition, gpus_per_job=gpus_per_job,
                            time=time_limit, array_parallelism=array_parallelism, slurm_opts=slurm_opts or [],
-                           retry_failed=retry_failed, wait=wait, nodes=nodes, gpus_per_node=gpus_per_node, mlflow=mlflow,
-                           append=append, extra=tuple(extra), device_memory=device_memory,
+                           retry_failed=retry_failed, wait=wait, nodes=nodes, gpus_per_node=gpus_per_node,
+                           mlflow=mlflow, append=append, extra=tuple(extra), device_memory=device_memory,
                            **patience(store_patience))
     report = submit_grid(grid, sets or [], options)
     for warning in report.warnings:
@@ -54,7 +54,9 @@ def run_slurm(grid: Path, sets: list[str] | None, *, home: Path | None, store: s
 @app.command("cancel")
 @handles_errors
 def cancel_cmd(
-    grid: Annotated[str, typer.Argument(help="the grid: its file (YAML) or its name in the store", show_default=False)],
+    grid: Annotated[str,
+                    typer.Argument(help="the grid: its file (YAML) or its name in the store",
+                                   show_default=False)],
     sets: SetOpt = None,
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for Slurm to end the jobs")] = 120.0,
     home: HomeOpt = None,

@@ -24,8 +24,9 @@ from ablate.cli.common import (
 
 WHERE_HELP = (
     "keep the runs for which this is true: comparisons (== != < <= > >= in, not in, is None) joined by "
-    "and/or/not over run columns, e.g. \"variant == 'sdpa-elementwise' and train.lr >= 0.004\"; config fields by "
-    "dotted path; names with '/' bare (ppl/code < 20) or as col('bench/arc-e'); a missing value compares false"
+    "and/or/not over run columns, e.g. \"variant == 'sdpa-elementwise' and train.lr >= 0.004\"; config "
+    "fields by dotted path; names with '/' bare (ppl/code < 20) or as col('bench/arc-e'); a missing value "
+    "compares false"
 )
 WhereOpt = Annotated[str | None, typer.Option("--where", help=WHERE_HELP)]
 
@@ -88,17 +89,18 @@ def status_cmd(
     grid: GridNameOpt = None,
     fmt: Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")] = "table",
     stale_after: Annotated[
-        float, typer.Option("--stale-after", help="seconds without a heartbeat after which a running run is stale")
+        float,
+        typer.Option("--stale-after", help="seconds without a heartbeat after which a running run is stale")
     ] = 300.0,
-    older: Annotated[bool, typer.Option("--older", help="count the runs of a grid's older configurations too (an "
-                                        "edited grid file, changed data)")] = False,
+    older: Annotated[bool, typer.Option("--older", help="count the runs of a grid's older configurations too "
+                                        "(an edited grid file, changed data)")] = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """Runs by status per grid (of its current configuration: what its last `ablate run` planned), what is
-    running now (step, loss, tokens/s, ETA), and running runs whose process is gone: at once on this machine (its
-    run directory's lock is free), after --stale-after without a heartbeat elsewhere; and ended runs not yet
-    recorded (their result.json is complete)."""
+    running now (step, loss, tokens/s, ETA), and running runs whose process is gone: at once on this machine
+    (its run directory's lock is free), after --stale-after without a heartbeat elsewhere; and ended runs not
+    yet recorded (their result.json is complete)."""
     from ablate.execute.status import grid_status, status_warnings
 
     with open_store(home, store) as opened:
@@ -169,9 +171,9 @@ def db_rehash_cmd(
     store: StoreOpt = None,
 ) -> None:
     """Carry runs stored under ids from an older ablate over to today's ids, without retraining: their run
-    directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one). A run
-    stored before ids covered its data gets its data's fingerprints as the data is now: run it from the folder its
-    grid ran in (a relative data path is read from there)."""
+    directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one). A
+    run stored before ids covered its data gets its data's fingerprints as the data is now: run it from the
+    folder its grid ran in (a relative data path is read from there)."""
     from ablate.store.mlflow_mirror import tracking_uri
     from ablate.store.rehash import rehash
 

@@ -28,39 +28,46 @@ from ablate.cli.common import (
 def tune_cmd(
     grid: Annotated[Path | None, typer.Argument(help="grid file (YAML); not needed with --dashboard",
                                                 show_default=False)] = None,
-    param: Annotated[str, typer.Option("--param", help="the config field to tune, by dotted path")] = "train.lr",
+    param: Annotated[str,
+                     typer.Option("--param", help="the config field to tune, by dotted path")] = "train.lr",
     low: Annotated[float | None, typer.Option("--low", help="lower end of the search range")] = None,
     high: Annotated[float | None, typer.Option("--high", help="upper end of the search range")] = None,
     log: Annotated[bool, typer.Option("--log", help="search on a log scale (learning rates)")] = False,
-    trials: Annotated[int, typer.Option("--trials", help="trials per study in all (a rerun adds the missing ones)")]
+    trials: Annotated[int,
+                      typer.Option("--trials",
+                                   help="trials per study in all (a rerun adds the missing ones)")]
     = 10,
-    metric: Annotated[str, typer.Option("--metric", help="minimized: val_ppl, train_loss or ppl/<held-out set>")]
+    metric: Annotated[str,
+                      typer.Option("--metric", help="minimized: val_ppl, train_loss or ppl/<held-out set>")]
     = "val_ppl",
     pruner: Annotated[str, typer.Option("--pruner", help="median (median:N waits for N trials), hyperband, "
                                         "threshold:X or none")] = "median",
-    tolerance: Annotated[float, typer.Option("--tolerance", help="stable = not diverged and metric within this "
-                                             "fraction of the best")] = 0.05,
-    then_run: Annotated[bool, typer.Option("--then-run", help="then run the grid's seeds at each cell's best value "
-                                           "(grid '<grid>/tuned')")] = False,
-    find_max_stable: Annotated[bool, typer.Option("--find-max-stable", help="bisect for each cell's largest stable "
-                                                  "value between the trials' stable and unstable ones")] = False,
-    stable_steps: Annotated[int, typer.Option("--stable-steps", help="probes of --find-max-stable per cell")] = 4,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="stable = not diverged and metric within "
+                                             "this fraction of the best")] = 0.05,
+    then_run: Annotated[bool, typer.Option("--then-run", help="then run the grid's seeds at each cell's best "
+                                           "value (grid '<grid>/tuned')")] = False,
+    find_max_stable: Annotated[bool, typer.Option("--find-max-stable", help="bisect for each cell's largest "
+                                                  "stable value between the trials' stable and unstable "
+                                                  "ones")] = False,
+    stable_steps: Annotated[int,
+                            typer.Option("--stable-steps", help="probes of --find-max-stable per cell")] = 4,
     dashboard: Annotated[bool, typer.Option("--dashboard", help="serve optuna-dashboard over the store on "
                                             "127.0.0.1 instead of tuning (needs optuna-dashboard)")] = False,
     port: Annotated[int, typer.Option("--port", help="the dashboard's port on 127.0.0.1")] = 8080,
     sets: SetOpt = None,
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
-    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror the trials and --then-run runs "
-                                            "into MLflow")]
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror the trials and --then-run "
+                                            "runs into MLflow")]
     = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
     store_patience: StorePatienceOpt = None,
     device_memory: DeviceMemoryOpt = None,
 ) -> None:
-    """Search a parameter (the learning rate) per grid cell with Optuna; report each variant's best and largest
-    stable value; --then-run compares the variants at their best. Studies live in the results store."""
+    """Search a parameter (the learning rate) per grid cell with Optuna; report each variant's best and
+    largest stable value; --then-run compares the variants at their best. Studies live in the results
+    store."""
     from ablate.errors import ConfigError
 
     if dashboard:
@@ -80,10 +87,11 @@ def tune_cmd(
     from ablate.tune.search import TuneOptions, tune
     from ablate.tune.summary import print_summary
 
-    options = TuneOptions(param=param, low=low, high=high, log=log, trials=trials, metric=metric, pruner=pruner,
-                          tolerance=tolerance, then_run=then_run, find_max_stable=find_max_stable,
-                          stable_steps=stable_steps, home=home_dir(home), store=store, jobs=jobs, devices=devices,
-                          mlflow=not no_mlflow, **patience(store_patience),
+    options = TuneOptions(param=param, low=low, high=high, log=log, trials=trials, metric=metric,
+                          pruner=pruner, tolerance=tolerance, then_run=then_run,
+                          find_max_stable=find_max_stable, stable_steps=stable_steps, home=home_dir(home),
+                          store=store, jobs=jobs, devices=devices, mlflow=not no_mlflow,
+                          **patience(store_patience),
                           device_memory=None if device_memory is None else parse_memory(device_memory))
     report = tune(grid, sets or [], options)
     print_summary(report, param, metric)

@@ -20,8 +20,8 @@ def variants_table(rows: list[dict[str, Any]], preset: str | None) -> Table:
     if preset is not None:
         table.add_column(f"added @ {preset}", justify="right")
     for row in rows:
-        cells = [row["name"], " ".join(row["paper"]) or "-", row["act_func"], row["score_shape"], row["description"],
-                 row["source"]]
+        cells = [row["name"], " ".join(row["paper"]) or "-", row["act_func"], row["score_shape"],
+                 row["description"], row["source"]]
         if preset is not None:
             cells.append("-" if row["added_params"] is None else f"{row['added_params'] / 1e6:,.2f}M")
         table.add_row(*cells)
@@ -29,8 +29,8 @@ def variants_table(rows: list[dict[str, Any]], preset: str | None) -> Table:
 
 
 def rich_table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]) -> Table:
-    """A rich ``Table`` of text cells; ``columns``: (name, ``left``/``right``); the first column bold, the first two
-    never wrapped."""
+    """A rich ``Table`` of text cells; ``columns``: (name, ``left``/``right``); the first column bold, the
+    first two never wrapped."""
     from rich.table import Table
 
     table = Table(title=title)
@@ -80,8 +80,8 @@ def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table,
 
 
 def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Table]:
-    """``ablate status``: runs by status per grid, then the running runs (step / total, latest loss and tokens/s,
-    ETA, heartbeat age) and the runs in Slurm (when any)."""
+    """``ablate status``: runs by status per grid, then the running runs (step / total, latest loss and
+    tokens/s, ETA, heartbeat age) and the runs in Slurm (when any)."""
     from rich.table import Table
 
     from ablate.execute.display import duration
@@ -94,7 +94,8 @@ def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Ta
     out = [table]
     if summary["running"]:
         table = Table(title="running")
-        for col in ("run_id", "variant", "seed", "host", "device", "step", "loss", "tok/s", "ETA", "heartbeat age"):
+        for col in ("run_id", "variant", "seed", "host", "device", "step", "loss", "tok/s", "ETA",
+                    "heartbeat age"):
             table.add_column(col, justify="right" if col in ("step", "loss", "tok/s", "ETA") else "left")
         for r in summary["running"]:
             age = "-" if r["age_s"] is None else f"{r['age_s']:.0f}s"
@@ -102,8 +103,8 @@ def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Ta
                     else " STALE" if r["stale"] else "")
             step = "-" if r["step"] is None else f"{r['step'] + 1}/{r.get('total_steps') or '?'}"
             loss, tps, eta = r.get("train_loss"), r.get("tokens_per_s"), r.get("eta_s")
-            table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-", step,
-                          "-" if loss is None else f"{loss:.4f}", "-" if tps is None else f"{tps:,.0f}",
+            table.add_row(r["run_id"], r["variant"], str(r["seed"]), r["host"] or "-", r["device"] or "-",
+                          step, "-" if loss is None else f"{loss:.4f}", "-" if tps is None else f"{tps:,.0f}",
                           "-" if eta is None or r["stale"] or r.get("ended") else duration(eta), age)
         out.append(table)
     if summary.get("slurm"):

@@ -1,11 +1,11 @@
 """Worker slots: which device each worker of the local pool uses, and how many CPU threads it may take.
 
-One worker per CUDA device by default (``jobs_per_device`` packs several small jobs onto one GPU); without a GPU,
-``jobs`` CPU workers split the cores between them. ``parse_devices`` and ``plan_slots`` are pure: the caller says
-how many GPUs and cores there are (``gpu_count()`` and ``usable_cpus()`` count them here).
+One worker per CUDA device by default (``jobs_per_device`` packs several small jobs onto one GPU); without a
+GPU, ``jobs`` CPU workers split the cores between them. ``parse_devices`` and ``plan_slots`` are pure: the
+caller says how many GPUs and cores there are (``gpu_count()`` and ``usable_cpus()`` count them here).
 
-The cores are those this process may use, not the machine's: a ``taskset`` or cgroup allocation of 4 cores on a
-64-core node is 4. More torch threads than cores make OpenMP's threads wait for each other: a step on 2
+The cores are those this process may use, not the machine's: a ``taskset`` or cgroup allocation of 4 cores on
+a 64-core node is 4. More torch threads than cores make OpenMP's threads wait for each other: a step on 2
 oversubscribed cores took 4x as long as on one thread (docs/internals.md, bench/contended.py).
 """
 
@@ -22,8 +22,8 @@ CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" in mic
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one worker runs: ``device`` is ``"cpu"``, ``"cuda:<i>"`` or ``"cuda:<i>,<j>,..."`` (a run on several
-    GPUs); ``threads`` its torch CPU threads."""
+    """Where one worker runs: ``device`` is ``"cpu"``, ``"cuda:<i>"`` or ``"cuda:<i>,<j>,..."`` (a run on
+    several GPUs); ``threads`` its torch CPU threads."""
 
     index: int
     device: str
@@ -31,8 +31,8 @@ class Slot:
 
     @property
     def label(self) -> str:
-        """Where the worker runs and with how many threads (``cpu, 2 threads``): what the display and the store's
-        ``device`` of a running run show."""
+        """Where the worker runs and with how many threads (``cpu, 2 threads``): what the display and the
+        store's ``device`` of a running run show."""
         return f"{self.device}, {self.threads} thread{'s' if self.threads != 1 else ''}"
 
     @property
@@ -55,7 +55,8 @@ def cpu_quota(cpu_max: Path = CPU_MAX) -> int | None:
     None without a quota (``max 100000``, or no cgroup v2)."""
     try:
         quota, period = cpu_max.read_text().split()[:2]
-        return max(1, -(-int(quota) // int(period))) if int(quota) > 0 and int(period) > 0 else None  # ceil: 1.5 CPUs of time keep 2 threads busy part-time
+        # ceil: 1.5 CPUs of time keep 2 threads busy part-time
+        return max(1, -(-int(quota) // int(period))) if int(quota) > 0 and int(period) > 0 else None
     except (OSError, ValueError):  # no cgroup v2, "max" (no quota), or a file we cannot read
         return None
 
@@ -77,13 +78,15 @@ def usable_cpus(*, cpu_max: Path = CPU_MAX, environ: dict[str, str] | None = Non
 
 def quiet_threads(*, load: float | None = None, cpus: int | None = None,
                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The OpenMP settings a worker starts torch with: ``OMP_WAIT_POLICY=PASSIVE`` (threads that sleep when they
-    wait) when the machine is already oversubscribed as the worker starts (the 1-minute load average above the
-    CPUs this process may use), else nothing (OpenMP's default: threads spin a while before they sleep).
+    """The OpenMP settings a worker starts torch with: ``OMP_WAIT_POLICY=PASSIVE`` (threads that sleep when
+    they wait) when the machine is already oversubscribed as the worker starts (the 1-minute load average
+    above the CPUs this process may use), else nothing (OpenMP's default: threads spin a while before they
+    sleep).
 
-    Measured with ``bench/contended.py`` (docs/internals.md): passive waits cost a quiet machine 2.2x on the tiny
-    preset and were slower beside 2 busy-loop burners too, but at load 6-7 on 2 cores (other torch jobs spinning)
-    they took a step from 710 ms to 172 ms. A user's own ``OMP_WAIT_POLICY`` always wins (``{}`` then).
+    Measured with ``bench/contended.py`` (docs/internals.md): passive waits cost a quiet machine 2.2x on the
+    tiny preset and were slower beside 2 busy-loop burners too, but at load 6-7 on 2 cores (other torch jobs
+    spinning) they took a step from 710 ms to 172 ms. A user's own ``OMP_WAIT_POLICY`` always wins (``{}``
+    then).
 
     >>> quiet_threads(load=7.0, cpus=2, environ={})
     {'OMP_WAIT_POLICY': 'PASSIVE'}
@@ -113,20 +116,25 @@ def parse_devices(spec: str | None, n_gpus: int) -> list[str]:
         return ["cpu"]
     if spec in ("cuda", "gpu", "all"):
         if n_gpus == 0:
-            raise ConfigError(f"'{spec}' asks for GPUs but none is visible; allowed here: cpu", where="--devices")
+            raise ConfigError(
+                f"'{spec}' asks for GPUs but none is visible; allowed here: cpu", where="--devices"
+            )
         return [f"cuda:{i}" for i in range(n_gpus)]
     devices: list[str] = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         index = part.removeprefix("cuda:")
         if not index.isdigit():
-            raise ConfigError(f"'{part}' is not a device; allowed: cpu, cuda, or a comma list of cuda:<i> or <i>",
-                              where="--devices")
+            raise ConfigError(
+                f"'{part}' is not a device; allowed: cpu, cuda, or a comma list of cuda:<i> or <i>",
+                where="--devices",
+            )
         if int(index) >= n_gpus:
             raise ConfigError(f"device {part!r} does not exist: {n_gpus} GPU(s) visible", where="--devices")
         if f"cuda:{index}" not in devices:
             devices.append(f"cuda:{int(index)}")
     if not devices:
-        raise ConfigError("no device given; allowed: cpu, cuda, or a comma list of cuda:<i>", where="--devices")
+        raise ConfigError("no device given; allowed: cpu, cuda, or a comma list of cuda:<i>",
+                          where="--devices")
     return devices
 
 
@@ -134,10 +142,11 @@ def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cp
                per_run: int = 1, threads: int | None = None) -> list[Slot]:
     """The pool's worker slots.
 
-    On GPUs: ``jobs_per_device`` workers per device, or ``jobs`` workers dealt round-robin over them. On CPU: ``jobs`` workers (default 1),
-    each with ``cpu_count // jobs`` torch threads (at least one; ``cpu_count`` is ``usable_cpus()``, and ``threads``
-    (``--threads``) overrides). Runs of ``per_run`` devices (``train.devices``) get that many GPUs per worker
-    (``cuda:0,1,2,3``: the worker sees them all and its run starts a process on each).
+    On GPUs: ``jobs_per_device`` workers per device, or ``jobs`` workers dealt round-robin over them. On CPU:
+    ``jobs`` workers (default 1), each with ``cpu_count // jobs`` torch threads (at least one; ``cpu_count``
+    is ``usable_cpus()``, and ``threads`` (``--threads``) overrides). Runs of ``per_run`` devices
+    (``train.devices``) get that many GPUs per worker (``cuda:0,1,2,3``: the worker sees them all and its run
+    starts a process on each).
 
     >>> [s.threads for s in plan_slots(devices=["cpu"], jobs=2, jobs_per_device=1, cpu_count=8)]
     [4, 4]
@@ -154,8 +163,9 @@ def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cp
         return [Slot(i, "cpu", threads or max(1, cpu_count // n)) for i in range(n)]
     if per_run > 1:  # a worker per group of per_run GPUs
         if len(devices) < per_run:
-            raise ConfigError(f"runs with train.devices = {per_run} need {per_run} GPUs, {len(devices)} given "
-                              f"({', '.join(devices)}); set train.devices to at most {len(devices)}", where="--devices")
+            raise ConfigError(f"runs with train.devices = {per_run} need {per_run} GPUs, {len(devices)} "
+                              f"given ({', '.join(devices)}); set train.devices to at most {len(devices)}",
+                              where="--devices")
         devices = ["cuda:" + ",".join(d.split(":", 1)[1] for d in devices[i:i + per_run])
                    for i in range(0, len(devices) - per_run + 1, per_run)]
     n = jobs or len(devices) * jobs_per_device
@@ -163,11 +173,11 @@ def plan_slots(*, devices: list[str], jobs: int | None, jobs_per_device: int, cp
     return [Slot(i, devices[i % len(devices)], threads) for i in range(n)]
 
 
-def local_slots(*, devices: str | None, jobs: int | None, jobs_per_device: int = 1, threads: int | None = None,
-                per_run: int = 1) -> list[Slot]:
+def local_slots(*, devices: str | None, jobs: int | None, jobs_per_device: int = 1,
+                threads: int | None = None, per_run: int = 1) -> list[Slot]:
     """The slots of a local pool on this machine: ``--devices`` among the GPUs here, the CPUs this process may
-    use (``usable_cpus``) split between the workers unless ``threads`` says. What ``ablate run``, ``ablate tune``
-    and ``ablate plan`` (which shows it) use."""
+    use (``usable_cpus``) split between the workers unless ``threads`` says. What ``ablate run``, ``ablate
+    tune`` and ``ablate plan`` (which shows it) use."""
     return plan_slots(devices=parse_devices(devices, gpu_count()), jobs=jobs, jobs_per_device=jobs_per_device,
                       cpu_count=usable_cpus(), per_run=per_run, threads=threads)
 
@@ -181,8 +191,9 @@ def describe(slots: list[Slot]) -> str:
     threads = sorted({s.threads for s in slots})
     each = " each" if len(slots) > 1 else ""
     count = "/".join(map(str, threads))
-    return (f"{len(slots)} worker{'s' if len(slots) != 1 else ''} on {', '.join(sorted({s.device for s in slots}))}, "
-            f"{count} thread{'s' if threads != [1] else ''}{each}")
+    return (f"{len(slots)} worker{'s' if len(slots) != 1 else ''} on "
+            f"{', '.join(sorted({s.device for s in slots}))}, {count} "
+            f"thread{'s' if threads != [1] else ''}{each}")
 
 
 def crowding(slots: list[Slot], *, cpu_count: int, jobs_per_device: int = 1) -> str | None:

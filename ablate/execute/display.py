@@ -1,8 +1,8 @@
 """What the user sees while a grid runs, and the summary at the end. Only the executor's process draws.
 
-At a terminal: overall progress and each active job's step, loss and tokens/s (rich Live), and a line per run as
-it ends. Without one (nohup, CI, a log file): the same line per run as it ends (variant, seed, time), and every
-``every_s`` seconds one plain progress line: runs ended / total, each running run's step, and an ETA.
+At a terminal: overall progress and each active job's step, loss and tokens/s (rich Live), and a line per run
+as it ends. Without one (nohup, CI, a log file): the same line per run as it ends (variant, seed, time), and
+every ``every_s`` seconds one plain progress line: runs ended / total, each running run's step, and an ETA.
 """
 
 from __future__ import annotations
@@ -142,10 +142,12 @@ class GridDisplay:
         if self.console.is_terminal or time.monotonic() - self._last_line < self.every_s:
             return
         self._last_line = time.monotonic()
-        self.console.print(self.progress_line(), highlight=False, markup=False, soft_wrap=True)  # one line in a log
+        # one line in a log
+        self.console.print(self.progress_line(), highlight=False, markup=False, soft_wrap=True)
 
     def progress_line(self) -> str:
-        """``progress: 3/12 ended; running: baseline 0 step 40/60, ...; ETA 2m10s`` (or "starting workers")."""
+        """``progress: 3/12 ended; running: baseline 0 step 40/60, ...; ETA 2m10s`` (or "starting
+        workers")."""
         now = time.monotonic()
         parts = [f"progress {self.grid}: {self.ended_n}/{self.total} ended"]
         running = [f"{a.label} step {a.step}/{a.total}" if a.step is not None else f"{a.label} starting"
@@ -157,7 +159,8 @@ class GridDisplay:
         return "; ".join(parts)
 
     def eta(self, now: float) -> float | None:
-        """Seconds until every expected job has ended, from the runs' pace so far (None before any pace is known).
+        """Seconds until every expected job has ended, from the runs' pace so far (None before any pace is
+        known).
 
         A run's time: the mean of those that ended, else what the running ones' steps per second predict; the
         remaining work (queued runs, and what running runs have left) is shared by the workers.

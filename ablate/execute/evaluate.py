@@ -1,14 +1,14 @@
-"""``ablate eval``: score finished runs with lm-evaluation-harness and store the scores as ``bench/<task>`` columns;
-``ablate probe``: probe finished runs again from their checkpoints (``probe_runs``), into the store and the MLflow
-run each run's training wrote to.
+"""``ablate eval``: score finished runs with lm-evaluation-harness and store the scores as ``bench/<task>``
+columns; ``ablate probe``: probe finished runs again from their checkpoints (``probe_runs``), into the store
+and the MLflow run each run's training wrote to.
 
 For each run, the tasks it has not been scored on (at this ``--limit``) go through ablate's lm-eval model
-(``ablate.runner.lm_eval_adapter``) on the run's final checkpoint, at the run's context length. A task's score is
-its first higher-is-better metric, accuracies in % like ablate's own benchmarks (``primary_scores``); a tag such as
-``ablate`` gives one score per task it names, a group its aggregate. Each run keeps what was measured in its
-directory: lm-eval's full results in ``lm_eval.json``, and the scores in ``result.json``'s summary, so that a
-re-ingest keeps them; the store gets them with ``Store.set_scores``. A rerun scores only what is missing, and
-stores again what a run's ``lm_eval.json`` already holds.
+(``ablate.runner.lm_eval_adapter``) on the run's final checkpoint, at the run's context length. A task's score
+is its first higher-is-better metric, accuracies in % like ablate's own benchmarks (``primary_scores``); a tag
+such as ``ablate`` gives one score per task it names, a group its aggregate. Each run keeps what was measured
+in its directory: lm-eval's full results in ``lm_eval.json``, and the scores in ``result.json``'s summary, so
+that a re-ingest keeps them; the store gets them with ``Store.set_scores``. A rerun scores only what is
+missing, and stores again what a run's ``lm_eval.json`` already holds.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class RunScores:
 
 def select_runs(store: Store, run_ids: Sequence[str], grid: str | None, *, finished: Sequence[str] = FINISHED,
                 command: str = "`ablate eval` scores") -> list[str]:
-    """The finished runs to score: ``run_ids`` (each must be known and ``finished``), else the ``finished`` runs of
-    ``grid``. A UserInputError says what is wrong."""
+    """The finished runs to score: ``run_ids`` (each must be known and ``finished``), else the ``finished``
+    runs of ``grid``. A UserInputError says what is wrong."""
     if bool(run_ids) == bool(grid):
         raise UserInputError("give run ids or --grid NAME (one of the two)")
     if grid:
@@ -76,7 +76,8 @@ def evaluate_runs(store: Store, home: str | os.PathLike[str], run_ids: Sequence[
 
     if not tasks:
         raise UserInputError("--tasks: give at least one lm-eval task (e.g. ablate_mqar,ablate_niah_single)")
-    task_manager(tasks, list(include_path))  # unknown tasks and missing folders fail here, before any run loads
+    # unknown tasks and missing folders fail here, before any run loads
+    task_manager(tasks, list(include_path))
     out = []
     for rid in run_ids:
         res = RunScores(rid)
@@ -85,7 +86,8 @@ def evaluate_runs(store: Store, home: str | os.PathLike[str], run_ids: Sequence[
                        device=device, batch_size=batch_size)
         except AblateError as exc:
             res.error = str(exc)
-        except Exception as exc:  # lm-eval's own failures (a task's data missing): this run's, not the command's
+        # lm-eval's own failures (a task's data missing): this run's, not the command's
+        except Exception as exc:
             log.exception("scoring run %s failed", rid)
             res.error = f"{exc.__class__.__name__}: {exc}"
         out.append(res)
@@ -108,9 +110,11 @@ def _score_run(store: Store, run_dir: Path, res: RunScores, tasks: Sequence[str]
     store.set_scores(run_id=res.run_id, scores=res.scores)
 
 
-def _measure(run_dir: Path, tasks: list[str], *, limit: int | None, include_path: Sequence[str | os.PathLike[str]],
-             device: str, batch_size: int) -> dict[str, dict[str, Any]]:
-    """Run lm-eval on ``tasks`` for the run's checkpoint: per requested task, its scores and lm-eval's results."""
+def _measure(run_dir: Path, tasks: list[str], *, limit: int | None,
+             include_path: Sequence[str | os.PathLike[str]], device: str,
+             batch_size: int) -> dict[str, dict[str, Any]]:
+    """Run lm-eval on ``tasks`` for the run's checkpoint: per requested task, its scores and lm-eval's
+    results."""
     from importlib.metadata import version
 
     from ablate.runner.checkpoints import load_run_model
@@ -170,9 +174,9 @@ class RunProbes:
 
 def probe_runs(store: Store, home: str | os.PathLike[str], run_ids: Sequence[str], *, device: str = "cpu",
                on_run: Callable[[RunProbes], None] | None = None) -> list[RunProbes]:
-    """Probe ``run_ids`` again on their checkpoints (``ablate.runner.reprobe``), rewrite their ``result.json``,
-    ingest it and log what changed into the run's MLflow run (``ProbeMirror``); one run's failure is its own
-    (``RunProbes.error``). ``on_run`` is called after each run."""
+    """Probe ``run_ids`` again on their checkpoints (``ablate.runner.reprobe``), rewrite their
+    ``result.json``, ingest it and log what changed into the run's MLflow run (``ProbeMirror``); one run's
+    failure is its own (``RunProbes.error``). ``on_run`` is called after each run."""
     from ablate.metrics import SUMMARY
     from ablate.runner.reprobe import probe_again
 
@@ -195,10 +199,11 @@ def probe_runs(store: Store, home: str | os.PathLike[str], run_ids: Sequence[str
 
 
 class ProbeMirror:
-    """A probed run's new and changed probe values into the nested MLflow run its training (or a later ``ablate
-    run``) completed, which the store records (``runs.mlflow_run_id``), by ``store.mlflow_mirror.log_probes``. A run
-    the store records none for (trained with ``--no-mlflow``, or mirrored only halfway: the next ``ablate run``
-    mirrors its result whole) is left alone, and MLflow is not even opened for it."""
+    """A probed run's new and changed probe values into the nested MLflow run its training (or a later
+    ``ablate run``) completed, which the store records (``runs.mlflow_run_id``), by
+    ``store.mlflow_mirror.log_probes``. A run the store records none for (trained with ``--no-mlflow``, or
+    mirrored only halfway: the next ``ablate run`` mirrors its result whole) is left alone, and MLflow is not
+    even opened for it."""
 
     def __init__(self, home: Path, store: Store, run_ids: Sequence[str]):
         frame = store.runs_frame(run_ids=list(run_ids)) if run_ids else None
@@ -208,7 +213,8 @@ class ProbeMirror:
         self._client: Any = None
 
     def log(self, result: RunResult) -> str | None:
-        """Log ``result``'s probes into its MLflow run; None, or the line saying why MLflow was not updated."""
+        """Log ``result``'s probes into its MLflow run; None, or the line saying why MLflow was not
+        updated."""
         from ablate.store.faults import first_line
         from ablate.store.mlflow_mirror import log_probes, open_client, tracking_uri
 

@@ -1,9 +1,10 @@
 """Will a grid's runs fit in a device's memory? The check every way of training goes through before anything
-starts: ``ablate run`` (local pool and Slurm, ``run_grid`` and ``submit_grid``), ``ablate tune`` and ``ablate plan``.
+starts: ``ablate run`` (local pool and Slurm, ``run_grid`` and ``submit_grid``), ``ablate tune`` and ``ablate
+plan``.
 
-The memory per device is what the caller gives (``--device-memory``), else, for a run on this machine with a GPU,
-the smallest visible GPU's memory; without either nothing is checked. A run that does not fit is refused with one
-line (``ConfigError``, exit 2) naming the runs, the largest need and the cheapest fix for it
+The memory per device is what the caller gives (``--device-memory``), else, for a run on this machine with a
+GPU, the smallest visible GPU's memory; without either nothing is checked. A run that does not fit is refused
+with one line (``ConfigError``, exit 2) naming the runs, the largest need and the cheapest fix for it
 (``ablations.memory.check_fit``).
 """
 
@@ -20,8 +21,9 @@ FLAG = "--device-memory"
 
 
 def memory_budget(device_memory: float | None, *, local: bool) -> tuple[float, str] | None:
-    """The bytes per device runs must fit and where that figure comes from (the error's prefix): ``device_memory``
-    when given, else on a local GPU its memory (imports torch); None when neither is known."""
+    """The bytes per device runs must fit and where that figure comes from (the error's prefix):
+    ``device_memory`` when given, else on a local GPU its memory (imports torch); None when neither is
+    known."""
     from ablate.ablations.memory import device_memory as gpu_memory
     from ablate.ablations.memory import fmt_gb, gpu_here
 
@@ -37,15 +39,16 @@ def check_memory(runs: Sequence[PlannedRun], status: Mapping[str, str], availabl
     estimated peak memory does not fit ``available`` bytes per device."""
     from ablate.ablations.memory import check_fit, gpu_here
 
-    todo = [(r.run_id, r.config.variant, r.config) for r in runs if status.get(r.run_id) not in ("done", "diverged")]
+    todo = [(r.run_id, r.config.variant, r.config) for r in runs if status.get(r.run_id) not in ("done",
+                                                                                                 "diverged")]
     check_fit(todo, available, gpu=gpu_here(), where=where)
 
 
-def require_fit(runs: Sequence[PlannedRun], device_memory: float | None, *, local: bool, home: Path | None = None,
-                store: str | None = None) -> None:
+def require_fit(runs: Sequence[PlannedRun], device_memory: float | None, *, local: bool,
+                home: Path | None = None, store: str | None = None) -> None:
     """Refuse the runs that cannot fit (see the module docstring), before anything is made. With ``home``, the
-    runs the store already holds done or diverged are left out (their statuses are read, the store not created);
-    without it every run is checked (tune: its trials are new runs)."""
+    runs the store already holds done or diverged are left out (their statuses are read, the store not
+    created); without it every run is checked (tune: its trials are new runs)."""
     budget = memory_budget(device_memory, local=local)
     if budget is None:
         return

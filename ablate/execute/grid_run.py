@@ -1,14 +1,15 @@
 """``ablate run``: a grid from its file to every run recorded, on the local worker pool.
 
-1. The memory check (``fit.require_fit``): a run that cannot fit in a device's memory is refused before anything
-   starts. The grid is expanded once (``opening.expand_grid``), for it, the worker count and the opening.
+1. The memory check (``fit.require_fit``): a run that cannot fit in a device's memory is refused before
+   anything starts. The grid is expanded once (``opening.expand_grid``), for it, the worker count and the
+   opening.
 2. The opening every executor shares (``opening.open_grid``): expand the grid, look every run up in the store,
    register the grid, decide (``triage``) what trains; runs another process is training are skipped (one line
    says which), or waited for with ``wait``.
-3. The pool (``local.LocalRunner``): one worker per slot, the jobs dealt out, resumed ones first; every event goes
-   through the run lifecycle (``lifecycle.Lifecycle``), which records it in the store and MLflow.
-4. The summary: counts by outcome and by status, and an exit code (0 all done/diverged/pruned, 1 some failed or
-   the store went away, 130 when interrupted).
+3. The pool (``local.LocalRunner``): one worker per slot, the jobs dealt out, resumed ones first; every event
+   goes through the run lifecycle (``lifecycle.Lifecycle``), which records it in the store and MLflow.
+4. The summary: counts by outcome and by status, and an exit code (0 all done/diverged/pruned, 1 some failed
+   or the store went away, 130 when interrupted).
 """
 
 from __future__ import annotations
@@ -52,13 +53,15 @@ class RunOptions:
     mlflow: bool = True
     wait: bool = False  # wait for runs another process is training, then run what they left
     append: bool = False  # a grid whose name the store holds with another base: the same study grown
-    device_memory: float | None = None  # bytes per device every run to train must fit (default: a local GPU's)
+    # bytes per device every run to train must fit (default: a local GPU's)
+    device_memory: float | None = None
     stale_after_s: float = 300.0  # a run on another host with no heartbeat for this long is taken as dead
     store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long stops the grid cleanly
     progress_every_s: float | None = None  # without a terminal: a progress line this often (default 30 s)
     job_fn: str = TRAIN_JOB
     console: Console | None = None
-    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
+    # runs beyond the file's, as include entries (--until-resolved's seeds)
+    extra: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -66,14 +69,17 @@ class GridReport:
     """What one ``ablate run`` did: each run's outcome, the grid's statuses after it, and the time it took."""
 
     grid: str
-    outcomes: dict[str, str] = field(default_factory=dict)  # run_id -> done/diverged/failed/interrupted/skipped/...
+    # run_id -> done/diverged/failed/interrupted/skipped/...
+    outcomes: dict[str, str] = field(default_factory=dict)
     statuses: dict[str, str] = field(default_factory=dict)  # run_id -> status in the store at the end
     errors: dict[str, str] = field(default_factory=dict)  # run_id -> error (failed this time)
     interrupted: bool = False
     wall_s: float = 0.0
     pool_started: float | None = None  # time.monotonic() when the workers were started
-    job_times: dict[str, tuple[float, float]] = field(default_factory=dict)  # run_id -> (started, ended), monotonic
-    run_one_s: dict[str, float] = field(default_factory=dict)  # run_id -> seconds inside run_one (in the worker)
+    # run_id -> (started, ended), monotonic
+    job_times: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # run_id -> seconds inside run_one (in the worker)
+    run_one_s: dict[str, float] = field(default_factory=dict)
     worker_pids: dict[str, int] = field(default_factory=dict)  # run_id -> pid of the worker that trained it
     warnings: list[str] = field(default_factory=list)
     held: str | None = None  # "2 running in another process (pid 123), skipped"
@@ -108,13 +114,16 @@ class GridReport:
 
 def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | None = None) -> GridReport:
     """Run the grid at ``path`` (with ``--set`` overrides): train what is new or cut off, skip what is done.
-    Runs that cannot fit in ``options.device_memory`` (else a local GPU's memory) are refused first (exit 2)."""
+    Runs that cannot fit in ``options.device_memory`` (else a local GPU's memory) are refused first (exit
+    2)."""
     opts = options or RunOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: the check, workers, openings
+    # once: the check, workers, openings
+    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)
     require_fit(expanded.planned, opts.device_memory, local=True, home=Path(opts.home), store=opts.store)
-    per_run = max((p.config.train.devices for p in expanded.planned), default=1)  # each worker gets that many GPUs
+    # each worker gets that many GPUs
+    per_run = max((p.config.train.devices for p in expanded.planned), default=1)
     slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device,
                         threads=opts.threads, per_run=per_run)
     report: GridReport | None = None
@@ -124,8 +133,8 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
             report = _run_opened(opened, slots, opts, console, report)
             waiting = opts.wait and opened.held and not report.interrupted and report.store_error is None
             if waiting:
-                console.print(f"ablate run {opened.name}: waiting for {len(opened.held)} run(s) another process "
-                              "is training", highlight=False)
+                console.print(f"ablate run {opened.name}: waiting for {len(opened.held)} run(s) another "
+                              "process is training", highlight=False)
                 _wait_for(opened)
         if not waiting:
             break
@@ -164,7 +173,8 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
 
 def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOptions, console: Console,
               report: GridReport) -> None:
-    jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)), d.run.config.model_dump(mode="json")) for d in o.todo]
+    jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)),
+                d.run.config.model_dump(mode="json")) for d in o.todo]
     used = slots[:len(jobs)]  # never more workers than jobs
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "
                   f"resuming), {len(o.planned) - len(jobs)} skipped; {describe(used)}", highlight=False,
@@ -213,23 +223,25 @@ def _mirror(o: Opened, finished: list[str], will_train: bool) -> Any:
 
 
 def print_summary(report: GridReport, console: Console | None = None) -> None:
-    """The end-of-run table; for each run that failed this time, its error's first line; hints and warnings."""
+    """The end-of-run table; for each run that failed this time, its error's first line; hints and
+    warnings."""
     console = console or stdout_console()  # off a terminal: nothing cut to '…'
     console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
 
-    def line(style: str, head: str, text: str, to: Console = console) -> None:  # as it is, never read as markup
+    # as it is, never read as markup
+    def line(style: str, head: str, text: str, to: Console = console) -> None:
         to.print(Text.assemble((head, style), f" {text}"), highlight=False, soft_wrap=True)
 
     for rid, error in report.errors.items():
         line("red", "failed", f"{rid}: {error.splitlines()[0] if error else ''}")
     if report.failed_before:
-        console.print(f"{report.failed_before} run(s) failed before and were skipped: --retry-failed would rerun "
-                      "them (from their last checkpoint)", highlight=False, markup=False)
+        console.print(f"{report.failed_before} run(s) failed before and were skipped: --retry-failed would "
+                      "rerun them (from their last checkpoint)", highlight=False, markup=False)
     for warning in report.warnings:
         line("yellow", "warning:", warning)
     if report.store_error is not None:
         runs = layout.runs_dir(report.home) if report.home else "$ABLATE_HOME/runs"
-        line("red", "error:", f"{report.store_error}; finished runs are kept in {runs}: when the store is back, run "
-             f"the same command again (or `ablate ingest {runs}`)", to=Console(stderr=True))
+        line("red", "error:", f"{report.store_error}; finished runs are kept in {runs}: when the store is "
+             f"back, run the same command again (or `ablate ingest {runs}`)", to=Console(stderr=True))
     elif report.interrupted:
         console.print("interrupted: run the same command again to resume", highlight=False)

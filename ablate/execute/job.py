@@ -1,8 +1,8 @@
 """The training job a pool worker runs: one run of a grid, from its config to its ``result.json``.
 
 Imported once per worker (``prepare`` pays for torch and Lightning up front, then job after job reuses them).
-The job never touches the store or MLflow: it reports to the pool (``Started``, its step metrics in batches, its
-``JobOutcome``) and the pool's process records them through the run lifecycle. What it leaves is its run
+The job never touches the store or MLflow: it reports to the pool (``Started``, its step metrics in batches,
+its ``JobOutcome``) and the pool's process records them through the run lifecycle. What it leaves is its run
 directory: checkpoints, ``result.json``, ``train.log`` and, when it crashes, ``error.txt``.
 """
 
@@ -45,7 +45,8 @@ def prepare(slot: Slot) -> None:
 
 @contextlib.contextmanager
 def _output_to(path: Path) -> Iterator[None]:
-    """Point file descriptors 1 and 2 at ``path`` for the job (Lightning and C code print there), then back."""
+    """Point file descriptors 1 and 2 at ``path`` for the job (Lightning and C code print there), then
+    back."""
     saved = os.dup(1), os.dup(2)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
@@ -85,7 +86,8 @@ def crashed(run_dir: Path) -> str | None:
 
 
 def finished_result(run_dir: Path) -> Any:
-    """The complete ``result.json`` of a finished (``done``/``diverged``) run already in ``run_dir``, else None."""
+    """The complete ``result.json`` of a finished (``done``/``diverged``) run already in ``run_dir``, else
+    None."""
     if not (run_dir / RESULT_FILE).is_file():
         return None
     try:
@@ -139,8 +141,8 @@ def _logging(on_step: Callable[[dict[str, Any]], None], total: int, lines: int =
 def train(job: Job, ctx: JobContext, *, callbacks: Sequence[Any] = ()) -> JobOutcome:
     """Train ``job.config`` into ``job.run_dir`` (resuming from its checkpoint); return how it ended.
 
-    ``reused``: a finished ``result.json`` was already there (nothing to train); ``busy``: another process holds
-    the run directory.
+    ``reused``: a finished ``result.json`` was already there (nothing to train); ``busy``: another process
+    holds the run directory.
     """
     from ablate.config import RunConfig, total_steps
     from ablate.runner import RunInterrupted, run_one

@@ -1,26 +1,29 @@
-"""The run lifecycle: the one place where a run's life is recorded, for every executor (local pool, tune, Slurm).
+"""The run lifecycle: the one place where a run's life is recorded, for every executor (local pool, tune,
+Slurm).
 
     claim ──> progress ... ──> finished (result.json -> store, MLflow) | failed | died | pruned
-                           └─> interrupted (back to ``queued``; the next run resumes it) | busy (held elsewhere)
+                           └─> interrupted (back to ``queued``; the next run resumes it) | busy (held
+                           elsewhere)
 
 ``Lifecycle(store, home=, mirror=, metric=, ...)`` is that record (``expect(job)`` first, for each run it will
 see):
 
-- ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened (RUNNING, params, tags);
-  its heartbeat and step metrics then go to the store (``ablate.execute.live``) and to MLflow
+- ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened (RUNNING, params,
+  tags); its heartbeat and step metrics then go to the store (``ablate.execute.live``) and to MLflow
   (``ablate.execute.mirror.MirrorThread``) from background threads, never from the training step.
 - ``progress(run_id, rows)``: step metrics (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
   ``val_ppl``); thread-safe, never blocks.
-- ``finished(run_id)``, ``failed(run_id, error)``, ``died(run_id, exitcode)``, ``pruned(run_id, step=, value=)``,
-  ``interrupted(run_id)``, ``busy(run_id)``: how it ended, each returning an ``Ended`` (what the executor shows and
-  tune tells Optuna). ``record(event)`` maps a pool ``JobEvent`` onto these (the job it names was ``expect``-ed).
+- ``finished(run_id)``, ``failed(run_id, error)``, ``died(run_id, exitcode)``, ``pruned(run_id, step=,
+  value=)``, ``interrupted(run_id)``, ``busy(run_id)``: how it ended, each returning an ``Ended`` (what the
+  executor shows and tune tells Optuna). ``record(event)`` maps a pool ``JobEvent`` onto these (the job it
+  names was ``expect``-ed).
 
-Every write goes through the lifecycle's ``recorder`` (``ablate.execute.recorder``), which owns the store going
-away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept, in order, and replayed
-with backoff (``tick``); heartbeats are skipped meanwhile. Training goes on, and every finished run's
-``result.json`` is on disk, so nothing is lost. The executor asks the recorder to ``watch`` (it says so once, and
-once it is back); past its patience the executor stops cleanly, and the next ``ablate run`` (or ``ablate ingest``)
-brings the results in.
+Every write goes through the lifecycle's ``recorder`` (``ablate.execute.recorder``), which owns the store
+going away (a PostgreSQL restart, a full or read-only disk): a write that cannot reach it is kept, in order,
+and replayed with backoff (``tick``); heartbeats are skipped meanwhile. Training goes on, and every finished
+run's ``result.json`` is on disk, so nothing is lost. The executor asks the recorder to ``watch`` (it says so
+once, and once it is back); past its patience the executor stops cleanly, and the next ``ablate run`` (or
+``ablate ingest``) brings the results in.
 """
 
 from __future__ import annotations
@@ -121,13 +124,16 @@ class Lifecycle:
                             on_bad=lambda exc: self.failed(run_id, str(exc)))
         if self.mirror is not None:
             self.mirror.submit(result, **_nesting(self._jobs.get(run_id)))
-        note = f"loss {result.summary['train_loss']:.4f}" if result.summary.get("train_loss") is not None else ""
+        note = (
+            f"loss {result.summary['train_loss']:.4f}" if result.summary.get("train_loss") is not None else ""
+        )
         if result.resumed_from:
             note += f"  (resumed from step {result.resumed_from})"
         return Ended(run_id, result.status, note.strip(), result=result)
 
     def failed(self, run_id: str, error: str, traceback: str = "") -> Ended:
-        """The run crashed with ``error`` (its first line is what the user sees; the store keeps the traceback)."""
+        """The run crashed with ``error`` (its first line is what the user sees; the store keeps the
+        traceback)."""
         self.live.end(run_id)
         text = f"{error}\n\n{traceback}".rstrip()
         self.recorder.write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
@@ -137,8 +143,8 @@ class Lifecycle:
         return Ended(run_id, "failed", error.splitlines()[0][:200] if error else "", error=error)
 
     def died(self, run_id: str, exitcode: int | None) -> Ended:
-        """The process training the run died (killed, out of memory): failed, resumable with ``--retry-failed``
-        (requeueing it could kill worker after worker on a run that exhausts memory)."""
+        """The process training the run died (killed, out of memory): failed, resumable with
+        ``--retry-failed`` (requeueing it could kill worker after worker on a run that exhausts memory)."""
         msg = (f"the worker process died (exit code {exitcode}: killed, or out of memory) while training; "
                "--retry-failed resumes it from its last checkpoint")
         return self.failed(run_id, msg)
@@ -165,7 +171,8 @@ class Lifecycle:
         return Ended(run_id, "busy", "another process holds its run directory")
 
     def record(self, event: JobEvent) -> Ended | None:
-        """A pool event, recorded: ``Started`` claims, ``Progress`` streams, the rest end the run (-> ``Ended``)."""
+        """A pool event, recorded: ``Started`` claims, ``Progress`` streams, the rest end the run (->
+        ``Ended``)."""
         rid = event.run_id
         if isinstance(event, Started):
             self.claim(rid, device=event.device)
@@ -205,15 +212,18 @@ class Lifecycle:
         return self.recorder.warnings()
 
     def close(self, *, flush_s: float = 10.0, mirror_s: float = 300.0) -> None:
-        """Stop the background writers and write what was kept for a store that went away (``Recorder.close``)."""
+        """Stop the background writers and write what was kept for a store that went away
+        (``Recorder.close``)."""
         self.recorder.close(flush_s=flush_s, mirror_s=mirror_s)
 
 
 def _nesting(job: Job | None) -> dict[str, Any]:
-    """Where a run's MLflow run nests: a tuning trial under its study (tagged with its trial), else the grid."""
+    """Where a run's MLflow run nests: a tuning trial under its study (tagged with its trial), else the
+    grid."""
     if job is None or job.trial is None:
         return {}
-    return {"parent": job.trial["study"], "tags": {"study": job.trial["study"], "trial_id": job.trial["trial_id"]}}
+    return {"parent": job.trial["study"],
+            "tags": {"study": job.trial["study"], "trial_id": job.trial["trial_id"]}}
 
 
 def unmirrored(store: Store, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:

@@ -2,10 +2,11 @@
 
 ``LiveWriter(write)`` keeps, per running run, the step rows reported since the last flush; every ``every_s``
 seconds (and at once for a run's first step) its thread hands them to ``write({run_id: rows})`` (one store
-transaction: each run's heartbeat, its latest step, loss and tokens/s on its row, its new points of the step table). A run with no new rows still gets its
-heartbeat (it may be evaluating). ``add`` only appends under a lock, so the training step never waits for the
-store; when ``write`` fails (returns False) the rows are kept for the next flush, up to ``MAX_KEPT`` per run (the
-run's ``result.json`` holds every step anyway, and its ingest replaces the step table as a whole).
+transaction: each run's heartbeat, its latest step, loss and tokens/s on its row, its new points of the step
+table). A run with no new rows still gets its heartbeat (it may be evaluating). ``add`` only appends under a
+lock, so the training step never waits for the store; when ``write`` fails (returns False) the rows are kept
+for the next flush, up to ``MAX_KEPT`` per run (the run's ``result.json`` holds every step anyway, and its
+ingest replaces the step table as a whole).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MAX_KEPT = 20_000
 class LiveWriter:
     """Batches running runs' heartbeats and step rows into ``write`` every ``every_s`` seconds (a thread)."""
 
-    def __init__(self, write: Callable[[Mapping[str, list[dict[str, Any]]]], bool], *, every_s: float = EVERY_S):
+    def __init__(self, write: Callable[[Mapping[str, list[dict[str, Any]]]], bool], *,
+                 every_s: float = EVERY_S):
         self._write, self.every_s = write, every_s
         self._rows: dict[str, list[dict[str, Any]]] = {}
         self._fresh: set[str] = set()  # begun, no step written yet: its first rows are written at once
@@ -54,13 +56,15 @@ class LiveWriter:
                     self._wake.set()
 
     def end(self, run_id: str) -> None:
-        """The run ended: no more heartbeats; its unwritten rows are dropped (its ingest records every step)."""
+        """The run ended: no more heartbeats; its unwritten rows are dropped (its ingest records every
+        step)."""
         with self._lock:
             self._rows.pop(run_id, None)
             self._fresh.discard(run_id)
 
     def flush(self) -> bool:
-        """Write what is waiting now (in the caller's thread); False when the write failed (kept for later)."""
+        """Write what is waiting now (in the caller's thread); False when the write failed (kept for
+        later)."""
         with self._lock:
             batch = {rid: list(rows) for rid, rows in self._rows.items()}
         if not batch:

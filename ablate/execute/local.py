@@ -2,13 +2,13 @@
 ``ablate tune`` both use.
 
 ``LocalRunner(slots, lifecycle, title=...)`` starts the workers once (they import torch once) and runs jobs in
-rounds: ``run(jobs)`` deals a round out and returns ``{run_id: Ended}`` when all of them ended, so a caller (tune)
-can look at the outcomes and deal the next round on the same workers.
+rounds: ``run(jobs)`` deals a round out and returns ``{run_id: Ended}`` when all of them ended, so a caller
+(tune) can look at the outcomes and deal the next round on the same workers.
 
-Ctrl-C (or SIGTERM) once: running jobs save a checkpoint and go back to ``queued``; nothing new starts. Twice: the
-workers are killed at once; their runs go back to ``queued`` and resume from their last periodic checkpoint. A
-store that stays away past the patience of the lifecycle's recorder (``ablate.execute.recorder``) stops the runner
-the same way as one Ctrl-C (``store_error`` then says so).
+Ctrl-C (or SIGTERM) once: running jobs save a checkpoint and go back to ``queued``; nothing new starts. Twice:
+the workers are killed at once; their runs go back to ``queued`` and resume from their last periodic
+checkpoint. A store that stays away past the patience of the lifecycle's recorder
+(``ablate.execute.recorder``) stops the runner the same way as one Ctrl-C (``store_error`` then says so).
 """
 
 from __future__ import annotations
@@ -33,14 +33,16 @@ from ablate.execute.recorder import News
 log = logging.getLogger(__name__)
 
 TRAIN_JOB = "ablate.execute.job:train"
-STYLE: dict[News, str] = {"away": "yellow", "back": "green", "gave_up": "red"}  # what the recorder says, in colour
+# what the recorder says, in colour
+STYLE: dict[News, str] = {"away": "yellow", "back": "green", "gave_up": "red"}
 
 
 class LocalRunner:
     """The worker pool (started at the first round), the lifecycle and the display; a context manager."""
 
-    def __init__(self, slots: Sequence[Slot], lifecycle: Lifecycle, *, title: str, console: Console | None = None,
-                 job_fn: str = TRAIN_JOB, progress_every_s: float | None = None):
+    def __init__(self, slots: Sequence[Slot], lifecycle: Lifecycle, *, title: str,
+                 console: Console | None = None, job_fn: str = TRAIN_JOB,
+                 progress_every_s: float | None = None):
         self.slots, self.lifecycle, self.title, self.job_fn = list(slots), lifecycle, title, job_fn
         self.console = console or Console(stderr=True)
         self.progress_every_s = progress_every_s
@@ -108,15 +110,20 @@ class LocalRunner:
             self.lifecycle.expect(job)
         self._ended = {}
         pool = self.pool
-        handlers = {sig: signal.signal(sig, lambda *_: pool.interrupt()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        handlers = {sig: signal.signal(sig, lambda *_: pool.interrupt()) for sig in (signal.SIGINT,
+                                                                                     signal.SIGTERM)}
         told = pool.interrupts
 
         def on_tick() -> None:
             nonlocal told
             if pool.interrupts > told and self.store_error is None:  # tell the user once per Ctrl-C
                 told = pool.interrupts
-                display.message("[magenta]stopping: running jobs save a checkpoint and go back to the queue "
-                                "(Ctrl-C again to stop at once)[/]" if told == 1 else "[magenta]stopping at once[/]")
+                display.message(
+                    "[magenta]stopping: running jobs save a checkpoint and go back to the queue "
+                    "(Ctrl-C again to stop at once)[/]"
+                    if told == 1
+                    else "[magenta]stopping at once[/]"
+                )
             self.lifecycle.tick()
             if self.lifecycle.recorder.watch(lambda news, text: display.message(f"[{STYLE[news]}]{text}[/]")):
                 pool.interrupt()  # away past its patience: stop as for one Ctrl-C
@@ -144,8 +151,8 @@ class LocalRunner:
             self._started[e.run_id] = time.monotonic()
             self.worker_pids[e.run_id] = e.pid
             cfg = job.config if job is not None else {}
-            display.started(e.run_id, variant=cfg.get("variant", "?"), seed=cfg.get("seed", 0), device=e.device,
-                            total_steps=total_steps(cfg) if cfg else 0)
+            display.started(e.run_id, variant=cfg.get("variant", "?"), seed=cfg.get("seed", 0),
+                            device=e.device, total_steps=total_steps(cfg) if cfg else 0)
         elif isinstance(e, Progress):
             display.step(e.run_id, e.last)
         if ended is None:
@@ -155,4 +162,5 @@ class LocalRunner:
         if e.run_id in self._started:
             self.job_times[e.run_id] = (self._started.pop(e.run_id), time.monotonic())
         self._ended[e.run_id] = ended
-        display.ended(e.run_id, ended.kind, f"{job.label}  {ended.note}".strip() if job and job.label else ended.note)
+        display.ended(e.run_id, ended.kind,
+                      f"{job.label}  {ended.note}".strip() if job and job.label else ended.note)

@@ -1,9 +1,9 @@
 """A lock file per run directory: who is training a run right now, on this machine.
 
-The worker that trains a run holds an ``flock`` on ``run_dir/.lock``; the kernel drops it when that process dies,
-however it dies (``kill -9`` included). So a ``running`` run whose lock is free was cut off and can be resumed
-at once, without waiting for its heartbeat to go stale, and two ``ablate run`` on one machine never train the
-same run together.
+The worker that trains a run holds an ``flock`` on ``run_dir/.lock``; the kernel drops it when that process
+dies, however it dies (``kill -9`` included). So a ``running`` run whose lock is free was cut off and can be
+resumed at once, without waiting for its heartbeat to go stale, and two ``ablate run`` on one machine never
+train the same run together.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ LOCK_FILE = ".lock"
 
 
 class RunLock:
-    """A non-blocking exclusive lock on one run directory (``acquire`` -> bool, ``release``; a context manager)."""
+    """A non-blocking exclusive lock on one run directory (``acquire`` -> bool, ``release``; a context
+    manager)."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK_FILE

@@ -4,11 +4,12 @@ Pool -> worker: ``RunJob(job)`` runs a job, ``StopJob()`` asks the running job t
 checkpoint) and no further job to start, ``Shutdown()`` ends the worker.
 
 Worker -> pool: ``Ready`` once its job module is imported, ``Fatal`` if it could not be; then per job
-``Started``, ``Progress`` (step metrics, in batches), and one of ``Finished``, ``Failed``, ``Interrupted``. The
-pool adds ``Died`` (the worker died while running a job) and ``Killed`` (the pool killed it on a second interrupt).
+``Started``, ``Progress`` (step metrics, in batches), and one of ``Finished``, ``Failed``, ``Interrupted``.
+The pool adds ``Died`` (the worker died while running a job) and ``Killed`` (the pool killed it on a second
+interrupt).
 
-A job is any picklable object with a ``run_id``; the training jobs use ``Job``, and their job function returns a
-``JobOutcome``.
+A job is any picklable object with a ``run_id``; the training jobs use ``Job``, and their job function returns
+a ``JobOutcome``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ class Job:
 class JobOutcome:
     """How a training job ended when it did not raise.
 
-    ``trained`` (``status`` done/diverged, ``resumed_from``, ``run_one_s``: seconds inside ``run_one``), ``reused``
-    (a finished ``result.json`` was already there), ``busy`` (another process holds the run directory), ``pruned``
-    (the Optuna pruner stopped it at ``step``, its last reported value ``value``).
+    ``trained`` (``status`` done/diverged, ``resumed_from``, ``run_one_s``: seconds inside ``run_one``),
+    ``reused`` (a finished ``result.json`` was already there), ``busy`` (another process holds the run
+    directory), ``pruned`` (the Optuna pruner stopped it at ``step``, its last reported value ``value``).
     """
 
     kind: Literal["trained", "reused", "busy", "pruned"]
@@ -100,15 +101,16 @@ class Started(JobEvent):
 
 @dataclass(frozen=True)
 class Progress(JobEvent):
-    """Step metrics since the last ``Progress``: dicts with ``step`` and any of ``loss``, ``lr``, ``grad_norm``,
-    ``tokens_per_s``, ``val_ppl``."""
+    """Step metrics since the last ``Progress``: dicts with ``step`` and any of ``loss``, ``lr``,
+    ``grad_norm``, ``tokens_per_s``, ``val_ppl``."""
 
     rows: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     @property
     def last(self) -> dict[str, Any]:
         """The latest row with a training loss (what a progress display shows), else the latest row."""
-        return next((r for r in reversed(self.rows) if r.get("loss") is not None), self.rows[-1] if self.rows else {})
+        return next((r for r in reversed(self.rows) if r.get("loss") is not None),
+                    self.rows[-1] if self.rows else {})
 
 
 @dataclass(frozen=True)

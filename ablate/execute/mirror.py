@@ -1,5 +1,5 @@
-"""MLflow's mirror thread: ``MlflowMirror`` (``ablate.store.mlflow_mirror``) driven from a background thread, so
-neither training nor the executor ever waits for MLflow, and a failing MLflow never fails a grid. A run's
+"""MLflow's mirror thread: ``MlflowMirror`` (``ablate.store.mlflow_mirror``) driven from a background thread,
+so neither training nor the executor ever waits for MLflow, and a failing MLflow never fails a grid. A run's
 lifecycle (``ablate.execute.lifecycle``) hands it each run's start, step rows and end; its recorder
 (``ablate.execute.recorder``) records the MLflow run ids it reports back, and closes it.
 """
@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 class MirrorThread:
     """``MlflowMirror`` in a background thread: ``start``, ``steps``, ``submit`` (a finished or failed run's
-    result), ``end`` (a run that leaves no result), ``logged()`` -> ``(run_id, mlflow_run_id)`` pairs, ``close()``.
+    result), ``end`` (a run that leaves no result), ``logged()`` -> ``(run_id, mlflow_run_id)`` pairs,
+    ``close()``.
 
     Commands about a run keep their order; its start and step rows wait for the next flush, every
     ``STEPS_EVERY_S`` seconds (a run that ends sooner is made once, complete, from its result). Errors become
@@ -46,8 +47,8 @@ class MirrorThread:
         self._inbox.put(cmd)
 
     def warm(self) -> None:
-        """Open MLflow now (import, tracking store, experiment) rather than at the first run: a pool calls this
-        while its workers import torch, so none of it lands between two jobs."""
+        """Open MLflow now (import, tracking store, experiment) rather than at the first run: a pool calls
+        this while its workers import torch, so none of it lands between two jobs."""
         self._put(("tick", "", (), {}))
 
     def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
@@ -59,8 +60,10 @@ class MirrorThread:
         """Step metrics of a running run."""
         self._put(("steps", run_id, ([dict(r) for r in rows],), {}))
 
-    def submit(self, result: RunResult, *, parent: str | None = None, tags: Mapping[str, str] | None = None) -> None:
-        """A run ended with a result (``done``, ``diverged``, or ``failed`` with its error): complete and end it."""
+    def submit(self, result: RunResult, *, parent: str | None = None,
+               tags: Mapping[str, str] | None = None) -> None:
+        """A run ended with a result (``done``, ``diverged``, or ``failed`` with its error): complete and end
+        it."""
         self._put(("result", result.run_id, (result,), {"parent": parent, "tags": dict(tags or {})}))
 
     def end(self, run_id: str, status: str, *, tags: Mapping[str, Any] | None = None) -> None:
@@ -93,8 +96,8 @@ class MirrorThread:
             while self._inbox.get() is not None:
                 pass  # nothing to mirror to: each command is dropped, until close()
             return
-        # per run, what waits for the next flush: its start (a run shorter than STEPS_EVERY_S is then made once,
-        # complete, from its result) and its step rows
+        # per run, what waits for the next flush: its start (a run shorter than STEPS_EVERY_S is then made
+        # once, complete, from its result) and its step rows
         pending: dict[str, dict[str, Any]] = {}
 
         def flush(rid: str) -> None:
@@ -132,7 +135,8 @@ class MirrorThread:
         except Exception as exc:  # noqa: BLE001
             self._fail(f"MLflow: {first_line(exc)}")
 
-    def _call(self, mirror: MlflowMirror, kind: str, run_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    def _call(self, mirror: MlflowMirror, kind: str, run_id: str, args: tuple[Any, ...],
+              kwargs: dict[str, Any]
               ) -> None:
         methods: dict[str, Callable[..., Any]] = {"start": mirror.start, "steps": mirror.log_steps,
                                                   "result": mirror.log_result, "end": mirror.end}

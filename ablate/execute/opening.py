@@ -1,20 +1,22 @@
-"""What every ``ablate run`` does before anything trains, whatever the executor: the grid is loaded and expanded,
-the store opened, the grid registered, and each run triaged (``ablate.execute.triage``) with the one liveness rule.
+"""What every ``ablate run`` does before anything trains, whatever the executor: the grid is loaded and
+expanded, the store opened, the grid registered, and each run triaged (``ablate.execute.triage``) with the one
+liveness rule.
 
-``open_grid(path, sets, home=, store=, retry_failed=, stale_after_s=, slurm=)`` -> ``Opened`` (a context manager
-that closes the store): the runs ``todo`` (resumed ones first), what was skipped and why, and who holds the runs
-that another process is training. ``path`` may be the grid already expanded (``expand_grid``), so that a caller
-which reads the runs first (the memory check, the worker count) expands it once. A run that finished while nobody could record it (its ``result.json`` is
-complete but the store still has it ``queued`` or ``running``: the store was away, or the process recording it was
-killed) is ingested here, not trained again.
+``open_grid(path, sets, home=, store=, retry_failed=, stale_after_s=, slurm=)`` -> ``Opened`` (a context
+manager that closes the store): the runs ``todo`` (resumed ones first), what was skipped and why, and who
+holds the runs that another process is training. ``path`` may be the grid already expanded (``expand_grid``),
+so that a caller which reads the runs first (the memory check, the worker count) expands it once. A run that
+finished while nobody could record it (its ``result.json`` is complete but the store still has it ``queued``
+or ``running``: the store was away, or the process recording it was killed) is ingested here, not trained
+again.
 
 Liveness (``Liveness``), the one rule for "is a ``running`` run's process alive", used by the triage and by
-``ablate status``: a run whose directory lock is held on this machine is alive (the lock file names its pid); one
-held by a Slurm job that squeue still lists is alive (one whose job squeue no longer lists is gone); one recorded
-on this host whose lock file is there but free was cut off (the kernel dropped the lock with its process, however
-it died); any other is alive until its heartbeat is ``stale_after_s`` old (another host, or another home). A run
-whose process is gone but whose ``result.json`` is complete ended; it was not cut off (``ablate status`` says so;
-the triage ingests it).
+``ablate status``: a run whose directory lock is held on this machine is alive (the lock file names its pid);
+one held by a Slurm job that squeue still lists is alive (one whose job squeue no longer lists is gone); one
+recorded on this host whose lock file is there but free was cut off (the kernel dropped the lock with its
+process, however it died); any other is alive until its heartbeat is ``stale_after_s`` old (another host, or
+another home). A run whose process is gone but whose ``result.json`` is complete ended; it was not cut off
+(``ablate status`` says so; the triage ingests it).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Holder:
-    """Who trains a run now: a process on this machine (``pid``), a Slurm job, or a process on another host."""
+    """Who trains a run now: a process on this machine (``pid``), a Slurm job, or a process on another
+    host."""
 
     host: str | None = None
     pid: int | None = None
@@ -59,7 +62,8 @@ class Liveness:
     """Whether the process of a ``running`` run is alive (see the module docstring).
 
     ``running``: the store's running rows (``status_summary()["running"]``: ``run_id``, ``host``, ``stale``);
-    ``slurm_jobs``: ``{run_id: job id}`` of runs submitted to Slurm, ``live_jobs`` the ids squeue lists as alive.
+    ``slurm_jobs``: ``{run_id: job id}`` of runs submitted to Slurm, ``live_jobs`` the ids squeue lists as
+    alive.
     """
 
     def __init__(self, home: Path, running: Iterable[Mapping[str, Any]] = (), *, host: str | None = None,
@@ -108,7 +112,8 @@ class Liveness:
         return running
 
 
-def slurm_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]], run_ids: Iterable[str] | None = None
+def slurm_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]],
+                   run_ids: Iterable[str] | None = None
                    ) -> Liveness:
     """The liveness rule with the Slurm jobs of ``run_ids`` (all runs when None) asked of squeue."""
     from ablate.execute.slurm_queue import alive, grid_slurm_runs
@@ -132,7 +137,8 @@ class Opened:
     todo: list[Decision] = field(default_factory=list)  # resumed first, then new
     skipped: dict[str, str] = field(default_factory=dict)  # run_id -> why
     held: dict[str, Holder] = field(default_factory=dict)  # run_id -> who trains it now
-    reused: dict[str, str] = field(default_factory=dict)  # run_id -> status of a result found on disk and ingested
+    # run_id -> status of a result found on disk and ingested
+    reused: dict[str, str] = field(default_factory=dict)
     failed_before: list[str] = field(default_factory=list)  # skipped because they failed (--retry-failed)
     liveness: Liveness | None = None
     warnings: list[str] = field(default_factory=list)  # for the user (a held-out set that is training data)
@@ -154,19 +160,23 @@ class Opened:
 
 @dataclass(frozen=True)
 class Expanded:
-    """A grid file loaded and expanded, once: what the memory check, the worker count and the opening all read."""
+    """A grid file loaded and expanded, once: what the memory check, the worker count and the opening all
+    read."""
 
     path: Path
     grid: Any  # ablate.grid.Grid, with the extra runs among its include entries
     planned: list[Any]  # [PlannedRun]
-    fingerprints: Any  # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
+    # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
+    fingerprints: Any
     joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
 
 
-def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, extra: Sequence[Mapping[str, Any]] = ()
+def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path,
+                extra: Sequence[Mapping[str, Any]] = ()
                 ) -> Expanded:
-    """Load the grid at ``path`` (with ``--set`` overrides, and ``extra`` runs beyond the file's as ``include``
-    entries: the seeds ``--until-resolved`` adds) and expand it, its data fingerprinted under ``home``."""
+    """Load the grid at ``path`` (with ``--set`` overrides, and ``extra`` runs beyond the file's as
+    ``include`` entries: the seeds ``--until-resolved`` adds) and expand it, its data fingerprinted under
+    ``home``."""
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
 
@@ -181,16 +191,16 @@ def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path, extra
 def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Path, store: str | None,
               retry_failed: bool, stale_after_s: float, slurm: bool = False, append: bool = False,
               extra: Sequence[Mapping[str, Any]] = ()) -> Opened:
-    """Load, expand, open the store, register the grid and triage its runs (see the module docstring). ``path``
-    may be the grid already expanded (``expand_grid``, with its own ``sets`` and ``extra``), so that it is
-    expanded once.
+    """Load, expand, open the store, register the grid and triage its runs (see the module docstring).
+    ``path`` may be the grid already expanded (``expand_grid``, with its own ``sets`` and ``extra``), so that
+    it is expanded once.
 
-    ``extra``: runs beyond the file's, as ``include`` entries (the seeds ``--until-resolved`` adds); like ``--set``
-    runs they join the grid's current ones.
+    ``extra``: runs beyond the file's, as ``include`` entries (the seeds ``--until-resolved`` adds); like
+    ``--set`` runs they join the grid's current ones.
 
-    A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study grown: its
-    runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's current
-    configuration, its other runs kept as older ones; with ``--set`` they join the current runs."""
+    A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study
+    grown: its runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's
+    current configuration, its other runs kept as older ones; with ``--set`` they join the current runs."""
     from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
     from ablate.store import Store
 
@@ -204,7 +214,8 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     try:
         layout.runs_dir(home).mkdir(parents=True, exist_ok=True)
         fingerprints.save()  # the home exists now
-        opened_store.require_current_ids([p.run_id for p in planned])  # else an upgrade retrains finished runs
+        # else an upgrade retrains finished runs
+        opened_store.require_current_ids([p.run_id for p in planned])
         check_grid_name(opened_store, grid, append=append)
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
                         warnings=heldout_warnings(planned, source=grid.source), joins=expanded.joins)
@@ -216,8 +227,8 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
 
 
 def check_grid_name(store: Store, grid: Any, *, append: bool) -> None:
-    """Refuse (UserInputError) a grid whose name ``store`` holds with another base, unless ``append``: two grid
-    files of one name would merge silently into one grid."""
+    """Refuse (UserInputError) a grid whose name ``store`` holds with another base, unless ``append``: two
+    grid files of one name would merge silently into one grid."""
     from ablate.errors import UserInputError
     from ablate.grid.schema import file_base
     from ablate.store.engine import display_url
@@ -234,17 +245,19 @@ def check_grid_name(store: Store, grid: Any, *, append: bool) -> None:
     diff = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
     first = diff[0] if diff else "base"
     raise UserInputError(
-        f"{grid.source}: the store {display_url(store.url)} already holds a grid named {grid.name!r} with another "
-        f"base ({first}: {a.get(first, '(not set)')!r} there, {b.get(first, '(not set)')!r} here"
-        f"{f'; and {len(diff) - 1} more' if len(diff) > 1 else ''}): give this grid its own name, or pass --append "
-        "if it is the same study grown")
+        f"{grid.source}: the store {display_url(store.url)} already holds a grid named {grid.name!r} with "
+        f"another base ({first}: {a.get(first, '(not set)')!r} there, {b.get(first, '(not set)')!r} "
+        f"here{f'; and {len(diff) - 1} more' if len(diff) > 1 else ''}): give this grid its own name, or "
+        "pass --append if it is the same study grown")
 
 
 def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
     store = o.store
     ids = list(dict.fromkeys(p.run_id for p in o.planned))
     before = store.statuses(run_ids=ids)
-    running = store.status_summary(stale_after_s=stale_after_s)["running"] if "running" in before.values() else []
+    running = (
+        store.status_summary(stale_after_s=stale_after_s)["running"] if "running" in before.values() else []
+    )
     if before:  # a run held by a live Slurm job is never trained here, whichever executor asks
         o.liveness = slurm_liveness(store, o.home, running, ids)
     else:
@@ -296,5 +309,6 @@ def ingest_found(store: Store, home: Path, run_id: str) -> str | None:
     if result is None:
         return None
     store.ingest(result)
-    log.info("run %s had finished (%s) without being recorded: ingested its result.json", run_id, result.status)
+    log.info("run %s had finished (%s) without being recorded: ingested its result.json", run_id,
+             result.status)
     return str(result.status)

@@ -1,11 +1,11 @@
 """The local worker pool: long-lived worker processes (spawn), one job each at a time, dead ones replaced.
 
-The pool is generic over its job function (``"module:function"``, see ``worker.py``) and its jobs (any picklable
-object with a ``run_id``): ``run`` deals the jobs out to idle workers and hands every ``JobEvent`` of
-``ablate.execute.messages`` back to the caller (``Started``, ``Progress``, ``Finished``, ``Failed``, ``Interrupted``,
-and from the pool itself ``Died``, the worker died while running the job and is replaced, and ``Killed``, the pool
-killed it on a second interrupt). The caller (an executor, through ``ablate.execute.lifecycle``) decides what each
-event means for the store and the display.
+The pool is generic over its job function (``"module:function"``, see ``worker.py``) and its jobs (any
+picklable object with a ``run_id``): ``run`` deals the jobs out to idle workers and hands every ``JobEvent``
+of ``ablate.execute.messages`` back to the caller (``Started``, ``Progress``, ``Finished``, ``Failed``,
+``Interrupted``, and from the pool itself ``Died``, the worker died while running the job and is replaced, and
+``Killed``, the pool killed it on a second interrupt). The caller (an executor, through
+``ablate.execute.lifecycle``) decides what each event means for the store and the display.
 
 Interrupts: ``interrupt()`` may be called from a signal handler; it only counts. The first asks every running
 job to stop cleanly and starts nothing new; the second kills the workers at once.
@@ -44,7 +44,8 @@ class _Worker:
 class WorkerPool:
     """Worker processes over ``slots`` running ``job_fn`` (``"module:function"``); a context manager."""
 
-    def __init__(self, slots: list[Slot], job_fn: str, *, log_dir: Path | None = None, max_restarts: int | None = None):
+    def __init__(self, slots: list[Slot], job_fn: str, *, log_dir: Path | None = None,
+                 max_restarts: int | None = None):
         self.slots = slots
         self.job_fn = job_fn
         self.log_dir = log_dir
@@ -130,7 +131,8 @@ class WorkerPool:
             busy = [w for w in self._workers if w.job is not None]
             if not busy and (self._stopping or not pending):
                 break
-            ready = wait([w.conn for w in self._workers] + [w.process.sentinel for w in self._workers], tick_s)
+            ready = wait([w.conn for w in self._workers] + [w.process.sentinel for w in self._workers],
+                         tick_s)
             for w in list(self._workers):
                 if w.conn in ready or w.process.sentinel in ready:
                     self._drain(w, on_event, pending)
@@ -151,7 +153,8 @@ class WorkerPool:
                     continue
                 w.job = job
 
-    def _drain(self, w: _Worker, on_event: Callable[[JobEvent], None], pending: deque[Any] | None = None) -> None:
+    def _drain(self, w: _Worker, on_event: Callable[[JobEvent], None],
+               pending: deque[Any] | None = None) -> None:
         while True:
             try:
                 if not w.conn.poll():
@@ -181,11 +184,13 @@ class WorkerPool:
         w.conn.close()
         self._workers.remove(w)
         if replace and self._restarts <= self.max_restarts:
-            log.warning("worker %d (%s) died with exit code %s; starting a new one", w.slot.index, w.slot.device, code)
+            log.warning("worker %d (%s) died with exit code %s; starting a new one", w.slot.index,
+                        w.slot.device, code)
             self._restarts += 1
             self._workers.append(self._spawn(w.slot))
         elif replace:
-            raise RunError(f"worker processes keep dying (last exit code {code}); see {self.log_dir or 'their logs'}")
+            raise RunError(f"worker processes keep dying (last exit code {code}); see "
+                           f"{self.log_dir or 'their logs'}")
 
     def _stop_all(self) -> None:
         self._stopping = True

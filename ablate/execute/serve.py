@@ -1,6 +1,6 @@
-"""A server in its own process group: ``ablate ui`` (MLflow's UI over a home's tracking store). ``ui_command`` is
-its command line, ``serve`` runs it until it exits or this process is asked to stop, and then stops the whole group
-(the server and every worker it started), so that nothing is left orphaned."""
+"""A server in its own process group: ``ablate ui`` (MLflow's UI over a home's tracking store). ``ui_command``
+is its command line, ``serve`` runs it until it exits or this process is asked to stop, and then stops the
+whole group (the server and every worker it started), so that nothing is left orphaned."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ def ui_command(home: Path, *, port: int = 5000) -> list[str]:
 
     uri = tracking_uri(home)
     if uri.startswith(("http://", "https://", "databricks")):
-        raise UserInputError(f"MLFLOW_TRACKING_URI is a tracking server ({uri}): open it in a browser instead")
+        raise UserInputError(
+            f"MLFLOW_TRACKING_URI is a tracking server ({uri}): open it in a browser instead"
+        )
     if uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
@@ -30,9 +32,9 @@ def ui_command(home: Path, *, port: int = 5000) -> list[str]:
 
 
 def serve(cmd: list[str], *, grace_s: float = 3.0) -> int:
-    """Run a server command in its own process group until it exits or this process gets SIGINT or SIGTERM; then
-    stop the whole group (the server and every worker it started): SIGTERM, and after ``grace_s`` SIGKILL.
-    Returns the server's exit status (0 when stopped by a signal)."""
+    """Run a server command in its own process group until it exits or this process gets SIGINT or SIGTERM;
+    then stop the whole group (the server and every worker it started): SIGTERM, and after ``grace_s``
+    SIGKILL. Returns the server's exit status (0 when stopped by a signal)."""
     proc = subprocess.Popen(cmd, start_new_session=True)  # a group of its own: stopped as one, never orphaned
     asked: list[int] = []
     old = {sig: signal.signal(sig, lambda signum, _frame: asked.append(signum))

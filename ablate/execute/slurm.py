@@ -1,18 +1,18 @@
 """``ablate run GRID --executor slurm``: the grid's pending runs as one Slurm job array, through submitit.
 
-1. The same opening as the local executor (``opening.open_grid``): done and diverged runs are skipped, failed ones
-   unless ``--retry-failed``, a run another process (or a live Slurm job) is training is left alone, a cut-off run
-   resumes from its checkpoint. A run still queued in a live Slurm job is not submitted twice.
+1. The same opening as the local executor (``opening.open_grid``): done and diverged runs are skipped, failed
+   ones unless ``--retry-failed``, a run another process (or a live Slurm job) is training is left alone, a
+   cut-off run resumes from its checkpoint. A run still queued in a live Slurm job is not submitted twice.
 2. One array (``map_array``), a task per run, ``--array-parallelism`` at a time; each task trains its run into
    ``$ABLATE_HOME/runs/<run_id>`` and records it in the store itself (``slurm_task.SlurmTask``): the home and
    the store must be reachable from the compute nodes (a shared file system; PostgreSQL for the store).
-3. The runs get their Slurm job ids (``<array>_<index>``) in the store; the command returns the array id, or with
-   ``wait`` follows the array until every run has ended.
+3. The runs get their Slurm job ids (``<array>_<index>``) in the store; the command returns the array id, or
+   with ``wait`` follows the array until every run has ended.
 
 Multi-device runs (``train.devices`` > 1) get one Slurm task per device, ``srun`` starting them on ``--nodes``
-nodes (``--ntasks-per-node`` = devices / nodes, ``--gpus-per-node`` GPUs each; ``--gpus-per-job`` on one node);
-Lightning reads each process's rank and node from Slurm, and only rank 0 records. A GPU count above what the
-partition's nodes have (``sinfo``) is refused before anything is submitted.
+nodes (``--ntasks-per-node`` = devices / nodes, ``--gpus-per-node`` GPUs each; ``--gpus-per-job`` on one
+node); Lightning reads each process's rank and node from Slurm, and only rank 0 records. A GPU count above
+what the partition's nodes have (``sinfo``) is refused before anything is submitted.
 """
 
 from __future__ import annotations
@@ -70,13 +70,14 @@ class SlurmOptions:
     stale_after_s: float = 300.0
     store_patience_s: float = STORE_PATIENCE_S  # with wait: how long an unreachable store is waited for
     console: Console | None = None
-    extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved's seeds)
+    # runs beyond the file's, as include entries (--until-resolved's seeds)
+    extra: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
 class SlurmReport:
-    """What one submission did: the array, the job id of each submitted run, what was skipped and why, and (after
-    ``wait``) the runs' final statuses."""
+    """What one submission did: the array, the job id of each submitted run, what was skipped and why, and
+    (after ``wait``) the runs' final statuses."""
 
     grid: str
     array_id: str | None = None
@@ -86,14 +87,15 @@ class SlurmReport:
     warnings: list[str] = field(default_factory=list)
     log_dir: Path | None = None  # submitit's folder: one subfolder of logs per job
     interrupted: bool = False
-    store_error: str | None = None  # why the wait stopped early: the store stayed unreachable past the patience
+    # why the wait stopped early: the store stayed unreachable past the patience
+    store_error: str | None = None
     home: Path = Path("ablate-runs")
     wall_s: float = 0.0
 
     @property
     def exit_code(self) -> int:
-        """CLI.md: 0 nothing failed (or not waited for), 1 some run failed or the store stayed away; 130 when the
-        wait was interrupted."""
+        """CLI.md: 0 nothing failed (or not waited for), 1 some run failed or the store stayed away; 130 when
+        the wait was interrupted."""
         if self.interrupted:
             return 130
         return 1 if self.store_error or any(s == "failed" for s in self.statuses.values()) else 0
@@ -108,8 +110,10 @@ def parse_time(text: str) -> int:
     """
     m = re.fullmatch(r"\s*(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\s*", str(text))
     if not m:
-        raise ConfigError(f"{text!r} is not a Slurm time; allowed: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
-                          where="--time")
+        raise ConfigError(
+            f"{text!r} is not a Slurm time; allowed: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
+            where="--time",
+        )
     days, b, c = (int(g) if g is not None else None for g in (m[1], m[3], m[4]))
     a = int(m[2])  # always there
     if days is not None:  # D-HH[:MM[:SS]]
@@ -174,7 +178,8 @@ def _tasks_per_node(opts: SlurmOptions, devices: int) -> tuple[int, int]:
     if nodes < 1:
         raise ConfigError(f"{nodes} nodes; allowed: 1 or more", where="--nodes")
     if opts.gpus_per_node is not None and opts.gpus_per_job is not None:
-        raise ConfigError("give --gpus-per-node (with --nodes) or --gpus-per-job, not both", where="--gpus-per-node")
+        raise ConfigError("give --gpus-per-node (with --nodes) or --gpus-per-job, not both",
+                          where="--gpus-per-node")
     if devices % nodes:
         raise ConfigError(f"train.devices = {devices} processes do not split evenly over {nodes} nodes: set "
                           f"train.devices to a multiple of {nodes}", where="--nodes")
@@ -186,11 +191,13 @@ def _tasks_per_node(opts: SlurmOptions, devices: int) -> tuple[int, int]:
     if gpus < 0:
         raise ConfigError(f"{gpus} GPUs; allowed: 0 (CPU) or more", where=flag)
     if gpus and flag == "--gpus-per-job" and nodes == 1 and gpus != devices:
-        raise ConfigError(f"{gpus} GPUs per job for runs with train.devices = {devices}; a run uses one GPU per "
-                          f"device: add --set train.devices={gpus} or ask for --gpus-per-job {devices}", where=flag)
+        raise ConfigError(f"{gpus} GPUs per job for runs with train.devices = {devices}; a run uses one GPU "
+                          f"per device: add --set train.devices={gpus} or ask for --gpus-per-job "
+                          f"{devices}", where=flag)
     if gpus and gpus != tasks:
-        raise ConfigError(f"{nodes} node(s) x {gpus} GPUs = {nodes * gpus} GPUs for runs with train.devices = "
-                          f"{devices}; a run uses one GPU per device: add --set train.devices={nodes * gpus}",
+        raise ConfigError(f"{nodes} node(s) x {gpus} GPUs = {nodes * gpus} GPUs for runs with train.devices "
+                          f"= {devices}; a run uses one GPU per device: add --set "
+                          f"train.devices={nodes * gpus}",
                           where=flag)
     return tasks, gpus
 
@@ -223,9 +230,10 @@ def executor_parameters(opts: SlurmOptions, devices: int, grid: str) -> dict[str
 
 
 # ------------------------------------------------------------ submit
-def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOptions | None = None) -> SlurmReport:
-    """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring). Runs that
-    cannot fit in ``options.device_memory`` are refused first (exit 2)."""
+def submit_grid(path: str | Path, sets: Sequence[str] = (),
+                options: SlurmOptions | None = None) -> SlurmReport:
+    """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring). Runs
+    that cannot fit in ``options.device_memory`` are refused first (exit 2)."""
     from ablate.execute.fit import require_fit
     from ablate.execute.opening import expand_grid, open_grid
 
@@ -235,7 +243,9 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (), options: SlurmOption
     expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: the check, the opening
     require_fit(expanded.planned, opts.device_memory, local=False, home=Path(opts.home), store=opts.store)
     if not have_slurm():
-        raise RunError("--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH")
+        raise RunError(
+            "--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH"
+        )
     with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
                    stale_after_s=opts.stale_after_s, slurm=True, append=opts.append) as o:
         report = SlurmReport(grid=o.name, skipped=dict(o.skipped), home=o.home)
@@ -273,8 +283,8 @@ def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: Slur
         executor.update_parameters(**params)
     except ValueError as exc:
         raise ConfigError(str(exc).splitlines()[0], where="--slurm-opt") from None
-    task = SlurmTask(home=str(home), store=url, grace_s=max(10.0, params["signal_delay_s"] - 15.0), grid=report.grid,
-                     mlflow=opts.mlflow)
+    task = SlurmTask(home=str(home), store=url, grace_s=max(10.0, params["signal_delay_s"] - 15.0),
+                     grid=report.grid, mlflow=opts.mlflow)
     jobs = [Job(d.run_id, str(run_dir(home, d.run_id)), d.run.config.model_dump(mode="json")) for d in todo]
     try:
         submitted = executor.map_array(task, jobs)
@@ -287,8 +297,8 @@ def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: Slur
     report.log_dir = home / "slurm"
     what = f"Slurm job array {report.array_id}" if len(jobs) > 1 else f"Slurm job {report.array_id}"
     console.print(f"ablate run {report.grid}: submitted {len(jobs)} run(s) as {what} "
-                  f"({sum(d.action == 'resume' for d in todo)} resuming), {len(report.skipped)} skipped; logs in "
-                  f"{home / 'slurm'}", highlight=False)
+                  f"({sum(d.action == 'resume' for d in todo)} resuming), {len(report.skipped)} skipped; "
+                  f"logs in {home / 'slurm'}", highlight=False)
 
 
 # ------------------------------------------------------------ wait
@@ -327,7 +337,8 @@ def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Con
         counts: dict[str, int] = {}
         for s in states.values():
             counts[s] = counts.get(s, 0) + 1
-        progress.update(task, completed=len(told), states=" ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
+        progress.update(task, completed=len(told),
+                        states=" ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
         if len(told) == len(ids):
             return True
         if lost := gone & suspect:
@@ -362,5 +373,6 @@ def _lost(store: Store, gone: list[str], report: SlurmReport, states: dict[str, 
             continue  # recorded meanwhile, or left its result.json (the store was away when it ended)
         job = report.jobs[rid]
         state = states.get(job, "gone from squeue")
-        msg = f"Slurm job {job} ended ({state}) without recording a result; its log is in {report.log_dir}/{job}/"
+        msg = (f"Slurm job {job} ended ({state}) without recording a result; its log is in "
+               f"{report.log_dir}/{job}/")
         store.mark_failed(run_id=rid, error=msg)

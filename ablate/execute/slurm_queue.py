@@ -1,8 +1,10 @@
-"""What Slurm says about a grid's jobs, and ``ablate cancel``: ``squeue`` and ``scancel``, no accounting needed.
+"""What Slurm says about a grid's jobs, and ``ablate cancel``: ``squeue`` and ``scancel``, no accounting
+needed.
 
-A run submitted through ``ablate run --executor slurm`` carries its Slurm job id in the store (``slurm_job_id``:
-``<array id>_<task index>``, or a plain job id when one run was submitted). ``squeue`` answers for jobs that are
-still pending or running (and for a few minutes after they end, ``MinJobAge``); a job it no longer knows is gone.
+A run submitted through ``ablate run --executor slurm`` carries its Slurm job id in the store
+(``slurm_job_id``: ``<array id>_<task index>``, or a plain job id when one run was submitted). ``squeue``
+answers for jobs that are still pending or running (and for a few minutes after they end, ``MinJobAge``); a
+job it no longer knows is gone.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ if TYPE_CHECKING:
     from ablate.store.api import Store
 
 # Job states in which a job still holds (or will hold) its run: it may yet train it.
-ALIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                   "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
+ALIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+                   "REQUEUE_FED", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
 
 
 def have_slurm() -> bool:
@@ -58,7 +60,8 @@ def job_states(job_ids: Iterable[str] | None = None) -> dict[str, str]:
 
 
 def alive(job_ids: Iterable[str]) -> set[str]:
-    """The given job ids whose jobs are still pending or running (an empty set when Slurm is not installed)."""
+    """The given job ids whose jobs are still pending or running (an empty set when Slurm is not
+    installed)."""
     ids = [j for j in job_ids if j]
     if not ids or not have_slurm():
         return set()
@@ -95,8 +98,9 @@ def _job_key(job_id: str) -> tuple[int, int]:
 
 
 def slurm_rows(store: Store, grid: str | None = None) -> list[dict[str, Any]]:
-    """What ``ablate status`` shows about Slurm: each unfinished run that carries a job id, with the job's state
-    from ``squeue`` (``"gone"`` when squeue no longer knows it, ``None`` when Slurm is not installed here)."""
+    """What ``ablate status`` shows about Slurm: each unfinished run that carries a job id, with the job's
+    state from ``squeue`` (``"gone"`` when squeue no longer knows it, ``None`` when Slurm is not installed
+    here)."""
     rows = [r for r in grid_slurm_runs(store, grid) if r["status"] in ("queued", "running")]
     if not rows:
         return []
@@ -113,7 +117,8 @@ class CancelReport:
     grid: str
     cancelled: list[str] = field(default_factory=list)  # array (or job) ids passed to scancel
     requeued: list[str] = field(default_factory=list)  # run ids now `queued`
-    still_alive: list[str] = field(default_factory=list)  # job ids squeue still listed when we stopped waiting
+    # job ids squeue still listed when we stopped waiting
+    still_alive: list[str] = field(default_factory=list)
 
 
 def cancel_grid(store: Store, grid: str, *, wait_s: float = 120.0, poll_s: float = 0.5) -> CancelReport:

@@ -1,15 +1,18 @@
-"""One task of a Slurm job array: trains one run into ``$ABLATE_HOME/runs/<run_id>`` and records it in the store.
+"""One task of a Slurm job array: trains one run into ``$ABLATE_HOME/runs/<run_id>`` and records it in the
+store.
 
 Submitted by ``ablate.execute.slurm`` through submitit (``map_array``); runs inside Slurm, under ``srun``,
-as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank 0 writes the
-store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does: ``running`` with the job id
-at the start, heartbeats and step metrics while it trains, the result (or ``failed`` with the traceback) at the end.
+as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank 0 writes
+the store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does: ``running`` with
+the job id at the start, heartbeats and step metrics while it trains, the result (or ``failed`` with the
+traceback) at the end.
 
-Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops the
-job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the training runs in a second
-thread: ``checkpoint`` sets the run's stop event, waits for the training to save ``last.ckpt`` at the end of the
-current step (every rank stops at the same step), marks the run ``queued`` and returns the same task, which
-submitit requeues (``scontrol requeue``). The requeued task finds the checkpoint and resumes from it.
+Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops
+the job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the training runs in a
+second thread: ``checkpoint`` sets the run's stop event, waits for the training to save ``last.ckpt`` at the
+end of the current step (every rank stops at the same step), marks the run ``queued`` and returns the same
+task, which submitit requeues (``scontrol requeue``). The requeued task finds the checkpoint and resumes from
+it.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ log = logging.getLogger(__name__)
 class SlurmTask(Checkpointable):
     """The callable each array task runs: ``SlurmTask(home=, store=)(job)`` with ``job`` a ``messages.Job``.
 
-    Only ``home``, ``store``, ``grace_s``, ``grid`` and ``mlflow`` are pickled; the training thread, its stop event
-    and the lifecycle live in the running process only. With ``mlflow`` the run is mirrored live into the grid's
-    MLflow experiment (the tracking store must be reachable from the nodes, as the store is).
+    Only ``home``, ``store``, ``grace_s``, ``grid`` and ``mlflow`` are pickled; the training thread, its stop
+    event and the lifecycle live in the running process only. With ``mlflow`` the run is mirrored live into
+    the grid's MLflow experiment (the tracking store must be reachable from the nodes, as the store is).
     """
 
     def __init__(self, *, home: str, store: str, grace_s: float = 75.0, grid: str = "", mlflow: bool = False):
@@ -151,7 +154,8 @@ class SlurmTask(Checkpointable):
             if thread.is_alive():
                 log.error("the training did not stop within %.0f s; the requeued task resumes from the last "
                           "periodic checkpoint", self.grace_s)
-        if "result" not in self._outcome:  # it did not finish: back to the queue until the requeued task starts
+        # it did not finish: back to the queue until the requeued task starts
+        if "result" not in self._outcome:
             self._requeue(job.run_id)
         return DelayedSubmission(self, job)
 
@@ -165,9 +169,9 @@ class SlurmTask(Checkpointable):
 
 
 def _use_allocated_cpus() -> None:
-    """Give torch the CPUs this task may use (``--cpus-per-task``, its cpuset), not every core of the node, and
-    OpenMP threads that sleep when they wait on a node already oversubscribed (``devices.quiet_threads``; read when
-    torch loads OpenMP)."""
+    """Give torch the CPUs this task may use (``--cpus-per-task``, its cpuset), not every core of the node,
+    and OpenMP threads that sleep when they wait on a node already oversubscribed (``devices.quiet_threads``;
+    read when torch loads OpenMP)."""
     from ablate.execute.devices import quiet_threads, usable_cpus
 
     os.environ.update(quiet_threads())

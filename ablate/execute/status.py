@@ -1,9 +1,10 @@
-"""``ablate status``: what the store says of each grid, what runs now, and which ``running`` runs' processes are
-gone, by the one liveness rule of ``ablate run`` (``opening.Liveness``, with the Slurm jobs squeue lists).
+"""``ablate status``: what the store says of each grid, what runs now, and which ``running`` runs' processes
+are gone, by the one liveness rule of ``ablate run`` (``opening.Liveness``, with the Slurm jobs squeue lists).
 
-``grid_status(store, home, grid, stale_after_s=, older=)`` -> the summary (``Store.status_summary``'s ``grids``,
-``running`` and ``stale``, each running row marked ``gone``/``ended``/``failed``/``stale``, and ``slurm``: the runs
-in Slurm jobs with squeue's state); ``status_warnings(summary, ...)`` -> the lines that say what to do about them.
+``grid_status(store, home, grid, stale_after_s=, older=)`` -> the summary (``Store.status_summary``'s
+``grids``, ``running`` and ``stale``, each running row marked ``gone``/``ended``/``failed``/``stale``, and
+``slurm``: the runs in Slurm jobs with squeue's state); ``status_warnings(summary, ...)`` -> the lines that
+say what to do about them.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
 
 def grid_status(store: Store, home: Path, grid: str | None = None, *, stale_after_s: float = 300.0,
                 older: bool = False) -> dict[str, Any]:
-    """Runs by status per grid (its current configuration; ``older``: its older ones too), the running runs with
-    how their processes are (``Liveness.mark``), the stale ones' ids, and the runs in Slurm jobs."""
+    """Runs by status per grid (its current configuration; ``older``: its older ones too), the running runs
+    with how their processes are (``Liveness.mark``), the stale ones' ids, and the runs in Slurm jobs."""
     from ablate.execute.opening import slurm_liveness
     from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
 
@@ -31,14 +32,15 @@ def grid_status(store: Store, home: Path, grid: str | None = None, *, stale_afte
 
 
 def status_warnings(summary: dict[str, Any], *, older: bool, stale_after_s: float) -> list[str]:
-    """The warnings under ``ablate status``'s tables: grids' older runs left out (without ``older``), and running
-    runs that crashed, ended, were cut off, or are quiet past ``stale_after_s``."""
+    """The warnings under ``ablate status``'s tables: grids' older runs left out (without ``older``), and
+    running runs that crashed, ended, were cut off, or are quiet past ``stale_after_s``."""
     out = []
     if not older:
         for row in summary["grids"]:
             if row["older"]:
-                out.append(f"grid {row['grid']}: {row['older']} run(s) of older configurations left out (runs its "
-                           "last `ablate run` did not plan: an edited grid file, changed data); --older counts them")
+                out.append(f"grid {row['grid']}: {row['older']} run(s) of older configurations left out "
+                           "(runs its last `ablate run` did not plan: an edited grid file, changed data); "
+                           "--older counts them")
     running = summary["running"]
     gone = [r["run_id"] for r in running if r.get("gone")]
     crashed = [r["run_id"] for r in running if r.get("failed")]
@@ -49,12 +51,12 @@ def status_warnings(summary: dict[str, Any], *, older: bool, stale_after_s: floa
                    f"error.txt says why; the next `ablate run` of their grid records them failed): "
                    f"{', '.join(crashed)}")
     if ended:
-        out.append(f"{len(ended)} run(s) marked running have ended and wait to be recorded (by their `ablate run` "
-                   f"in a moment; if it is gone, the next `ablate run` of their grid or `ablate ingest` records "
-                   f"them): {', '.join(ended)}")
+        out.append(f"{len(ended)} run(s) marked running have ended and wait to be recorded (by their `ablate "
+                   "run` in a moment; if it is gone, the next `ablate run` of their grid or `ablate ingest` "
+                   f"records them): {', '.join(ended)}")
     if gone:
-        out.append(f"{len(gone)} run(s) marked running were cut off (their process on this machine is gone; the "
-                   f"next `ablate run` of their grid resumes them): {', '.join(gone)}")
+        out.append(f"{len(gone)} run(s) marked running were cut off (their process on this machine is gone; "
+                   f"the next `ablate run` of their grid resumes them): {', '.join(gone)}")
     if quiet:
         out.append(f"{len(quiet)} running run(s) have no heartbeat for over {stale_after_s:.0f}s "
                    f"(worker gone?): {', '.join(quiet)}")

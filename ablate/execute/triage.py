@@ -36,8 +36,8 @@ def triage(runs: Sequence[Any], statuses: dict[str, str], *, retry_failed: bool,
            is_alive: Callable[[str], bool], has_checkpoint: Callable[[str], bool]) -> list[Decision]:
     """One ``Decision`` per distinct run id, in the grid's order.
 
-    ``is_alive(run_id)``: whether a live process is training a ``running`` run now; ``has_checkpoint(run_id)``:
-    whether its run directory holds a checkpoint to resume from.
+    ``is_alive(run_id)``: whether a live process is training a ``running`` run now;
+    ``has_checkpoint(run_id)``: whether its run directory holds a checkpoint to resume from.
     """
     decisions: list[Decision] = []
     seen: set[str] = set()
@@ -46,7 +46,8 @@ def triage(runs: Sequence[Any], statuses: dict[str, str], *, retry_failed: bool,
             continue
         seen.add(run.run_id)
         status = statuses.get(run.run_id)
-        decisions.append(Decision(run, *_decide(run.run_id, status, retry_failed, is_alive, has_checkpoint), status))
+        decisions.append(Decision(run, *_decide(run.run_id, status, retry_failed, is_alive, has_checkpoint),
+                                  status))
     return decisions
 
 

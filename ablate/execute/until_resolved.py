@@ -1,8 +1,8 @@
 """``ablate run GRID --until-resolved``: more seeds where a comparison is still open, and only there.
 
 A *comparison* is one cell of the grid (a variant at one setting of the other axes) against its reference cell
-(the same setting, the reference variant), paired by seed on one metric (``val_ppl`` by default). The grid file's
-seeds are the first look. At each look:
+(the same setting, the reference variant), paired by seed on one metric (``val_ppl`` by default). The grid
+file's seeds are the first look. At each look:
 
 1. every comparison's paired differences get their t test (``ablate.reports.stats``), and the whole family is
    corrected (Holm by default) at the look's level;
@@ -16,8 +16,8 @@ whole family at its level, so the chance of any false resolution over every look
 the looks depend on each other. Looking again at 0.05 each time would not keep that.
 
 Added seeds are ordinary runs: ``include`` entries of the grid (the cell's axis values and the new seed),
-content addressed, so a rerun reuses every one. They join the grid's current runs (as ``--set`` runs do) and so
-appear in ``ablate report``; a plain ``ablate run`` of the file makes its own seeds the current ones again.
+content addressed, so a rerun reuses every one. They join the grid's current runs (as ``--set`` runs do) and
+so appear in ``ablate report``; a plain ``ablate run`` of the file makes its own seeds the current ones again.
 ``run_round`` is the executor's: the local pool, or a Slurm array waited for.
 """
 
@@ -44,7 +44,8 @@ VARIANT = "variant"
 @dataclass(frozen=True)
 class UntilResolved:
     """What ``--until-resolved`` resolves (``metric`` of each ``compare`` variant against ``reference``; every
-    other variant when ``compare`` is empty) and how far it may go (``max_seeds`` per cell, ``round`` at a time)."""
+    other variant when ``compare`` is empty) and how far it may go (``max_seeds`` per cell, ``round`` at a
+    time)."""
 
     metric: str = "val_ppl"
     reference: str = "baseline"
@@ -115,8 +116,9 @@ def cells(planned: Iterable[PlannedRun]) -> dict[str, dict[int, str]]:
 
 
 def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: str) -> list[Comparison]:
-    """Every cell of a ``compare`` variant (any non-reference one when none is named) that has a reference cell
-    in the grid. A grid without a variant axis, a seed axis of two or more seeds, or such a pair is refused."""
+    """Every cell of a ``compare`` variant (any non-reference one when none is named) that has a reference
+    cell in the grid. A grid without a variant axis, a seed axis of two or more seeds, or such a pair is
+    refused."""
     by_key = {_key(p.axes): p.axes for p in planned}
     if not any(VARIANT in p.axes for p in planned):
         raise UserInputError(f"{source}: --until-resolved compares variants: the grid has no variant axis")
@@ -138,8 +140,8 @@ def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: s
         out.append(Comparison(f"{name} vs {spec.reference}" + (f" at {at}" if at else ""), key, ref,
                               {k: v for k, v in axes.items() if k != SEED}, ref_axes))
     if not out:
-        raise UserInputError(f"{source}: --until-resolved found no cell to compare with a {spec.reference} cell "
-                             "of the same setting")
+        raise UserInputError(f"{source}: --until-resolved found no cell to compare with a {spec.reference} "
+                             "cell of the same setting")
     return out
 
 
@@ -181,8 +183,8 @@ class Planner:
 
         first = first_seeds(comps, grid_cells)
         if len(first) < 2:
-            raise UserInputError(f"{source}: --until-resolved needs at least 2 seeds that every compared pair has "
-                                 f"in the grid (a seed axis), got {len(first)}")
+            raise UserInputError(f"{source}: --until-resolved needs at least 2 seeds that every compared "
+                                 f"pair has in the grid (a seed axis), got {len(first)}")
         if spec.max_seeds < len(first):
             raise UserInputError(f"--max-seeds {spec.max_seeds} is below the grid's {len(first)} seeds")
         largest = max(s for runs in grid_cells.values() for s in runs)
@@ -200,7 +202,8 @@ class Planner:
 
 def read_look(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]],
               values: dict[str, float | None]) -> list[Delta]:
-    """Each comparison's paired delta over its ``seeds`` (a pair missing a value, diverged or not run, drops)."""
+    """Each comparison's paired delta over its ``seeds`` (a pair missing a value, diverged or not run,
+    drops)."""
     from ablate.reports.stats import paired_delta
 
     out = []
@@ -232,8 +235,8 @@ def until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolved, *
     """Run the grid, look, add seeds where a comparison is open, look again (see the module docstring).
 
     ``read(run_ids)``: each finished run's metric value; ``run_round(extra)``: run the grid with these include
-    entries and return the executor's exit status (0: every run ended); ``say``: one line to the user (the plan,
-    each look). ``verdict_lines(outcome, spec)`` says what it found."""
+    entries and return the executor's exit status (0: every run ended); ``say``: one line to the user (the
+    plan, each look). ``verdict_lines(outcome, spec)`` says what it found."""
     planner, ids = plan_until_resolved(path, sets, spec, home=home)
     say(most_line(planner))
     return run_looks(planner, ids, spec, read=read, run_round=run_round, say=say)
@@ -259,8 +262,8 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
         code = run_round(extra)
         outcome.exit_code = code
         if code != 0:
-            say(f"--until-resolved: stopped at look {j + 1}: the runs did not all end (exit {code}); rerun the "
-                "same command to go on")
+            say(f"--until-resolved: stopped at look {j + 1}: the runs did not all end (exit {code}); rerun "
+                "the same command to go on")
             return outcome
         deltas = read_look(comps, seeds, ids, read(_ids_of(comps, seeds, ids)))
         now = resolved_at_look(deltas, level, stats)
@@ -291,7 +294,8 @@ def plan_until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolv
     grid_cells = cells(planned)
     comps = comparisons(planned, spec, source=grid.source)
     planner = Planner.make(comps, grid_cells, spec, source=grid.source)
-    widest = expand(dataclasses.replace(grid, include=(*grid.include, *planner.most())), fingerprints=fingerprints)
+    widest = expand(dataclasses.replace(grid, include=(*grid.include, *planner.most())),
+                    fingerprints=fingerprints)
     planner.most_runs = len(widest) - len(planned)
     return planner, cells(widest)
 
@@ -299,13 +303,14 @@ def plan_until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolv
 def most_line(planner: Planner) -> str:
     """``--until-resolved: 2 comparisons, looks at n=3, 5, 7, 9, 10 seeds; at most 28 more runs``."""
     m, most = len(planner.comps), planner.most_runs
-    return (f"--until-resolved: {m} comparison{'s' * (m != 1)}, looks at n={', '.join(map(str, planner.plan))} "
-            f"seeds; at most {most} more run{'s' * (most != 1)}")
+    return (f"--until-resolved: {m} comparison{'s' * (m != 1)}, looks at "
+            f"n={', '.join(map(str, planner.plan))} seeds; at most {most} more run{'s' * (most != 1)}")
 
 
 def _ids_of(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]]
             ) -> list[str]:
-    return [ids[key][s] for c, ss in zip(comps, seeds, strict=True) for key in (c.cell, c.reference) for s in ss
+    return [ids[key][s] for c, ss in zip(comps, seeds, strict=True) for key in (c.cell,
+                                                                                c.reference) for s in ss
             if s in ids[key]]
 
 
@@ -336,6 +341,6 @@ def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
             out.append(f"  {c.label}: {shown}{p}: resolved at look {j + 1}, n={d.n} seeds")
         else:
             need = seeds_needed(d.shift, d.sd, last.level / max(m, 1))
-            out.append(f"  {c.label}: {shown}{p}: unresolved at n={d.n} seeds ({needs_text(need)} at the last "
-                       "look's level)")
+            out.append(f"  {c.label}: {shown}{p}: unresolved at n={d.n} seeds ({needs_text(need)} at the "
+                       "last look's level)")
     return out

@@ -1,14 +1,14 @@
 """One long-lived worker process of the local pool: imports its job module once, then runs job after job.
 
-It speaks the typed messages of ``ablate.execute.messages``: ``RunJob`` runs a job, ``StopJob`` asks the running
-job to stop cleanly (it saves a checkpoint) and no further job to start, ``Shutdown`` ends the worker; an
-end-of-file on the pipe (the pool's process died) counts as a stop followed by a shutdown. It answers ``Ready`` (or
-``Fatal`` when the job module cannot be imported), then per job what the job reports through its ``JobContext``
-(``Started``, ``Progress``) and how it ended (``Finished``, ``Failed``, ``Interrupted``).
+It speaks the typed messages of ``ablate.execute.messages``: ``RunJob`` runs a job, ``StopJob`` asks the
+running job to stop cleanly (it saves a checkpoint) and no further job to start, ``Shutdown`` ends the worker;
+an end-of-file on the pipe (the pool's process died) counts as a stop followed by a shutdown. It answers
+``Ready`` (or ``Fatal`` when the job module cannot be imported), then per job what the job reports through its
+``JobContext`` (``Started``, ``Progress``) and how it ended (``Finished``, ``Failed``, ``Interrupted``).
 
-Messages go out through a sender thread, so a job never waits on the pipe (a training step is never stalled by a
-busy pool process). The worker ignores SIGINT: at a terminal Ctrl-C reaches the whole process group, and it is the
-pool's process that decides what a Ctrl-C means.
+Messages go out through a sender thread, so a job never waits on the pipe (a training step is never stalled by
+a busy pool process). The worker ignores SIGINT: at a terminal Ctrl-C reaches the whole process group, and it
+is the pool's process that decides what a Ctrl-C means.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
     if log_path:
         _redirect_output(Path(log_path))
         log_to_stderr()
-    # Before torch is imported: the worker sees only its own GPU (or none) and uses only its share of the cores.
+    # Before torch is imported: the worker sees only its own GPU (or none) and uses only its share of the
+    # cores.
     os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(slot.threads)

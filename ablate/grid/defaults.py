@@ -3,9 +3,9 @@
 A run id hashes only the fields that differ from their defaults (``ablate/grid/ids.py``), so what an omitted
 field means must not change while ``CONFIG_VERSION`` stays the same. ``defaults.yaml`` (next to this file)
 records, at one ``CONFIG_VERSION``, the default of every field by dotted path (``train.lr``,
-``data.train[].weight`` for the models in a list, ``data.heldout{}.kind`` in a mapping, ``model.gate.position``
-in an optional one) and every preset's values (``model.preset=small.n_layers``). ``check()`` compares them with
-the code; the tests fail on any difference:
+``data.train[].weight`` for the models in a list, ``data.heldout{}.kind`` in a mapping,
+``model.gate.position`` in an optional one) and every preset's values (``model.preset=small.n_layers``).
+``check()`` compares them with the code; the tests fail on any difference:
 
 - a default whose value changed: bump ``CONFIG_VERSION`` (``ablate/config.py``), then record;
 - a field added or removed, or a new ``CONFIG_VERSION``: record (``python -m ablate.grid.defaults --record``;
@@ -29,8 +29,8 @@ RECORD_COMMAND = "python -m ablate.grid.defaults --record"
 
 
 def _models_in(annotation: Any) -> list[tuple[type[BaseModel], str]]:
-    """The config models a field holds, with the path suffix of their fields: ``M | None`` -> "", ``list[M]`` ->
-    "[]", ``dict[str, M]`` -> "{}"."""
+    """The config models a field holds, with the path suffix of their fields: ``M | None`` -> "", ``list[M]``
+    -> "[]", ``dict[str, M]`` -> "{}"."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [(annotation, "")]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -66,7 +66,8 @@ def defaults(root: type[BaseModel] = RunConfig) -> dict[str, Any]:
 
 def _reduced(value: Any) -> Any:
     """A default as it counts in a run id: models reduced to their non-default fields (their own fields are
-    recorded one by one), so adding a field to ``SourceConfig`` does not read as a change of ``data.train``."""
+    recorded one by one), so adding a field to ``SourceConfig`` does not read as a change of
+    ``data.train``."""
     from ablate.grid.ids import canonical, minimal
 
     if isinstance(value, BaseModel):
@@ -88,15 +89,17 @@ def recorded(path: Path = RECORD) -> tuple[int | None, dict[str, Any]]:
     return data.get("config_version"), dict(data.get("defaults") or {})
 
 
-def check(root: type[BaseModel] = RunConfig, *, version: int = CONFIG_VERSION, record: Path = RECORD) -> list[str]:
-    """What differs between the code's defaults and the record, each a line saying what to do (empty: nothing)."""
+def check(root: type[BaseModel] = RunConfig, *, version: int = CONFIG_VERSION,
+          record: Path = RECORD) -> list[str]:
+    """What differs between the code's defaults and the record, each a line saying what to do (empty:
+    nothing)."""
     at, old = recorded(record)
     new = defaults(root)
     changed = [p for p in old if p in new and old[p] != new[p]]
     if changed and at == version:
-        return [f"the default of {p} changed from {old[p]!r} to {new[p]!r} but CONFIG_VERSION is still {version}: "
-                f"bump it in ablate/config.py (runs that left {p} out meant {old[p]!r}), then {RECORD_COMMAND}; "
-                "users carry their stores over with `ablate db rehash`" for p in changed]
+        return [f"the default of {p} changed from {old[p]!r} to {new[p]!r} but CONFIG_VERSION is still "
+                f"{version}: bump it in ablate/config.py (runs that left {p} out meant {old[p]!r}), then "
+                f"{RECORD_COMMAND}; users carry their stores over with `ablate db rehash`" for p in changed]
     problems = []
     if at != version:
         problems.append(f"the defaults were recorded at CONFIG_VERSION {at}, the code is at {version}: "
@@ -104,8 +107,8 @@ def check(root: type[BaseModel] = RunConfig, *, version: int = CONFIG_VERSION, r
     added = [p for p in new if p not in old]
     removed = [p for p in old if p not in new]
     if added:
-        problems.append(f"new config fields or presets not recorded: {', '.join(added)} (their defaults change no "
-                        f"run id): {RECORD_COMMAND}")
+        problems.append(f"new config fields or presets not recorded: {', '.join(added)} (their defaults "
+                        f"change no run id): {RECORD_COMMAND}")
     if removed:
         problems.append(f"recorded fields or presets that are gone: {', '.join(removed)}: {RECORD_COMMAND}")
     return problems
@@ -117,7 +120,8 @@ def write_record(path: Path = RECORD) -> Path:
 
     from ablate.layout import atomic_write
 
-    text = ("# Written by `" + RECORD_COMMAND + "`; checked by tests/test_run_ids.py (see ablate/grid/defaults.py)\n"
+    text = ("# Written by `" + RECORD_COMMAND + "`; checked by tests/test_run_ids.py (see "
+                                                "ablate/grid/defaults.py)\n"
             + yaml.safe_dump({"config_version": CONFIG_VERSION, "defaults": defaults()}, sort_keys=False,
                              default_flow_style=None, allow_unicode=True, width=120))
     return atomic_write(path, text)

@@ -2,12 +2,12 @@
 matching, duplicates collapsed.
 
 Order is deterministic: the product of the axes in file order (``grid`` keys and ``zip`` groups, as written),
-the first varying slowest, then the ``include`` entries in order. ``exclude`` drops product runs whose resolved config matches every given
-key (explicit ``include`` runs are kept, as in CI matrices). Two runs with the same resolved config are one run
-(the first one's axes are kept). Parameter counts come from the meta device (``ablate.ablations.count_params``,
-cached per model config), so expanding a paper-scale grid trains and allocates nothing. The only I/O is filling
-each run's identity fields (``ablate.grid.identity``: its data files' fingerprints, one hash per distinct file,
-cached).
+the first varying slowest, then the ``include`` entries in order. ``exclude`` drops product runs whose
+resolved config matches every given key (explicit ``include`` runs are kept, as in CI matrices). Two runs with
+the same resolved config are one run (the first one's axes are kept). Parameter counts come from the meta
+device (``ablate.ablations.count_params``, cached per model config), so expanding a paper-scale grid trains
+and allocates nothing. The only I/O is filling each run's identity fields (``ablate.grid.identity``: its data
+files' fingerprints, one hash per distinct file, cached).
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def _resolve(grid: Grid, values: dict[str, Any], origins: dict[str, str], *, che
     set_by_user = identity.given(config) if check else []
     if set_by_user:
         loc = set_by_user[0]
-        raise ConfigError(f"{loc} is filled by ablate from what the run reads (a hash of its files), never set in a "
-                          "grid: remove it", where=f"{grid.source}: {_blame(loc, origins, grid)}")
+        raise ConfigError(f"{loc} is filled by ablate from what the run reads (a hash of its files), never "
+                          "set in a grid: remove it", where=f"{grid.source}: {_blame(loc, origins, grid)}")
     return config
 
 
@@ -144,8 +144,8 @@ def _effective(config: RunConfig, variant: str, where: str, field: str | None = 
 
 
 def _match(config: RunConfig, target_variant: str, where: str, source: str) -> tuple[RunConfig, float]:
-    """``config`` with its FFN re-widened so its total equals ``target_variant``'s under the same config (less the
-    run's plugin arm, which the target does not carry)."""
+    """``config`` with its FFN re-widened so its total equals ``target_variant``'s under the same config (less
+    the run's plugin arm, which the target does not carry)."""
     from ablate.ablations.params import match_ffn
 
     reference = config.model_copy(update={"model": without_variant(config.model, config.variant)})
@@ -173,8 +173,8 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
     value) for any run whose config is invalid or whose variant does not fit its model.
 
     Each run's identity fields are filled (``ablate.grid.identity``) with ``fingerprints``
-    (``ablate.runner.fingerprints.Fingerprints``; given a home's, its disk cache is used and written): the only
-    I/O, one hash per distinct file, cached.
+    (``ablate.runner.fingerprints.Fingerprints``; given a home's, its disk cache is used and written): the
+    only I/O, one hash per distinct file, cached.
     """
     if fingerprints is None:
         from ablate.runner.fingerprints import Fingerprints
@@ -215,7 +215,7 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
             axes = {path: get_path(final, path)[1] for path in values}
             runs[rid] = PlannedRun(rid, config, axes, params, params - reference, residual, stem)
     if not runs and excluded:
-        raise ConfigError(f"exclude removes every run of the grid (all {excluded}); nothing would run: narrow the "
-                          "exclude entries", where=f"{grid.source}: exclude")
+        raise ConfigError(f"exclude removes every run of the grid (all {excluded}); nothing would run: "
+                          "narrow the exclude entries", where=f"{grid.source}: exclude")
     fingerprints.save()
     return list(runs.values())

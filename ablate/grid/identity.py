@@ -1,20 +1,21 @@
 """Identity fields: what a run read outside its config (its data files' fingerprints), as config fields.
 
-A field declared with ``ablate.config.identity_field(filled_by, description)`` (``json_schema_extra={"identity":
-True, "filled_by": "module:function"}``) is one of them. The one mechanism for "an input outside the config":
+A field declared with ``ablate.config.identity_field(filled_by, description)``
+(``json_schema_extra={"identity": True, "filled_by": "module:function"}``) is one of them. The one mechanism
+for "an input outside the config":
 
-- ablate fills it when a grid is loaded (``fill``: ``expand`` calls it for every run, ``ablate db rehash`` for a run
-  stored before it existed). ``filled_by`` is called with the model that holds the field and a resolver (the
-  caller's cache, e.g. ``ablate.runner.fingerprints.Fingerprints``) and returns the fields to update: the identity
-  field and any it resolves with it (a relative path made absolute). Only a field that is still None is filled, so
-  a stored run keeps what it read.
+- ablate fills it when a grid is loaded (``fill``: ``expand`` calls it for every run, ``ablate db rehash`` for
+  a run stored before it existed). ``filled_by`` is called with the model that holds the field and a resolver
+  (the caller's cache, e.g. ``ablate.runner.fingerprints.Fingerprints``) and returns the fields to update: the
+  identity field and any it resolves with it (a relative path made absolute). Only a field that is still None
+  is filled, so a stored run keeps what it read.
 - A grid file never sets it: ``given`` lists the ones a config sets, and ``expand`` refuses them.
-- The run id covers it (it is a config field); the stem id (``ablate.grid.ids.stem_id``) is the id without any of
-  them (``strip``), so a run whose stem the store holds under another id read something else: ``changed`` names
-  the fields that differ, and ``ablate plan`` shows the run as stale.
+- The run id covers it (it is a config field); the stem id (``ablate.grid.ids.stem_id``) is the id without any
+  of them (``strip``), so a run whose stem the store holds under another id read something else: ``changed``
+  names the fields that differ, and ``ablate plan`` shows the run as stale.
 
-Training stages' overrides (``stages``: dotted paths to raw values) are walked by their fields' types, so a stage's
-own ``data.train`` is filled, stripped and compared as stage 0's is. Pure but for the fillers.
+Training stages' overrides (``stages``: dotted paths to raw values) are walked by their fields' types, so a
+stage's own ``data.train`` is filled, stripped and compared as stage 0's is. Pure but for the fillers.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def _item_type(tp: Any) -> tuple[str, Any] | None:
 
 @cache
 def _shape(tp: Any) -> tuple[str, type[BaseModel]] | None:
-    """How a field of type ``tp`` holds identity fields: ``("model", M)`` (``M``, ``M | None``), ``("list", M)``,
-    ``("dict", M)`` (``dict[str, M]``); None when it holds none."""
+    """How a field of type ``tp`` holds identity fields: ``("model", M)`` (``M``, ``M | None``), ``("list",
+    M)``, ``("dict", M)`` (``dict[str, M]``); None when it holds none."""
     models = _models(tp)
     if models:
         return ("model", models[0]) if _holds(models[0]) else None
@@ -93,7 +94,8 @@ def _annotation(info: FieldInfo) -> Hashable:
 
 @cache
 def _children(cls: type[BaseModel]) -> tuple[tuple[str, str, type[BaseModel]], ...]:
-    """The fields of ``cls`` holding identity fields below them: ``(name, shape, model)`` (``stages`` aside)."""
+    """The fields of ``cls`` holding identity fields below them: ``(name, shape, model)`` (``stages``
+    aside)."""
     out = []
     for name, info in cls.model_fields.items():
         shape = None if (cls is RunConfig and name == "stages") else _shape(_annotation(info))
@@ -105,7 +107,10 @@ def _children(cls: type[BaseModel]) -> tuple[tuple[str, str, type[BaseModel]], .
 @cache
 def _holds(cls: type[BaseModel]) -> bool:
     return bool(identity_fields(cls)) or any(
-        _shape(_annotation(f)) is not None for n, f in cls.model_fields.items() if not (cls is RunConfig and n == "stages"))
+        _shape(_annotation(f)) is not None
+        for n, f in cls.model_fields.items()
+        if not (cls is RunConfig and n == "stages")
+    )
 
 
 def holds_identity(tp: Any) -> bool:
@@ -147,7 +152,8 @@ def _nodes(cls: type[BaseModel], node: Any, prefix: str) -> Iterator[tuple[str, 
                     yield from _shaped(*found, value, f"stages.{i}.{key}")
 
 
-def _shaped(shape: str, sub: type[BaseModel], value: Any, path: str) -> Iterator[tuple[str, type[BaseModel], Any]]:
+def _shaped(shape: str, sub: type[BaseModel], value: Any,
+            path: str) -> Iterator[tuple[str, type[BaseModel], Any]]:
     if shape == "model":
         yield from _nodes(sub, value, path)
     elif shape == "list" and isinstance(value, list):
@@ -159,8 +165,9 @@ def _shaped(shape: str, sub: type[BaseModel], value: Any, path: str) -> Iterator
 
 
 def values(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
-    """Every identity field's value by dotted path (``data.train.0.fingerprint``, ``stages.1.data.train.0...``),
-    from a config or its whole dump (a stored config; a field it lacks reads as None).
+    """Every identity field's value by dotted path (``data.train.0.fingerprint``,
+    ``stages.1.data.train.0...``), from a config or its whole dump (a stored config; a field it lacks reads as
+    None).
 
     >>> values(RunConfig(data={"train": [{"kind": "text", "path": "/d/a.txt", "fingerprint": "ab12"}]}))
     {'data.tokenizer_fingerprint': None, 'data.train.0.fingerprint': 'ab12', \
@@ -183,8 +190,8 @@ def names(cls: type[BaseModel] = RunConfig) -> frozenset[str]:
 
 
 def mentions(tree: Any) -> bool:
-    """Does a raw grid value (mappings, lists, dotted keys) use the name of an identity field as a key? When it
-    does not, no config made from it sets one (``given`` need not look)."""
+    """Does a raw grid value (mappings, lists, dotted keys) use the name of an identity field as a key? When
+    it does not, no config made from it sets one (``given`` need not look)."""
     if isinstance(tree, dict):
         return any(str(k).rsplit(".", 1)[-1] in names() or mentions(v) for k, v in tree.items())
     if isinstance(tree, (list, tuple)):
@@ -198,17 +205,17 @@ def given(config: RunConfig) -> list[str]:
 
 
 def check_current(config: RunConfig, resolver: Any) -> None:
-    """Raise ``RunError`` when an identity value of ``config`` is not what it would be filled with now (its data
-    changed since the run was planned): a run trains only on what its id says. One that cannot be filled now
-    (its data is gone) is left to the data loader to report."""
+    """Raise ``RunError`` when an identity value of ``config`` is not what it would be filled with now (its
+    data changed since the run was planned): a run trains only on what its id says. One that cannot be filled
+    now (its data is gone) is left to the data loader to report."""
     from ablate.errors import RunError
 
     now = values(fill(strip(config), resolver))
     then = values(config)
     diff = [p for p, v in then.items() if v is not None and now.get(p) is not None and now[p] != v]
     if diff:
-        raise RunError(f"{diff[0]} is {now[diff[0]]} now, {then[diff[0]]} when this run was planned (what it reads "
-                       "changed since): run `ablate run` again, which plans it as a new run")
+        raise RunError(f"{diff[0]} is {now[diff[0]]} now, {then[diff[0]]} when this run was planned (what it "
+                       "reads changed since): run `ablate run` again, which plans it as a new run")
 
 
 def changed(planned: RunConfig | dict[str, Any], stored: RunConfig | dict[str, Any]) -> list[str]:
@@ -220,8 +227,8 @@ def changed(planned: RunConfig | dict[str, Any], stored: RunConfig | dict[str, A
 # ---------------------------------------------------------------- filling and stripping: over models
 def fill(config: M, resolver: Any, *, strict: bool = False) -> M:
     """``config`` (a RunConfig or a section of one) with every identity field that is None filled by its
-    ``filled_by`` (stages' overrides too). A filler raises ``InputMissingError`` when what it fingerprints is not
-    here: ``strict`` passes it on, else the field stays None (the data check says what is missing)."""
+    ``filled_by`` (stages' overrides too). A filler raises ``InputMissingError`` when what it fingerprints is
+    not here: ``strict`` passes it on, else the field stays None (the data check says what is missing)."""
     return _rebuild(config, lambda model: _filled(model, resolver, strict))
 
 
@@ -252,7 +259,8 @@ def _stripped(model: BaseModel) -> dict[str, Any]:
 
 
 def _rebuild(model: M, own: Callable[[BaseModel], dict[str, Any]]) -> M:
-    """``model`` with ``own(m)`` applied to every model ``m`` in it that holds identity fields (children first)."""
+    """``model`` with ``own(m)`` applied to every model ``m`` in it that holds identity fields (children
+    first)."""
     cls = type(model)
     updates: dict[str, Any] = {}
     for name, _shape_kind, _sub in _children(cls):
@@ -282,8 +290,8 @@ def _rebuild_value(value: Any, own: Callable[[BaseModel], dict[str, Any]]) -> An
 
 
 def _stage(stage: dict[str, Any], own: Callable[[BaseModel], dict[str, Any]]) -> dict[str, Any]:
-    """A stage's dotted overrides with the identity fields of each model value updated (only the keys that change
-    are written, so a stage stays as it was written)."""
+    """A stage's dotted overrides with the identity fields of each model value updated (only the keys that
+    change are written, so a stage stays as it was written)."""
     out = dict(stage)
     for key, value in stage.items():
         found = _stage_shape(key)
@@ -304,15 +312,16 @@ def _raw(shape: str, cls: type[BaseModel], raw: Any, own: Callable[[BaseModel], 
     except ValueError:
         return raw  # refused when the stage is validated
     new = _rebuild(model, own)
-    diff = {name: getattr(new, name) for name in cls.model_fields if getattr(new, name) != getattr(model, name)}
+    diff = {name: getattr(new, name) for name in cls.model_fields if getattr(new, name) != getattr(model,
+                                                                                                   name)}
     out = {**raw, **{k: _dumped(v) for k, v in diff.items()}}
     return {k: v for k, v in out.items() if not (k in identity_fields(cls) and v is None)}
 
 
 def strip_minimal(reduced: dict[str, Any]) -> dict[str, Any]:
     """A run's reduced config (``ablate.grid.ids.minimal``) with its identity fields taken out, as the reduced
-    config of ``strip(config)`` is (a field left at its default by that is left out); ``reduced`` itself when it
-    holds none. What the stem id hashes, without reducing the config again."""
+    config of ``strip(config)`` is (a field left at its default by that is left out); ``reduced`` itself when
+    it holds none. What the stem id hashes, without reducing the config again."""
     out: dict[str, Any] = _strip_reduced(RunConfig, reduced)
     return out
 

@@ -15,9 +15,9 @@ The same config is the same run on every machine and across upgrades of ablate:
   changing a default's value (or a preset's, or a rule that fills a default) needs a bump, and the recorded
   defaults (``ablate/grid/defaults.py``, checked by the tests) say when one was forgotten.
 
-What a run read outside its config (its data's fingerprints) is in identity fields of the config, which ablate fills
-when a grid is loaded (``ablate/grid/identity.py``): the run id covers them, and ``stem_id`` is the id without
-them, so two runs of one stem read different data.
+What a run read outside its config (its data's fingerprints) is in identity fields of the config, which ablate
+fills when a grid is loaded (``ablate/grid/identity.py``): the run id covers them, and ``stem_id`` is the id
+without them, so two runs of one stem read different data.
 
 Stores made under other ids are carried over by ``ablate db rehash`` (``ablate/store/rehash.py``).
 """
@@ -39,7 +39,8 @@ _MINIMAL_CACHE_SIZE = 4096
 
 
 def canonical(value: Any) -> Any:
-    """``value`` with every number in one spelling: an integral float becomes an int; mappings and lists recurse.
+    """``value`` with every number in one spelling: an integral float becomes an int; mappings and lists
+    recurse.
 
     >>> canonical({"lr": 3e-3, "steps": 300.0, "on": True})
     {'lr': 0.003, 'steps': 300, 'on': True}
@@ -66,8 +67,8 @@ _KEYS: dict[str, str] = {}  # a value's JSON as it is -> its canonical JSON
 
 
 def _fast_key(value: Any) -> str:
-    """``_key(value)`` through a cache keyed by ``value``'s plain JSON (json's C encoder, no ``canonical`` walk):
-    a grid's runs repeat a few sections, and this is asked for each section of each run."""
+    """``_key(value)`` through a cache keyed by ``value``'s plain JSON (json's C encoder, no ``canonical``
+    walk): a grid's runs repeat a few sections, and this is asked for each section of each run."""
     raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     if (key := _KEYS.get(raw)) is None:
         if len(_KEYS) >= _MINIMAL_CACHE_SIZE:
@@ -78,7 +79,8 @@ def _fast_key(value: Any) -> str:
 
 @cache
 def _fills_omitted(cls: type[BaseModel]) -> bool:
-    """Does ``cls`` have a ``before``/``wrap`` model validator (which may fill an omitted field from others)?"""
+    """Does ``cls`` have a ``before``/``wrap`` model validator (which may fill an omitted field from
+    others)?"""
     validators = cls.__pydantic_decorators__.model_validators.values()
     return any(v.info.mode in ("before", "wrap") for v in validators)
 
@@ -124,7 +126,8 @@ def minimal(model: BaseModel) -> dict[str, Any]:
     >>> minimal(RunConfig(seed=2, train={"lr": 3e-3, "steps": 50}))
     {'train': {'steps': 50}, 'seed': 2}
     """
-    out: dict[str, Any] = json.loads(json.dumps(_shared_minimal(model)))  # a copy: the cache's dicts are shared
+    # a copy: the cache's dicts are shared
+    out: dict[str, Any] = json.loads(json.dumps(_shared_minimal(model)))
     return out
 
 
@@ -144,7 +147,9 @@ def _minimal(cls: type[BaseModel], model: BaseModel, dumped: dict[str, Any], key
     else:
         defaults = _default_keys(cls)
         field_keys = {name: _fast_key(dumped[name]) for name in cls.model_fields}
-        kept = [name for name in cls.model_fields if defaults[name] is None or field_keys[name] != defaults[name]]
+        kept = [
+            name for name in cls.model_fields if defaults[name] is None or field_keys[name] != defaults[name]
+        ]
     out = {name: _render(getattr(model, name), dumped[name], field_keys.get(name)) for name in kept}
     if key is not None:
         if len(_CACHE) >= _MINIMAL_CACHE_SIZE:
@@ -157,7 +162,8 @@ _CACHE: dict[tuple[type[BaseModel], str], dict[str, Any]] = {}
 
 
 def _revalidated(cls: type[BaseModel], key: str, dumped: dict[str, Any]) -> list[str]:
-    """The fields to keep, dropping in declaration order each one whose absence re-validates to the same model."""
+    """The fields to keep, dropping in declaration order each one whose absence re-validates to the same
+    model."""
     raw = dict(dumped)
     for name in cls.model_fields:
         trial = {k: v for k, v in raw.items() if k != name}
@@ -171,8 +177,8 @@ def _revalidated(cls: type[BaseModel], key: str, dumped: dict[str, Any]) -> list
 
 
 def identity(config: RunConfig, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a run id hashes: ``{"config_version": CONFIG_VERSION, "config": minimal(config)}`` (``dumped``: the
-    config's ``model_dump(mode="json")`` when the caller has it already)."""
+    """What a run id hashes: ``{"config_version": CONFIG_VERSION, "config": minimal(config)}`` (``dumped``:
+    the config's ``model_dump(mode="json")`` when the caller has it already)."""
     return {"config_version": CONFIG_VERSION, "config": _shared_minimal(config, dumped)}
 
 
@@ -182,8 +188,8 @@ def canonical_json(config: RunConfig, dumped: dict[str, Any] | None = None) -> s
 
 
 def _hashed(reduced: dict[str, Any]) -> str:
-    text = json.dumps({"config_version": CONFIG_VERSION, "config": reduced}, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    text = json.dumps({"config_version": CONFIG_VERSION, "config": reduced}, sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:ID_LENGTH]
 
 
@@ -199,8 +205,9 @@ def run_and_stem_ids(config: RunConfig, dumped: dict[str, Any] | None = None) ->
 
 
 def run_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
-    """The run's identity: the first 12 hex digits of the sha256 of ``canonical_json(config)`` (``dumped``: the
-    config's ``model_dump(mode="json")`` when the caller has it already: planning 10,000 runs dumps each once).
+    """The run's identity: the first 12 hex digits of the sha256 of ``canonical_json(config)`` (``dumped``:
+    the config's ``model_dump(mode="json")`` when the caller has it already: planning 10,000 runs dumps each
+    once).
 
     >>> run_id(RunConfig()) == run_id(RunConfig(train={"lr": 0.003}))
     True

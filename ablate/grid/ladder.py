@@ -4,7 +4,8 @@ budget that grows with its size (compute-matched, as OLMo's model ladders and Ch
 ::
 
     ladder:
-      sizes:                           # the rungs, smallest first (the order the runs are listed and started in)
+      sizes:                           # the rungs, smallest first (the order the runs are listed and started
+      in)
         - tiny                         # a size preset: its shape (layers, width, heads, FFN, experts)
         - {d_model: 96, n_layers: 3}   # a width/depth pair: heads, kv heads and FFN scale with the width
         - {preset: small, n_layers: 4} # a preset's shape with fields changed
@@ -13,10 +14,11 @@ budget that grows with its size (compute-matched, as OLMo's model ladders and Ch
 The ladder is one more axis of the grid's product, varying slowest: every rung runs every variant, seed and
 learning rate. A rung sets only the model's shape; the vocabulary, tied embeddings and RoPE base stay the base
 model's at every rung, so losses along the ladder are measured on the same tokens. Its ``train.steps`` follow
-from the budget at the run's batch and sequence length: ``round(tokens_per_param * N / (batch_size * seq_len))``
-with ``N`` the non-embedding parameters of the rung's model without its variant, so every variant of a rung reads
-the same batches, and a gate's extra compute is counted in its FLOPs (``ablate.ablations.flops``) rather than
-paid for with fewer steps. ``match_params`` matches each run to its own rung.
+from the budget at the run's batch and sequence length: ``round(tokens_per_param * N / (batch_size *
+seq_len))`` with ``N`` the non-embedding parameters of the rung's model without its variant, so every variant
+of a rung reads the same batches, and a gate's extra compute is counted in its FLOPs
+(``ablate.ablations.flops``) rather than paid for with fewer steps. ``match_params`` matches each run to its
+own rung.
 
 Pure (``ladder_axis`` needs no torch); ``budget_steps`` counts parameters on the meta device.
 """
@@ -35,12 +37,12 @@ from ablate.errors import ConfigError, did_you_mean, one_of
 if TYPE_CHECKING:
     from ablate.config import RunConfig
 
-# What a rung sets: the model's shape. Everything else of the model (vocabulary, RoPE, the variant's arms) is the
-# base's at every rung.
+# What a rung sets: the model's shape. Everything else of the model (vocabulary, RoPE, the variant's arms) is
+# the base's at every rung.
 SHAPE_FIELDS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                 "n_experts", "expert_dim", "moe_top_k")
-# Fields a preset sets that are not shape: pinned to the base model's so that naming a preset in a rung does not
-# change the vocabulary the ladder is measured on.
+# Fields a preset sets that are not shape: pinned to the base model's so that naming a preset in a rung does
+# not change the vocabulary the ladder is measured on.
 PINNED_FIELDS = ("vocab_size", "tie_embeddings", "rope_theta")
 RUNG_KEYS = ("preset", *SHAPE_FIELDS)
 
@@ -50,8 +52,8 @@ class LadderSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    sizes: list[str | dict[str, Any]] = Field(description="the rungs: size presets, or mappings of shape fields "
-                                                          "(d_model and n_layers: width and depth)")
+    sizes: list[str | dict[str, Any]] = Field(description="the rungs: size presets, or mappings of shape "
+                                                          "fields (d_model and n_layers: width and depth)")
     tokens_per_param: float = Field(gt=0, description="training tokens per non-embedding parameter of a rung")
 
     @field_validator("sizes", mode="before")
@@ -59,11 +61,11 @@ class LadderSpec(BaseModel):
     def _sizes(cls, sizes: Any) -> Any:
         for i, size in enumerate(sizes if isinstance(sizes, list) else []):
             if not isinstance(size, str | dict):
-                raise ValueError(f"item {i} is {size!r}: a size is a preset name (tiny) or a mapping of shape "
-                                 "fields ({d_model: 128, n_layers: 4})")
+                raise ValueError(f"item {i} is {size!r}: a size is a preset name (tiny) or a mapping of "
+                                 "shape fields ({d_model: 128, n_layers: 4})")
         if isinstance(sizes, list) and not sizes:
-            raise ValueError("a ladder needs at least one size (a preset name, or {d_model: W, n_layers: D}), "
-                             "got []")
+            raise ValueError("a ladder needs at least one size (a preset name, or {d_model: W, n_layers: "
+                             "D}), got []")
         return sizes
 
 
@@ -73,8 +75,8 @@ def rung_label(model: Mapping[str, Any]) -> str:
 
 
 def _scaled(base: ModelConfig, size: dict[str, Any], where: str) -> dict[str, Any]:
-    """The shape of a width/depth rung: fields it gives as given; heads, kv heads, FFN and expert widths that it
-    does not give follow its width at the base model's ratios (head_dim kept)."""
+    """The shape of a width/depth rung: fields it gives as given; heads, kv heads, FFN and expert widths that
+    it does not give follow its width at the base model's ratios (head_dim kept)."""
     start = ModelConfig(preset=size["preset"]) if "preset" in size else base
     shape = {k: getattr(start, k) for k in SHAPE_FIELDS} | {k: v for k, v in size.items() if k != "preset"}
     d = shape["d_model"]
@@ -88,8 +90,9 @@ def _scaled(base: ModelConfig, size: dict[str, Any], where: str) -> dict[str, An
     if "n_kv_heads" not in size:
         kv = shape["n_heads"] * start.n_kv_heads / start.n_heads
         if kv != int(kv) or kv < 1:
-            raise ConfigError(f"{shape['n_heads']} heads cannot keep the base's {start.n_heads}:{start.n_kv_heads} "
-                              "query:kv head ratio; give n_kv_heads for this size", where=where)
+            raise ConfigError(f"{shape['n_heads']} heads cannot keep the base's "
+                              f"{start.n_heads}:{start.n_kv_heads} query:kv head ratio; give n_kv_heads for "
+                              "this size", where=where)
         shape["n_kv_heads"] = int(kv)
     if "ffn_dim" not in size:
         shape["ffn_dim"] = max(1, round(d * start.ffn_dim / start.d_model))
@@ -106,7 +109,8 @@ def rung_models(spec: LadderSpec, base_model: Mapping[str, Any], source: str) ->
         from ablate.grid.paths import describe, explain
 
         loc, msg = explain(exc, ModelConfig)
-        raise ConfigError(describe(f"model.{loc}" if loc else "model", msg), where=f"{source}: base") from None
+        raise ConfigError(describe(f"model.{loc}" if loc else "model", msg),
+                          where=f"{source}: base") from None
     out = []
     for i, size in enumerate(spec.sizes):
         where = f"{source}: ladder.sizes[{i}]"
@@ -138,8 +142,9 @@ def ladder_axis(spec: LadderSpec, base: Mapping[str, Any], source: str, *, axis_
                 ) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
     """The ladder as an axis of the product: ``(paths, rows)``, one row of ``model.*`` values per rung.
 
-    Also refuses what a ladder cannot be combined with: ``train.steps`` in ``base`` (the budget sets it), an axis
-    (``axis_paths``) that varies a field a rung sets, and ``include`` entries (they would stand outside it).
+    Also refuses what a ladder cannot be combined with: ``train.steps`` in ``base`` (the budget sets it), an
+    axis (``axis_paths``) that varies a field a rung sets, and ``include`` entries (they would stand outside
+    it).
 
     >>> paths, rows = ladder_axis(LadderSpec(sizes=["tiny", {"d_model": 128}], tokens_per_param=20),
     ...                           {"model": {"preset": "tiny"}}, "g.yaml")
@@ -154,8 +159,8 @@ def ladder_axis(spec: LadderSpec, base: Mapping[str, Any], source: str, *, axis_
         raise ConfigError(f"train.steps follows from the ladder's budget (tokens_per_param); remove it from "
                           f"{origin}", where=where)
     if include:
-        raise ConfigError("include entries cannot be combined with a ladder (every run of a ladder is a rung of "
-                          "its product); write their values as axes instead", where=where)
+        raise ConfigError("include entries cannot be combined with a ladder (every run of a ladder is a rung "
+                          "of its product); write their values as axes instead", where=where)
     model = base.get("model")
     model = model if isinstance(model, dict) else {}
     models = rung_models(spec, model, source)
@@ -163,7 +168,8 @@ def ladder_axis(spec: LadderSpec, base: Mapping[str, Any], source: str, *, axis_
     paths = tuple(f"model.{k}" for k in keys)
     for path in axis_paths:
         if path == "train.steps" or path in paths or path == "model":
-            raise ConfigError(f"'{path}' is set by each rung of the ladder and cannot be an axis too", where=where)
+            raise ConfigError(f"'{path}' is set by each rung of the ladder and cannot be an axis too",
+                              where=where)
     base_model = ModelConfig.model_validate(dict(model))
     rows = tuple(tuple(m.get(k, getattr(base_model, k)) for k in keys) for m in models)
     return paths, rows
@@ -179,9 +185,10 @@ def budget_steps(config: RunConfig, spec: LadderSpec, where: str) -> RunConfig:
     steps = round(spec.tokens_per_param * n / per_step)
     if steps < 1:
         raise ConfigError(
-            f"tokens_per_param {spec.tokens_per_param:g} gives {spec.tokens_per_param * n:,.0f} tokens for the "
-            f"{rung_label(config.model.model_dump())} rung ({n:,} non-embedding parameters), under one step of "
-            f"{per_step:,} tokens (batch_size x seq_len): zero steps; raise tokens_per_param or shrink the batch",
+            f"tokens_per_param {spec.tokens_per_param:g} gives {spec.tokens_per_param * n:,.0f} tokens for "
+            f"the {rung_label(config.model.model_dump())} rung ({n:,} non-embedding parameters), under one "
+            f"step of {per_step:,} tokens (batch_size x seq_len): zero steps; raise tokens_per_param or "
+            "shrink the batch",
             where=where)
     return config.model_copy(update={"train": config.train.model_copy(update={"steps": steps})})
 
@@ -194,7 +201,8 @@ def tokens_per_run(config: RunConfig) -> int:
 
 
 def planned_flops(config: RunConfig) -> int:
-    """Training FLOPs a run is planned to spend: per stage, tokens x FLOPs per token of its effective model."""
+    """Training FLOPs a run is planned to spend: per stage, tokens x FLOPs per token of its effective
+    model."""
     from ablate.ablations.flops import flops_per_token
     from ablate.ablations.variants import apply_variant
     from ablate.config import stage_configs

@@ -1,9 +1,9 @@
 """Dotted paths into a ``RunConfig`` (``train.lr``, ``model.gate.position``, ``data.heldout.code.kind``).
 
-Grid axes, ``include`` / ``exclude`` entries and ``--set`` name config fields by dotted path. This module checks a
-path against the config schema (with a near match for a misspelt segment), reads a value at a path and writes one
-into a nested mapping. It also turns pydantic's first validation error into one line with the full dotted
-location. Pure: no I/O, no torch.
+Grid axes, ``include`` / ``exclude`` entries and ``--set`` name config fields by dotted path. This module
+checks a path against the config schema (with a near match for a misspelt segment), reads a value at a path
+and writes one into a nested mapping. It also turns pydantic's first validation error into one line with the
+full dotted location. Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def _unknown_key(seg: str, prefix: str, fields: list[str]) -> str:
     full = f"{prefix}.{seg}" if prefix else seg
     close = difflib.get_close_matches(seg, fields, n=1, cutoff=0.6)
     hint = f" (did you mean '{prefix + '.' if prefix else ''}{close[0]}'?)" if close else ""
-    return f"unknown key '{full}'{hint}; allowed{' in ' + prefix if prefix else ''}: {', '.join(sorted(fields))}"
+    return (
+        f"unknown key '{full}'{hint}; allowed{' in ' + prefix if prefix else ''}: {', '.join(sorted(fields))}"
+    )
 
 
 def field_type(path: str | tuple[Any, ...], root: type[BaseModel] = RunConfig) -> Any:
@@ -90,7 +92,8 @@ def get_path(tree: Any, path: str) -> tuple[bool, Any]:
 
 
 def merge(tree: Any, patch: Any) -> Any:
-    """``patch`` deep-merged over ``tree`` (mappings merge key by key; anything else replaces). No aliasing."""
+    """``patch`` deep-merged over ``tree`` (mappings merge key by key; anything else replaces). No
+    aliasing."""
     if isinstance(tree, dict) and isinstance(patch, dict):
         out = dict(tree)
         for key, value in patch.items():
@@ -100,7 +103,8 @@ def merge(tree: Any, patch: Any) -> Any:
 
 
 def assign(tree: Any, path: str, value: Any) -> Any:
-    """``tree`` with ``value`` merged in at the dotted ``path`` (partial mappings merge with what is there)."""
+    """``tree`` with ``value`` merged in at the dotted ``path`` (partial mappings merge with what is
+    there)."""
     return merge(tree, nest_dotted({path: value}))
 
 

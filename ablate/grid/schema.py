@@ -11,8 +11,8 @@ A grid names what to compare (CLI.md "Grid files")::
     match_params: baseline
     defs: {fast: &fast {train.steps: 50}}                  # YAML anchors to reuse: <<: *fast, or *fast
 
-``load_grid`` reads and checks the file and returns a ``Grid``; ``ablate.grid.expand`` turns it into runs. Every
-problem is a ``ConfigError`` whose text starts with the file and the section.
+``load_grid`` reads and checks the file and returns a ``Grid``; ``ablate.grid.expand`` turns it into runs.
+Every problem is a ``ConfigError`` whose text starts with the file and the section.
 """
 
 from __future__ import annotations
@@ -67,11 +67,14 @@ class GridFile(BaseModel):
     exclude: list[Annotated[dict[str, Any], Field(min_length=1)]] = Field(
         default_factory=list, description="drop every run matching all given keys"
     )
-    match_params: str | None = Field(None, description="shrink each run's FFN to this variant's parameter count")
-    ladder: LadderSpec | None = Field(None, description="model sizes and a token budget: one more axis (grid/ladder.py)")
-    plugins: list[str] = Field(default_factory=list, description="modules of the user's code whose arms the grid "
-                               "names (variant: {arm: module:Class, args: {...}}); only these, and installed "
-                               "ablate.arms entry points, are imported")
+    match_params: str | None = Field(None,
+                                     description="shrink each run's FFN to this variant's parameter count")
+    ladder: LadderSpec | None = Field(
+        None, description="model sizes and a token budget: one more axis (grid/ladder.py)"
+    )
+    plugins: list[str] = Field(default_factory=list, description="modules of the user's code whose arms the "
+                               "grid names (variant: {arm: module:Class, args: {...}}); only these, and "
+                               "installed ablate.arms entry points, are imported")
 
     @model_validator(mode="before")
     @classmethod
@@ -92,7 +95,8 @@ class GridFile(BaseModel):
 
 @dataclass(frozen=True)
 class Axis:
-    """One axis of the product: a ``grid`` key (one path) or a ``zip`` group (several paths varied together)."""
+    """One axis of the product: a ``grid`` key (one path) or a ``zip`` group (several paths varied
+    together)."""
 
     paths: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
@@ -101,9 +105,9 @@ class Axis:
 
 @dataclass(frozen=True, eq=False)
 class Grid:
-    """A checked grid: ``base`` with ``--set`` applied, the axes in file order (``grid`` keys in order, ``zip``
-    groups in order, the two sections in the order the file writes them), extra and excluded runs, and where it
-    came from (``source``, the file's ``text``)."""
+    """A checked grid: ``base`` with ``--set`` applied, the axes in file order (``grid`` keys in order,
+    ``zip`` groups in order, the two sections in the order the file writes them), extra and excluded runs, and
+    where it came from (``source``, the file's ``text``)."""
 
     name: str
     base: dict[str, Any]
@@ -114,14 +118,16 @@ class Grid:
     source: str = "<grid>"
     text: str = ""
     base_origins: dict[str, str] = field(default_factory=dict)  # dotted path set by --set -> "--set"
-    ladder: LadderSpec | None = None  # its rungs are the first axis; expand sets each run's train.steps from it
-    plugins: tuple[str, ...] = ()  # the modules its plugin arms may come from (ablate.ablations.plugins.check)
+    # its rungs are the first axis; expand sets each run's train.steps from it
+    ladder: LadderSpec | None = None
+    # the modules its plugin arms may come from (ablate.ablations.plugins.check)
+    plugins: tuple[str, ...] = ()
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last). Merge keys
-    (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written beside a merge overrides the merged
-    one, and only the keys written in the mapping itself are checked for repeats."""
+    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last). Merge
+    keys (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written beside a merge overrides
+    the merged one, and only the keys written in the mapping itself are checked for repeats."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -191,8 +197,9 @@ def _check_entry(entry: dict[str, Any], where: str) -> None:
 
 
 def _normalized(entry: dict[str, Any], where: str) -> dict[str, Any]:
-    """An ``exclude`` entry with each value read through its field's type and put in canonical JSON form, so it
-    compares with a dumped config by value (``3e-3`` matches ``0.003``, ``{position: G2}`` a whole gate)."""
+    """An ``exclude`` entry with each value read through its field's type and put in canonical JSON form, so
+    it compares with a dumped config by value (``3e-3`` matches ``0.003``, ``{position: G2}`` a whole
+    gate)."""
     _check_entry(entry, where=where)
     out: dict[str, Any] = {}
     for path, value in entry.items():
@@ -213,7 +220,8 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
     """
     raw = _yaml(text, where=source)
     if not isinstance(raw, dict):
-        raise ConfigError(f"a grid file is a mapping with at least 'name', got {type(raw).__name__}", where=source)
+        raise ConfigError(f"a grid file is a mapping with at least 'name', got {type(raw).__name__}",
+                          where=source)
     try:
         spec = GridFile.model_validate(raw)
     except ValidationError as exc:
@@ -252,7 +260,8 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
 
     for i, entry in enumerate(spec.include):
         _check_entry(entry, where=f"{source}: include[{i}]")
-    exclude = tuple(_normalized(entry, where=f"{source}: exclude[{i}]") for i, entry in enumerate(spec.exclude))
+    exclude = tuple(_normalized(entry,
+                                where=f"{source}: exclude[{i}]") for i, entry in enumerate(spec.exclude))
     return Grid(
         name=spec.name, base=base, axes=tuple(axes), include=tuple(spec.include), exclude=exclude,
         match_params=spec.match_params, source=source, text=text, base_origins=origins, ladder=spec.ladder,
@@ -265,7 +274,8 @@ def _no_repeated_paths(axes: Iterable[Axis], source: str) -> None:
     for axis in axes:
         for path in axis.paths:
             if path in seen:
-                raise ConfigError(f"'{path}' is varied twice, in {seen[path]} and in {axis.origin}", where=source)
+                raise ConfigError(f"'{path}' is varied twice, in {seen[path]} and in {axis.origin}",
+                                  where=source)
             seen[path] = axis.origin
 
 
@@ -275,8 +285,9 @@ def _no_set_on_axes(origins: dict[str, str], axes: Iterable[Axis], source: str) 
         for axis in axes:
             for path in axis.paths:
                 if key == path or key.startswith(path + ".") or path.startswith(key + "."):
-                    raise ConfigError(f"{path} is a grid axis (in {axis.origin} of {source}), so --set {key}=... "
-                                      "would change nothing; use --where or edit the grid", where="--set")
+                    raise ConfigError(f"{path} is a grid axis (in {axis.origin} of {source}), so --set "
+                                      f"{key}=... would change nothing; use --where or edit the "
+                                      "grid", where="--set")
 
 
 def file_base(text: str) -> Any | None:

@@ -1,4 +1,5 @@
-"""What ``ablate plan`` shows: each planned run's status in the store (if there is one), its JSON and its table.
+"""What ``ablate plan`` shows: each planned run's status in the store (if there is one), its JSON and its
+table.
 
 The store is opened only when it exists (the SQLite file is there, or a server URL is given): planning never
 creates a database.
@@ -28,7 +29,8 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 def store_exists(store: str | None, home: Path) -> bool:
-    """Is there a store to ask? The default SQLite file, or the URL's file, exists; a server URL always counts."""
+    """Is there a store to ask? The default SQLite file, or the URL's file, exists; a server URL always
+    counts."""
     if store is None:
         return (home / "ablate.db").exists()
     if store.startswith("sqlite"):
@@ -40,8 +42,8 @@ def store_exists(store: str | None, home: Path) -> bool:
 def statuses(runs: Sequence[PlannedRun], *, store: str | None, home: Path) -> dict[str, str]:
     """Each run's status in the store, ``new`` for one it has never seen (or when there is no store),
     ``"<status> as <old id> (ablate db rehash)"`` for one stored under an id from an older ablate, and
-    ``"stale: <field> changed since run <old id>"`` for one whose stem the store holds under another id (what it
-    reads outside its config changed: its data; ``ablate run`` trains it anew)."""
+    ``"stale: <field> changed since run <old id>"`` for one whose stem the store holds under another id (what
+    it reads outside its config changed: its data; ``ablate run`` trains it anew)."""
     run_ids = [r.run_id for r in runs]
     found: dict[str, str] = {}
     if store is not None:  # a URL that cannot work is refused here too, before anything is made
@@ -72,15 +74,16 @@ def stale_line(planned: Any, stored: dict[str, Any], old: str) -> str:
 
 
 def compute(run: PlannedRun) -> dict[str, int]:
-    """The training ``tokens`` a run is planned for and the ``flops`` they cost (``ablate.ablations.flops``)."""
+    """The training ``tokens`` a run is planned for and the ``flops`` they cost
+    (``ablate.ablations.flops``)."""
     from ablate.grid.ladder import planned_flops, tokens_per_run
 
     return {"tokens": tokens_per_run(run.config), "flops": planned_flops(run.config)}
 
 
 def memory(run: PlannedRun, *, gpu: bool | None = None, items: bool = True) -> dict[str, Any]:
-    """The run's estimated peak ``memory_gb`` per device and (``items``) its items (``ablate.ablations.memory``);
-    ``gpu``: whether a GPU is here (asked when None)."""
+    """The run's estimated peak ``memory_gb`` per device and (``items``) its items
+    (``ablate.ablations.memory``); ``gpu``: whether a GPU is here (asked when None)."""
     from ablate.ablations.memory import gpu_here, run_memory
 
     est = run_memory(run.config, gpu=gpu_here() if gpu is None else gpu)
@@ -98,7 +101,8 @@ class Costs:
     def __call__(self, run: PlannedRun) -> dict[str, Any]:
         c = run.config
         # frozen pydantic models hash by value; stages are plain dicts, so they go in as JSON
-        key = (c.model, c.variant, c.train, c.data.seq_len, json.dumps(c.stages, sort_keys=True, default=str) if c.stages else None)
+        key = (c.model, c.variant, c.train, c.data.seq_len,
+               json.dumps(c.stages, sort_keys=True, default=str) if c.stages else None)
         if (found := self.done.get(key)) is None:
             found = self.done[key] = compute(run) | memory(run, gpu=self.gpu)
         return found
@@ -113,9 +117,9 @@ def plan_imports(runs: Sequence[PlannedRun]) -> list[str]:
 
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:
     """CLI.md's ``plan --format json``: ``{"grid", "runs": [{"run_id", "variant", "seed", "params",
-    "added_params", "status", "config"}, ...], "imports"}``, plus each run's ``axes``, ``match_residual``, planned
-    ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory`` items;
-    ``imports``: the plugin modules the grid imports."""
+    "added_params", "status", "config"}, ...], "imports"}``, plus each run's ``axes``, ``match_residual``,
+    planned ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory``
+    items; ``imports``: the plugin modules the grid imports."""
     from ablate.ablations.memory import gpu_here
 
     costs = Costs(gpu=gpu_here())
@@ -125,8 +129,8 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
             {
                 "run_id": r.run_id, "variant": r.config.variant, "seed": r.config.seed, "params": r.params,
                 "added_params": r.added_params, "status": status.get(r.run_id, NEW),
-                "config": r.config.model_dump(mode="json"), "axes": r.axes, "match_residual": r.match_residual,
-                **costs(r),
+                "config": r.config.model_dump(mode="json"), "axes": r.axes,
+                "match_residual": r.match_residual, **costs(r),
             }
             for r in runs
         ],
@@ -169,10 +173,10 @@ def _cell(value: Any) -> str:
 
 def plan_rows(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, matched: str | None = None,
               ladder: bool = False) -> tuple[str, list[tuple[str, str]], list[list[str]]]:
-    """What ``ablate plan`` shows, as text: the title, the columns (name, ``left``/``right``) and one row of cells
-    per run: run id, variant, seed, [rung,] the axes that vary, params, added params, [residual], tokens, FLOPs,
-    estimated peak memory per device, status. With ``ladder`` the model fields the rungs set show as one ``rung``
-    column."""
+    """What ``ablate plan`` shows, as text: the title, the columns (name, ``left``/``right``) and one row of
+    cells per run: run id, variant, seed, [rung,] the axes that vary, params, added params, [residual],
+    tokens, FLOPs, estimated peak memory per device, status. With ``ladder`` the model fields the rungs set
+    show as one ``rung`` column."""
     from ablate.ablations.memory import GiB, fmt_gb, gpu_here
     from ablate.grid.ladder import rung_label
 

@@ -1,5 +1,5 @@
-"""What the reports of ``ablate report`` (``reports.registry.REPORTS``) call: a table as text, the scorecard, the
-figures, the whole report directory, from a store."""
+"""What the reports of ``ablate report`` (``reports.registry.REPORTS``) call: a table as text, the scorecard,
+the figures, the whole report directory, from a store."""
 
 from __future__ import annotations
 
@@ -32,19 +32,20 @@ def table_number(target: str) -> int:
     """``table3`` -> 3; a clear error for anything else."""
     report = REPORTS.get(target)
     if report is None or report.table is None:
-        raise UserInputError(one_of(target, [r for r, v in REPORTS.items() if v.table is not None], what="table"))
+        raise UserInputError(one_of(target, [r for r, v in REPORTS.items() if v.table is not None],
+                                    what="table"))
     return report.table
 
 
 def grid_table(data: GridData, number: int, *, paper: bool = False, stats: Stats = DEFAULT) -> Table:
     """Table ``number`` of the grid in ``data``."""
-    return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper, added_params=data.added_params,
-                       stats=stats)
+    return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper,
+                       added_params=data.added_params, stats=stats)
 
 
 def _tell(lines: list[str], fmt: str, warn: Warn | None) -> None:
-    """The unresolved comparisons' lines, on stderr for a machine format (CSV, JSON) so stdout stays parseable; the
-    other formats carry them under the table."""
+    """The unresolved comparisons' lines, on stderr for a machine format (CSV, JSON) so stdout stays
+    parseable; the other formats carry them under the table."""
     if warn is not None and fmt in ("csv", "json"):
         for line in lines:
             warn(f"unresolved: {line}")
@@ -64,8 +65,8 @@ def report_table(store: Store, target: str, *, grid: str | None = None, paper: b
     return render(table, fmt)
 
 
-def report_scorecard(store: Store, *, grid: str | None = None, fmt: str = "markdown", where: str | None = None,
-                     warn: Warn | None = None, stats: Stats = DEFAULT) -> str:
+def report_scorecard(store: Store, *, grid: str | None = None, fmt: str = "markdown",
+                     where: str | None = None, warn: Warn | None = None, stats: Stats = DEFAULT) -> str:
     """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html), the
     claims' p-values corrected together (``stats``)."""
     if fmt not in SCORECARD_FORMATS:  # before any query
@@ -102,8 +103,9 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
     written["scorecard.md"] = out / "scorecard.md"
     counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}
     page = out / PAGE
-    page.write_text(report_page(data.grid, tables, figures, verdicts, counts={str(k): int(v) for k, v in counts.items()},
-                                sections=sections, stats=stats))
+    page.write_text(report_page(data.grid, tables, figures, verdicts,
+                                counts={str(k): int(v) for k, v in counts.items()}, sections=sections,
+                                stats=stats))
     written[PAGE] = page
     log.info("report for grid %s -> %s", data.grid, page)
     return written
@@ -111,12 +113,13 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
 
 def report_all(store: Store, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
                where: str | None = None, warn: Warn | None = None, stats: Stats = DEFAULT) -> dict[str, Path]:
-    """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when the
-    grid has tuning studies."""
+    """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when
+    the grid has tuning studies."""
     from ablate.reports.lr import write_lr_report
 
     data = load_grid_data(store, grid, where=where, warn=warn)
     lr_files, lr_section = write_lr_report(store, data.grid, out_dir)
-    written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else (), stats=stats)
+    written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else (),
+                           stats=stats)
     written.update(lr_files)
     return written

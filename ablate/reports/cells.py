@@ -1,7 +1,7 @@
 """A report table as data (columns, rows, cells), and how numbers become cell text.
 
-Builders (``tables.py``) fill these; renderers (``render.py``) only read them. A cell keeps its unformatted value
-(for CSV) beside its text (for markdown, LaTeX, HTML).
+Builders (``tables.py``) fill these; renderers (``render.py``) only read them. A cell keeps its unformatted
+value (for CSV) beside its text (for markdown, LaTeX, HTML).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ class Column:
     - ``delta``: ``metric``, whose paired difference to the baseline it shows;
     - ``descriptor``: ``key`` names it (``act_func``, ``score_shape``, ``added_params``, ``max_lr``).
 
-    ``key`` is only the column's name in the table (its cells' key and its CSV header): the metric for a measured
-    column, ``paper:<col>``, ``delta:<metric>``; build columns with ``measured``, ``of_paper`` and ``delta``.
+    ``key`` is only the column's name in the table (its cells' key and its CSV header): the metric for a
+    measured column, ``paper:<col>``, ``delta:<metric>``; build columns with ``measured``, ``of_paper`` and
+    ``delta``.
     """
 
     key: str
@@ -83,7 +84,8 @@ class Table:
     columns: list[Column]
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
-    unresolved: list[str] = field(default_factory=list)  # "G1 vs baseline (val_ppl): -0.05 ± 0.08, needs ≈ 9 seeds"
+    # "G1 vs baseline (val_ppl): -0.05 ± 0.08, needs ≈ 9 seeds"
+    unresolved: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -162,8 +164,8 @@ def summary_cell(s: Summary, d: int, usual_n: int) -> Cell:
 
 
 def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
-    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its 95% CI; ``(n=1)`` with one pair (no interval);
-    significant when the delta is resolved after its family's correction (``stats.correct``)."""
+    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its 95% CI; ``(n=1)`` with one pair (no
+    interval); significant when the delta is resolved after its family's correction (``stats.correct``)."""
     if delta.mean is None:
         return Cell()
     text = f"{delta.mean:+.{d}f}"

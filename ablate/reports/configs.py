@@ -5,7 +5,8 @@ A grid may hold runs at several configurations of a field it does not vary on pu
 *configuration field* is a config field whose value differs between runs that have the same axis values (the
 grid's axes are what it varies on purpose; a field that follows the axes, such as an FFN width re-matched per
 variant or a ladder rung's steps, is not one). The report keeps the configuration with the most finished runs,
-then the one that finished last, and says in one line what it left out and how to choose another (``--where``).
+then the one that finished last, and says in one line what it left out and how to choose another
+(``--where``).
 """
 
 from __future__ import annotations
@@ -34,12 +35,17 @@ def finish_times(runs: Any) -> list[str]:
 
 
 def configuration_fields(runs: Any, axes: Iterable[str]) -> list[str]:
-    """The config fields whose value differs between runs with the same axis values (see the module docstring)."""
+    """The config fields whose value differs between runs with the same axis values (see the module
+    docstring)."""
     axes = [a for a in axes if a in runs.columns and a not in _IDENTITY]
     by = [*_IDENTITY, *axes]
     fields = []
     candidates = [c for c in runs.columns if str(c).startswith(_PREFIXES) or c == "stages"]
-    key = [tuple(_value(v) for v in row) for row in runs[by].itertuples(index=False)] if by else [()] * len(runs)
+    key = (
+        [tuple(_value(v) for v in row) for row in runs[by].itertuples(index=False)]
+        if by
+        else [()] * len(runs)
+    )
     for c in candidates:
         if c in axes:
             continue
@@ -80,8 +86,8 @@ def one_configuration(runs: Any, axes: Iterable[str], *, grid: str = "") -> tupl
     more = f"; and {len(others) - 3} more" if len(others) > 3 else ""
     f0, v0 = fields[0], others[0][0]
     hint = f"{f0} == {v0!r}" if isinstance(v0, str) else f"{f0} == {v0}"
-    line = (f"report{f' of grid {grid}' if grid else ''}: {left} run(s) at other configurations left out ({shown}"
-            f"{more}); showing {describe(best)} ({score[best][0]} finished, the most"
+    line = (f"report{f' of grid {grid}' if grid else ''}: {left} run(s) at other configurations left out "
+            f"({shown}{more}); showing {describe(best)} ({score[best][0]} finished, the most"
             f"{', then the latest' if sum(1 for k in score if score[k][0] == score[best][0]) > 1 else ''}); "
             f"choose with --where, e.g. --where \"{hint}\"")
     return runs.loc[keep].reset_index(drop=True), line

@@ -1,4 +1,5 @@
-"""The thin layer between the store and the pure report builders: which grid, and everything a report reads of it.
+"""The thin layer between the store and the pure report builders: which grid, and everything a report reads of
+it.
 
 ``load_grid_data(store, grid)`` does every query once; tables, figures and the scorecard are pure functions of
 the ``GridData`` it returns.
@@ -42,18 +43,21 @@ class GridData:
 
 
 def resolve_grid(grids: list[str], grid: str | None) -> str:
-    """The grid to report: ``grid`` if the store has it; the only grid when none is named; else a clear error."""
+    """The grid to report: ``grid`` if the store has it; the only grid when none is named; else a clear
+    error."""
     if grid is not None:
         if grid not in grids:
-            msg = one_of(grid, grids, what="grid") if grids else f"unknown grid {grid!r}: the store has no grids yet"
+            msg = one_of(grid, grids,
+                         what="grid") if grids else f"unknown grid {grid!r}: the store has no grids yet"
             raise UserInputError(msg + " (option --grid)")
         return grid
     if len(grids) == 1:
         return grids[0]
     if not grids:
-        raise UserInputError("the store has no grids yet: run one first (`ablate run GRID`), or point --store at "
-                             "the store that has them")
-    raise UserInputError(f"the store has {len(grids)} grids; name one with --grid: {', '.join(sorted(grids))}")
+        raise UserInputError("the store has no grids yet: run one first (`ablate run GRID`), or point "
+                             "--store at the store that has them")
+    raise UserInputError(f"the store has {len(grids)} grids; name one with --grid: "
+                         f"{', '.join(sorted(grids))}")
 
 
 def load_grid_data(store: Store, grid: str | None = None, *, where: str | None = None,
@@ -66,8 +70,8 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
     from ablate.reports.configs import one_configuration
 
     name = resolve_grid(list(store.grids()), grid)
-    runs, left_out = one_configuration(current_runs(store, name, where=where, warn=warn), store.grid_axes(name),
-                                       grid=name)
+    runs, left_out = one_configuration(current_runs(store, name, where=where, warn=warn),
+                                       store.grid_axes(name), grid=name)
     if left_out is not None:
         log.info(left_out)
         if warn is not None:
@@ -76,15 +80,16 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
     data = GridData(
         grid=name, runs=runs,
         curves=store.curves(run_ids=done, metrics=["loss"]),
-        probes=store.probes(run_ids=done), histograms=store.histograms(run_ids=done), events=store.events(run_ids=done),
-        catalogue=catalogue_info(),
+        probes=store.probes(run_ids=done), histograms=store.histograms(run_ids=done),
+        events=store.events(run_ids=done), catalogue=catalogue_info(),
     )
     data.added_params = _added_params_at_scale(runs)
     log.info("grid %s: %d runs (%d finished)", name, len(runs), len(done))
     return data
 
 
-def current_runs(store: Store, name: str, *, where: str | None = None, warn: Callable[[str], None] | None = None
+def current_runs(store: Store, name: str, *, where: str | None = None,
+                 warn: Callable[[str], None] | None = None
                  ) -> Any:
     """The runs of grid ``name``'s current configuration (``ablate status`` counts the same) that satisfy
     ``where``; ``warn`` gets one line saying how many runs of older configurations were left out, if any, and
@@ -96,8 +101,8 @@ def current_runs(store: Store, name: str, *, where: str | None = None, warn: Cal
     older = store.older_runs(name)
     lines = []
     if older:
-        lines.append(f"report of grid {name}: {older} run(s) of older configurations of the grid left out (runs "
-                     "its last `ablate run` did not plan: an edited grid file, changed data)")
+        lines.append(f"report of grid {name}: {older} run(s) of older configurations of the grid left out "
+                     "(runs its last `ablate run` did not plan: an edited grid file, changed data)")
     finished = list(runs.loc[runs["status"].isin(RESULT_STATUSES), "run_id"])
     if (spread := spread_warning(store.provenance(finished).values(), what=f"the report of grid {name}")):
         lines.append(spread)
@@ -123,7 +128,8 @@ def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _added_params_at_scale(runs: Any) -> Callable[[str], int | None] | None:
-    """``added_params(variant)`` for the grid's base model (its most common one), or None if it has no runs."""
+    """``added_params(variant)`` for the grid's base model (its most common one), or None if it has no
+    runs."""
     import math
 
     if not len(runs):
@@ -136,7 +142,9 @@ def _added_params_at_scale(runs: Any) -> Callable[[str], int | None] | None:
     model = {k[len("model."):]: (v.item() if hasattr(v, "item") else v)
              for k, v in row.items() if str(k).startswith("model.")}
     model = {k: v for k, v in model.items()
-             if not (isinstance(v, float) and math.isnan(v)) and v is not None and not k.startswith(("gate", "switch"))}
+             if not (isinstance(v,
+                                float) and math.isnan(v)) and v is not None and not k.startswith(("gate",
+                                                                                                  "switch"))}
 
     @functools.cache
     def added(variant: str) -> int | None:

@@ -1,7 +1,7 @@
 """The paper's Figures 1-7 from a grid's curves, probes and histograms: PNG files, matplotlib (Agg).
 
-Each figure is written even when the grid lacks its data (then it says so on the canvas), so a report always has
-the same seven files. Per-layer values are means over the seeds of a variant, at the grid's most common
+Each figure is written even when the grid lacks its data (then it says so on the canvas), so a report always
+has the same seven files. Per-layer values are means over the seeds of a variant, at the grid's most common
 configuration; Figure 1 uses the largest learning rate both arms ran at.
 """
 
@@ -24,8 +24,8 @@ MAX_PANELS = 4
 EMA = 0.9
 FIGURES: dict[int, str] = {
     1: "fig1_training_loss.png", 2: "fig2_first_token_attention.png", 3: "fig3_gate_score_distributions.png",
-    4: "fig4_mean_abs_before_after_gate.png", 5: "fig5_sdpa_sparsity.png", 6: "fig6_massive_activation_and_sink.png",
-    7: "fig7_gate_scores_per_layer.png",
+    4: "fig4_mean_abs_before_after_gate.png", 5: "fig5_sdpa_sparsity.png",
+    6: "fig6_massive_activation_and_sink.png", 7: "fig7_gate_scores_per_layer.png",
 }
 
 
@@ -61,7 +61,8 @@ def _variant_of(data: GridData, ref: str) -> str | None:
     return next((v.name for v in data.catalogue.values() if ref in v.paper), None)
 
 
-def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int = MAX_LINES) -> dict[str, Any]:
+def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int = MAX_LINES) -> dict[str,
+                                                                                                      Any]:
     """``{variant: Series(layer -> mean over seeds)}`` of probe ``name`` at the grid's modal configuration."""
     runs = _modal_runs(data)
     runs = runs[runs["status"] == "done"]
@@ -80,12 +81,14 @@ def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int
 
 
 def _empty(ax: Any, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in this grid", ha="center", va="center", transform=ax.transAxes, color="#777")
+    ax.text(0.5, 0.5, f"no {what} in this grid", ha="center", va="center", transform=ax.transAxes,
+            color="#777")
     ax.set_xticks([])
     ax.set_yticks([])
 
 
-def _lines(ax: Any, series: dict[str, Any], *, ylabel: str, what: str, style: str = "-o", suffix: str = "") -> None:
+def _lines(ax: Any, series: dict[str, Any], *, ylabel: str, what: str, style: str = "-o",
+           suffix: str = "") -> None:
     if not series:
         _empty(ax, what)
         return
@@ -194,7 +197,8 @@ def fig3(data: GridData, path: Path) -> Path:
     h = _hist(data)
     variants = _ordered_variants(data, list(h["variant"].unique()))[:MAX_PANELS] if len(h) else []
     means = per_layer(data, "gate_score", gated_only=True, limit=10_000)
-    fig, axes = plt.subplots(1, max(1, len(variants)), figsize=(4 * max(1, len(variants)), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(variants)), figsize=(4 * max(1, len(variants)), 3.6),
+                             squeeze=False)
     if not variants:
         _empty(axes[0][0], "gate score histograms")
         axes[0][0].set_title("Gate score distribution")
@@ -203,7 +207,8 @@ def fig3(data: GridData, path: Path) -> Path:
         bins = rows.groupby("bin").agg(lo=("lo", "first"), hi=("hi", "first"), count=("count", "sum"))
         share = bins["count"] / bins["count"].sum()
         centers = (bins["lo"] + bins["hi"]) / 2
-        ax.bar(centers, share, width=(bins["hi"] - bins["lo"]) * 0.95, color="tab:orange", label="share of scores")
+        ax.bar(centers, share, width=(bins["hi"] - bins["lo"]) * 0.95, color="tab:orange",
+               label="share of scores")
         mean = float(means[v].mean()) if v in means else float((centers * share).sum())
         ax.axvline(mean, color="black", ls="--", label=f"mean {mean:.3f}")
         ax.set_title(v)
@@ -256,7 +261,8 @@ def fig6(data: GridData, path: Path) -> Path:
     if m:
         axes[0].set_yscale("log")
     axes[0].set_title("Massive activations: M-Act per layer")
-    _lines(axes[1], per_layer(data, "f_attn"), ylabel="attention on the first token", what="F-Attn probe values")
+    _lines(axes[1], per_layer(data, "f_attn"), ylabel="attention on the first token",
+           what="F-Attn probe values")
     axes[1].set_title("Attention sink: F-Attn per layer")
     return _save(fig, path)
 
@@ -266,7 +272,8 @@ def fig7(data: GridData, path: Path) -> Path:
     plt = _plt()
     h = _hist(data)
     variants = _ordered_variants(data, list(h["variant"].unique()))[:MAX_PANELS] if len(h) else []
-    fig, axes = plt.subplots(1, max(1, len(variants)), figsize=(4.2 * max(1, len(variants)), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(variants)), figsize=(4.2 * max(1, len(variants)), 3.8),
+                             squeeze=False)
     if not variants:
         _empty(axes[0][0], "gate score histograms")
         axes[0][0].set_title("Gate scores per layer")
@@ -285,7 +292,8 @@ def fig7(data: GridData, path: Path) -> Path:
     return _save(fig, path)
 
 
-DRAW: dict[int, Callable[[GridData, Path], Path]] = {1: fig1, 2: fig2, 3: fig3, 4: fig4, 5: fig5, 6: fig6, 7: fig7}
+DRAW: dict[int, Callable[[GridData, Path], Path]] = {1: fig1, 2: fig2, 3: fig3, 4: fig4, 5: fig5, 6: fig6,
+                                                     7: fig7}
 
 
 def write_figures(data: GridData, out_dir: str | Path) -> dict[int, Path]:

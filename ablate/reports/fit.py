@@ -1,8 +1,8 @@
 """Fitting L(C) = E + A * C^(-alpha) to a scaling ladder, with intervals from a bootstrap over seeds.
 
 Pure numpy + scipy, deterministic (fixed bootstrap seed). The unit of resampling is a seed: one seed's runs at
-every rung form one draw, so what varies between draws is what varies between seeds (init and data order), and a
-variant and its baseline are resampled with the same seeds (a paired bootstrap).
+every rung form one draw, so what varies between draws is what varies between seeds (init and data order), and
+a variant and its baseline are resampled with the same seeds (a paired bootstrap).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ MIN_RUNGS = 4  # three parameters, and one rung to spare to see whether the curv
 
 @dataclass(frozen=True)
 class PowerLaw:
-    """``L(C) = E + A * C^(-alpha)``, C in FLOPs. ``A`` is kept as ``B * C0^alpha`` with C0 the fit's reference
-    compute, so evaluating far from C0 stays finite."""
+    """``L(C) = E + A * C^(-alpha)``, C in FLOPs. ``A`` is kept as ``B * C0^alpha`` with C0 the fit's
+    reference compute, so evaluating far from C0 stays finite."""
 
     E: float
     B: float
@@ -40,10 +40,10 @@ class PowerLaw:
 
 def fit_power_law(compute: Sequence[float], loss: Sequence[float], *, start: PowerLaw | None = None
                   ) -> PowerLaw | None:
-    """Least-squares fit of ``E + A * C^(-alpha)`` (E >= 0, A > 0; alpha free, so a ladder whose loss rises with
-    compute shows alpha <= 0 rather than being forced into a falling curve). Best of a few starts; None when no
-    start converges or there are fewer than three distinct compute values. ``start`` (a fit of similar data:
-    the bootstrap starts from the point fit) is tried first, alone when it converges.
+    """Least-squares fit of ``E + A * C^(-alpha)`` (E >= 0, A > 0; alpha free, so a ladder whose loss rises
+    with compute shows alpha <= 0 rather than being forced into a falling curve). Best of a few starts; None
+    when no start converges or there are fewer than three distinct compute values. ``start`` (a fit of similar
+    data: the bootstrap starts from the point fit) is tried first, alone when it converges.
 
     >>> import numpy as np
     >>> c = np.logspace(12, 15, 6)
@@ -73,7 +73,9 @@ def fit_power_law(compute: Sequence[float], loss: Sequence[float], *, start: Pow
               for a0 in (0.05, 0.3, 1.0)]
     if start is not None:  # the same law seen from this fit's reference compute
         b = math.log(start.B) - start.alpha * math.log(c0 / start.C0)
-        starts.insert(0, (min(start.E, bounds[1][0]), min(max(b, -50.0), 50.0), min(max(start.alpha, -5.0), 5.0)))
+        starts.insert(0,
+                      (min(start.E, bounds[1][0]), min(max(b, -50.0), 50.0),
+                       min(max(start.alpha, -5.0), 5.0)))
     best = None
     for i, p0 in enumerate(starts):
         try:
@@ -107,7 +109,8 @@ class Interval:
 
 
 def percentile(values: Sequence[float | None], point: float | None, level: float = CI_LEVEL) -> Interval:
-    """``point`` with the ``level`` percentile interval of the finite ``values`` (None when there are none)."""
+    """``point`` with the ``level`` percentile interval of the finite ``values`` (None when there are
+    none)."""
     import numpy as np
 
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
@@ -120,8 +123,8 @@ def percentile(values: Sequence[float | None], point: float | None, level: float
 
 class SeedBootstrap:
     """Fits of one series resampled over its seeds: ``draws`` multisets of seeds (drawn once, shared by every
-    series so a variant and its baseline see the same seeds), each fit once per distinct multiset (cached: with
-    two seeds there are only three)."""
+    series so a variant and its baseline see the same seeds), each fit once per distinct multiset (cached:
+    with two seeds there are only three)."""
 
     def __init__(self, seeds: Sequence[Any], *, draws: int = DRAWS, seed: int = BOOTSTRAP_SEED):
         import numpy as np
@@ -154,7 +157,8 @@ class SeedBootstrap:
 
 
 def crossover(a: PowerLaw, b: PowerLaw, lo: float, hi: float) -> float | None:
-    """The smallest compute in ``[lo, hi]`` where curves ``a`` and ``b`` cross (their difference changes sign)."""
+    """The smallest compute in ``[lo, hi]`` where curves ``a`` and ``b`` cross (their difference changes
+    sign)."""
     import numpy as np
     from scipy.optimize import brentq
 
@@ -168,6 +172,7 @@ def crossover(a: PowerLaw, b: PowerLaw, lo: float, hi: float) -> float | None:
     return None
 
 
-def interval_of(fits: Sequence[PowerLaw | None], point: PowerLaw, fn: Callable[[PowerLaw], float]) -> Interval:
+def interval_of(fits: Sequence[PowerLaw | None], point: PowerLaw,
+                fn: Callable[[PowerLaw], float]) -> Interval:
     """``fn`` of the point fit, with its interval over the bootstrap fits that converged."""
     return percentile([fn(f) for f in fits if f is not None], fn(point))

@@ -6,15 +6,15 @@ intervals from a bootstrap over seeds (``ablate.reports.fit``).
 - The loss of a run is its final held-out loss: the mean over its held-out sets of ln(PPL) (nats per token).
 - Its compute is the ``flops`` it recorded (``ablate.ablations.flops``: 6N + 12·L·H·Q·T per token, the gate's
   matmuls included), so a gated variant and its baseline are compared at equal compute, not at equal steps.
-- A series is a variant at one configuration apart from the ladder (learning rate, batch, ...); a variant pairs
-  with the baseline series at the same configuration.
-- A fit is unreliable with too few rungs, a ladder whose loss does not fall rung by rung, alpha <= 0 or an alpha
-  interval that reaches 0, or a loss floor E the ladder does not identify (the fit puts it at 0, so it would
-  extrapolate the loss to zero); then no prediction is given. Nor is one given more than ``MAX_EXTRAPOLATION``
-  times past the largest rung's compute. Each refused prediction says why (``refused``).
-- A predicted loss whose interval is wider than the gain the fit predicts over the ladder's largest rung, and a
-  predicted difference whose interval holds zero, are unresolved: shown with their interval, no point value. With
-  fewer than ``MIN_SEEDS`` seeds nothing is resolved: two seeds give three resamples, not an interval.
+- A series is a variant at one configuration apart from the ladder (learning rate, batch, ...); a variant
+  pairs with the baseline series at the same configuration.
+- A fit is unreliable with too few rungs, a ladder whose loss does not fall rung by rung, alpha <= 0 or an
+  alpha interval that reaches 0, or a loss floor E the ladder does not identify (the fit puts it at 0, so it
+  would extrapolate the loss to zero); then no prediction is given. Nor is one given more than
+  ``MAX_EXTRAPOLATION`` times past the largest rung's compute. Each refused prediction says why (``refused``).
+- A predicted loss whose interval is wider than the gain the fit predicts over the ladder's largest rung, and
+  a predicted difference whose interval holds zero, are unresolved: shown with their interval, no point value.
+  With fewer than ``MIN_SEEDS`` seeds nothing is resolved: two seeds give three resamples, not an interval.
 """
 
 from __future__ import annotations
@@ -93,9 +93,11 @@ def parse_targets(spec: str) -> list[Target]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------- the points
+# ---------------------------------------------------------------------------------------------------- the
+# points
 def run_loss(r: Any) -> float | None:
-    """A run's final held-out loss (mean over its held-out sets of ln PPL); ln(val_ppl) when it has no sets."""
+    """A run's final held-out loss (mean over its held-out sets of ln PPL); ln(val_ppl) when it has no
+    sets."""
     sets = [v for k in r.index if str(k).startswith("ppl/") and (v := cell_value(r, k)) is not None and v > 0]
     if sets:
         return sum(math.log(v) for v in sets) / len(sets)
@@ -119,7 +121,8 @@ def run_flops(r: Any) -> float | None:
 
     fields = {str(k)[len("model."):]: (v.item() if hasattr(v, "item") else v)
               for k, v in r.items() if str(k).startswith("model.")}
-    fields = {k: v for k, v in fields.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    fields = {k: v for k, v in fields.items() if v is not None and not (isinstance(v,
+                                                                                   float) and math.isnan(v))}
     try:
         model = apply_variant(ModelConfig(**nest_dotted(fields)), str(r["variant"]))
         return tokens * flops_per_token(model, int(r["data.seq_len"]))
@@ -128,8 +131,8 @@ def run_flops(r: Any) -> float | None:
 
 
 def ladder_points(runs: Any) -> tuple[Any, list[str]]:
-    """One row per finished run: ``series``, ``variant``, ``context``, ``seed``, ``rung``, ``flops``, ``loss``;
-    and notes on the runs left out (diverged, unfinished, unmeasured)."""
+    """One row per finished run: ``series``, ``variant``, ``context``, ``seed``, ``rung``, ``flops``,
+    ``loss``; and notes on the runs left out (diverged, unfinished, unmeasured)."""
     import pandas as pd
 
     from ablate.grid.ladder import rung_label
@@ -155,17 +158,21 @@ def ladder_points(runs: Any) -> tuple[Any, list[str]]:
         context = ", ".join(f"{c}={r[c]}" for c in varying)
         rows.append({"series": f"{r['variant']} ({context})" if context else str(r["variant"]),
                      "variant": str(r["variant"]), "context": context, "seed": r["seed"],
-                     "rung": rung_label({"n_layers": int(r["model.n_layers"]), "d_model": int(r["model.d_model"])}),
+                     "rung": rung_label({"n_layers": int(r["model.n_layers"]),
+                                         "d_model": int(r["model.d_model"])}),
                      "flops": float(flops), "loss": float(loss)})
     notes += [f"{n} {what} run(s) left out of the fits" for what, n in skipped.items() if n]
-    return pd.DataFrame(rows, columns=["series", "variant", "context", "seed", "rung", "flops", "loss"]), notes
+    return pd.DataFrame(rows,
+                        columns=["series", "variant", "context", "seed", "rung", "flops", "loss"]), notes
 
 
-# ---------------------------------------------------------------------------------------------------- the analysis
+# ---------------------------------------------------------------------------------------------------- the
+# analysis
 def _rungs(points: Any) -> Any:
     """Per rung of one series: mean compute, loss mean and std over seeds, runs; in order of compute."""
     g = points.groupby("rung")
-    out = g.agg(flops=("flops", "mean"), loss_mean=("loss", "mean"), loss_std=("loss", "std"), n=("loss", "size"))
+    out = g.agg(flops=("flops", "mean"), loss_mean=("loss", "mean"), loss_std=("loss", "std"),
+                n=("loss", "size"))
     return out.sort_values("flops").reset_index()
 
 
@@ -178,8 +185,8 @@ def _problems(rungs: Any, law: PowerLaw | None, params: dict[str, Interval]) -> 
     means = list(rungs["loss_mean"])
     for i in range(1, len(means)):
         if means[i] >= means[i - 1]:
-            problems.append(f"non-monotone ladder: the loss at {rungs['rung'][i]} ({means[i]:.4f}) is not below "
-                            f"{rungs['rung'][i - 1]}'s ({means[i - 1]:.4f})")
+            problems.append(f"non-monotone ladder: the loss at {rungs['rung'][i]} ({means[i]:.4f}) is not "
+                            f"below {rungs['rung'][i - 1]}'s ({means[i - 1]:.4f})")
             break
     if law is None:
         problems.append("the fit did not converge")
@@ -187,10 +194,11 @@ def _problems(rungs: Any, law: PowerLaw | None, params: dict[str, Interval]) -> 
         problems.append(f"alpha <= 0 ({law.alpha:.3g}): the loss does not fall with compute")
     elif alpha.low is not None and alpha.low <= 0:
         problems.append(f"alpha's interval reaches {alpha.low:.3g} <= 0")
-    if law is not None and min(v for v in (floor.value, floor.low) if v is not None) <= FLOOR_AT_ZERO * min(means):
+    if law is not None and min(v for v in (floor.value,
+                                           floor.low) if v is not None) <= FLOOR_AT_ZERO * min(means):
         # E at its bound: the ladder shows no floor, and the fit extrapolates a loss that falls to zero
-        problems.append("the loss floor E is not identified (the fit puts it at 0): the ladder's losses do not "
-                        "bend towards a floor")
+        problems.append("the loss floor E is not identified (the fit puts it at 0): the ladder's losses do "
+                        "not bend towards a floor")
     return problems
 
 
@@ -204,7 +212,8 @@ def _fit_dict(law: PowerLaw | None, fits: list[PowerLaw | None]) -> dict[str, In
     return {k: interval_of(fits, law, attrgetter(k)) for k in ("E", "A", "alpha")}
 
 
-def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", grid: str = "") -> dict[str, Any]:
+def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", grid: str = "") -> dict[str,
+                                                                                                     Any]:
     """The whole ladder report as plain data (what ``--format json`` prints)."""
     points, notes = ladder_points(runs)
     if not len(points):
@@ -212,11 +221,12 @@ def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", gri
                              "(`ablate run GRID`)")
     boot = SeedBootstrap(sorted(set(points["seed"])))
     if boot.distinct < 10:
-        notes.append(f"{len(boot.seeds)} seed(s): the intervals rest on {boot.distinct} distinct resample(s) of "
-                     "the seeds and understate the uncertainty")
+        notes.append(f"{len(boot.seeds)} seed(s): the intervals rest on {boot.distinct} distinct resample(s) "
+                     "of the seeds and understate the uncertainty")
     top = float(points["flops"].max())
     series: dict[str, dict[str, Any]] = {}
-    order = sorted(points["series"].unique(), key=lambda n: (points.loc[points["series"] == n, "variant"].iloc[0]
+    order = sorted(points["series"].unique(),
+                   key=lambda n: (points.loc[points["series"] == n, "variant"].iloc[0]
                                                              != baseline, n))
     for name in order:
         pts = points[points["series"] == name]
@@ -230,18 +240,22 @@ def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", gri
                              "seeds": sorted(per_seed), "law": law, "fits": fits, "rungs": rungs,
                              "points": pts, "problems": problems, "per_seed": per_seed, "boot": boot}
     out: dict[str, Any] = {"grid": grid, "baseline": baseline, "metric": METRIC,
-                           "targets": [{"name": t.name, "flops": t.flops, "preset": t.preset, "tokens": t.tokens}
+                           "targets": [{"name": t.name, "flops": t.flops, "preset": t.preset,
+                                        "tokens": t.tokens}
                                        for t in targets],
-                           "measured_flops": [float(points["flops"].min()), top], "variants": {}, "notes": notes}
+                           "measured_flops": [float(points["flops"].min()), top], "variants": {},
+                           "notes": notes}
     for name, s in series.items():
-        base = next((b for b in series.values() if b["variant"] == baseline and b["context"] == s["context"]), None)
+        base = next((b for b in series.values() if b["variant"] == baseline and b["context"] == s["context"]),
+                    None)
         if base is None and s["variant"] != baseline:
             notes.append(f"{name}: no {baseline!r} runs at the same configuration: no differences")
         out["variants"][name] = _series_json(s, base if s["variant"] != baseline else None, targets, top)
     return out
 
 
-def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[Target], top: float) -> dict[str, Any]:
+def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[Target],
+                 top: float) -> dict[str, Any]:
     from ablate.reports.stats import paired_delta
 
     law, fits, reliable = s["law"], s["fits"], not s["problems"]
@@ -263,7 +277,8 @@ def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[T
     for t in targets:
         too_far = t.flops > MAX_EXTRAPOLATION * top
         refused = ("unreliable fit" if not reliable else
-                   f"{t.flops / top:.1e} x the largest rung's compute (the limit is {MAX_EXTRAPOLATION:.0e} x)"
+                   f"{t.flops / top:.1e} x the largest rung's compute (the limit is {MAX_EXTRAPOLATION:.0e} "
+                   "x)"
                    if too_far else None)
         pred: dict[str, Any] = {"target": t.name, "flops": t.flops, "loss": None, "low": None, "high": None,
                                 "resolved": None, "delta": None, "refused": refused}
@@ -289,7 +304,8 @@ def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[T
         cross = None if c is None else {"flops": c, "extrapolated": c > top}
     return {"variant": s["variant"], "context": s["context"], "seeds": [int(x) for x in s["seeds"]],
             "n_runs": len(s["points"]), "rungs": rungs,
-            "fit": {**{k: v.as_dict() for k, v in params.items()}, "reliable": reliable, "problems": s["problems"]},
+            "fit": {**{k: v.as_dict() for k, v in params.items()}, "reliable": reliable,
+                    "problems": s["problems"]},
             "predictions": predictions, "crossover": cross,
             "delta_trend": None if base is None else delta_trend(s["points"], base["points"], s["boot"]),
             "_law": law, "_fits": fits}
@@ -304,7 +320,8 @@ def delta_trend(mine: Any, theirs: Any, boot: SeedBootstrap) -> dict[str, Any] |
     pairs = mine.merge(theirs, on=["seed", "rung"], suffixes=("", "_base"))
     if pairs["rung"].nunique() < 2:
         return None
-    pairs = pairs.assign(x=np.log10((pairs["flops"] + pairs["flops_base"]) / 2), d=pairs["loss"] - pairs["loss_base"])
+    pairs = pairs.assign(x=np.log10((pairs["flops"] + pairs["flops_base"]) / 2),
+                         d=pairs["loss"] - pairs["loss_base"])
     by_seed = {s: p for s, p in pairs.groupby("seed")}
 
     def slope(frame: Any) -> float | None:
@@ -327,9 +344,9 @@ def pd_concat(frames: list[Any]) -> Any:
 def report_ladder(store: Store, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",
                   out: str | Path | None = None, baseline: str = "baseline",
                   warn: Callable[[str], None] | None = None) -> tuple[str, list[Path]]:
-    """``ablate report ladder``: the report as text in ``fmt``; with ``out`` (a directory) also written there as
-    ``ladder.<md|json|csv>`` with its figure ``ladder.png``. Returns the text and the files written. ``warn``
-    gets the line saying how many runs of older configurations of the grid were left out."""
+    """``ablate report ladder``: the report as text in ``fmt``; with ``out`` (a directory) also written there
+    as ``ladder.<md|json|csv>`` with its figure ``ladder.png``. Returns the text and the files written.
+    ``warn`` gets the line saying how many runs of older configurations of the grid were left out."""
     from ablate.errors import one_of
     from ablate.reports.data import current_runs, resolve_grid
     from ablate.reports.ladder_render import FIGURE, FORMATS, SUFFIX, ladder_figure, render_ladder

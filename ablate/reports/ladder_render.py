@@ -1,7 +1,7 @@
 """The ladder report (``ablate.reports.ladder.analyse``'s data) as markdown, CSV or JSON, and its figure.
 
-No number from an unreliable fit is printed: its predictions read "unreliable" with the reasons, and a predicted
-difference whose interval holds zero reads "unresolved" with the interval only.
+No number from an unreliable fit is printed: its predictions read "unreliable" with the reasons, and a
+predicted difference whose interval holds zero reads "unresolved" with the interval only.
 """
 
 from __future__ import annotations
@@ -75,16 +75,17 @@ def to_markdown(report: dict[str, Any]) -> str:
     series = report["variants"]
     lo, hi = report["measured_flops"]
     far = max((t["flops"] for t in report["targets"]), default=hi)
-    lines = [f"**Scaling ladder, grid '{report['grid']}'**: L(C) = E + A·C^(-alpha), loss = {report['metric']}; "
-             f"C = training FLOPs (6N + 12·L·H·Q·T per token). Measured from {lo:.2e} to {hi:.2e} FLOPs; the "
-             f"farthest target is {far / hi:.1e} times the largest rung.", "",
-             "| variant | runs | rungs | seeds | E | A | alpha | fit |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [f"**Scaling ladder, grid '{report['grid']}'**: L(C) = E + A·C^(-alpha), loss = "
+             f"{report['metric']}; C = training FLOPs (6N + 12·L·H·Q·T per token). Measured from {lo:.2e} to "
+             f"{hi:.2e} FLOPs; the farthest target is {far / hi:.1e} times the largest rung.", "",
+             "| variant | runs | rungs | seeds | E | A | alpha | fit |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, s in series.items():
         f = s["fit"]
         values = [_iv(f[k]) for k in ("E", "A", "alpha")] if f["reliable"] else ["-", "-", "-"]
         verdict = "ok" if f["reliable"] else "unreliable: " + "; ".join(f["problems"])
-        lines.append(f"| {name} | {s['n_runs']} | {len(s['rungs'])} | {len(s['seeds'])} | {' | '.join(values)} | "
-                     f"{verdict} |")
+        lines.append(f"| {name} | {s['n_runs']} | {len(s['rungs'])} | {len(s['seeds'])} | "
+                     f"{' | '.join(values)} | {verdict} |")
     lines += ["", f"Measured final loss per rung (mean ± std over seeds), and the difference to "
                   f"{report['baseline']} (paired over seeds, 95% bootstrap CI):", ""]
     rungs = list(dict.fromkeys(r["rung"] for s in series.values() for r in s["rungs"]))
@@ -105,9 +106,14 @@ def to_markdown(report: dict[str, Any]) -> str:
             cells.append(f"{r['loss_mean']:.4f}{std}")
             if has_delta:
                 d = r.get("delta") or {}
-                cells.append("-" if d.get("value") is None else (
-                    _signed(d["value"]) + (f" [{_signed(d['low'])}, {_signed(d['high'])}]" if d["low"] is not None
-                                           else "")))
+                cells.append(
+                    "-"
+                    if d.get("value") is None
+                    else (
+                        _signed(d["value"])
+                        + (f" [{_signed(d['low'])}, {_signed(d['high'])}]" if d["low"] is not None else "")
+                    )
+                )
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for name, s in series.items():
@@ -149,15 +155,16 @@ def to_markdown(report: dict[str, Any]) -> str:
                 lines.append(f"- {name} vs {report['baseline']}: no crossover (or no reliable pair of fits).")
             else:
                 where = "extrapolated" if c["extrapolated"] else "within the measured range"
-                lines.append(f"- {name} vs {report['baseline']}: the fitted curves cross at {c['flops']:.2e} FLOPs "
-                             f"({where}).")
+                lines.append(f"- {name} vs {report['baseline']}: the fitted curves cross at {c['flops']:.2e} "
+                             f"FLOPs ({where}).")
     if report["notes"]:
         lines += [""] + [f"*{n}*" for n in report["notes"]]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(report: dict[str, Any]) -> str:
-    """One row per (series, target): prediction, difference to the baseline, the fit; unreliable ones empty."""
+    """One row per (series, target): prediction, difference to the baseline, the fit; unreliable ones
+    empty."""
     buf = io.StringIO()
     w = csv.writer(buf)
     params = [f"{k}{s}" for k in ("E", "A", "alpha") for s in ("", "_low", "_high")]
@@ -185,9 +192,9 @@ def render_ladder(report: dict[str, Any], fmt: str) -> str:
 
 
 def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
-    """Loss against compute on log axes: each rung's mean ± std over seeds, the fitted curves, the extrapolation
-    band (95% over seed resamples) out to the targets, and the targets marked. An unreliable fit is drawn dotted
-    over the measured range only."""
+    """Loss against compute on log axes: each rung's mean ± std over seeds, the fitted curves, the
+    extrapolation band (95% over seed resamples) out to the targets, and the targets marked. An unreliable fit
+    is drawn dotted over the measured range only."""
     import matplotlib
 
     matplotlib.use("Agg")

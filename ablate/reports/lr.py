@@ -1,9 +1,10 @@
-"""The learning-rate report of ``ablate tune``: the sensitivity figure and the table of best and largest stable LR.
+"""The learning-rate report of ``ablate tune``: the sensitivity figure and the table of best and largest
+stable LR.
 
-Read from the grid's tuning studies in the store's database (``ablate.tune.storage``): one row per study (a cell
-of the grid, in practice a variant), from its trials and bracketing probes (``ablate.tune.protocol`` defines
-best and stable). ``ablate report lr --grid NAME`` prints the table; ``ablate report all`` adds the table and the
-figure when the grid (or, for ``NAME/tuned``, the grid it was tuned from) has studies.
+Read from the grid's tuning studies in the store's database (``ablate.tune.storage``): one row per study (a
+cell of the grid, in practice a variant), from its trials and bracketing probes (``ablate.tune.protocol``
+defines best and stable). ``ablate report lr --grid NAME`` prints the table; ``ablate report all`` adds the
+table and the figure when the grid (or, for ``NAME/tuned``, the grid it was tuned from) has studies.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FIGURE = "lr_sensitivity.png"
-CAPTION = ("Learning-rate sensitivity: final metric vs learning rate per variant (trials and bracketing probes at "
-           "one seed); x = diverged, v = pruned, * = best, dotted line = largest stable")
+CAPTION = ("Learning-rate sensitivity: final metric vs learning rate per variant (trials and bracketing "
+           "probes at one seed); x = diverged, v = pruned, * = best, dotted line = largest stable")
 TUNED = "/tuned"
 
 
@@ -83,9 +84,9 @@ def load_studies(store: Store, grid: str) -> list[StudyLR]:
     for fs in frozen:
         a = fs.user_attrs
         study = optuna.load_study(study_name=fs.study_name, storage=storage)
-        out.append(StudyLR(a.get("cell", fs.study_name), a.get("variant", "?"), a["param"], a.get("metric", "val_ppl"),
-                           float(a.get("tolerance", DEFAULT_TOLERANCE)), bool(a.get("log", True)),
-                           study_points(study, a["param"])))
+        out.append(StudyLR(a.get("cell", fs.study_name), a.get("variant", "?"), a["param"],
+                           a.get("metric", "val_ppl"), float(a.get("tolerance", DEFAULT_TOLERANCE)),
+                           bool(a.get("log", True)), study_points(study, a["param"])))
     return out
 
 
@@ -116,7 +117,8 @@ def _lr_cell(p: Point | None) -> Cell:
 
 
 def lr_table(studies: list[StudyLR], grid: str) -> LRTable:
-    """Per study: best value and its metric, largest stable value, the first unstable value above it, trials."""
+    """Per study: best value and its metric, largest stable value, the first unstable value above it,
+    trials."""
     metric = studies[0].metric if studies else "val_ppl"
     param = studies[0].param if studies else "train.lr"
     columns = [Column("best", f"best {param}", "measured"),
@@ -127,23 +129,25 @@ def lr_table(studies: list[StudyLR], grid: str) -> LRTable:
     rows = []
     for s in studies:
         best = s.best
-        cells = {"best": _lr_cell(best), "max_stable": _lr_cell(s.stable), "first_unstable": _lr_cell(s.unstable),
-                 metric: Cell() if best is None or best.metric is None  # the best point has a finite metric
+        cells = {"best": _lr_cell(best), "max_stable": _lr_cell(s.stable),
+                 # the best point has a finite metric
+                 "first_unstable": _lr_cell(s.unstable), metric: Cell() if best is None or best.metric is None
                  else Cell(fmt_num(best.metric, 2), best.metric, None, 1, 0),
                  "trials": Cell(_counts(s.points), _counts(s.points))}
         rows.append(Row(s.label, run_ids=[p.run_id for p in s.points if p.run_id], cells=cells))
     tol = {s.tolerance for s in studies}
-    notes = [f"Best: lowest {metric} among trials that did not diverge. Largest stable: the largest value that did "
-             f"not diverge and ended within {', '.join(f'{t:.0%}' for t in sorted(tol))} of the best. First unstable: "
-             "the smallest value above it that diverged or ended outside that tolerance (the bracket's upper end)."]
+    notes = [f"Best: lowest {metric} among trials that did not diverge. Largest stable: the largest value "
+             f"that did not diverge and ended within {', '.join(f'{t:.0%}' for t in sorted(tol))} of the "
+             "best. First unstable: the smallest value above it that diverged or ended outside that "
+             "tolerance (the bracket's upper end)."]
     return LRTable(number="LR", title=f"best and largest stable {param} per variant (ablate tune)",  # type: ignore[arg-type]
                    grid=tuned_from(grid), columns=columns, rows=rows, notes=notes)
 
 
 # ---------------------------------------------------------------- the figure
 def lr_figure(studies: list[StudyLR], path: str | Path) -> Path:
-    """Final metric vs value per study (a line through the finished points), diverged (x) and pruned (v) marked
-    along the top, the best starred, the largest stable value as a dotted line."""
+    """Final metric vs value per study (a line through the finished points), diverged (x) and pruned (v)
+    marked along the top, the best starred, the largest stable value as a dotted line."""
     from ablate.reports.figures import _plt, _save
 
     plt = _plt()
@@ -192,13 +196,15 @@ def report_lr(store: Store, *, grid: str | None = None, fmt: str = "markdown") -
     name = grid_with_studies(store, grid)
     studies = load_studies(store, name)
     if not studies:
-        raise UserInputError(f"grid {tuned_from(name)!r} has no tuning studies: run `ablate tune` on it first")
+        raise UserInputError(
+            f"grid {tuned_from(name)!r} has no tuning studies: run `ablate tune` on it first"
+        )
     return render(lr_table(studies, name), fmt)
 
 
 def write_lr_report(store: Store, grid: str, out_dir: str | Path) -> tuple[dict[str, Path], str]:
-    """The table (.md, .tex, .csv) and the figure into ``out_dir`` when ``grid`` has studies; returns the files
-    and an HTML section for the report page (``({}, "")`` when there are no studies)."""
+    """The table (.md, .tex, .csv) and the figure into ``out_dir`` when ``grid`` has studies; returns the
+    files and an HTML section for the report page (``({}, "")`` when there are no studies)."""
     from ablate.reports.page import _img
     from ablate.reports.render import SUFFIX, render, to_html
 

@@ -1,4 +1,5 @@
-"""The report page: one self-contained HTML file (scorecard, Tables 1-6, Figures 1-7 embedded as base64 PNG)."""
+"""The report page: one self-contained HTML file (scorecard, Tables 1-6, Figures 1-7 embedded as base64
+PNG)."""
 
 from __future__ import annotations
 
@@ -32,19 +33,24 @@ def _img(path: Path) -> str:
 
 
 def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdicts: list[Verdict], *,
-                counts: dict[str, int] | None = None, sections: Sequence[str] = (), stats: Stats = DEFAULT) -> str:
-    """The whole report as one HTML document; figures are read from ``figures`` and embedded. ``sections``: extra
-    HTML sections appended at the end (``ablate tune``'s learning-rate report)."""
+                counts: dict[str, int] | None = None, sections: Sequence[str] = (),
+                stats: Stats = DEFAULT) -> str:
+    """The whole report as one HTML document; figures are read from ``figures`` and embedded. ``sections``:
+    extra HTML sections appended at the end (``ablate tune``'s learning-rate report)."""
     e = html.escape
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     status = ", ".join(f"{n} {s}" for s, n in sorted((counts or {}).items()))
-    parts = [f"<h1>ablate report: grid <code>{e(grid)}</code></h1>",
-             f'<p class="note">ablate {e(__version__)}, {e(when)}. Runs: {e(status or "none")}. Cells: mean ± std '
-             "over seeds (n where it differs); '-' = diverged; Δ = paired difference to the baseline "
-             "(same config and seed) with its 95% CI (the method, n and family correction are under each table; "
-             "bold: significant after the correction).</p>",
-             '<section id="scorecard-section"><h2>Scorecard</h2>', scorecard_html(verdicts, stats), "</section>",
-             '<section id="tables"><h2>Tables</h2>']
+    parts = [
+        f"<h1>ablate report: grid <code>{e(grid)}</code></h1>",
+        f'<p class="note">ablate {e(__version__)}, {e(when)}. Runs: {e(status or "none")}. Cells: mean ± std '
+        "over seeds (n where it differs); '-' = diverged; Δ = paired difference to the baseline "
+        "(same config and seed) with its 95% CI (the method, n and family correction are under each "
+        "table; bold: significant after the correction).</p>",
+        '<section id="scorecard-section"><h2>Scorecard</h2>',
+        scorecard_html(verdicts, stats),
+        "</section>",
+        '<section id="tables"><h2>Tables</h2>',
+    ]
     parts += [to_html(t) for t in tables]
     parts += ["</section>", '<section id="figures"><h2>Figures</h2>']
     for n, path in sorted(figures.items()):

@@ -1,8 +1,9 @@
 """Every report ``ablate report`` can make, in one registry: ``REPORTS`` (name -> ``Report``).
 
-The CLI's choices, its dispatch and ``report all``'s tables all derive from it: adding a report is one entry here.
-A report's ``make(store, request)`` returns an ``Output``: ``text`` (for stdout, or the file ``--out`` names) and a
-``note`` (what it wrote, where a report writes files itself: figures, ``all``, ``ladder --out DIR``).
+The CLI's choices, its dispatch and ``report all``'s tables all derive from it: adding a report is one entry
+here. A report's ``make(store, request)`` returns an ``Output``: ``text`` (for stdout, or the file ``--out``
+names) and a ``note`` (what it wrote, where a report writes files itself: figures, ``all``, ``ladder --out
+DIR``).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class Request:
 
 @dataclass(frozen=True)
 class Output:
-    """``text`` for stdout (or ``--out``'s file), and ``note``, a line on what the report wrote itself (on stderr
-    when ``note_err``)."""
+    """``text`` for stdout (or ``--out``'s file), and ``note``, a line on what the report wrote itself (on
+    stderr when ``note_err``)."""
 
     text: str | None = None
     note: str | None = None
@@ -47,7 +48,8 @@ class Output:
 
 @dataclass(frozen=True)
 class Report:
-    """One report: its name, what it is (the CLI's help), and how to make it. ``table``: the paper table it is."""
+    """One report: its name, what it is (the CLI's help), and how to make it. ``table``: the paper table it
+    is."""
 
     name: str
     help: str
@@ -59,8 +61,8 @@ def _table(number: int) -> Callable[[Store, Request], Output]:
     def make(store: Store, r: Request) -> Output:
         from ablate.reports.api import report_table
 
-        return Output(report_table(store, f"table{number}", grid=r.grid, paper=r.paper, fmt=r.fmt, where=r.where,
-                                   warn=r.warn, stats=r.stats))
+        return Output(report_table(store, f"table{number}", grid=r.grid, paper=r.paper, fmt=r.fmt,
+                                   where=r.where, warn=r.warn, stats=r.stats))
 
     return make
 

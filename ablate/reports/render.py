@@ -1,7 +1,8 @@
 """A Table as markdown, LaTeX (booktabs, best per column in bold), CSV (unformatted numbers) or HTML.
 
-A delta is bold in every format only when it is significant after the table's family correction; the notes under
-the table say which method, n and correction, then one line per unresolved delta with the seeds it needs.
+A delta is bold in every format only when it is significant after the table's family correction; the notes
+under the table say which method, n and correction, then one line per unresolved delta with the seeds it
+needs.
 
 Renderers only read the Table; every number was formatted (or kept raw, for CSV) by the builder.
 """
@@ -64,7 +65,8 @@ def _md(text: str) -> str:
 def to_markdown(table: Table) -> str:
     """A pipe table: group headers as bold rows, notes under it."""
     cols = table.columns
-    lines = [f"**{_md(caption(table))}**", "", "| " + " | ".join(["Method", *(_md(c.label) for c in cols)]) + " |",
+    lines = [f"**{_md(caption(table))}**", "",
+             "| " + " | ".join(["Method", *(_md(c.label) for c in cols)]) + " |",
              "| " + " | ".join(["---"] + ["---:" if c.kind != "descriptor" else "---" for c in cols]) + " |"]
     for row in _segments(table):
         if isinstance(row, str):  # a group header
@@ -160,10 +162,12 @@ def to_csv(table: Table) -> str:
 
 # ---------------------------------------------------------------- HTML
 STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1300px;color:#222;padding:0 1rem}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1300px;color:#222;
+  padding:0 1rem}
 table.ablate{border-collapse:collapse;margin:1rem 0;font-size:.9rem}
 table.ablate caption{text-align:left;font-weight:600;padding:.3rem 0}
-table.ablate th,table.ablate td{padding:.25rem .6rem;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
+table.ablate th,table.ablate td{padding:.25rem .6rem;border-bottom:1px solid #ddd;text-align:right;
+  white-space:nowrap}
 table.ablate td.descriptor,table.ablate th.method,table.ablate td.method{text-align:left}
 table.ablate thead th{border-bottom:2px solid #333}
 table.ablate tr.group th{text-align:left;font-style:italic;background:#f4f4f4}
@@ -179,7 +183,8 @@ def to_html(table: Table) -> str:
     cols = table.columns
     best = {c.key: table.best(c.key) for c in cols}
     e = html.escape
-    out = ['<div class="table-wrap">', f'<table class="ablate" id="{table.name}" data-table="{table.number}">',
+    out = ['<div class="table-wrap">',
+           f'<table class="ablate" id="{table.name}" data-table="{table.number}">',
            f"<caption>{e(caption(table))}</caption>", "<thead><tr>", '<th class="method">Method</th>']
     out += [f'<th class="{c.kind}">{e(c.label)}</th>' for c in cols]
     out += ["</tr></thead>", "<tbody>"]
@@ -202,5 +207,6 @@ def to_html(table: Table) -> str:
 
 def html_document(title: str, body: str) -> str:
     """A self-contained HTML page around ``body``."""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta '
+            f'charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n")

@@ -1,14 +1,14 @@
 """Which runs each of the paper's rows reports: catalogue refs, then the config fields the table varies.
 
-- Tables 1, 3, 4, 6: a row's runs are those of its variants, at one configuration: the one with the most of the
-  table's runs (others are left out, with a note saying so).
-- Table 2: the grid's settings (depth, width, batch size, steps, sequence length), in order of depth then tokens,
-  stand for the paper's four settings in theirs; within a setting the learning rates line up from the largest
-  down. Runs the paper has no row for become extra rows at the end of their setting.
-- Table 5: "Trained at <len>" reads each run's retrieval scores per length (``len/<L>``, ``tables.py``), named after
-  its final training length (``data.seq_len`` or its last stage's, ``trained_len``); "YaRN Extended" reads the same
-  runs' YaRN-scaled scores (``len/<L>/yarn``, from ``bench/<task>@<L>/yarn``), and the plain scores of runs that
-  were trained or evaluated with ``model.rope_yarn_factor > 1``.
+- Tables 1, 3, 4, 6: a row's runs are those of its variants, at one configuration: the one with the most of
+  the table's runs (others are left out, with a note saying so).
+- Table 2: the grid's settings (depth, width, batch size, steps, sequence length), in order of depth then
+  tokens, stand for the paper's four settings in theirs; within a setting the learning rates line up from the
+  largest down. Runs the paper has no row for become extra rows at the end of their setting.
+- Table 5: "Trained at <len>" reads each run's retrieval scores per length (``len/<L>``, ``tables.py``), named
+  after its final training length (``data.seq_len`` or its last stage's, ``trained_len``); "YaRN Extended"
+  reads the same runs' YaRN-scaled scores (``len/<L>/yarn``, from ``bench/<task>@<L>/yarn``), and the plain
+  scores of runs that were trained or evaluated with ``model.rope_yarn_factor > 1``.
 
 Runs pair with their baseline by ``pair_key``: the same configuration (apart from the variant) and seed.
 """
@@ -101,9 +101,9 @@ def pair_key(r: Any) -> tuple:
 
 
 def modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int, str]:
-    """``runs`` at the configuration context with the most runs (then the most done, then the latest), how many
-    were left out, and the fields that set that context apart (``"train.steps=120, ..."``; empty when all runs
-    share one)."""
+    """``runs`` at the configuration context with the most runs (then the most done, then the latest), how
+    many were left out, and the fields that set that context apart (``"train.steps=120, ..."``; empty when all
+    runs share one)."""
     if not len(runs):
         return runs, 0, ""
     keys = [context_key(r, exclude=exclude) for _, r in runs.iterrows()]
@@ -116,7 +116,8 @@ def modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int
     latest: dict[tuple, str] = {}
     for k, when in zip(keys, finish_times(runs), strict=True):
         latest[k] = max(latest.get(k, ""), when)
-    best = max(counts, key=lambda k: (counts[k], done[k], latest.get(k, ""), repr(k)))  # most runs, then latest
+    # most runs, then latest
+    best = max(counts, key=lambda k: (counts[k], done[k], latest.get(k, ""), repr(k)))
     mask = [k == best for k in keys]
     fixed = ", ".join(f"{c}={v}" for c, v in best if any(dict(k).get(c) != v for k in counts))
     return runs.loc[mask], len(runs) - sum(mask), fixed
@@ -138,7 +139,8 @@ def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
         variants = row_refs(spec, prow, catalogue)
         group = prow.get("group")
         plans.append(RowPlan(prow["method"], group, 0, int(prow["row"]), prow, variants,
-                             runs[runs["variant"].isin(variants)], is_reference=(spec.primary is not None and i == 0)))
+                             runs[runs["variant"].isin(variants)],
+                             is_reference=(spec.primary is not None and i == 0)))
     groups = [plans]
     if spec.layout == "lengths":
         plans = _split_yarn(plans)
@@ -154,8 +156,8 @@ def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
 
 
 def trained_len(r: Any) -> int | None:
-    """The sequence length of a run's last training stage (a row of the runs frame): ``data.seq_len``, unless a
-    later stage (the ``stages`` column, JSON) sets ``data.seq_len``."""
+    """The sequence length of a run's last training stage (a row of the runs frame): ``data.seq_len``, unless
+    a later stage (the ``stages`` column, JSON) sets ``data.seq_len``."""
     length = r.get("data.seq_len")
     stages = r.get("stages")
     if isinstance(stages, str) and stages.startswith("["):
@@ -216,14 +218,16 @@ def _setting_label(setting: tuple, runs: Any) -> str:
 def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
                  catalogue: Mapping[str, VariantInfo]) -> tuple[list[RowPlan], list[str]]:
     methods = list(dict.fromkeys(p["method"] for p in prows))
-    method_variants = {m: row_refs(spec, next(p for p in prows if p["method"] == m), catalogue) for m in methods}
+    method_variants = {m: row_refs(spec, next(p for p in prows if p["method"] == m),
+                                   catalogue) for m in methods}
     variant_method = {v: m for m, vs in method_variants.items() for v in vs}
     runs = runs[runs["variant"].isin(variant_method)]
     runs, notes = _modal_context(runs, exclude=SETTING_FIELDS + ("train.lr",))
     settings: dict[tuple, Any] = {}
     for _, r in runs.iterrows():
         settings.setdefault(_setting_of(r), []).append(r["run_id"])
-    ordered = sorted(settings, key=lambda s: (_num(s[1]), _num(s[4]) * _num(s[3]) * _num(s[5]), _num(s[3]), repr(s)))
+    ordered = sorted(settings,
+                     key=lambda s: (_num(s[1]), _num(s[4]) * _num(s[3]) * _num(s[5]), _num(s[3]), repr(s)))
     paper_settings = list(dict.fromkeys(p["setting"] for p in prows))
     plans: list[RowPlan] = []
     used: set[str] = set()

@@ -2,22 +2,24 @@
 
 A claim names the arms it is about by their catalogue refs (``tableN:R``) and is one of four kinds:
 
-- ``delta``: the paired difference ``treatment - reference`` of a metric over runs with the same configuration apart
-  from the variant and the same seed;
-- ``ratio``: the geometric mean of the paired ratios ``treatment / reference`` (how much of the reference's value
-  is left; t interval on the paired log ratios), read against ``bound``: it holds below, is contradicted above;
+- ``delta``: the paired difference ``treatment - reference`` of a metric over runs with the same configuration
+  apart from the variant and the same seed;
+- ``ratio``: the geometric mean of the paired ratios ``treatment / reference`` (how much of the reference's
+  value is left; t interval on the paired log ratios), read against ``bound``: it holds below, is contradicted
+  above;
 - ``level``: one arm's value over its runs (the baseline's F-Attn: does it form a sink at all?), read against
   ``bound``: it holds above, is contradicted below;
-- ``stability``: at the configurations (learning rates) where some run of either arm diverged (``survival``) or
-  diverged or recorded a loss spike (``trouble``), the paired share of runs that trained through.
+- ``stability``: at the configurations (learning rates) where some run of either arm diverged (``survival``)
+  or diverged or recorded a loss spike (``trouble``), the paired share of runs that trained through.
 
-Every claim is read by ``stats.py``, the machinery the tables use: paired t p-values, corrected over the scorecard's
-claims together (Holm by default). A claim *holds* when its corrected p is below 0.05 on the side the paper reports,
-is *contradicted* when it is below 0.05 on the other side. Anything else is *not enough evidence*, and the detail
-says why: an arm missing, one pair only, or the seeds too few for the effect observed ("needs ≈ N seeds"). Only done runs are measured; a diverged run counts in the stability claims only. The probe claims
-(F-Attn, M-Act, gate scores: the paper's Table 4, measured at one training setting) read the grid's most common
-configuration, as Table 4 does, so a high-learning-rate arm added for the stability claims does not mix in; the PPL
-claims pair runs at every configuration.
+Every claim is read by ``stats.py``, the machinery the tables use: paired t p-values, corrected over the
+scorecard's claims together (Holm by default). A claim *holds* when its corrected p is below 0.05 on the side
+the paper reports, is *contradicted* when it is below 0.05 on the other side. Anything else is *not enough
+evidence*, and the detail says why: an arm missing, one pair only, or the seeds too few for the effect
+observed ("needs ≈ N seeds"). Only done runs are measured; a diverged run counts in the stability claims only.
+The probe claims (F-Attn, M-Act, gate scores: the paper's Table 4, measured at one training setting) read the
+grid's most common configuration, as Table 4 does, so a high-learning-rate arm added for the stability claims
+does not mix in; the PPL claims pair runs at every configuration.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ Kind = Literal["delta", "ratio", "level", "stability"]
 class Claim:
     """One claim of the paper. ``treatment`` is the arm it is about, ``reference`` the arm it is compared with
     (unused by a level claim); ``expect`` the sign of ``treatment - reference`` the paper reports (delta,
-    stability); ``bound`` the line a ratio stays under or a level reaches; ``paper`` the paper's own numbers."""
+    stability); ``bound`` the line a ratio stays under or a level reaches; ``paper`` the paper's own
+    numbers."""
 
     key: str
     text: str
@@ -73,7 +76,8 @@ class Claim:
 
 
 PROBE_METRICS = ("f_attn", "m_act", "gate_score")
-SINK_F_ATTN = 0.3  # a sink: at least this share of attention on the first token (paper: baseline 0.467, Fig. 2)
+# a sink: at least this share of attention on the first token (paper: baseline 0.467, Fig. 2)
+SINK_F_ATTN = 0.3
 _BASE, _G1, _G1_HEAD, _SHARED, _G2 = "table1:1", "table1:5", "table1:10", "table1:12", "table1:6"
 
 CLAIMS = (
@@ -89,16 +93,16 @@ CLAIMS = (
           kind="ratio", bound=0.5, paper="94 / 1053 = 0.09"),
     Claim("g1_beats_baseline", "G1 (SDPA output gate) beats the baseline's PPL", _G1, _BASE, "val_ppl",
           paper="Table 1 rows 5, 1; Table 2 rows 2, 1"),
-    Claim("stable_lr", "G1 trains through a learning rate at which the baseline diverges or spikes", _G1, _BASE,
-          "trouble", expect=1, kind="stability", paper="Table 2 rows 6, 10, 12, 14; Fig. 1"),
+    Claim("stable_lr", "G1 trains through a learning rate at which the baseline diverges or spikes", _G1,
+          _BASE, "trouble", expect=1, kind="stability", paper="Table 2 rows 6, 10, 12, 14; Fig. 1"),
     Claim("survives_lr", "G1 survives a learning rate at which the baseline diverges", _G1, _BASE, "survival",
           expect=1, kind="stability", paper="Table 2 rows 12, 14"),
     Claim("headwise_lower_f_attn", "G1 headwise also lowers the attention sink", _G1_HEAD, _BASE, "f_attn",
           paper="0.073 vs 0.467 (Table 4 rows 3, 1)"),
     Claim("head_specific", "Head-specific beats head-shared gating on PPL", _G1, _SHARED, "val_ppl",
           paper="Table 1 rows 5, 12"),
-    Claim("head_shared_keeps_sink", "Head-shared gating keeps more of the sink than head-specific", _SHARED, _G1,
-          "f_attn", expect=1, paper="0.301 vs 0.048 (Table 4 rows 4, 2)"),
+    Claim("head_shared_keeps_sink", "Head-shared gating keeps more of the sink than head-specific", _SHARED,
+          _G1, "f_attn", expect=1, paper="0.301 vs 0.048 (Table 4 rows 4, 2)"),
     Claim("sparse_gate", "Head-specific gate scores are sparser (lower) than head-shared ones", _G1, _SHARED,
           "gate_score", paper="0.116 vs 0.271 (Table 4 rows 2, 4)"),
     Claim("multiplicative", "Multiplicative beats additive gating on PPL", _G1, "table1:14", "val_ppl",
@@ -108,12 +112,12 @@ CLAIMS = (
     Claim("g1_beats_g2", "G1 beats G2 (value gate) on PPL", _G1, _G2, "val_ppl", paper="Table 1 rows 5, 6"),
     Claim("g2_keeps_sink", "G2 (value gate) keeps more of the sink than G1", _G2, _G1, "f_attn", expect=1,
           paper="0.297 vs 0.048 (Table 4 rows 5, 2)"),
-    Claim("g2_lowers_m_act", "G2 lowers massive activations too (they are not what makes the sink)", _G2, _BASE,
-          "m_act", paper="125 vs 1053 (Table 4 rows 5, 1)"),
-    Claim("independent_keeps_sink", "An input-independent gate keeps more of the sink than G1", "table4:6", _G1,
-          "f_attn", expect=1, paper="0.364 vs 0.048 (Table 4 rows 6, 2)"),
-    Claim("ns_sigmoid_keeps_sink", "A non-sparse (NS-sigmoid) gate keeps more of the sink than G1", "table4:7", _G1,
-          "f_attn", expect=1, paper="0.451 vs 0.048 (Table 4 rows 7, 2)"),
+    Claim("g2_lowers_m_act", "G2 lowers massive activations too (they are not what makes the sink)", _G2,
+          _BASE, "m_act", paper="125 vs 1053 (Table 4 rows 5, 1)"),
+    Claim("independent_keeps_sink", "An input-independent gate keeps more of the sink than G1", "table4:6",
+          _G1, "f_attn", expect=1, paper="0.364 vs 0.048 (Table 4 rows 6, 2)"),
+    Claim("ns_sigmoid_keeps_sink", "A non-sparse (NS-sigmoid) gate keeps more of the sink than G1",
+          "table4:7", _G1, "f_attn", expect=1, paper="0.451 vs 0.048 (Table 4 rows 7, 2)"),
 )
 METRIC_NAMES = {"val_ppl": "PPL", "f_attn": "F-Attn", "m_act": "M-Act", "gate_score": "gate score",
                 "survival": "survived", "trouble": "trained through"}
@@ -154,8 +158,9 @@ class Verdict:
         return "" if d.lo is None or d.hi is None else f"[{self._fmt(d.lo)}, {self._fmt(d.hi)}]"
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON row: ``claim`` (its text), ``effect`` (a number or None), ``ci`` ([lo, hi] or None), ``n``,
-        ``verdict``, ``detail``, plus the claim's ``key``, ``kind``, ``metric`` and the ``paper``'s numbers."""
+        """The JSON row: ``claim`` (its text), ``effect`` (a number or None), ``ci`` ([lo, hi] or None),
+        ``n``, ``verdict``, ``detail``, plus the claim's ``key``, ``kind``, ``metric`` and the ``paper``'s
+        numbers."""
         d = self.delta
         return {"key": self.claim.key, "claim": self.claim.text, "effect": d.mean,
                 "ci": None if d.lo is None else [d.lo, d.hi], "n": d.n, "verdict": self.verdict,
@@ -169,7 +174,8 @@ def _variant(catalogue: Mapping[str, VariantInfo], ref: str) -> str | None:
 
 
 def _expected_side(claim: Claim) -> int:
-    """The side of the null the paper's claim puts the effect on: a ratio stays under its bound, a level above."""
+    """The side of the null the paper's claim puts the effect on: a ratio stays under its bound, a level
+    above."""
     return -1 if claim.kind == "ratio" else 1 if claim.kind == "level" else claim.expect
 
 
@@ -181,9 +187,9 @@ def _line(claim: Claim) -> str:
 
 
 def decide(v: Verdict, stats: Stats = DEFAULT, m: int = 1) -> Verdict:
-    """The verdict of a measured claim from its (corrected) p: holds, contradicted, or not enough evidence with
-    the reason (one pair; the seeds the observed effect needs; the interval across the line). ``m`` is the size
-    of the family its p was corrected over."""
+    """The verdict of a measured claim from its (corrected) p: holds, contradicted, or not enough evidence
+    with the reason (one pair; the seeds the observed effect needs; the interval across the line). ``m`` is
+    the size of the family its p was corrected over."""
     d, where, n = v.delta, f" (at {v.where})" if v.where else "", None
     if not v.basis:  # an arm or the pairs are missing: the detail says which
         return v
@@ -211,7 +217,8 @@ def _line_value(claim: Claim) -> float:
 
 
 def arms(claim: Claim, catalogue: Mapping[str, VariantInfo]) -> tuple[str | None, str | None]:
-    """The catalogue variants a claim compares: ``(treatment, reference)`` (None where the catalogue has none)."""
+    """The catalogue variants a claim compares: ``(treatment, reference)`` (None where the catalogue has
+    none)."""
     return _variant(catalogue, claim.treatment), _variant(catalogue, claim.reference)
 
 
@@ -225,8 +232,8 @@ def can_be_tested(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo])
 
 def evaluate_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo], *,
                    stats: Stats = DEFAULT) -> Verdict:
-    """One claim's verdict over the runs frame (every status; done runs are measured, diverged ones count in the
-    stability claims), as a family of one; ``scorecard`` corrects the claims together."""
+    """One claim's verdict over the runs frame (every status; done runs are measured, diverged ones count in
+    the stability claims), as a family of one; ``scorecard`` corrects the claims together."""
     return decide(measure_claim(claim, runs, catalogue, stats=stats), stats)
 
 
@@ -308,20 +315,22 @@ def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: s
     trouble = "diverged" if claim.metric == "survival" else "diverged or spiked"
     if not keys:
         return _missing(claim, treat_v, ref_v,
-                        f"no paired run of either arm {trouble}: raise the learning rate until the baseline does")
+                        f"no paired run of either arm {trouble}: raise the learning rate until the baseline "
+                        "does")
     delta = paired_delta({k: t[k] for k in keys}, {k: b[k] for k in keys}, stats=stats)
     lrs = sorted({dict(k[0]).get("train.lr") for k in keys}, key=lambda x: (x is None, x))
     t_ok, b_ok = sum(t[k] for k in keys), sum(b[k] for k in keys)
     verb = "survived" if claim.metric == "survival" else "trained through"
-    basis = (f"at lr {', '.join(f'{x:g}' for x in lrs if x is not None)}: {treat_v} {verb} {t_ok:.0f}/{len(keys)}, "
-             f"{ref_v} {b_ok:.0f}/{len(keys)}")
+    basis = (f"at lr {', '.join(f'{x:g}' for x in lrs if x is not None)}: {treat_v} {verb} "
+             f"{t_ok:.0f}/{len(keys)}, {ref_v} {b_ok:.0f}/{len(keys)}")
     return _measured(claim, treat_v, ref_v, delta, basis)
 
 
 def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: bool = False,
               stats: Stats = DEFAULT) -> list[Verdict]:
     """The claims of CLAIMS that the grid can test (both arms ran; ``every_claim``: all of them), measured on
-    ``runs`` (the store's runs frame of one grid), their p-values corrected together (``stats.correction``)."""
+    ``runs`` (the store's runs frame of one grid), their p-values corrected together
+    (``stats.correction``)."""
     measured = [measure_claim(c, runs, catalogue, stats=stats) for c in CLAIMS
                 if every_claim or can_be_tested(c, runs, catalogue)]
     deltas = correct([v.delta for v in measured], stats)
@@ -349,14 +358,17 @@ def scorecard_html(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     e = html.escape
     out = ['<table class="ablate" id="scorecard"><caption>The paper\'s claims, as measured in this grid '
            '(paired by config and seed; 95% paired t CI)</caption>',
-           "<thead><tr><th class=\"method\">Claim</th><th>Effect</th><th>95% CI</th><th>n</th><th>Verdict</th>"
+           "<thead><tr><th class=\"method\">Claim</th><th>Effect</th><th>95% "
+           "CI</th><th>n</th><th>Verdict</th>"
            '<th class="method">Detail</th><th class="method">Paper</th></tr></thead><tbody>']
     for v in verdicts:
         out.append(f'<tr><td class="method">{e(v.claim.text)}</td><td>{e(v.effect)}</td><td>{e(v.ci)}</td>'
                    f'<td>{v.delta.n}</td><td class="{_css(v.verdict)}">{e(v.verdict)}</td>'
                    f'<td class="method">{e(v.detail)}</td><td class="method">{e(v.claim.paper)}</td></tr>')
     if not verdicts:
-        out.append('<tr><td class="method" colspan="7">the grid runs no pair of arms that a claim compares</td></tr>')
+        out.append(
+            '<tr><td class="method" colspan="7">the grid runs no pair of arms that a claim compares</td></tr>'
+        )
     out.append("</tbody></table>")
     out += [f'<p class="note">{e(line)}</p>' for line in _footer(verdicts, stats)]
     return "\n".join(out) + "\n"
@@ -384,8 +396,8 @@ def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     import io
 
     buf = io.StringIO()
-    fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "n", "verdict", "detail", "kind", "metric", "paper", "p",
-              "p_adj", "p_perm", "method", "needs_seeds"]
+    fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "n", "verdict", "detail", "kind", "metric", "paper",
+              "p", "p_adj", "p_perm", "method", "needs_seeds"]
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for v in verdicts:

@@ -1,10 +1,11 @@
-"""What each of the paper's Tables 1-6 is made of: its rows (the packaged paper CSVs), how a row finds its runs, its
-descriptor and measured columns, and which paper number sits beside which measured one. A table's particular
-behaviour is a field of its spec (``layout``), read by the row planner and the column builder.
+"""What each of the paper's Tables 1-6 is made of: its rows (the packaged paper CSVs), how a row finds its
+runs, its descriptor and measured columns, and which paper number sits beside which measured one. A table's
+particular behaviour is a field of its spec (``layout``), read by the row planner and the column builder.
 
-A row finds its variants through the catalogue's ``tableN:R`` references; where the catalogue names no variant for
-a row (Table 2's and Table 5's rows, the baselines repeated in later tables), the row's ``fallback`` references
-say which Table 1 row it repeats. Table 2 also matches the settings and learning rate; Table 5 the YaRN group.
+A row finds its variants through the catalogue's ``tableN:R`` references; where the catalogue names no variant
+for a row (Table 2's and Table 5's rows, the baselines repeated in later tables), the row's ``fallback``
+references say which Table 1 row it repeats. Table 2 also matches the settings and learning rate; Table 5 the
+YaRN group.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ class TableSpec:
     primary: str | None = "val_ppl"           # the metric of the delta column
     fallback: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # row label or number -> refs
     paper_trained_len: int | None = None      # the paper's training length, where its columns are lengths
-    # how its rows and columns are laid out: "paper" (a row per paper row, its runs by variant), "settings" (rows
-    # grouped by the paper's training settings, matched on them and the learning rate: Table 2), "lengths" (the
-    # measured columns are scores by context length, the rows split into trained-length and YaRN groups: Table 5)
+    # how its rows and columns are laid out: "paper" (a row per paper row, its runs by variant), "settings"
+    # (rows grouped by the paper's training settings, matched on them and the learning rate: Table 2),
+    # "lengths" (the measured columns are scores by context length, the rows split into trained-length and
+    # YaRN groups: Table 5)
     layout: Literal["paper", "settings", "lengths"] = "paper"
 
 
@@ -55,8 +57,8 @@ SPECS: dict[int, TableSpec] = {
     1: TableSpec(1, "Gating variants (paper Table 1)", ("act_func", "score_shape", "added_params")),
     2: TableSpec(
         2, "Learning rate, batch size and depth (paper Table 2)", ("max_lr",), layout="settings",
-        fallback={"Baseline": (f"{_T1}:1",), "SDPA Elementwise": (f"{_T1}:5",), "SDPA Headwise": (f"{_T1}:10",),
-                  "Baseline+Sandwich Norm": ("table2:7",)},
+        fallback={"Baseline": (f"{_T1}:1",), "SDPA Elementwise": (f"{_T1}:5",),
+                  "SDPA Headwise": (f"{_T1}:10",), "Baseline+Sandwich Norm": ("table2:7",)},
     ),
     3: TableSpec(
         3, "Non-linearity augmentations (paper Table 3)", ("act_func",),
@@ -91,13 +93,14 @@ PAPER_DESCRIPTOR = {"act_func": "act_func", "score_shape": "score_shape", "added
 PAPER_METRIC = {"avg_ppl": "val_ppl", "ppl": "val_ppl"}
 DIGITS = {"gate_score": 3, "f_attn": 3, "m_act": 1, "val_ppl": 2}
 # Paper benchmark column -> its display name.
-BENCH_NAMES = {"hellaswag": "HellaSwag", "mmlu": "MMLU", "gsm8k": "GSM8k", "ceval": "C-eval", "humaneval": "HumanEval",
-               "cmmlu": "CMMLU"}
+BENCH_NAMES = {"hellaswag": "HellaSwag", "mmlu": "MMLU", "gsm8k": "GSM8k", "ceval": "C-eval",
+               "humaneval": "HumanEval", "cmmlu": "CMMLU"}
 
 
 def better(key: str) -> str | None:
-    """``lower``/``higher``/None for a measured column key, as ``ablate.metrics`` declares its metric (for bold in
-    LaTeX/HTML and for the scorecard); ``len/<n>``, Table 5's retrieval score at a length, is a benchmark score.
+    """``lower``/``higher``/None for a measured column key, as ``ablate.metrics`` declares its metric (for
+    bold in LaTeX/HTML and for the scorecard); ``len/<n>``, Table 5's retrieval score at a length, is a
+    benchmark score.
 
     >>> better("ppl/code"), better("avg_ppl"), better("bench/arith"), better("len/4096"), better("gate_score")
     ('lower', 'lower', 'higher', 'higher', None)
@@ -124,7 +127,8 @@ def _paper_rows(number: int) -> tuple[dict[str, str], ...]:
 
 
 def paper_rows(number: int) -> list[dict[str, str]]:
-    """The paper's table ``number`` as a list of rows (dicts of the CSV's columns, as text), in the paper's order."""
+    """The paper's table ``number`` as a list of rows (dicts of the CSV's columns, as text), in the paper's
+    order."""
     if number not in SPECS:
         from ablate.errors import UserInputError, one_of
 
@@ -163,7 +167,8 @@ def paper_number(text: str | None) -> float | None:
 
 
 def row_refs(spec: TableSpec, row: Mapping[str, str], catalogue: Mapping[str, VariantInfo]) -> list[str]:
-    """The catalogue variants a paper row reports: those referencing ``tableN:R``, else the row's fallback's."""
+    """The catalogue variants a paper row reports: those referencing ``tableN:R``, else the row's
+    fallback's."""
     own = f"table{spec.number}:{row['row']}"
     names = [v.name for v in catalogue.values() if own in v.paper]
     if names:

@@ -1,22 +1,23 @@
-"""Statistics over seeds: the one owner of every interval, p-value, family correction and power figure that the
-tables and the scorecard print.
+"""Statistics over seeds: the one owner of every interval, p-value, family correction and power figure that
+the tables and the scorecard print.
 
 A comparison is a set of paired values ``x`` (treatment minus reference per seed; for a ratio, the log of
 treatment over reference per seed; for a level, the runs' values) read against a null value ``m0``:
 
-- the interval is paired Student t with n-1 degrees of freedom (``Stats.interval = "t"``, the default). It keeps
-  its 95% coverage at 2-10 seeds, where a bootstrap of n values cannot reach outside their range. The BCa
-  bootstrap is opt-in (``"bootstrap"``) and used only from ``BOOTSTRAP_MIN_N`` pairs; below that the t interval
-  is used and the table says so. One value gets no interval ("n=1");
+- the interval is paired Student t with n-1 degrees of freedom (``Stats.interval = "t"``, the default). It
+  keeps its 95% coverage at 2-10 seeds, where a bootstrap of n values cannot reach outside their range. The
+  BCa bootstrap is opt-in (``"bootstrap"``) and used only from ``BOOTSTRAP_MIN_N`` pairs; below that the t
+  interval is used and the table says so. One value gets no interval ("n=1");
 - a ratio's interval is the t interval of the mean paired log ratio, exponentiated: its point estimate is the
   geometric mean of the per-seed ratios;
-- the p-value is the paired t test's (two-sided), beside an exact sign-flip permutation p for n <= ``PERM_MAX_N``
-  as a distribution-free check (reported, not used for verdicts: with 3 seeds it cannot go below 0.25);
-- a family (a table's deltas, the scorecard's claims) is corrected together: Holm by default (family-wise error),
-  Benjamini-Hochberg or none. A comparison is *resolved* (bold, "holds") only when its corrected p is below
-  ``ALPHA``;
-- power: the minimum effect the seeds detect with 80% power, and the seeds needed to resolve the effect observed
-  (noncentral t, at the per-comparison level ``ALPHA / m`` of a corrected family of m).
+- the p-value is the paired t test's (two-sided), beside an exact sign-flip permutation p for n <=
+  ``PERM_MAX_N`` as a distribution-free check (reported, not used for verdicts: with 3 seeds it cannot go
+  below 0.25);
+- a family (a table's deltas, the scorecard's claims) is corrected together: Holm by default (family-wise
+  error), Benjamini-Hochberg or none. A comparison is *resolved* (bold, "holds") only when its corrected p is
+  below ``ALPHA``;
+- power: the minimum effect the seeds detect with 80% power, and the seeds needed to resolve the effect
+  observed (noncentral t, at the per-comparison level ``ALPHA / m`` of a corrected family of m).
 
 Everything is deterministic: the bootstrap draws from a fixed seed, the permutation is exact.
 """
@@ -60,7 +61,8 @@ class Stats:
         if self.interval not in INTERVALS:
             raise UserInputError(one_of(self.interval, INTERVALS, what="interval") + " (option --interval)")
         if self.correction not in CORRECTIONS:
-            raise UserInputError(one_of(self.correction, CORRECTIONS, what="correction") + " (option --correction)")
+            raise UserInputError(one_of(self.correction, CORRECTIONS,
+                                        what="correction") + " (option --correction)")
 
 
 DEFAULT = Stats()
@@ -105,8 +107,8 @@ def summarize(values: Iterable[float | None], *, diverged: int = 0) -> Summary:
 class Delta:
     """One comparison: ``mean`` with its interval ``[lo, hi]`` over ``n`` values, on the scale the reader sees
     (a difference, a ratio, a level). ``p`` is the paired t p-value against ``null`` (on the test's scale: the
-    log of the bound for a ratio), ``p_perm`` the exact sign-flip p (n <= 12), ``p_adj`` the p after the family's
-    correction; ``sd`` the spread of the tested values; ``method`` the interval actually used."""
+    log of the bound for a ratio), ``p_perm`` the exact sign-flip p (n <= 12), ``p_adj`` the p after the
+    family's correction; ``sd`` the spread of the tested values; ``method`` the interval actually used."""
 
     mean: float | None
     lo: float | None
@@ -119,7 +121,8 @@ class Delta:
     sd: float | None = None
     method: str = "t"
     scale: Scale = "diff"
-    shift: float = field(default=0.0, repr=False)  # the tested values' mean minus the null, on the test's scale
+    # the tested values' mean minus the null, on the test's scale
+    shift: float = field(default=0.0, repr=False)
 
     def side(self) -> int:
         """+1 when the whole CI is above zero, -1 when below, 0 when it straddles zero or is unknown."""
@@ -148,8 +151,8 @@ EMPTY = Delta(None, None, None, 0)
 
 # ---------------------------------------------------------------- the t machinery
 def t_interval(x: ArrayLike, *, level: float = CI_LEVEL) -> tuple[Any, Any]:
-    """Student t interval (n-1 df) of the mean of ``x``; ``(None, None)`` with fewer than two values. ``x`` may
-    be an array of samples along its last axis (then the bounds are arrays).
+    """Student t interval (n-1 df) of the mean of ``x``; ``(None, None)`` with fewer than two values. ``x``
+    may be an array of samples along its last axis (then the bounds are arrays).
 
     >>> lo, hi = t_interval([1.0, 2.0, 3.0]); round(lo, 3), round(hi, 3)
     (-0.484, 4.484)
@@ -168,8 +171,8 @@ def t_interval(x: ArrayLike, *, level: float = CI_LEVEL) -> tuple[Any, Any]:
 
 
 def t_pvalue(x: ArrayLike, null: float = 0.0) -> Any:
-    """Two-sided one-sample t p-value of ``mean(x) == null`` (a float; an array for samples along the last axis);
-    no spread gives 0 (or 1 exactly at the null); None with fewer than two values."""
+    """Two-sided one-sample t p-value of ``mean(x) == null`` (a float; an array for samples along the last
+    axis); no spread gives 0 (or 1 exactly at the null); None with fewer than two values."""
     import numpy as np
     from scipy.stats import t as student
 
@@ -203,8 +206,9 @@ def sign_flip_pvalue(x: Sequence[float], null: float = 0.0) -> float | None:
 
 def bootstrap_ci(diffs: Iterable[float], *, level: float = CI_LEVEL, draws: int = BOOTSTRAP_DRAWS,
                  seed: int = BOOTSTRAP_SEED) -> tuple[float | None, float | None]:
-    """BCa bootstrap CI of the mean of ``diffs`` (``scipy.stats.bootstrap``, ``draws`` resamples from ``seed``).
-    Valid only for many values: the reports use it from ``BOOTSTRAP_MIN_N`` on, and only when asked.
+    """BCa bootstrap CI of the mean of ``diffs`` (``scipy.stats.bootstrap``, ``draws`` resamples from
+    ``seed``). Valid only for many values: the reports use it from ``BOOTSTRAP_MIN_N`` on, and only when
+    asked.
 
     >>> bootstrap_ci([1.0, 1.0, 1.0])
     (1.0, 1.0)
@@ -223,8 +227,9 @@ def bootstrap_ci(diffs: Iterable[float], *, level: float = CI_LEVEL, draws: int 
 
 
 def compare(x: Sequence[float], *, null: float = 0.0, scale: Scale = "diff", stats: Stats = DEFAULT) -> Delta:
-    """The comparison of values ``x`` (paired differences, paired log ratios with ``scale="log"``, or a level's
-    values) against ``null`` on the same scale. A log comparison reports its mean and interval exponentiated.
+    """The comparison of values ``x`` (paired differences, paired log ratios with ``scale="log"``, or a
+    level's values) against ``null`` on the same scale. A log comparison reports its mean and interval
+    exponentiated.
 
     >>> d = compare([-1.0, -0.8]); round(d.lo, 2), round(d.hi, 2), d.method
     (-2.17, 0.37, 't')
@@ -241,12 +246,13 @@ def compare(x: Sequence[float], *, null: float = 0.0, scale: Scale = "diff", sta
     def out(v: float | None) -> float | None:  # on the reader's scale
         return math.exp(v) if scale == "log" and v is not None else v
 
-    return Delta(round(math.exp(mean) if scale == "log" else mean, 12), out(lo), out(hi), int(a.size), tuple(map(float, a)), t_pvalue(a, null),
-                 sign_flip_pvalue(a, null), None, float(a.std(ddof=1)) if a.size > 1 else None, method, scale,
-                 mean - null)
+    return Delta(round(math.exp(mean) if scale == "log" else mean, 12), out(lo), out(hi), int(a.size),
+                 tuple(map(float, a)), t_pvalue(a, null), sign_flip_pvalue(a, null), None,
+                 float(a.std(ddof=1)) if a.size > 1 else None, method, scale, mean - null)
 
 
-def pairs(treatment: Mapping[K, float | None], reference: Mapping[K, float | None]) -> list[tuple[float, float]]:
+def pairs(treatment: Mapping[K, float | None],
+          reference: Mapping[K, float | None]) -> list[tuple[float, float]]:
     """``(treatment[k], reference[k])`` over the keys both measured (finite), in key order."""
     out = []
     for key in sorted(set(treatment) & set(reference), key=repr):
@@ -270,8 +276,9 @@ def paired_delta(treatment: Mapping[K, float | None], reference: Mapping[K, floa
 
 def paired_ratio(treatment: Mapping[object, float | None], reference: Mapping[object, float | None], *,
                  bound: float = 1.0, stats: Stats = DEFAULT) -> Delta:
-    """The geometric mean of the paired ratios ``treatment[k] / reference[k]``, with the exponentiated t interval
-    of the mean log ratio, tested against ``bound``. Pairs with a non-positive value are dropped (no log).
+    """The geometric mean of the paired ratios ``treatment[k] / reference[k]``, with the exponentiated t
+    interval of the mean log ratio, tested against ``bound``. Pairs with a non-positive value are dropped (no
+    log).
 
     >>> round(paired_ratio({0: 1.0, 1: 2.0}, {0: 4.0, 1: 8.0}).mean, 6)
     0.25
@@ -287,8 +294,9 @@ def level(values: Iterable[float | None], *, bound: float, stats: Stats = DEFAUL
 
 # ---------------------------------------------------------------- the family
 def adjust(p: ArrayLike, correction: str = "holm") -> Any:
-    """p-values corrected over their family: Holm's step-down (family-wise error), Benjamini-Hochberg's step-up
-    (false discovery rate) or ``none``. A list gives a list; an array gives an array, one family per row.
+    """p-values corrected over their family: Holm's step-down (family-wise error), Benjamini-Hochberg's
+    step-up (false discovery rate) or ``none``. A list gives a list; an array gives an array, one family per
+    row.
 
     >>> adjust([0.01, 0.04, 0.03], "holm")
     [0.03, 0.06, 0.06]
@@ -329,8 +337,8 @@ def family_size(deltas: Iterable[Delta]) -> int:
 
 
 def level_for(stats: Stats, m: int) -> float:
-    """The per-comparison level a planned comparison must reach: ``ALPHA / m`` under a correction (Holm's first
-    step, the strictest; BH's too), ``ALPHA`` without."""
+    """The per-comparison level a planned comparison must reach: ``ALPHA / m`` under a correction (Holm's
+    first step, the strictest; BH's too), ``ALPHA`` without."""
     return ALPHA if stats.correction == "none" else ALPHA / max(m, 1)
 
 
@@ -356,7 +364,8 @@ def power(effect: float, sd: float, n: ArrayLike, alpha: float = ALPHA) -> Any:
 
 
 def mde(sd: float | None, n: int, alpha: float = ALPHA, target: float = POWER) -> float | None:
-    """The minimum detectable effect: the true mean the paired t test finds with ``target`` power at ``n`` seeds."""
+    """The minimum detectable effect: the true mean the paired t test finds with ``target`` power at ``n``
+    seeds."""
     from scipy.optimize import brentq
 
     if sd is None or n < 2 or not sd > 0:
@@ -381,8 +390,8 @@ def seeds_needed(effect: float, sd: float | None, alpha: float = ALPHA, target: 
 
 
 def needs(d: Delta, stats: Stats = DEFAULT, m: int = 1) -> int | None:
-    """Seeds needed to resolve ``d``'s observed effect at the level its family asks (None: no spread yet, or more
-    than ``MAX_SEEDS``)."""
+    """Seeds needed to resolve ``d``'s observed effect at the level its family asks (None: no spread yet, or
+    more than ``MAX_SEEDS``)."""
     return seeds_needed(d.shift, d.sd, level_for(stats, m))
 
 
@@ -417,20 +426,21 @@ def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ
             f"{'s' if m != 1 else ''} at alpha={ALPHA:g}")
 
 
-# ---------------------------------------------------------------- looking again (for adding seeds until resolved)
+# ---------------------------------------------------------------- looking again (for adding seeds until
+# resolved)
 def looks(first: int, step: int, most: int) -> list[int]:
     """The planned looks of a comparison that starts with ``first`` seeds and adds ``step`` per round up to
     ``most``: ``looks(3, 2, 10) == [3, 5, 7, 9, 10]``."""
     if first < 2 or step < 1 or most < first:
-        raise UserInputError(f"looks: need 2 <= first seeds ({first}) <= the most seeds ({most}) and a round of at "
-                             f"least 1 seed ({step})")
+        raise UserInputError(f"looks: need 2 <= first seeds ({first}) <= the most seeds ({most}) and a round "
+                             f"of at least 1 seed ({step})")
     out = list(range(first, most + 1, step))
     return out if out[-1] == most else [*out, most]
 
 
 def spent(fraction: float, alpha: float = ALPHA) -> float:
-    """Lan-DeMets' O'Brien-Fleming-shaped alpha spending: the error allowed by the time ``fraction`` of the planned
-    seeds has been seen, ``2 - 2 Phi(z_{alpha/2} / sqrt(fraction))``; ``spent(1) == alpha``."""
+    """Lan-DeMets' O'Brien-Fleming-shaped alpha spending: the error allowed by the time ``fraction`` of the
+    planned seeds has been seen, ``2 - 2 Phi(z_{alpha/2} / sqrt(fraction))``; ``spent(1) == alpha``."""
     from scipy.stats import norm
 
     if fraction <= 0:
@@ -439,23 +449,25 @@ def spent(fraction: float, alpha: float = ALPHA) -> float:
 
 
 def look_levels(plan: Sequence[int], alpha: float = ALPHA) -> list[float]:
-    """The level each look's p must beat: the alpha spent since the previous look (O'Brien-Fleming spending over
-    the planned seeds ``plan``). Each look spends its own share, so the chance of a false resolution at any look is
-    at most their sum, ``alpha``, whatever the looks' dependence: a conservative split, exact to compute at any n.
+    """The level each look's p must beat: the alpha spent since the previous look (O'Brien-Fleming spending
+    over the planned seeds ``plan``). Each look spends its own share, so the chance of a false resolution at
+    any look is at most their sum, ``alpha``, whatever the looks' dependence: a conservative split, exact to
+    compute at any n.
 
     >>> [round(x, 5) for x in look_levels([5, 10])]
     [0.00557, 0.04443]
     """
     most = plan[-1]
     fractions = [n / most for n in plan]
-    return [spent(f, alpha) - spent(prev, alpha) for prev, f in zip([0.0, *fractions[:-1]], fractions, strict=True)]
+    return [spent(f, alpha) - spent(prev, alpha) for prev, f in zip([0.0, *fractions[:-1]], fractions,
+                                                                    strict=True)]
 
 
 def resolved_at_look(deltas: Sequence[Delta], level: float, stats: Stats = DEFAULT) -> list[bool]:
     """Which of a family's comparisons one look resolves: its p, corrected over the whole family (``stats``'
-    correction; a delta without a p is not part of it), below the look's ``level`` (``look_levels``). Correcting
-    the whole family at every look keeps each look's family-wise error at ``level``, so over all looks it is at
-    most their sum.
+    correction; a delta without a p is not part of it), below the look's ``level`` (``look_levels``).
+    Correcting the whole family at every look keeps each look's family-wise error at ``level``, so over all
+    looks it is at most their sum.
 
     >>> resolved_at_look([compare([-1.0, -1.1, -0.9, -1.05]), compare([0.2, -0.3, 0.1, 0.0])], level=0.01)
     [True, False]

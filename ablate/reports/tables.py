@@ -2,9 +2,9 @@
 
 ``build_table(n, runs, catalogue)`` matches each of the paper's rows to runs (``rows.py``), then fills the
 descriptor columns, the measured columns (mean ± spread over seeds, "-" for diverged), the paper's numbers
-(``paper=True``) and the paired delta to the table's baseline with its 95% CI, the deltas corrected together as one
-family (``stats.py``); the notes under the table name the method, the n, the correction and the family's size, and
-``Table.unresolved`` says what each unresolved delta needs.
+(``paper=True``) and the paired delta to the table's baseline with its 95% CI, the deltas corrected together
+as one family (``stats.py``); the notes under the table name the method, the n, the correction and the
+family's size, and ``Table.unresolved`` says what each unresolved delta needs.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ _NOT_MEASURED = {"row", "group", "method", "setting", "act_func", "score_shape",
 @dataclass(frozen=True)
 class Measure:
     """A measured quantity a table can show: the runs-frame column ``key``, its family (a declared family of
-    ``ablate.metrics``, ``ppl/`` or ``bench/``, or ``len/``) with the member it names (a held-out set, a task),
-    and for ``len/`` the context length and whether it is YaRN-scaled."""
+    ``ablate.metrics``, ``ppl/`` or ``bench/``, or ``len/``) with the member it names (a held-out set, a
+    task), and for ``len/`` the context length and whether it is YaRN-scaled."""
 
     key: str
     family: str | None = None
@@ -94,9 +94,9 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
                 stats: Stats = DEFAULT) -> Table:
     """The paper's table ``number`` rebuilt from ``runs`` (a DataFrame with CLI.md's ``runs`` columns).
 
-    ``catalogue`` maps variant names to VariantInfo (their ``tableN:R`` refs); ``added_params(variant)`` gives the
-    added parameter count of a variant at the grid's scale for rows with no runs. Only ``done`` and ``diverged``
-    runs count. Rows keep the paper's order; a row with no runs stays, empty.
+    ``catalogue`` maps variant names to VariantInfo (their ``tableN:R`` refs); ``added_params(variant)`` gives
+    the added parameter count of a variant at the grid's scale for rows with no runs. Only ``done`` and
+    ``diverged`` runs count. Rows keep the paper's order; a row with no runs stays, empty.
     """
     spec = SPECS[number]
     prows = paper_rows(number)
@@ -141,9 +141,9 @@ def _name(plan: RowPlan, labels: Counter[str]) -> str:
 
 
 def with_length_columns(runs: Any) -> Any:
-    """Add ``len/<L>`` columns: per run, the mean retrieval score over the tasks measured at length L; likewise
-    ``len/<L>/yarn`` from the YaRN-scaled scores (``bench/<task>@<L>/yarn``); and ``trained_len``, the run's final
-    training length."""
+    """Add ``len/<L>`` columns: per run, the mean retrieval score over the tasks measured at length L;
+    likewise ``len/<L>/yarn`` from the YaRN-scaled scores (``bench/<task>@<L>/yarn``); and ``trained_len``,
+    the run's final training length."""
     by_len = _by_length(runs.columns)
     runs = runs.copy()
     for (length, yarn), cols in sorted(by_len.items()):
@@ -170,7 +170,8 @@ def _measured(spec: TableSpec, plans: list[RowPlan]) -> list[Measure]:
         return [m for m in map(length_measure, lengths) if m.key in runs and runs[m.key].notna().any()]
     have = [measure(str(c)) for c in runs.columns if runs[c].notna().any()]
     ppl = sorted((m for m in have if m.family == "ppl/"), key=lambda m: m.key)
-    bench = sorted((m for m in have if m.family == "bench/" and not LEN_COLUMN.match(m.key)), key=lambda m: m.key)
+    bench = sorted((m for m in have if m.family == "bench/" and not LEN_COLUMN.match(m.key)),
+                   key=lambda m: m.key)
     return [*map(Measure, spec.extra_measured), *ppl, Measure("val_ppl"), *bench]
 
 
@@ -184,7 +185,8 @@ def _by_length(columns: Any) -> dict[tuple[int, bool], list[str]]:
     return by_len
 
 
-def _paper_counterpart(spec: TableSpec, m: Measure, paper_cols: list[str], plans: list[RowPlan]) -> str | None:
+def _paper_counterpart(spec: TableSpec, m: Measure, paper_cols: list[str],
+                       plans: list[RowPlan]) -> str | None:
     """The paper's column beside a measured one: the same metric, the same benchmark, or (Table 5) the length
     at the same multiple of the training length."""
     if m.key == "val_ppl":
@@ -203,7 +205,9 @@ def _paper_counterpart(spec: TableSpec, m: Measure, paper_cols: list[str], plans
 
 
 def _trained_len(plans: list[RowPlan]) -> int | None:
-    lengths = [n for p in plans if len(p.runs) and "trained_len" in p.runs for n in p.runs["trained_len"] if n]
+    lengths = [
+        n for p in plans if len(p.runs) and "trained_len" in p.runs for n in p.runs["trained_len"] if n
+    ]
     return Counter(lengths).most_common(1)[0][0] if lengths else None
 
 
@@ -239,7 +243,8 @@ def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[Measur
     if paper:
         for c in paper_cols:
             if c not in used:
-                cols.append(Column.of_paper(c, f"{paper_label(c)} (paper)", better(c if c != "ppl" else "val_ppl")))
+                cols.append(Column.of_paper(c, f"{paper_label(c)} (paper)",
+                                            better(c if c != "ppl" else "val_ppl")))
     if spec.primary and any(p.is_reference for p in plans):
         label = _label(spec, measure(spec.primary))
         cols.append(Column.delta(spec.primary, f"Δ {label} vs baseline [95% CI]"))
@@ -291,11 +296,13 @@ def _descriptor(key: str, plan: RowPlan, catalogue: Mapping[str, VariantInfo],
 
 
 def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: Any, stats: Stats) -> Delta:
-    """The paired delta of a row to the table's reference rows (empty for a reference row, a row with no runs)."""
+    """The paired delta of a row to the table's reference rows (empty for a reference row, a row with no
+    runs)."""
     if plan.is_reference or not len(plan.runs):
         return Delta(None, None, None, 0)
     ref_variants = {v for r in refs for v in r.variants}
     reference = runs[runs["variant"].isin(ref_variants)] if len(runs) else runs
-    ref_map = {pair_key(r): cell_value(r, metric) for _, r in reference.iterrows() if r.get("status") == "done"}
+    ref_map = {pair_key(r): cell_value(r,
+                                       metric) for _, r in reference.iterrows() if r.get("status") == "done"}
     treat = {pair_key(r): cell_value(r, metric) for _, r in plan.runs.iterrows() if r.get("status") == "done"}
     return paired_delta(treat, ref_map, stats=stats)

@@ -30,13 +30,21 @@ CURVES = ("step", "loss", "lr", "grad_norm", "tokens_per_s")
 
 class RunMonitor(L.Callback):
     """Reads the loss and gradient norm once per step (after the optimizer step), records them, applies the
-    stability rules, saves ``last.ckpt`` every ``checkpoint_every`` steps and at the end, and honours ``stop``."""
+    stability rules, saves ``last.ckpt`` every ``checkpoint_every`` steps and at the end, and honours
+    ``stop``."""
 
     def __init__(self, config: RunConfig, ckpt_path: Path, *, on_step: Callable[[dict], None] | None = None,
                  stop: threading.Event | None = None, evaluate: Callable[[], dict[str, float]] | None = None,
                  step_offset: int = 0):
-        self.config, self.ckpt_path, self.on_step, self.stop, self.evaluate = config, ckpt_path, on_step, stop, evaluate
-        # a later training stage (ablate.runner.stages): ``config`` is the stage's, steps are numbered from here
+        self.config, self.ckpt_path, self.on_step, self.stop, self.evaluate = (
+            config,
+            ckpt_path,
+            on_step,
+            stop,
+            evaluate,
+        )
+        # a later training stage (ablate.runner.stages): ``config`` is the stage's, steps are numbered from
+        # here
         self.step_offset = step_offset
         tc = config.train
         self.tokens_per_step = tc.batch_size * config.data.seq_len
@@ -83,14 +91,16 @@ class RunMonitor(L.Callback):
         now = time.perf_counter()
         dt, self._t_last = now - self._t_last, now
         self.train_wall_s += dt
-        local = step - self.step_offset  # the step within this stage: its schedule, checkpoints and evaluation
+        # the step within this stage: its schedule, checkpoints and evaluation
+        local = step - self.step_offset
         row = dict(step=step, loss=loss, lr=self.config.train.lr * lr_factor(local, self.config.train),
                    grad_norm=grad_norm, tokens_per_s=self.tokens_per_step / dt if dt > 0 else None)
         for k in CURVES:
             self.metrics[k].append(_finite_or_none(row[k]) if k != "step" else step)
         spike = self.spikes.update(step, loss)
         if spike is not None:
-            log.info("loss spike at step %d: %.4g (trend %.4g, %.1f std)", step, loss, spike.trend, spike.size)
+            log.info("loss spike at step %d: %.4g (trend %.4g, %.1f std)", step, loss, spike.trend,
+                     spike.size)
             self.events.append(Event(kind="loss_spike", step=step,
                                      data={"loss": loss, "trend": spike.trend, "size": spike.size}))
         reason = self.divergence.update(loss)
@@ -123,13 +133,14 @@ class RunMonitor(L.Callback):
             self._t_last = time.perf_counter()
 
     def _report(self, trainer: L.Trainer, row: dict[str, Any]) -> None:
-        """One ``on_step`` call per optimizer step, on rank 0 (with ``val_ppl`` etc. on an evaluation step)."""
+        """One ``on_step`` call per optimizer step, on rank 0 (with ``val_ppl`` etc. on an evaluation
+        step)."""
         if trainer.is_global_zero and self.on_step is not None:
             self.on_step(row)
 
     def save(self, trainer: L.Trainer) -> None:
-        """Write ``last.ckpt`` atomically (a temporary file, then a rename); a sharded run writes its shards to a
-        folder first, which ``last.ckpt`` then names (``ablate.runner.parallel``)."""
+        """Write ``last.ckpt`` atomically (a temporary file, then a rename); a sharded run writes its shards
+        to a folder first, which ``last.ckpt`` then names (``ablate.runner.parallel``)."""
         from ablate.runner.parallel import is_sharded, save_sharded
 
         self.ckpt_path.parent.mkdir(parents=True, exist_ok=True)

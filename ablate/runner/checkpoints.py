@@ -1,9 +1,9 @@
 """A run directory's checkpoint back as a model: for export, lm-evaluation-harness and analysis.
 
 ``run_dir/checkpoints/last.ckpt`` is a Lightning checkpoint; its ``state_dict`` keys are the decoder's with a
-``model.`` prefix, and it carries the resolved run config (``run_config``), so an unfinished run loads too. A run
-with training stages loads as the stage of its checkpoint (``stage``), and the config returned is that stage's
-effective config (``ablate.config.stage_configs``).
+``model.`` prefix, and it carries the resolved run config (``run_config``), so an unfinished run loads too. A
+run with training stages loads as the stage of its checkpoint (``stage``), and the config returned is that
+stage's effective config (``ablate.config.stage_configs``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from ablate.runner.parallel import decoder_state
 from ablate.runner.tokenizers import Tokenizer, get_tokenizer
 
 
-def load_run_model(run_dir: str | Path, *, device: Any = "cpu") -> tuple[torch.nn.Module, Tokenizer, RunConfig]:
+def load_run_model(run_dir: str | Path, *, device: Any = "cpu") -> tuple[torch.nn.Module, Tokenizer,
+                                                                         RunConfig]:
     """``(model in eval mode on device, tokenizer, run config)`` from a run directory's last checkpoint."""
     run_dir = Path(run_dir)
     path = run_dir / CHECKPOINT

@@ -8,11 +8,12 @@ A source yields documents (strings) for a split, ``train`` or ``heldout``:
 - ``python-docs``: English prose from the same installation: each ``pydoc`` topic, and each file's module,
   class and function docstrings (one document per file).
 - ``arithmetic``: an endless stream of small sums, differences and products (``"417 + 86 = 503"``).
-- ``bigram-backcopy``: an endless stream of the Bigram-Backcopy task (Guo et al. 2024, "Active-dormant attention
-  heads"): letters drawn from a fixed bigram table, except that after a trigger digit (``0``, ``1``, ``2``; 8% of
-  positions) the next letter copies the one before the trigger. Only that copy needs attention; at every other
-  position a head has nothing to fetch and, in softmax attention, must park its attention somewhere: the first
-  token, given a fixed one (``data.row_start: bos``). A setting where attention sinks form within minutes.
+- ``bigram-backcopy``: an endless stream of the Bigram-Backcopy task (Guo et al. 2024, "Active-dormant
+  attention heads"): letters drawn from a fixed bigram table, except that after a trigger digit (``0``, ``1``,
+  ``2``; 8% of positions) the next letter copies the one before the trigger. Only that copy needs attention;
+  at every other position a head has nothing to fetch and, in softmax attention, must park its attention
+  somewhere: the first token, given a fixed one (``data.row_start: bos``). A setting where attention sinks
+  form within minutes.
 - user ``text``/``jsonl``/``hf`` sources are read whole for whichever split names them (give held-out sets
   their own files); a saved ``DatasetDict`` gives its ``train`` split to training and its ``validation``
   (else ``test``) split to held-out sets.
@@ -47,12 +48,14 @@ STREAM_SEEDS: dict[str, int] = {"train": 7_919_000_001, "heldout": 7_919_000_002
 
 
 def is_stream(src: SourceConfig) -> bool:
-    """True for an endless source (the synthetic streams, a benchmark task), which is cut at a token budget."""
+    """True for an endless source (the synthetic streams, a benchmark task), which is cut at a token
+    budget."""
     return src.kind == "task" or (src.kind == "builtin" and src.name in ("arithmetic", "bigram-backcopy"))
 
 
 def is_heldout(key: str, fraction: float) -> bool:
-    """The stable split: ``key`` (a relative path or topic name) is held out when its hash falls below ``fraction``.
+    """The stable split: ``key`` (a relative path or topic name) is held out when its hash falls below
+    ``fraction``.
 
     >>> is_heldout("json/decoder.py", 0.1) == is_heldout("json/decoder.py", 0.1)
     True
@@ -67,8 +70,9 @@ def stdlib_dir() -> Path:
 
 
 def stdlib_sources() -> list[tuple[str, Path]]:
-    """``(relative path, path)`` of every standard library ``.py`` file the built-in corpora read (both splits),
-    in path order. The skipped folders are never entered (a system Python's ``site-packages`` can be large)."""
+    """``(relative path, path)`` of every standard library ``.py`` file the built-in corpora read (both
+    splits), in path order. The skipped folders are never entered (a system Python's ``site-packages`` can be
+    large)."""
     lib = stdlib_dir()
     found = []
     for root, dirs, files in os.walk(lib):
@@ -79,7 +83,8 @@ def stdlib_sources() -> list[tuple[str, Path]]:
 
 def stdlib_files(split: Split, fraction: float) -> list[tuple[str, Path]]:
     """``(relative path, path)`` of the standard library's ``.py`` files in ``split``, in path order."""
-    return [(rel, path) for rel, path in stdlib_sources() if is_heldout(rel, fraction) == (split == "heldout")]
+    return [(rel, path) for rel, path in stdlib_sources() if is_heldout(rel,
+                                                                        fraction) == (split == "heldout")]
 
 
 def corpus_version(src: SourceConfig) -> str:
@@ -166,8 +171,8 @@ _BIGRAM_SEED = 20241017  # the bigram table is part of the task: the same for bo
 
 
 def bigram_table() -> dict[str, tuple[str, list[float]]]:
-    """The Bigram-Backcopy task's fixed transition table: each letter's 4 likely successors (weights 8:4:2:1) and,
-    rarely, any other letter."""
+    """The Bigram-Backcopy task's fixed transition table: each letter's 4 likely successors (weights 8:4:2:1)
+    and, rarely, any other letter."""
     rng = random.Random(_BIGRAM_SEED)
     table = {}
     for c in LETTERS:
@@ -194,7 +199,8 @@ def _bigram_backcopy(rng: random.Random) -> Iterator[str]:
 
 
 def user_files(src: SourceConfig) -> list[Path]:
-    """The files a ``text``/``jsonl``/``tokens``/``hf`` path names: a file, every file under a directory, or a glob."""
+    """The files a ``text``/``jsonl``/``tokens``/``hf`` path names: a file, every file under a directory, or a
+    glob."""
     where = "data.source.path"
     assert src.path is not None  # SourceConfig requires it of these kinds
     path = Path(src.path).expanduser()
@@ -242,7 +248,8 @@ def _hf(src: SourceConfig, split: Split) -> Iterator[str]:
         order = ["train"] if split == "train" else ["validation", "test", "heldout", "train"]
         name = next((s for s in order if s in ds), None)
         if name is None:
-            raise ConfigError(f"{src.path!r} has splits {sorted(ds)}, none of {order}", where="data.source.path")
+            raise ConfigError(f"{src.path!r} has splits {sorted(ds)}, none of {order}",
+                              where="data.source.path")
         ds = ds[name]
     if src.field not in ds.column_names:
         raise ConfigError(f"{src.path!r} has no column {src.field!r}{_near(src.field, ds.column_names)}; "

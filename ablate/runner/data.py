@@ -9,19 +9,19 @@ function of (seed, t).
   modded-nanogpt's (a 256 x int32 header: magic 20240520, version, token count, then the tokens).
 - An endless source (arithmetic, a task) is cut at ``data.stream_tokens`` tokens per split.
 - A ``task`` source's training split is a stream of whole examples, each ``[eos] + prompt + answer`` (as
-  ``tasks.scoring.encode_example`` encodes them for scoring), with the positions where examples start and a mask
-  of the answer tokens, cached beside the tokens. Its rows start at an example start (never mid-example); the
-  examples after it are packed into the rest of the row (no padding), the last one cut at the row's end. With
-  ``loss: answer`` only the answer tokens of the row (of every example in it) are loss targets; the held-out
-  split of a task source is plain text, scored on every token.
+  ``tasks.scoring.encode_example`` encodes them for scoring), with the positions where examples start and a
+  mask of the answer tokens, cached beside the tokens. Its rows start at an example start (never mid-example);
+  the examples after it are packed into the rest of the row (no padding), the last one cut at the row's end.
+  With ``loss: answer`` only the answer tokens of the row (of every example in it) are loss targets; the
+  held-out split of a task source is plain text, scored on every token.
 - Row b of the batch at step t: the rng seeded with ``(seed, t)`` picks a source by mixture weight, then a
   window start uniformly among that source's ``seq_len + 1``-token windows (for a task source: among the
   example starts whose row fits). No state is carried from step to step, so a run resumed at step t reads
   exactly what an uninterrupted run would.
-- ``data.row_start`` says where a row begins (training rows and held-out windows alike; task sources always start
-  at an example): ``random`` anywhere; ``bos`` with a fixed first token (the tokenizer's eos id) followed by a
-  ``seq_len``-token window from anywhere; ``document`` at the eos that precedes a document (the source's example
-  starts are then its eos positions), the following documents packed after it.
+- ``data.row_start`` says where a row begins (training rows and held-out windows alike; task sources always
+  start at an example): ``random`` anywhere; ``bos`` with a fixed first token (the tokenizer's eos id)
+  followed by a ``seq_len``-token window from anywhere; ``document`` at the eos that precedes a document (the
+  source's example starts are then its eos positions), the following documents packed after it.
 - ``Batches.rows(t)`` gives the tokens and, when a source has ``loss: answer``, the ``[B, seq_len]`` loss mask
   over the targets ``tokens[:, 1:]`` (True everywhere on rows of the other sources).
 - Held-out sets are scored on fixed windows spread evenly over the set (``heldout_windows``).
@@ -52,8 +52,8 @@ _HEADER_INTS = 256
 
 
 def cache_dir_for(run_dir: Path) -> Path:
-    """Where tokenizers and token arrays are cached: ``$ABLATE_CACHE``, else ``<home>/cache`` for a run directory
-    laid out as ``<home>/runs/<run_id>``, else ``$ABLATE_HOME/cache``, else ``run_dir/cache``."""
+    """Where tokenizers and token arrays are cached: ``$ABLATE_CACHE``, else ``<home>/cache`` for a run
+    directory laid out as ``<home>/runs/<run_id>``, else ``$ABLATE_HOME/cache``, else ``run_dir/cache``."""
     if os.environ.get("ABLATE_CACHE"):
         return Path(os.environ["ABLATE_CACHE"])
     if run_dir.parent.name == layout.RUNS_DIR:
@@ -66,8 +66,8 @@ def cache_dir_for(run_dir: Path) -> Path:
 class TokenArray:
     """One source's tokens as one or more flat segments (arrays or memory maps), addressed by window.
 
-    With ``starts`` (one segment only; the sorted positions where examples start) windows start only there; with
-    ``mask`` (bool, as long as the tokens) ``mask_windows`` gives the loss mask of those windows.
+    With ``starts`` (one segment only; the sorted positions where examples start) windows start only there;
+    with ``mask`` (bool, as long as the tokens) ``mask_windows`` gives the loss mask of those windows.
     """
 
     def __init__(self, segments: list[np.ndarray], label: str, *, starts: np.ndarray | None = None,
@@ -102,7 +102,8 @@ class TokenArray:
         return out
 
     def mask_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """``[len(starts), length]`` bool: the loss mask of ``windows(starts, length)`` (all True without one)."""
+        """``[len(starts), length]`` bool: the loss mask of ``windows(starts, length)`` (all True without
+        one)."""
         if self.mask is None:
             return np.ones((len(starts), length), dtype=bool)
         assert self.starts is not None  # a mask comes with its examples' starts (_example_array)
@@ -111,7 +112,8 @@ class TokenArray:
 
 
 def read_shard(path: Path, dtype: str) -> np.ndarray:
-    """A flat token shard as a read-only memory map, skipping modded-nanogpt's 256-int32 header when present."""
+    """A flat token shard as a read-only memory map, skipping modded-nanogpt's 256-int32 header when
+    present."""
     size = path.stat().st_size
     item = np.dtype(dtype).itemsize
     if size >= _HEADER_INTS * 4:
@@ -128,7 +130,8 @@ def read_shard(path: Path, dtype: str) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
 
 
-def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataConfig, cache_dir: Path) -> TokenArray:
+def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataConfig,
+                cache_dir: Path) -> TokenArray:
     """The tokens of ``src`` for ``split``: shards memory-mapped, text tokenized once and cached."""
     label = src.name or src.path or src.kind
     if src.kind == "tokens":
@@ -143,7 +146,8 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
     examples = src.kind == "task" and split == "train"
     key = json.dumps([src.model_dump(mode="json", exclude={"weight", "loss", "fingerprint"}), split,
                       data_cfg.heldout_fraction,
-                      tok.name, budget, corpus_version(src)] + (["examples"] if examples else []), sort_keys=True)
+                      tok.name, budget, corpus_version(src)] + (["examples"] if examples else []),
+                      sort_keys=True)
     path = cache_dir / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
     lock = path.with_suffix(".lock")  # workers on one source: one tokenizes it, the others wait and read it
     if examples:
@@ -193,7 +197,8 @@ def _tokenize(docs, tok: Tokenizer, budget: int | None) -> np.ndarray:
     return arr[:budget] if budget is not None else arr
 
 
-def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: Path, label: str) -> TokenArray:
+def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: Path,
+                   label: str) -> TokenArray:
     """A task source's training split: whole examples back to back, their starts and answer mask (cached as
     ``<key>.npy``, ``<key>.starts.npy``, ``<key>.mask.npy``; the tokens are written last)."""
     from ablate.runner.tasks.scoring import encode_example
@@ -212,8 +217,8 @@ def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: 
             ids += prompt + answer
             mask += [False] * len(prompt) + [True] * len(answer)
         log.info("encoded %s (train): %d examples, %d tokens -> %s", label, len(starts), len(ids), path)
-        for p, arr in ((starts_path, np.asarray(starts, dtype=np.int64)), (mask_path, np.asarray(mask, dtype=bool)),
-                       (path, np.asarray(ids, dtype=dtype))):
+        for p, arr in ((starts_path, np.asarray(starts, dtype=np.int64)),
+                       (mask_path, np.asarray(mask, dtype=bool)), (path, np.asarray(ids, dtype=dtype))):
             with atomic_path(p) as tmp:
                 np.save(tmp, arr)
     return TokenArray([np.load(path, mmap_mode="r")], label, starts=np.load(starts_path),
@@ -221,9 +226,11 @@ def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: 
 
 
 class Batches:
-    """The training mixture: ``batch(t)`` is ``[batch_size, seq_len + 1]`` int64, a pure function of (seed, t).
+    """The training mixture: ``batch(t)`` is ``[batch_size, seq_len + 1]`` int64, a pure function of (seed,
+    t).
 
-    With ``bos`` (a token id) a row of a source without example starts is ``bos`` then a ``seq_len``-token window.
+    With ``bos`` (a token id) a row of a source without example starts is ``bos`` then a ``seq_len``-token
+    window.
     """
 
     def __init__(self, sources: list[TokenArray], weights: list[float], *, seq_len: int, batch_size: int,
@@ -241,8 +248,9 @@ class Batches:
             if s.mask is not None and s.starts is not None and len(s.starts) > 1:
                 first = int(s.starts[1]) - int(s.starts[0])
                 if first > seq_len + 1:
-                    log.warning("training source %r: an example is %d tokens, longer than seq_len + 1 = %d; rows "
-                                "cut it before its answer, which then carries no loss", s.label, first, seq_len + 1)
+                    log.warning("training source %r: an example is %d tokens, longer than seq_len + 1 = %d; "
+                                "rows cut it before its answer, which then carries no "
+                                "loss", s.label, first, seq_len + 1)
 
     def _length(self, src: TokenArray) -> int:
         """The window a row of ``src`` reads: one token shorter when the row begins with ``bos``."""
@@ -253,13 +261,14 @@ class Batches:
         return self.rows(step)[0]
 
     def rows(self, step: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """``(tokens [B, seq_len + 1] int64, loss mask [B, seq_len] bool over tokens[:, 1:], or None when every
-        target counts)`` of step ``step``, a pure function of (seed, step)."""
+        """``(tokens [B, seq_len + 1] int64, loss mask [B, seq_len] bool over tokens[:, 1:], or None when
+        every target counts)`` of step ``step``, a pure function of (seed, step)."""
         rng = np.random.default_rng([self.seed, step])
         which = rng.choice(len(self.sources), size=self.batch_size, p=self.p)
         starts = rng.integers(0, self.n_windows[which])
         out: np.ndarray = np.empty((self.batch_size, self.seq_len + 1), dtype=np.int64)
-        mask: np.ndarray | None = np.ones((self.batch_size, self.seq_len + 1), dtype=bool) if self.masked else None
+        mask: np.ndarray | None = np.ones((self.batch_size, self.seq_len + 1),
+                                          dtype=bool) if self.masked else None
         for i, src in enumerate(self.sources):
             rows = np.flatnonzero(which == i)
             if len(rows):
@@ -309,7 +318,9 @@ def load_data(data_cfg: DataConfig, *, batch_size: int, seed: int, vocab_size: i
               cache_dir: Path) -> Data:
     """Tokenize (or load from the cache) every source of ``data_cfg`` and build the training mixture."""
     train = [token_array(s, "train", tokenizer, data_cfg, cache_dir) for s in data_cfg.train]
-    batches = Batches(train, [s.weight for s in data_cfg.train], seq_len=data_cfg.seq_len, batch_size=batch_size,
-                      seed=seed, vocab_size=vocab_size, bos=row_bos(data_cfg, tokenizer))
-    heldout = {name: token_array(s, "heldout", tokenizer, data_cfg, cache_dir) for name, s in data_cfg.heldout.items()}
+    batches = Batches(train, [s.weight for s in data_cfg.train], seq_len=data_cfg.seq_len,
+                      batch_size=batch_size, seed=seed, vocab_size=vocab_size,
+                      bos=row_bos(data_cfg, tokenizer))
+    heldout = {name: token_array(s, "heldout", tokenizer, data_cfg,
+                                 cache_dir) for name, s in data_cfg.heldout.items()}
     return Data(tokenizer, batches, heldout)

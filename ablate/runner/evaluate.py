@@ -1,4 +1,5 @@
-"""Measuring a trained model on held-out windows: perplexity, and the paper's per-layer probes (Sec. 4, App. A).
+"""Measuring a trained model on held-out windows: perplexity, and the paper's per-layer probes (Sec. 4, App.
+A).
 
 Probe values, per layer (fractions in [0, 1], like the paper's Table 4):
 
@@ -12,15 +13,17 @@ Probe values, per layer (fractions in [0, 1], like the paper's Table 4):
   positions 1..T-1 (position 0 can attend only to itself) (Fig. 2);
 - ``m_act``: the largest |activation| of the layer's output hidden state (Fig. 6);
 - ``massive_ratio``: Sun et al.'s (2024) criterion for a massive activation, per probe row (one sequence): the
-  largest |activation| of the layer's output hidden state over its median |activation| (``torch.median``, the lower
-  median of the row's T x d values), the mean over rows (a row whose median is 0 has no ratio and is skipped);
+  largest |activation| of the layer's output hidden state over its median |activation| (``torch.median``, the
+  lower median of the row's T x d values), the mean over rows (a row whose median is 0 has no ratio and is
+  skipped);
 - ``massive_first``: the share of rows whose largest |activation| sits on the first token.
 
 Run-level ``gate_score``/``f_attn``/``m_act`` are means over layers (``gate_score`` None without a gate).
-``massive_ratio`` is the largest over layers and ``massive_first`` that layer's share: a sink's massive activation
-is a few coordinates of the first token, thousands of times the median, in the layers between the early ones that
-make it and the last ones that undo it, so the layer where it peaks is where it is seen; a residual stream that
-only grows scales its median with its maximum, and its ratio stays small wherever it grows.
+``massive_ratio`` is the largest over layers and ``massive_first`` that layer's share: a sink's massive
+activation is a few coordinates of the first token, thousands of times the median, in the layers between the
+early ones that make it and the last ones that undo it, so the layer where it peaks is where it is seen; a
+residual stream that only grows scales its median with its maximum, and its ratio stays small wherever it
+grows.
 """
 
 from __future__ import annotations
@@ -89,8 +92,9 @@ class Probes:
     edges: list[float]
 
     def summary(self) -> dict[str, float | None]:
-        """The run-level numbers: ``gate_score``, ``f_attn``, ``m_act`` as means over layers; ``massive_ratio``
-        the largest over layers and ``massive_first`` that layer's share (module docstring: why)."""
+        """The run-level numbers: ``gate_score``, ``f_attn``, ``m_act`` as means over layers;
+        ``massive_ratio`` the largest over layers and ``massive_first`` that layer's share (module docstring:
+        why)."""
         out: dict[str, float | None] = {}
         for name in ("gate_score", "f_attn", "m_act"):
             vals = [v for v in self.layers.get(name, []) if v is not None]
@@ -143,7 +147,8 @@ def probe(model: torch.nn.Module, windows: np.ndarray, *, hist_bins: int, device
                 if m is not None:
                     scaled = p["sdpa_pre"].float().abs() * m
                     for t in THRESHOLDS:
-                        acc.below[f"{t}_scaled"] = acc.below.get(f"{t}_scaled", 0.0) + (scaled < float(t)).sum().item()
+                        acc.below[f"{t}_scaled"] = acc.below.get(f"{t}_scaled",
+                                                                 0.0) + (scaled < float(t)).sum().item()
     model.train(was_training)
     return _reduce(layers, hist_bins)
 

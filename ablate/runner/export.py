@@ -1,6 +1,6 @@
-"""``ablate export``: a run directory's checkpoint as a Hugging Face folder: the weights (``ablate.ablations.export``
-picks the transformers class), the tokenizer the run trained with, and a model card (``README.md``) with the
-variant, its config and its measured numbers.
+"""``ablate export``: a run directory's checkpoint as a Hugging Face folder: the weights
+(``ablate.ablations.export`` picks the transformers class), the tokenizer the run trained with, and a model
+card (``README.md``) with the variant, its config and its measured numbers.
 
 The folder is assembled beside ``--out`` and moved in only when complete, so a refused or failed export leaves
 nothing behind.
@@ -64,28 +64,29 @@ def _notes(cfg: Any, target: str) -> list[str]:
     if target != QWEN3_NEXT:
         return [f"Weights are ablate's under {target}'s names: the same function."]
     notes = [
-        "The paper's G1 gate is Qwen3-Next's full-attention gate: `q_proj` emits, per head, the query rows then "
-        "the gate rows (`[q_h ; g_h]`), and the attention output is multiplied by `sigmoid(gate)` before "
-        "`o_proj`.",
+        "The paper's G1 gate is Qwen3-Next's full-attention gate: `q_proj` emits, per head, the query rows "
+        "then the gate rows (`[q_h ; g_h]`), and the attention output is multiplied by `sigmoid(gate)` "
+        "before `o_proj`.",
         "Every layer is `full_attention` (no linear attention) and `partial_rotary_factor` is 1.0: every "
         "dimension of a head rotates (transformers would default it to 0.25).",
         "RMSNorm weights are stored as `w - 1`, because Qwen3-Next's norms scale by `1 + w`.",
     ]
     if cfg.gate.granularity == "headwise":
-        notes.append("**Headwise gate written as elementwise:** ablate's gate has one score per head; Qwen3-Next's "
-                     "has one per head and dimension, so each head's gate row is repeated over its "
-                     f"{cfg.head_dim} dimensions. The function is the same; fine-tuning in transformers may let the "
-                     "rows drift apart, and the model is then no longer headwise.")
+        notes.append("**Headwise gate written as elementwise:** ablate's gate has one score per head; "
+                     "Qwen3-Next's has one per head and dimension, so each head's gate row is repeated over "
+                     f"its {cfg.head_dim} dimensions. The function is the same; fine-tuning in transformers "
+                     "may let the rows drift apart, and the model is then no longer headwise.")
     if cfg.gate.shared:
-        notes.append("**Head-shared gate written per head:** ablate averages the heads' gate logits; every head's "
-                     "gate rows here are that average (the same function).")
+        notes.append("**Head-shared gate written per head:** ablate averages the heads' gate logits; every "
+                     "head's gate rows here are that average (the same function).")
     if cfg.is_moe:
         notes.append("Qwen3-Next's MoE block always has a shared expert: here it is zero-width, so it adds "
                      "nothing.")
     return notes
 
 
-def model_card(run_id: str, config: Any, cfg: Any, target: str, summary: tuple[str, dict[str, Any]] | None) -> str:
+def model_card(run_id: str, config: Any, cfg: Any, target: str,
+               summary: tuple[str, dict[str, Any]] | None) -> str:
     """The folder's ``README.md``: what was trained, how it maps to ``target``, and what it measured."""
     import yaml
 
@@ -95,29 +96,33 @@ def model_card(run_id: str, config: Any, cfg: Any, target: str, summary: tuple[s
     lines = [
         "---", "library_name: transformers", "tags: [ablate, gated-attention]", "---", "",
         f"# {config.variant} (ablate run `{run_id}`)", "",
-        f"{variant.description[:1].upper()}{variant.description[1:]}. Trained with ablate, in an ablation study of \"Gated Attention for Large "
-        f"Language Models\" (arXiv 2505.06708): preset `{cfg.preset}`, {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} query / "
-        f"{cfg.n_kv_heads} key-value heads of {cfg.head_dim}, {config.data.seq_len}-token context, seed "
+        f"{variant.description[:1].upper()}{variant.description[1:]}. Trained with ablate, in an ablation "
+        f"study of \"Gated Attention for Large Language Models\" (arXiv 2505.06708): preset `{cfg.preset}`, "
+        f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} query / {cfg.n_kv_heads} key-value "
+        f"heads of {cfg.head_dim}, {config.data.seq_len}-token context, seed "
         f"{config.seed}." + (f" Paper rows: {', '.join(variant.paper)}." if variant.paper else ""), "",
         f"## Architecture: `{target}`", "", *[f"- {n}" for n in _notes(cfg, target)], "",
         "## Tokenizer", "",
-        f"`{config.data.tokenizer}`: `AutoTokenizer.from_pretrained` on this folder encodes text to the ids the "
-        "run trained on (no special tokens are added); documents were separated by the end-of-text token.", "",
-        "## Measured", "",
+        f"`{config.data.tokenizer}`: `AutoTokenizer.from_pretrained` on this folder encodes text to the ids "
+        "the run trained on (no special tokens are added); documents were separated by the end-of-text "
+        "token.",
+        "", "## Measured", "",
     ]
     if summary is None:
         lines.append("The run had not finished when this was exported: no measured numbers.")
     else:
         status, values = summary
         keys = [k for k in _CARD_KEYS if k in values] + sorted(k for k in values if k not in _CARD_KEYS)
-        lines += [f"Status `{status}`. From the run's `result.json`:", "", "| metric | value |", "| --- | --- |"]
+        lines += [f"Status `{status}`. From the run's `result.json`:", "", "| metric | value |",
+                  "| --- | --- |"]
         lines += [f"| {k} | {_fmt(values[k])} |" for k in keys]
     lines += ["", "## Run config", "", "```yaml",
               yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False).rstrip(), "```", "",
               "## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               'model = AutoModelForCausalLM.from_pretrained("<this folder>")',
               'tokenizer = AutoTokenizer.from_pretrained("<this folder>")', "```", "",
-              "`lm_eval --model hf --model_args pretrained=<this folder>` scores it with lm-evaluation-harness.", ""]
+              "`lm_eval --model hf --model_args pretrained=<this folder>` scores it with "
+              "lm-evaluation-harness.", ""]
     return "\n".join(lines)
 
 

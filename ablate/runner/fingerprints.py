@@ -1,17 +1,20 @@
-"""Fingerprints of what a run reads outside its config: the fillers of its identity fields (``ablate.grid.identity``).
+"""Fingerprints of what a run reads outside its config: the fillers of its identity fields
+(``ablate.grid.identity``).
 
-- A file's fingerprint is the sha256 of its bytes. ``Fingerprints`` keeps them by absolute path with the file's
-  size and mtime, in memory and in ``<cache>/fingerprints.json``: a file is read again only when its size or mtime
-  changed, so planning 10,000 runs reads each distinct file at most once, and a second plan reads none. A file
-  modified in the last few seconds is not written to the cache (its mtime may not yet tell a later change).
-- A ``text``/``jsonl``/``tokens``/``hf`` source (``fill_source``): its path made absolute (a relative one is read
-  from the directory ablate runs in), and the hash of its files' fingerprints with their names relative to the
-  folder or glob they were found under.
+- A file's fingerprint is the sha256 of its bytes. ``Fingerprints`` keeps them by absolute path with the
+  file's size and mtime, in memory and in ``<cache>/fingerprints.json``: a file is read again only when its
+  size or mtime changed, so planning 10,000 runs reads each distinct file at most once, and a second plan
+  reads none. A file modified in the last few seconds is not written to the cache (its mtime may not yet tell
+  a later change).
+- A ``text``/``jsonl``/``tokens``/``hf`` source (``fill_source``): its path made absolute (a relative one is
+  read from the directory ablate runs in), and the hash of its files' fingerprints with their names relative
+  to the folder or glob they were found under.
 - A built-in corpus read from files (``python-code``, ``python-docs``): the Python version and the standard
   library files both are read from. A synthetic stream or a task has none: ablate's code makes it.
-- An ``hf:`` tokenizer (``fill_tokenizer``): a local folder's path made absolute, and the hash of the tokenizer's
-  files (the folder's files, weights left out), found where transformers would find them (a local folder, else
-  the Hugging Face cache; nothing is downloaded). A ``bpe`` tokenizer is what it is trained from: ``data.train``.
+- An ``hf:`` tokenizer (``fill_tokenizer``): a local folder's path made absolute, and the hash of the
+  tokenizer's files (the folder's files, weights left out), found where transformers would find them (a local
+  folder, else the Hugging Face cache; nothing is downloaded). A ``bpe`` tokenizer is what it is trained from:
+  ``data.train``.
 
 Nothing here tokenizes or opens a dataset. What is not here (a path that matches no file) is an
 ``InputMissingError``: loading a grid leaves the fingerprint None (the data check then says what is wrong),
@@ -40,7 +43,8 @@ CACHE_FILE = "fingerprints.json"
 SETTLE_S = 2.0  # a file modified this recently is hashed but not cached
 USER_KINDS = ("text", "jsonl", "tokens", "hf")
 FILE_CORPORA = ("python-code", "python-docs")  # built-in corpora read from the standard library's files
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".npz")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf",
+                   ".npz")
 
 _MEMORY: dict[str, tuple[int, int, str]] = {}  # path -> (size, mtime_ns, sha256): shared by every instance
 
@@ -57,8 +61,8 @@ class Fingerprints:
 
     @classmethod
     def for_home(cls, home: Path) -> Fingerprints:
-        """The fingerprints of a home: cached in ``$ABLATE_CACHE``, else ``<home>/cache`` (as token arrays are),
-        written only when the home exists."""
+        """The fingerprints of a home: cached in ``$ABLATE_CACHE``, else ``<home>/cache`` (as token arrays
+        are), written only when the home exists."""
         if os.environ.get("ABLATE_CACHE"):
             return cls(Path(os.environ["ABLATE_CACHE"]))
         return cls(Path(home) / "cache", home=Path(home))
@@ -96,8 +100,9 @@ class Fingerprints:
         return self._builtin
 
     def save(self) -> None:
-        """Write what was hashed since the last save into the disk cache (merged with what another process wrote
-        meanwhile); nothing when there is no cache, nothing new, no home yet, or the cache cannot be written."""
+        """Write what was hashed since the last save into the disk cache (merged with what another process
+        wrote meanwhile); nothing when there is no cache, nothing new, no home yet, or the cache cannot be
+        written."""
         if self.cache_file is None or not self._new or (self.home is not None and not self.home.is_dir()):
             return
         from ablate.layout import atomic_write
@@ -138,8 +143,8 @@ def _relative(path: Path, base: Path) -> str:
 
 
 def absolute(path: str) -> str:
-    """``path`` as an absolute path (``~`` expanded; relative to the working directory; symlinks resolved in its
-    folders), a glob's pattern kept as written after its fixed folders.
+    """``path`` as an absolute path (``~`` expanded; relative to the working directory; symlinks resolved in
+    its folders), a glob's pattern kept as written after its fixed folders.
 
     >>> absolute("/data/../data/train-*.bin")
     '/data/train-*.bin'
@@ -162,7 +167,8 @@ def glob_base(path: str) -> Path:
 
 
 def fill_source(src: SourceConfig, fingerprints: Fingerprints) -> dict[str, Any]:
-    """A source's identity: ``{"fingerprint": ...}`` (and its ``path`` made absolute); see the module docstring."""
+    """A source's identity: ``{"fingerprint": ...}`` (and its ``path`` made absolute); see the module
+    docstring."""
     if src.kind == "builtin":
         return {"fingerprint": fingerprints.builtin()} if src.name in FILE_CORPORA else {}
     if src.kind not in USER_KINDS or not src.path:
@@ -195,8 +201,8 @@ def fill_tokenizer(data: DataConfig, fingerprints: Fingerprints) -> dict[str, An
         folder = _hub_folder(name)
     files = tokenizer_files(folder) if folder is not None else []
     if folder is None or not files:
-        raise InputMissingError(f"tokenizer {spec!r} is not on this machine (a local folder, or the Hugging Face "
-                                "cache)", where="data.tokenizer", updates=updates)
+        raise InputMissingError(f"tokenizer {spec!r} is not on this machine (a local folder, or the Hugging "
+                                "Face cache)", where="data.tokenizer", updates=updates)
     return {**updates, "tokenizer_fingerprint": fingerprints.files(files, folder)}
 
 
@@ -207,8 +213,8 @@ def tokenizer_files(folder: Path) -> list[Path]:
 
 
 def _hub_folder(name: str) -> Path | None:
-    """The Hugging Face cache's snapshot folder of ``name`` (as ``from_pretrained(local_files_only=True)`` finds
-    it), or None when it is not there."""
+    """The Hugging Face cache's snapshot folder of ``name`` (as ``from_pretrained(local_files_only=True)``
+    finds it), or None when it is not there."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from huggingface_hub import try_to_load_from_cache

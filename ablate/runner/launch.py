@@ -32,7 +32,8 @@ INTERRUPTED = 3  # a rank's exit status when the run was stopped (its checkpoint
 
 
 def ranks_exist() -> bool:
-    """Were this run's processes started by a launcher (Slurm's ``srun`` tasks, torchrun, or ``local_ranks``)?"""
+    """Were this run's processes started by a launcher (Slurm's ``srun`` tasks, torchrun, or
+    ``local_ranks``)?"""
     return "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ or \
         int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1
 
@@ -58,14 +59,16 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 @contextlib.contextmanager
 def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[None]:
-    """Start ranks 1..devices-1 of the run ``job`` (``{"run_id", "config"}``) and make this process rank 0 for the
-    block; afterwards wait for them (a rank that failed fails the run), or stop them if the block raised."""
+    """Start ranks 1..devices-1 of the run ``job`` (``{"run_id", "config"}``) and make this process rank 0 for
+    the block; afterwards wait for them (a rank that failed fails the run), or stop them if the block
+    raised."""
     import torch
 
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = run_dir / "launch.json"
     spec.write_text(json.dumps({**job, "run_dir": str(run_dir)}))
-    env = {"NODE_RANK": "0", "WORLD_SIZE": str(devices), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {"NODE_RANK": "0", "WORLD_SIZE": str(devices), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port())}
     threads = max(1, torch.get_num_threads() // devices)  # the cores this run had, shared by its ranks
     children: list[subprocess.Popen] = []
     saved = {k: os.environ.get(k) for k in _ENV}
@@ -74,7 +77,8 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
         for rank in range(1, devices):
             with open(run_dir / f"rank{rank}.log", "ab") as out:
                 children.append(subprocess.Popen(
-                    [sys.executable, "-m", "ablate.runner.launch", str(spec)], stdout=out, stderr=subprocess.STDOUT,
+                    [sys.executable, "-m", "ablate.runner.launch", str(spec)], stdout=out,
+                    stderr=subprocess.STDOUT,
                     env={**os.environ, **env, "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": str(threads)},
                     preexec_fn=_die_with_parent))
         os.environ.update(env | {"LOCAL_RANK": "0"})
@@ -101,7 +105,8 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
         from ablate.errors import RunError
 
         rank, code = failed[0]
-        raise RunError(f"rank {rank} of the run ended with exit status {code}; its log: {run_dir / f'rank{rank}.log'}")
+        raise RunError(f"rank {rank} of the run ended with exit status {code}; its log: "
+                       f"{run_dir / f'rank{rank}.log'}")
 
 
 def main(spec_path: str) -> int:

@@ -1,12 +1,12 @@
 """lm-evaluation-harness bridge: an ``lm_eval`` model class (registered as ``ablate``) over an ablate model.
 
 ``AblateLM(model=..., tokenizer=...)`` wraps a model in memory; ``AblateLM(pretrained=RUN_DIR)`` loads a run's
-final checkpoint (``lm_eval --model ablate --model_args pretrained=ablate-runs/runs/<id>``). It is lm-eval's own
-``TemplateLM``: requests are encoded by lm-eval's rules (trailing spaces of a context move to the continuation, an
-empty context is the end-of-text token, rolling windows start with it), exactly as lm-eval's ``hf`` model encodes
-them for the same model exported by ``ablate export``, so both give the same loglikelihoods.
-``evaluate_lm_eval`` runs lm-eval tasks (any task lm-eval knows, ablate's offline ``ablate_*`` tasks, and YAML
-files under ``include_path``) and flattens the metrics to ``bench/<task>/<metric>``.
+final checkpoint (``lm_eval --model ablate --model_args pretrained=ablate-runs/runs/<id>``). It is lm-eval's
+own ``TemplateLM``: requests are encoded by lm-eval's rules (trailing spaces of a context move to the
+continuation, an empty context is the end-of-text token, rolling windows start with it), exactly as lm-eval's
+``hf`` model encodes them for the same model exported by ``ablate export``, so both give the same
+loglikelihoods. ``evaluate_lm_eval`` runs lm-eval tasks (any task lm-eval knows, ablate's offline ``ablate_*``
+tasks, and YAML files under ``include_path``) and flattens the metrics to ``bench/<task>/<metric>``.
 
 lm_eval is imported only when a class or an evaluation is asked for (``lm_eval_class()``), never at import.
 """
@@ -54,8 +54,8 @@ def continuation_logprobs(model: Any, pairs: Sequence[tuple[list[int], list[int]
 
 def greedy_generate(model: Any, prompt: list[int], *, max_new: int, device: Any, stop: Sequence[str],
                     eos_id: int, decode: Any) -> str:
-    """Greedy continuation of ``prompt`` until ``eos_id``, any ``stop`` string, or ``max_new`` tokens; the text
-    before the first stop string."""
+    """Greedy continuation of ``prompt`` until ``eos_id``, any ``stop`` string, or ``max_new`` tokens; the
+    text before the first stop string."""
     import torch
 
     ids = torch.tensor([prompt], dtype=torch.long, device=device)
@@ -78,7 +78,8 @@ def greedy_generate(model: Any, prompt: list[int], *, max_new: int, device: Any,
 
 @functools.cache
 def lm_eval_class() -> type:
-    """The ``lm_eval.api.model.TemplateLM`` subclass for ablate models, registered in lm_eval as ``ablate``."""
+    """The ``lm_eval.api.model.TemplateLM`` subclass for ablate models, registered in lm_eval as
+    ``ablate``."""
     import lm_eval.models  # noqa: F401 - lm-eval's own models first: its registry loads them only while empty
     import torch
     from lm_eval.api.model import TemplateLM
@@ -112,7 +113,8 @@ def lm_eval_class() -> type:
             return self.tok.eos_id
 
         def tok_encode(self, string: str, add_special_tokens: bool | None = None, **_: Any) -> list[int]:
-            return list(self.tok.encode(string)) if string else []  # ablate's tokenizers add no special tokens
+            # ablate's tokenizers add no special tokens
+            return list(self.tok.encode(string)) if string else []
 
         def _loglikelihood_tokens(self, requests: list[Any], disable_tqdm: bool = False,
                                   **_: Any) -> list[tuple[float, bool]]:
@@ -158,10 +160,11 @@ def lm_eval_class() -> type:
                 until = kwargs.get("until") or []
                 until = [until] if isinstance(until, str) else list(until)
                 max_new = int(kwargs.get("max_gen_toks", self.max_gen_toks))
-                prompt = (self.tok_encode(context) or [self.eot_token_id])[-max(self.max_length - max_new, 1):]
+                prompt = (self.tok_encode(context) or [self.eot_token_id])[-max(self.max_length - max_new,
+                                                                                1):]
                 with torch.inference_mode():
-                    text = greedy_generate(self.model, prompt, max_new=max_new, device=self._device, stop=until,
-                                           eos_id=self.eot_token_id, decode=self.tok.decode)
+                    text = greedy_generate(self.model, prompt, max_new=max_new, device=self._device,
+                                           stop=until, eos_id=self.eot_token_id, decode=self.tok.decode)
                 self.cache_hook.add_partial("generate_until", req.args, text)
                 out.append(text)
             return out
@@ -170,7 +173,8 @@ def lm_eval_class() -> type:
 
 
 def make_lm(model: Any, tokenizer: Any, **kwargs: Any) -> Any:
-    """An ``AblateLM`` over an in-memory model and tokenizer (``kwargs``: device, batch_size, max_length, ...)."""
+    """An ``AblateLM`` over an in-memory model and tokenizer (``kwargs``: device, batch_size,
+    max_length, ...)."""
     return lm_eval_class()(model=model, tokenizer=tokenizer, **kwargs)
 
 
@@ -183,7 +187,8 @@ def _metric_name(key: str) -> str:
     return metric if filt in ("", "none") else f"{metric}.{filt}"
 
 
-def task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str | os.PathLike[str]] | None = None) -> Any:
+def task_manager(tasks: Sequence[str],
+                 include_path: str | Path | Sequence[str | os.PathLike[str]] | None = None) -> Any:
     """lm-eval's ``TaskManager`` over ablate's offline tasks (``ablate.runner.lm_eval_tasks``) and
     ``include_path``; lm-eval's own catalogue (thousands of YAMLs, seconds to index) only when a task is in
     neither. An unknown task or a missing folder is a UserInputError."""
@@ -192,7 +197,8 @@ def task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str |
     from ablate.errors import UserInputError, did_you_mean
     from ablate.runner.lm_eval_tasks import TASKS_DIR
 
-    given = [] if include_path is None else [include_path] if isinstance(include_path, str | Path) else include_path
+    given = [] if include_path is None else [include_path] if isinstance(include_path,
+                                                                         str | Path) else include_path
     for path in given:
         if not Path(path).is_dir():
             raise UserInputError(f"--include-path {path}: not a directory of lm-eval task YAMLs")
@@ -202,15 +208,17 @@ def task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str |
         manager = TaskManager(include_path=paths)
     for task in tasks:
         if task not in manager.all_tasks:
-            raise UserInputError(f"unknown lm-eval task {task!r}{did_you_mean(task, manager.all_tasks)}: not one "
-                                 "of lm-eval's, ablate's offline ablate_* tasks, or a YAML under --include-path")
+            raise UserInputError(f"unknown lm-eval task {task!r}{did_you_mean(task, manager.all_tasks)}: not "
+                                 "one of lm-eval's, ablate's offline ablate_* tasks, or a YAML under "
+                                 "--include-path")
     return manager
 
 
 def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
-                include_path: str | Path | Sequence[str | os.PathLike[str]] | None = None, limit: int | float | None = None,
-                num_fewshot: int | None = None, device: str = "cpu", batch_size: int = 8,
-                max_length: int | None = None, seed: int = 0, log_samples: bool = False) -> dict[str, Any]:
+                include_path: str | Path | Sequence[str | os.PathLike[str]] | None = None,
+                limit: int | float | None = None, num_fewshot: int | None = None, device: str = "cpu",
+                batch_size: int = 8, max_length: int | None = None, seed: int = 0,
+                log_samples: bool = False) -> dict[str, Any]:
     """lm-evaluation-harness ``tasks`` on ``model``: lm-eval's own results dict (``results``, ``n-samples``,
     ``higher_is_better``, ``configs``, ...). Nothing is downloaded by ablate; a task whose data is not on this
     machine fails inside lm-eval."""
@@ -250,8 +258,8 @@ def _quiet_git_hash() -> Iterator[None]:
 
 
 def flat_metrics(res: dict[str, Any]) -> dict[str, float]:
-    """``{"bench/<task>/<metric>": value}`` from lm-eval's results (stderr left out; ``acc,none`` becomes ``acc``,
-    another filter ``metric.filter``)."""
+    """``{"bench/<task>/<metric>": value}`` from lm-eval's results (stderr left out; ``acc,none`` becomes
+    ``acc``, another filter ``metric.filter``)."""
     out: dict[str, float] = {}
     for task, metrics in res.get("results", {}).items():
         for key, value in metrics.items():
@@ -269,7 +277,8 @@ def primary_scores(res: dict[str, Any]) -> dict[str, tuple[str, float]]:
         better = res.get("higher_is_better", {}).get(task, {})
         for key, value in metrics.items():
             name = key.partition(",")[0]
-            if "," not in key or "_stderr" in key or not isinstance(value, int | float) or not better.get(name):
+            if "," not in key or "_stderr" in key or not isinstance(value,
+                                                                    int | float) or not better.get(name):
                 continue
             out[task] = (_metric_name(key), float(value) * (100.0 if name in FRACTION_METRICS else 1.0))
             break

@@ -4,10 +4,10 @@ gradient clipping that also measures the gradient norm.
 A step's batch may come as several micro-batches (``train.micro_batch_size``): Lightning accumulates their
 gradients, dividing each returned loss by their number, so the step's gradient is that of the whole batch.
 A batch with a ``"mask"`` (``[b, T]`` bool over the targets; ``loss: answer`` task sources) is scored on the
-masked targets only: the loss is the mean over the masked targets of the whole global batch (each micro-batch's
-sum is divided by the global batch's ``"count"``, times the world size and the number of micro-batches, so the
-accumulation's mean, DDP's gradient mean and the monitor's loss mean give exactly that). A batch without a mask
-is scored on every target.
+masked targets only: the loss is the mean over the masked targets of the whole global batch (each
+micro-batch's sum is divided by the global batch's ``"count"``, times the world size and the number of
+micro-batches, so the accumulation's mean, DDP's gradient mean and the monitor's loss mean give exactly that).
+A batch without a mask is scored on every target.
 
 Weight decay applies to matrices (``ndim >= 2``) except embeddings (and a head tied to them); norms, biases,
 gate biases and embeddings are not decayed, the usual GPT-2/nanoGPT grouping.
@@ -26,8 +26,8 @@ from ablate.config import TrainConfig
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """LR multiplier at ``step`` (0-based): linear warm-up over ``warmup_frac * steps`` steps, then cosine decay
-    from 1 to ``min_lr_ratio`` at the last step.
+    """LR multiplier at ``step`` (0-based): linear warm-up over ``warmup_frac * steps`` steps, then cosine
+    decay from 1 to ``min_lr_ratio`` at the last step.
 
     >>> cfg = TrainConfig(steps=100, warmup_frac=0.1, min_lr_ratio=0.1)
     >>> [round(lr_factor(s, cfg), 3) for s in (0, 9, 10, 99)]
@@ -41,9 +41,11 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
 
 
 def param_groups(model: nn.Module, weight_decay: float, *, decay_embeddings: bool = False) -> list[dict]:
-    """AdamW groups: decay on matrices, none on norms and biases, and on embeddings only with ``decay_embeddings``
-    (each parameter once)."""
-    embeddings = set() if decay_embeddings else {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    """AdamW groups: decay on matrices, none on norms and biases, and on embeddings only with
+    ``decay_embeddings`` (each parameter once)."""
+    embeddings = (
+        set() if decay_embeddings else {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    )
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     seen: set[int] = set()
@@ -57,12 +59,14 @@ def param_groups(model: nn.Module, weight_decay: float, *, decay_embeddings: boo
 
 def stack_per_head_gates(checkpoint: dict, model: nn.Module, *, decay_embeddings: bool = False) -> int:
     """A Lightning checkpoint from before the contiguous G1 layout (a fused gate's rows per head under
-    ``q_proj.weight``), reordered in place to ``QueryGateProjection``'s rows: the weights and the AdamW moments,
-    so that the run resumes exactly. Returns how many projections it reordered (0: a checkpoint of today)."""
+    ``q_proj.weight``), reordered in place to ``QueryGateProjection``'s rows: the weights and the AdamW
+    moments, so that the run resumes exactly. Returns how many projections it reordered (0: a checkpoint of
+    today)."""
     from ablate.ablations.gates import QueryGateProjection, split_query_gate
 
     state, n = checkpoint.get("state_dict", {}), 0
-    flat = [p for group in param_groups(model, 0.0, decay_embeddings=decay_embeddings) for p in group["params"]]
+    flat = [p for group in param_groups(model, 0.0,
+                                        decay_embeddings=decay_embeddings) for p in group["params"]]
     index = {id(p): i for i, p in enumerate(flat)}  # the optimizer's state is keyed by this order
     for name, module in model.named_modules():
         old = f"model.{name}.weight"
@@ -81,8 +85,9 @@ def stack_per_head_gates(checkpoint: dict, model: nn.Module, *, decay_embeddings
 
 
 class LitDecoder(L.LightningModule):
-    """Trains ``model`` on ``{"step", "tokens": [B, T + 1]}`` batches; keeps the last loss and gradient norm as
-    tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled mid-step)."""
+    """Trains ``model`` on ``{"step", "tokens": [B, T + 1]}`` batches; keeps the last loss and gradient norm
+    as tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled
+    mid-step)."""
 
     def __init__(self, model: nn.Module, train_cfg: TrainConfig, *, compile: bool = False,
                  run_config: dict | None = None, stage: int = 0, precision: str = "32-true"):
@@ -98,7 +103,8 @@ class LitDecoder(L.LightningModule):
         self._configured = False
 
     def configure_model(self) -> None:
-        """Activation checkpointing, then (sharded runs) FSDP2 per block and on the root, and compilation; once."""
+        """Activation checkpointing, then (sharded runs) FSDP2 per block and on the root, and compilation;
+        once."""
         from ablate.runner.parallel import checkpoint_blocks, is_sharded, shard_model
 
         if self._configured:
@@ -109,7 +115,8 @@ class LitDecoder(L.LightningModule):
         if is_sharded(self.train_cfg, self.trainer.world_size):
             shard_model(self.model, self.device_mesh["data_parallel"], precision=self.precision,
                         compile=self.compile)
-            self.step_fn = self.model.__call__  # through the module: FSDP's hooks gather the root's parameters
+            # through the module: FSDP's hooks gather the root's parameters
+            self.step_fn = self.model.__call__
         elif self.compile:
             # a bound method, not a module attribute: the compiled wrapper must not enter the state dict twice
             self.step_fn = torch.compile(self.model.forward)
@@ -121,15 +128,18 @@ class LitDecoder(L.LightningModule):
         mask = batch.get("mask")  # (b, T) bool over the targets, or None: every target counts
         if mask is None:
             loss = F.cross_entropy(logits, targets)
-        else:  # the masked targets' sum over the global batch's count, scaled back up by the means taken after it
+        # the masked targets' sum over the global batch's count, scaled back up by the means taken after it
+        else:
             losses = F.cross_entropy(logits, targets, reduction="none")
             world = self.trainer.world_size if self._trainer is not None else 1
             count = batch["count"] if "count" in batch else mask.sum()  # a lone batch: its own count
             scale = world * self.train_cfg.accumulate / count.clamp_min(1)
             loss = (losses * mask.flatten().to(losses.dtype)).sum() * scale
-        # the step's loss: the mean over its micro-batches (Lightning divides what is returned by their number)
+        # the step's loss: the mean over its micro-batches (Lightning divides what is returned by their
+        # number)
         micro = int(batch.get("micro", 0))
-        if hasattr(self.model, "set_requires_gradient_sync"):  # sharded: reduce-scatter once, after the last one
+        # sharded: reduce-scatter once, after the last one
+        if hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(micro + 1 == self.train_cfg.accumulate)
         part = loss.detach() / self.train_cfg.accumulate
         self.last_loss = part if micro == 0 else self.last_loss + part
@@ -137,17 +147,20 @@ class LitDecoder(L.LightningModule):
 
     def configure_optimizers(self):
         cfg = self.train_cfg
-        opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay, decay_embeddings=cfg.decay_embeddings),
+        opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay,
+                                             decay_embeddings=cfg.decay_embeddings),
                                 lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                 eps=cfg.eps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None) -> None:
         max_norm = self.train_cfg.grad_clip or math.inf  # 0 = no clipping, but the norm is still measured
         params = [p for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        if hasattr(norm, "full_tensor"):  # sharded gradients: each rank's partial norm, reduced over the ranks
+        # sharded gradients: each rank's partial norm, reduced over the ranks
+        if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
         self.last_grad_norm = norm

@@ -1,19 +1,21 @@
-"""Sharded training (``train.strategy: fsdp``): FSDP2 through Lightning's ``ModelParallelStrategy``, activation
-checkpointing, and the sharded checkpoints that go with it.
+"""Sharded training (``train.strategy: fsdp``): FSDP2 through Lightning's ``ModelParallelStrategy``,
+activation checkpointing, and the sharded checkpoints that go with it.
 
 - ``strategy_for(train, nodes)``: the Lightning strategy and precision of a run. FSDP on one device is plain
-  training (nothing to shard). Over several, ``ModelParallelStrategy`` with every device data-parallel; the model
-  is sharded in ``LitDecoder.configure_model`` by ``shard_model``: ``fully_shard`` on each decoder block, then on
-  the root (embedding, final norm, head). ``bf16-mixed`` is FSDP2's ``MixedPrecisionPolicy``: bf16 parameters and
-  compute, fp32 gradient reduction, fp32 sharded master weights and optimizer state (no autocast on top).
+  training (nothing to shard). Over several, ``ModelParallelStrategy`` with every device data-parallel; the
+  model is sharded in ``LitDecoder.configure_model`` by ``shard_model``: ``fully_shard`` on each decoder
+  block, then on the root (embedding, final norm, head). ``bf16-mixed`` is FSDP2's ``MixedPrecisionPolicy``:
+  bf16 parameters and compute, fp32 gradient reduction, fp32 sharded master weights and optimizer state (no
+  autocast on top).
 - ``checkpoint_blocks`` (``train.activation_checkpointing``, every strategy) wraps each block before sharding.
 - Checkpoints: ``checkpoints/last.ckpt`` stays a plain file for every run (its step, the monitor's record, the
-  run config: whatever reads a checkpoint's position reads it the same way). A sharded run's weights and optimizer
-  state are a ``torch.distributed.checkpoint`` folder beside it (``sharded-<stage>-<step>``, one file per rank),
-  which ``last.ckpt`` names under ``"sharded"``; a new folder is written in full before ``last.ckpt`` is swapped
-  to it (atomically), and only then the old one is removed, so a kill at any moment leaves a complete checkpoint.
-  ``resume_path`` gives Lightning the folder to resume from; ``decoder_state`` reads the decoder's full weights
-  from either kind without a process group (export, evaluation, the next training stage).
+  run config: whatever reads a checkpoint's position reads it the same way). A sharded run's weights and
+  optimizer state are a ``torch.distributed.checkpoint`` folder beside it (``sharded-<stage>-<step>``, one
+  file per rank), which ``last.ckpt`` names under ``"sharded"``; a new folder is written in full before
+  ``last.ckpt`` is swapped to it (atomically), and only then the old one is removed, so a kill at any moment
+  leaves a complete checkpoint. ``resume_path`` gives Lightning the folder to resume from; ``decoder_state``
+  reads the decoder's full weights from either kind without a process group (export, evaluation, the next
+  training stage).
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def shard_model(model: nn.Module, mesh: Any, *, precision: str, compile: bool) -
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     half = {"bf16-mixed": torch.bfloat16}.get(precision)
-    policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
+    policy = MixedPrecisionPolicy(param_dtype=half,
+                                  reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
     for i, block in enumerate(model.blocks):
         if compile:
             block.compile()
@@ -125,8 +128,8 @@ def prune_sharded(folder: Path) -> None:
 
 
 def copy_checkpoint(src: Path, dst: Path) -> None:
-    """Copy a checkpoint file to ``dst`` atomically; a sharded one keeps its folder (hard links: no data copied)
-    under a name of its own, so that pruning the source's never removes it."""
+    """Copy a checkpoint file to ``dst`` atomically; a sharded one keeps its folder (hard links: no data
+    copied) under a name of its own, so that pruning the source's never removes it."""
     from ablate.layout import atomic_path
 
     meta = torch.load(src, map_location="cpu", weights_only=False)

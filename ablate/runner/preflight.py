@@ -1,13 +1,13 @@
 """Data that cannot work, found before anything trains: ``check_data(runs, source=)``.
 
-``ablate plan`` and ``ablate run`` resolve every data source of every run (each training stage's too) up front,
-without tokenizing anything: a named task or corpus exists, and under the byte tokenizer one example of a task
-fits each of its lengths; a user's path matches files, and they are readable; and each source holds at least
-``seq_len + 1`` tokens for its split (one training row, one held-out window).
+``ablate plan`` and ``ablate run`` resolve every data source of every run (each training stage's too) up
+front, without tokenizing anything: a named task or corpus exists, and under the byte tokenizer one example of
+a task fits each of its lengths; a user's path matches files, and they are readable; and each source holds at
+least ``seq_len + 1`` tokens for its split (one training row, one held-out window).
 The token count is exact for token shards, and for text under the byte tokenizer (its ids are the UTF-8 bytes,
-plus one end-of-document token per document); for a learned tokenizer, whose tokens each cover one byte or more,
-the file sizes give an upper bound, so what fails here cannot work, and what passes may still be too short for a
-tokenizer that packs many bytes per token (the run then fails and says so).
+plus one end-of-document token per document); for a learned tokenizer, whose tokens each cover one byte or
+more, the file sizes give an upper bound, so what fails here cannot work, and what passes may still be too
+short for a tokenizer that packs many bytes per token (the run then fails and says so).
 
 A failure is one ``ConfigError``: the grid file, the source's field path, the value, what would work.
 """
@@ -31,7 +31,8 @@ _STDLIB_SURELY = 65_536  # tokens that 1% of the standard library's files surely
 
 
 def check_data(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> None:
-    """Raise ``ConfigError`` for the first data source of ``runs`` (PlannedRuns or RunConfigs) that cannot work.
+    """Raise ``ConfigError`` for the first data source of ``runs`` (PlannedRuns or RunConfigs) that cannot
+    work.
 
     Each distinct data config is checked once, so a 10,000-run grid costs what its few data configs cost.
     """
@@ -48,8 +49,8 @@ def check_data(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = N
 
 def check_tokenizers(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> None:
     """Raise ``ConfigError`` for the first run whose tokenizer cannot be made or does not fit its model's
-    vocabulary (``tokenizers.check_tokenizer``: an ``hf:`` one is loaded from this machine's files; one that is not
-    here is an ``InputMissingError``, which ``ablate plan`` only warns of, as of missing data). Each
+    vocabulary (``tokenizers.check_tokenizer``: an ``hf:`` one is loaded from this machine's files; one that
+    is not here is an ``InputMissingError``, which ``ablate plan`` only warns of, as of missing data). Each
     distinct tokenizer and vocabulary once; stages keep both (``STAGE_FIXED_DATA_FIELDS``)."""
     from ablate.runner.tokenizers import check_tokenizer
 
@@ -91,7 +92,10 @@ def _source(src: SourceConfig, split: Split, data: DataConfig, where: str, at: s
         if need <= _STDLIB_SURELY and 0.01 <= data.heldout_fraction <= 0.99:
             return  # each split of the standard library holds far more (measuring it walks the library: ~2 s)
         # python-code under the byte tokenizer is its bytes; python-docs is a part of the same files
-        tokens, exact = _stdlib_bytes(split, data.heldout_fraction), data.tokenizer == "byte" and src.name == "python-code"
+        tokens, exact = (
+            _stdlib_bytes(split, data.heldout_fraction),
+            data.tokenizer == "byte" and src.name == "python-code",
+        )
         what = f"the {split} split of {src.name!r} holds {'' if exact else 'at most '}{tokens} tokens"
     else:
         files = _files(src, where)
@@ -99,13 +103,14 @@ def _source(src: SourceConfig, split: Split, data: DataConfig, where: str, at: s
         what = (f"{src.path!r} ({len(files)} file{'s' * (len(files) != 1)}) holds "
                 f"{'' if exact else 'at most '}{tokens} tokens")
     if tokens < need:
-        raise ConfigError(f"{what}{at}, fewer than data.seq_len + 1 = {need} (one row of seq_len tokens and its "
-                          "next token): use a smaller data.seq_len or more data", where=where)
+        raise ConfigError(f"{what}{at}, fewer than data.seq_len + 1 = {need} (one row of seq_len tokens and "
+                          "its next token): use a smaller data.seq_len or more data", where=where)
 
 
 def _task(spec: str, *, byte: bool, where: str) -> None:
-    """A ``kind: task`` spec names a task, and under the byte tokenizer (whose lengths are exact: an example that
-    cannot fit fails every run) one example fits each of its lengths (its fixed part, needles and query)."""
+    """A ``kind: task`` spec names a task, and under the byte tokenizer (whose lengths are exact: an example
+    that cannot fit fails every run) one example fits each of its lengths (its fixed part, needles and
+    query)."""
     from ablate.runner.tasks import TASKS, parse_task_spec, task_examples
 
     try:
@@ -152,9 +157,9 @@ def _stdlib_bytes(split: Split, fraction: float) -> int:
 
 
 def heldout_warnings(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> list[str]:
-    """One line for each held-out set of ``runs`` that reads a training source's files (only built-in corpora are
-    split into train and held-out: a user's file is read whole by every split that names it), and for a saved
-    dataset with no held-out split named by both. Each distinct data config is looked at once."""
+    """One line for each held-out set of ``runs`` that reads a training source's files (only built-in corpora
+    are split into train and held-out: a user's file is read whole by every split that names it), and for a
+    saved dataset with no held-out split named by both. Each distinct data config is looked at once."""
     seen: set[str] = set()
     out: list[str] = []
     for run in runs:
@@ -163,7 +168,8 @@ def heldout_warnings(runs: Iterable[Any], *, source: str | os.PathLike[str] | No
             key = stage.data.model_dump_json()
             if key not in seen:
                 seen.add(key)
-                out += [line for line in _overlaps(stage.data, f"{source}: " if source else "") if line not in out]
+                out += [line for line in _overlaps(stage.data,
+                                                   f"{source}: " if source else "") if line not in out]
     return out
 
 
@@ -187,9 +193,9 @@ def _overlaps(data: DataConfig, where: str) -> list[str]:
             if not shared or (src.kind == "hf" and _has_heldout_split(Path(str(src.path)))):
                 continue
             out.append(f"{where}data.heldout.{name} reads the training data of data.train.{i} ({len(shared)} "
-                       f"file{'s' * (len(shared) != 1)}, e.g. {min(shared)}): only built-in corpora are split into "
-                       "train and held-out, so its perplexity is measured on text the model trained on; give the "
-                       "held-out set its own file")
+                       f"file{'s' * (len(shared) != 1)}, e.g. {min(shared)}): only built-in corpora are "
+                       "split into train and held-out, so its perplexity is measured on text the model "
+                       "trained on; give the held-out set its own file")
     return out
 
 

@@ -60,13 +60,14 @@ BENCH_SEED = 0  # benchmark examples are the same for every run (and every run s
 
 
 class StepBatches(IterableDataset):
-    """Yields, for t = start .. steps - 1, this rank's rows of batch ``offset + t`` as ``accumulate`` micro-batches
-    ``{"step": offset + t, "micro": i, "tokens": [rows / world / accumulate, T + 1]}`` (``offset``: the global number
-    of a later training stage's first step), plus ``"mask"`` (the rows' loss mask over ``tokens[:, 1:]``) and
-    ``"count"`` (the masked targets of the whole global batch) when a training source has ``loss: answer``."""
+    """Yields, for t = start .. steps - 1, this rank's rows of batch ``offset + t`` as ``accumulate``
+    micro-batches ``{"step": offset + t, "micro": i, "tokens": [rows / world / accumulate, T + 1]}``
+    (``offset``: the global number of a later training stage's first step), plus ``"mask"`` (the rows' loss
+    mask over ``tokens[:, 1:]``) and ``"count"`` (the masked targets of the whole global batch) when a
+    training source has ``loss: answer``."""
 
-    def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1, offset: int = 0,
-                 accumulate: int = 1):
+    def __init__(self, batches: Batches, start: int, steps: int, rank: int = 0, world: int = 1,
+                 offset: int = 0, accumulate: int = 1):
         self.batches, self.start, self.steps, self.rank, self.world = batches, start, steps, rank, world
         self.offset, self.accumulate = offset, accumulate
 
@@ -108,15 +109,16 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
 
     Resumes from ``run_dir/checkpoints/last.ckpt`` when present (``resumed_from`` = its step, plus a
     ``resumed`` event). ``on_step(dict(step, loss, lr, grad_norm, tokens_per_s))`` is called after every step
-    on rank 0 (with ``val_ppl`` and the held-out scores added on each evaluation step of ``eval.every``). Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose
-    loss diverges ends with status ``diverged`` (no evaluation); a crash writes nothing and re-raises.
+    on rank 0 (with ``val_ppl`` and the held-out scores added on each evaluation step of ``eval.every``).
+    Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose loss
+    diverges ends with status ``diverged`` (no evaluation); a crash writes nothing and re-raises.
     ``callbacks``: extra Lightning callbacks, called after the run's own monitor in every hook.
 
     With ``config.stages`` the stages train one after the other, each from the previous one's final weights;
     step numbers are global across stages, and evaluation follows the last stage (``ablate.runner.stages``).
 
-    ``train.devices > 1``: one process per device. Started here (``ablate.runner.launch``: this process is rank 0)
-    unless a launcher started them (Slurm's ``srun``, torchrun); only rank 0 writes ``result.json``.
+    ``train.devices > 1``: one process per device. Started here (``ablate.runner.launch``: this process is
+    rank 0) unless a launcher started them (Slurm's ``srun``, torchrun); only rank 0 writes ``result.json``.
     """
     from ablate.runner.launch import local_ranks, ranks_exist
 
@@ -148,7 +150,8 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     stages = plan_stages(config)
     first, resume = start_point(run_dir, stages)
     _same_inputs(config, cache_dir_for(run_dir))
-    tokenizer = get_tokenizer(config.data, apply_variant(config.model, config.variant), cache_dir_for(run_dir))
+    tokenizer = get_tokenizer(config.data, apply_variant(config.model, config.variant),
+                              cache_dir_for(run_dir))
     ckpt = run_dir / CHECKPOINT
     resumed_from = None
     if resume:
@@ -171,7 +174,9 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
             if trainer.is_global_zero:
                 finish_stage(run_dir, stage.index)
             trainer.strategy.barrier()
-    if resumed_from is not None and not any(e.kind == "resumed" and e.step == resumed_from for e in monitor.events):
+    if resumed_from is not None and not any(
+        e.kind == "resumed" and e.step == resumed_from for e in monitor.events
+    ):
         monitor.events.append(Event(kind="resumed", step=resumed_from))  # the checkpoint was at the last step
 
     final = stage.config
@@ -204,9 +209,9 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
         run_id=run_id, config=config.model_dump(mode="json"), status=status, summary=summary,
         metrics=monitor.metrics, probes=probes.layers if probes else {},
         histograms=probes.histograms if probes else {}, histogram_edges=probes.edges if probes else [],
-        events=sorted(monitor.events, key=lambda e: e.step), resumed_from=resumed_from, started=monitor.started,
-        finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), host=socket.gethostname(),
-        device=device_name, provenance=collect(device_name),
+        events=sorted(monitor.events, key=lambda e: e.step), resumed_from=resumed_from,
+        started=monitor.started, finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        host=socket.gethostname(), device=device_name, provenance=collect(device_name),
     )
     if trainer.is_global_zero:
         write_result(result, run_dir)
@@ -216,8 +221,8 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
 def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, resume: bool,
                  resumed_from: int | None, started: str, on_step: Callable[[dict], None] | None,
                  stop: threading.Event | None, callbacks: Sequence[L.Callback]) -> _Trained:
-    """Train one stage: resumed from ``last.ckpt``, or started from the previous stage's final checkpoint (stage 0:
-    from the init)."""
+    """Train one stage: resumed from ``last.ckpt``, or started from the previous stage's final checkpoint
+    (stage 0: from the init)."""
     cfg = stage.config
     tc, dc = cfg.train, cfg.data
     model_cfg = apply_variant(cfg.model, cfg.variant)
@@ -233,8 +238,8 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
     strategy, trainer_precision = strategy_for(tc.model_copy(update={"precision": precision}), nodes=nodes)
     torch.manual_seed(config.seed)
     model = build_model(model_cfg)
-    lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"), stage=stage.index,
-                     precision=precision)
+    lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"),
+                     stage=stage.index, precision=precision)
 
     ckpt = run_dir / CHECKPOINT
     trainer = L.Trainer(
@@ -250,7 +255,8 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
                for w in heldout.values()]
         return {"val_ppl": float(np.mean(ppl))} if ppl else {}
 
-    monitor = RunMonitor(cfg, ckpt, on_step=on_step, stop=stop, evaluate=val_scores, step_offset=stage.first_step)
+    monitor = RunMonitor(cfg, ckpt, on_step=on_step, stop=stop, evaluate=val_scores,
+                         step_offset=stage.first_step)
     monitor.started, monitor.resumed_from = started, resumed_from
     if stage.index and not resume:  # a later stage: the previous one's final weights and the record so far
         state, record = stage_start(final_checkpoint(run_dir, stage.index - 1), monitor.state_key, model)
@@ -261,17 +267,19 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
         monitor.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)
         monitor.divergence = DivergenceDetector.for_run(tc)
     trainer.callbacks.append(monitor)
-    trainer.callbacks.extend(callbacks)  # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
+    # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
+    trainer.callbacks.extend(callbacks)
     done = checkpoint_step(ckpt) if resume else 0
-    dataset = StepBatches(data.train, done, tc.steps, trainer.global_rank, trainer.world_size, offset=stage.first_step,
-                          accumulate=tc.accumulate)
+    dataset = StepBatches(data.train, done, tc.steps, trainer.global_rank, trainer.world_size,
+                          offset=stage.first_step, accumulate=tc.accumulate)
     loader = DataLoader(dataset, batch_size=None, pin_memory=gpu)
     t_fit = time.perf_counter()
     trainer.fit(lit, train_dataloaders=loader, ckpt_path=str(resume_path(ckpt)) if resume else None)
     return _Trained(model, trainer, monitor, precision, heldout, time.perf_counter() - t_fit)
 
 
-def _train_summary(config: RunConfig, stages: list[Stage], monitor: RunMonitor) -> dict[str, float | int | None]:
+def _train_summary(config: RunConfig, stages: list[Stage], monitor: RunMonitor) -> dict[str,
+                                                                                        float | int | None]:
     losses = monitor.metrics["loss"]
     tps = [v for v in monitor.metrics["tokens_per_s"] if v is not None]
     steps = monitor.metrics["step"]

@@ -1,23 +1,24 @@
-"""Context extension (paper Table 5): a run's training stages, the hand-over between them, and retrieval scored past
-the training length, with and without YaRN.
+"""Context extension (paper Table 5): a run's training stages, the hand-over between them, and retrieval
+scored past the training length, with and without YaRN.
 
-Stages (``RunConfig.stages``, resolved by ``ablate.config.stage_configs``): stage 0 is the run's own config; stage k
-starts from the final weights of stage k-1 (a fresh optimizer, warm-up and schedule over its own ``train.steps``)
-with its own sequence length, RoPE base, mixture, learning rate.
+Stages (``RunConfig.stages``, resolved by ``ablate.config.stage_configs``): stage 0 is the run's own config;
+stage k starts from the final weights of stage k-1 (a fresh optimizer, warm-up and schedule over its own
+``train.steps``) with its own sequence length, RoPE base, mixture, learning rate.
 
-- Steps are numbered globally: stage k's steps are ``first_step .. first_step + steps - 1`` where ``first_step`` is
-  the sum of the earlier stages' steps. Curves, events, ``on_step`` rows and ``resumed_from`` use these numbers;
-  the batch at global step t is a function of (seed, t) and the stage's data config.
-- ``checkpoints/last.ckpt`` is always the latest checkpoint of the stage in progress; its ``stage`` key names the
-  stage and Lightning's ``global_step`` counts that stage's steps. Resuming continues that stage from it.
-- ``checkpoints/stage<k>-final.ckpt``: a copy of ``last.ckpt`` at the end of stage k (every stage but the last):
-  stage k+1 starts from its weights and from the run's record so far (the monitor's state).
+- Steps are numbered globally: stage k's steps are ``first_step .. first_step + steps - 1`` where
+  ``first_step`` is the sum of the earlier stages' steps. Curves, events, ``on_step`` rows and
+  ``resumed_from`` use these numbers; the batch at global step t is a function of (seed, t) and the stage's
+  data config.
+- ``checkpoints/last.ckpt`` is always the latest checkpoint of the stage in progress; its ``stage`` key names
+  the stage and Lightning's ``global_step`` counts that stage's steps. Resuming continues that stage from it.
+- ``checkpoints/stage<k>-final.ckpt``: a copy of ``last.ckpt`` at the end of stage k (every stage but the
+  last): stage k+1 starts from its weights and from the run's record so far (the monitor's state).
 
-After the last stage, ``benchmark_scores`` scores ``eval.benchmarks`` (at ``eval.bench_multiples`` of the final
-training length for specs without their own lengths) as ``bench/<task>@<len>``; with ``eval.yarn_factor`` it
-scores them again with the model's RoPE swapped for YaRN's (weights unchanged, ``rope_yarn_original_len`` = the
-final training length), as ``bench/<task>@<len>/yarn``, and per task the means ``bench/<task>`` and
-``bench/<task>/yarn``.
+After the last stage, ``benchmark_scores`` scores ``eval.benchmarks`` (at ``eval.bench_multiples`` of the
+final training length for specs without their own lengths) as ``bench/<task>@<len>``; with
+``eval.yarn_factor`` it scores them again with the model's RoPE swapped for YaRN's (weights unchanged,
+``rope_yarn_original_len`` = the final training length), as ``bench/<task>@<len>/yarn``, and per task the
+means ``bench/<task>`` and ``bench/<task>/yarn``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Stage:
-    """One training stage: its index, effective config (no ``stages``) and the global number of its first step."""
+    """One training stage: its index, effective config (no ``stages``) and the global number of its first
+    step."""
 
     index: int
     config: RunConfig
@@ -83,8 +85,8 @@ def checkpoint_position(path: Path) -> tuple[int, int]:
 def start_point(run_dir: Path, stages: list[Stage]) -> tuple[int, bool]:
     """``(stage to train next, resume it from last.ckpt?)`` for what ``run_dir`` holds.
 
-    A ``last.ckpt`` of a stage that is done hands over to the next stage (writing that stage's final checkpoint
-    if a cut came between the two); with no ``last.ckpt``, the latest final checkpoint does.
+    A ``last.ckpt`` of a stage that is done hands over to the next stage (writing that stage's final
+    checkpoint if a cut came between the two); with no ``last.ckpt``, the latest final checkpoint does.
     """
     last = run_dir / CHECKPOINT
     if last.is_file():
@@ -114,7 +116,8 @@ def finish_stage(run_dir: Path, stage: int) -> Path:
     return final
 
 
-def stage_start(path: Path, monitor_key: str, model: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def stage_start(path: Path, monitor_key: str, model: Any = None) -> tuple[dict[str, Any],
+                                                                          dict[str, Any] | None]:
     """``(decoder state dict, the run monitor's state)`` saved in a stage's final checkpoint (a sharded one is
     read into ``model``'s tensors)."""
     import torch
@@ -130,7 +133,8 @@ def stage_start(path: Path, monitor_key: str, model: Any = None) -> tuple[dict[s
 
 @contextlib.contextmanager
 def yarn_rope(model: Any, factor: float, original_len: int) -> Iterator[Any]:
-    """``model`` (a Decoder) with its RoPE replaced by YaRN's for ``factor`` over ``original_len``, then restored.
+    """``model`` (a Decoder) with its RoPE replaced by YaRN's for ``factor`` over ``original_len``, then
+    restored.
 
     RoPE holds no weights, so the swap changes nothing else; ``factor <= 1`` leaves the model as it is.
     """
@@ -139,7 +143,8 @@ def yarn_rope(model: Any, factor: float, original_len: int) -> Iterator[Any]:
         return
     from ablate.ablations.layers import Rotary
 
-    cfg = model.cfg.model_copy(update={"rope_yarn_factor": float(factor), "rope_yarn_original_len": original_len})
+    cfg = model.cfg.model_copy(update={"rope_yarn_factor": float(factor),
+                                       "rope_yarn_original_len": original_len})
     original = model.rotary
     model.rotary = Rotary(cfg)
     try:
@@ -148,13 +153,14 @@ def yarn_rope(model: Any, factor: float, original_len: int) -> Iterator[Any]:
         model.rotary = original
 
 
-def benchmark_scores(model: Any, tokenizer: Any, config: RunConfig, *, seed: int, device: Any) -> dict[str, float]:
+def benchmark_scores(model: Any, tokenizer: Any, config: RunConfig, *, seed: int, device: Any) -> dict[str,
+                                                                                                       float]:
     """Accuracy in % on ``config.eval.benchmarks`` (``config`` = the last stage's): ``bench/<task>@<len>`` and
     the mean ``bench/<task>``; with ``eval.yarn_factor`` also the same keys suffixed ``/yarn``.
 
     ``eval.yarn_factor`` ``"auto"`` scales each length L by ``max(1, L / seq_len)`` (at or below the training
-    length that is no scaling: the plain score is the YaRN one); a number scales every length by it, as the paper
-    extends one model to 4x its training length.
+    length that is no scaling: the plain score is the YaRN one); a number scales every length by it, as the
+    paper extends one model to 4x its training length.
     """
     from ablate.runner.tasks import benchmark_plan, evaluate_tasks
 
@@ -182,6 +188,7 @@ def benchmark_scores(model: Any, tokenizer: Any, config: RunConfig, *, seed: int
     out = dict(scores)
     for name, task_lengths in plan.items():
         accs = [yarn[f"bench/{name}@{length}"] for length in task_lengths]
-        out.update({f"bench/{name}@{length}/yarn": acc for length, acc in zip(task_lengths, accs, strict=True)})
+        out.update({f"bench/{name}@{length}/yarn": acc for length, acc in zip(task_lengths, accs,
+                                                                              strict=True)})
         out[f"bench/{name}/yarn"] = sum(accs) / len(accs)
     return out

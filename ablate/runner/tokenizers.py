@@ -68,9 +68,10 @@ class ByteTokenizer:
         return [self.encode(t) for t in texts]
 
     def save_pretrained(self, out: str | os.PathLike[str]) -> None:
-        """Write this tokenizer into ``out`` as ``tokenizers`` JSON that ``AutoTokenizer.from_pretrained(out)``
-        reads: a byte-level BPE without merges whose id for each byte is the byte's value, ``EOS`` 256. Text that
-        spells ``EOS`` stays bytes (``split_special_tokens``), as here."""
+        """Write this tokenizer into ``out`` as ``tokenizers`` JSON that
+        ``AutoTokenizer.from_pretrained(out)`` reads: a byte-level BPE without merges whose id for each byte
+        is the byte's value, ``EOS`` 256. Text that spells ``EOS`` stays bytes (``split_special_tokens``), as
+        here."""
         import tokenizers
         from tokenizers import decoders, models, pre_tokenizers
         from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -84,11 +85,12 @@ class ByteTokenizer:
 
 
 def _save_fast(tok: tokenizers.Tokenizer, eos: str, out: str | os.PathLike[str], **kwargs: object) -> None:
-    """Save a ``tokenizers.Tokenizer`` as a transformers fast tokenizer (``tokenizer.json`` + its config), with
-    ``eos`` as the end-of-text and padding token."""
+    """Save a ``tokenizers.Tokenizer`` as a transformers fast tokenizer (``tokenizer.json`` + its config),
+    with ``eos`` as the end-of-text and padding token."""
     from transformers import PreTrainedTokenizerFast
 
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos, **kwargs).save_pretrained(str(out))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos,
+                            **kwargs).save_pretrained(str(out))
 
 
 class HFTokenizer:
@@ -123,12 +125,13 @@ class HFTokenizer:
             self._tok.save_pretrained(str(out))
 
 
-def get_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig, cache_dir: str | os.PathLike[str]) -> Tokenizer:
+def get_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig,
+                  cache_dir: str | os.PathLike[str]) -> Tokenizer:
     """The tokenizer ``data_cfg.tokenizer`` names, checked against the model's vocabulary.
 
-    ``byte``; ``bpe`` (trained on the training split at ``bpe_vocab_size`` or the model's ``vocab_size``, cached
-    as ``cache_dir/tokenizers/bpe-<hash>.json``, so every run of a grid shares one); ``hf:<name or path>`` (a
-    Hugging Face tokenizer already in the local cache or a local folder; nothing is downloaded).
+    ``byte``; ``bpe`` (trained on the training split at ``bpe_vocab_size`` or the model's ``vocab_size``,
+    cached as ``cache_dir/tokenizers/bpe-<hash>.json``, so every run of a grid shares one); ``hf:<name or
+    path>`` (a Hugging Face tokenizer already in the local cache or a local folder; nothing is downloaded).
     """
     spec = data_cfg.tokenizer
     check_spec(spec)
@@ -146,8 +149,8 @@ def check_spec(spec: str) -> None:
     """``data.tokenizer`` names a tokenizer: ``byte``, ``bpe`` or ``hf:<name or folder>`` (exact case)."""
     if spec in ("byte", "bpe") or (spec.startswith("hf:") and len(spec) > 3):
         return
-    raise ConfigError(f"unknown tokenizer {spec!r}{did_you_mean(spec.lower(), ['byte', 'bpe'])}; allowed: 'byte', "
-                      "'bpe', 'hf:<name>'", where="data.tokenizer")
+    raise ConfigError(f"unknown tokenizer {spec!r}{did_you_mean(spec.lower(), ['byte', 'bpe'])}; allowed: "
+                      "'byte', 'bpe', 'hf:<name>'", where="data.tokenizer")
 
 
 def check_vocab(ids: int, name: str, model_cfg: ModelConfig) -> None:
@@ -155,8 +158,9 @@ def check_vocab(ids: int, name: str, model_cfg: ModelConfig) -> None:
     if ids > model_cfg.vocab_size:
         raise ConfigError(
             f"tokenizer {name!r} has {'up to ' if name == 'bpe' else ''}{ids} ids but model.vocab_size is "
-            f"{model_cfg.vocab_size}; set model.vocab_size >= {ids} ({padded_vocab(ids)} is a multiple of 64), or "
-            "leave it out for a byte or bpe tokenizer: ablate then takes that", where="model.vocab_size")
+            f"{model_cfg.vocab_size}; set model.vocab_size >= {ids} ({padded_vocab(ids)} is a multiple of "
+            "64), or leave it out for a byte or bpe tokenizer: ablate then takes "
+            "that", where="model.vocab_size")
 
 
 def check_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig) -> None:
@@ -175,9 +179,11 @@ def check_tokenizer(data_cfg: DataConfig, model_cfg: ModelConfig) -> None:
 
 def _bpe_can_train(data_cfg: DataConfig, vocab_size: int) -> None:
     if not [s for s in data_cfg.train if s.kind != "tokens"]:
-        raise ConfigError("tokenizer 'bpe' needs a text source in data.train to learn from", where="data.tokenizer")
+        raise ConfigError("tokenizer 'bpe' needs a text source in data.train to learn from",
+                          where="data.tokenizer")
     if vocab_size < 257:
-        raise ConfigError(f"a byte-level BPE needs at least 257 ids, got {vocab_size}", where="data.bpe_vocab_size")
+        raise ConfigError(f"a byte-level BPE needs at least 257 ids, got {vocab_size}",
+                          where="data.bpe_vocab_size")
 
 
 def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
@@ -189,7 +195,8 @@ def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
     _bpe_can_train(data_cfg, vocab_size)
     text_sources = [s for s in data_cfg.train if s.kind != "tokens"]
     key = json.dumps([vocab_size, data_cfg.heldout_fraction, BPE_TRAIN_CHARS,
-                      [(s.model_dump(mode="json", exclude={"fingerprint"}), corpus_version(s)) for s in text_sources]],
+                      [(s.model_dump(mode="json", exclude={"fingerprint"}),
+                        corpus_version(s)) for s in text_sources]],
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = cache_dir / "tokenizers" / f"bpe-{digest}.json"
@@ -227,8 +234,8 @@ def _hf(name: str) -> Tokenizer:
     try:
         tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise InputMissingError(f"tokenizer {name!r} is not available locally (nothing is downloaded; put it in the "
-                          f"Hugging Face cache or give a local folder): {exc.__class__.__name__}",
+        raise InputMissingError(f"tokenizer {name!r} is not available locally (nothing is downloaded; put it "
+                          f"in the Hugging Face cache or give a local folder): {exc.__class__.__name__}",
                           where="data.tokenizer") from None
     eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
     if eos is None:

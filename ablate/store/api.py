@@ -38,7 +38,8 @@ RETRIES = 8
 
 
 class Store:
-    """The results store at one URL. Open with ``Store.open``; usable as a context manager (closes the engine)."""
+    """The results store at one URL. Open with ``Store.open``; usable as a context manager (closes the
+    engine)."""
 
     def __init__(self, engine: Engine, *, url: str, warnings: Sequence[str] = ()):
         self.engine = engine
@@ -85,8 +86,8 @@ class Store:
 
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:
-        """A Session inside one transaction, committed on success (the caller's ``Session.begin()``); a database
-        that went away is a ``StoreUnavailable``."""
+        """A Session inside one transaction, committed on success (the caller's ``Session.begin()``); a
+        database that went away is a ``StoreUnavailable``."""
         with translated(self.where), self._session(write=write) as s:
             yield s
 
@@ -130,8 +131,8 @@ class Store:
         self._write(lambda s: records.heartbeat(s, run_id=run_id, step=step))
 
     def record_progress(self, progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
-        """Running runs' heartbeats and their step rows since the last call (``{run_id: [{"step", "loss", ...}]}``),
-        in one transaction: see ``records.record_progress``."""
+        """Running runs' heartbeats and their step rows since the last call (``{run_id: [{"step",
+        "loss", ...}]}``), in one transaction: see ``records.record_progress``."""
         self._write(lambda s: records.record_progress(s, progress))
 
     def mark_queued(self, *, run_id: str) -> None:
@@ -142,9 +143,11 @@ class Store:
         """The run failed with ``error``."""
         self._write(lambda s: records.mark_failed(s, run_id=run_id, error=error))
 
-    def mark_pruned(self, *, run_id: str, step: int | None, value: float | None, metric: str | None = None) -> None:
+    def mark_pruned(self, *, run_id: str, step: int | None, value: float | None,
+                    metric: str | None = None) -> None:
         """A pruner stopped the run on purpose at ``step`` after it reported ``value`` (of ``metric``): status
-        ``pruned``, not an error; ``ablate runs`` shows the steps it trained, ``events`` what the pruner saw."""
+        ``pruned``, not an error; ``ablate runs`` shows the steps it trained, ``events`` what the pruner
+        saw."""
         self._write(lambda s: records.mark_pruned(s, run_id=run_id, step=step, value=value, metric=metric))
 
     def set_mlflow_run_id(self, *, run_id: str, mlflow_run_id: str) -> None:
@@ -171,7 +174,8 @@ class Store:
         return self._write(lambda s: records.ingest(s, res))
 
     def move_run(self, move: Move) -> str | None:
-        """Re-key one run to today's id (``ablate.store.rehash.Move``); None when done, else why it was left."""
+        """Re-key one run to today's id (``ablate.store.rehash.Move``); None when done, else why it was
+        left."""
         from ablate.store import rehash
 
         return self._write(lambda s: rehash.move_rows(s, move))
@@ -183,15 +187,16 @@ class Store:
             self._write(lambda s: records.mark_ids_current(s, stems=stems))
 
     # reads
-    def rehash_plan(self, *, only_outdated: bool = True, fingerprints: Fingerprints | None = None) -> RehashPlan:
+    def rehash_plan(self, *, only_outdated: bool = True,
+                    fingerprints: Fingerprints | None = None) -> RehashPlan:
         """Today's id of each run recorded under an older id scheme (``ablate.store.rehash.RehashPlan``)."""
         from ablate.store import rehash
 
         return self._read(lambda s: rehash.plan(s, only_outdated=only_outdated, fingerprints=fingerprints))
 
     def outdated(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """Runs of ``run_ids`` that the store holds under an id from an older scheme: ``{id: (old id, status)}``
-        (empty at once when every stored id is current). ``ablate db rehash`` carries them over."""
+        """Runs of ``run_ids`` that the store holds under an id from an older scheme: ``{id: (old id,
+        status)}`` (empty at once when every stored id is current). ``ablate db rehash`` carries them over."""
         from ablate.store import rehash
 
         return self._read(lambda s: rehash.outdated(s, run_ids))
@@ -205,9 +210,9 @@ class Store:
         if found:
             new, (old, status) = next(iter(found.items()))
             raise UserInputError(
-                f"{len(found)} run(s) of this grid are in the store {display_url(self.url)} under ids from an older "
-                f"ablate (e.g. {new} is {old}, {status}); run `ablate db rehash` to carry them over (run "
-                "directories, rows and MLflow tags follow; nothing retrains)")
+                f"{len(found)} run(s) of this grid are in the store {display_url(self.url)} under ids from "
+                f"an older ablate (e.g. {new} is {old}, {status}); run `ablate db rehash` to carry them over "
+                "(run directories, rows and MLflow tags follow; nothing retrains)")
 
     def statuses(self, *, run_ids: Sequence[str]) -> dict[str, str]:
         """``{run_id: status}`` for the runs the store knows."""
@@ -218,8 +223,8 @@ class Store:
         return self._read(queries.grid_names)
 
     def resolve_run(self, ref: str) -> str:
-        """The run id that ``ref`` is, or the one run id it begins (as git does with commits); a UserInputError
-        naming the candidates otherwise."""
+        """The run id that ``ref`` is, or the one run id it begins (as git does with commits); a
+        UserInputError naming the candidates otherwise."""
         from ablate.layout import pick_run
 
         found = self._read(lambda s: queries.run_ids_like(s, ref.strip())) if ref.strip() else []
@@ -241,8 +246,9 @@ class Store:
                    run_ids: Sequence[str] | None = None, current: bool = False) -> pd.DataFrame:
         """One row per run with CLI.md's ``runs`` columns and every config field by dotted path.
 
-        ``where``: a ``--where`` expression (see ``ablate.store.where``); an unknown column is a UserInputError.
-        ``run_ids``: only these runs. ``current``: only the runs of the grid's current configuration.
+        ``where``: a ``--where`` expression (see ``ablate.store.where``); an unknown column is a
+        UserInputError. ``run_ids``: only these runs. ``current``: only the runs of the grid's current
+        configuration.
         """
         from ablate.store.where import Where
 
@@ -277,16 +283,19 @@ class Store:
     def status_summary(self, grid: str | None = None, *, stale_after_s: float = 300.0, older: bool = False
                        ) -> dict[str, Any]:
         """Counts by status per grid (of its current configuration; ``older``: its older ones' runs too, each
-        grid's ``older`` says how many there are), the running runs, and which of them have stale heartbeats."""
-        return self._read(lambda s: queries.status_summary(s, grid=grid, stale_after_s=stale_after_s, older=older))
+        grid's ``older`` says how many there are), the running runs, and which of them have stale
+        heartbeats."""
+        return self._read(lambda s: queries.status_summary(s, grid=grid, stale_after_s=stale_after_s,
+                                                           older=older))
 
     def older_runs(self, grid: str) -> int:
         """How many runs of ``grid`` belong to older configurations of it."""
         return self._read(lambda s: queries.older_runs(s, grid))
 
     def same_stem(self, stems: Mapping[str, str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
-        """``{run id: (stored id, status, config)}``: a stored run of the same stem under another id, for each of
-        ``stems`` (``{run id: stem id}``) that has one (it read other data: ``ablate plan`` shows it stale)."""
+        """``{run id: (stored id, status, config)}``: a stored run of the same stem under another id, for each
+        of ``stems`` (``{run id: stem id}``) that has one (it read other data: ``ablate plan`` shows it
+        stale)."""
         wanted = dict(stems)
         return self._read(lambda s: queries.same_stem(s, wanted)) if wanted else {}
 

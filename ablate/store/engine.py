@@ -4,7 +4,8 @@
   worker processes write safely; write transactions start with ``BEGIN IMMEDIATE`` so two writers queue on the
   lock instead of failing when one upgrades a read to a write. SQLite over a network file system is unsafe
   (locks are not honoured): we warn when the path looks like one.
-- PostgreSQL (``postgresql+psycopg://user@host/db``): for a team or a cluster; connections are pinged before use.
+- PostgreSQL (``postgresql+psycopg://user@host/db``): for a team or a cluster; connections are pinged before
+  use.
 
 Nothing here runs at import time; ``make_engine`` is the one factory.
 """
@@ -155,8 +156,8 @@ def make_engine(url: str) -> tuple[Engine, list[str]]:
                                         f"{exc.strerror or exc}") from None
         fs = network_fs_type(path.parent)
         if fs:
-            msg = (f"the store {path} is on a network file system ({fs}): SQLite's locking is not safe there; "
-                   "use a local path or a PostgreSQL URL (--store postgresql+psycopg://...)")
+            msg = (f"the store {path} is on a network file system ({fs}): SQLite's locking is not safe "
+                   "there; use a local path or a PostgreSQL URL (--store postgresql+psycopg://...)")
             log.warning(msg)
             warnings.append(msg)
     try:

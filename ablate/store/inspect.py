@@ -1,12 +1,12 @@
 """One run, or two side by side, as ``ablate show`` and ``ablate diff`` print them. Reads only; JSON-ready.
 
-- ``show(store, ref)``: the run's identity and lifecycle (with its progress while it trains), its config as the
-  fields that differ from the defaults (what its id hashes), its summary metrics, its events (loss spikes,
+- ``show(store, ref)``: the run's identity and lifecycle (with its progress while it trains), its config as
+  the fields that differ from the defaults (what its id hashes), its summary metrics, its events (loss spikes,
   resumptions, divergence, pruning), its loss curve, whose points fill in live while the run trains, and its
   provenance (``ablate.provenance``: versions, device, the grid's commit).
-- ``diff(store, a, b)``: the config fields whose values differ between two runs (each config re-read by today's
-  code, so a field added since one of them ran compares at its default), the provenance that differs (a torch
-  upgrade, another device, another commit), and their results side by side.
+- ``diff(store, a, b)``: the config fields whose values differ between two runs (each config re-read by
+  today's code, so a field added since one of them ran compares at its default), the provenance that differs
+  (a torch upgrade, another device, another commit), and their results side by side.
 
 ``ref`` is a run id or the start of one.
 """
@@ -31,7 +31,8 @@ LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "
 
 
 def _resolved(store: Store, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
-    """``(row, flat config, RunConfig or None)`` of one run; the config re-read by today's code when it can be."""
+    """``(row, flat config, RunConfig or None)`` of one run; the config re-read by today's code when it can
+    be."""
     from pydantic import ValidationError
 
     from ablate.config import RunConfig
@@ -92,7 +93,8 @@ def _progress(row: dict[str, Any], curve: list[tuple[int, float]], total: int) -
 
 
 def diff(store: Store, a: str, b: str) -> dict[str, Any]:
-    """The config fields that differ between two runs, and their results side by side (see the module docstring)."""
+    """The config fields that differ between two runs, and their results side by side (see the module
+    docstring)."""
     ids = [store.resolve_run(a), store.resolve_run(b)]
     (row_a, flat_a, _), (row_b, flat_b, _) = (_resolved(store, rid) for rid in ids)
     fields = sorted(k for k in {*flat_a, *flat_b} if flat_a.get(k) != flat_b.get(k))
@@ -103,7 +105,8 @@ def diff(store: Store, a: str, b: str) -> dict[str, Any]:
         results.append({"metric": key, "a": va, "b": vb, "b_minus_a": delta})
     prov = store.provenance(ids)
     return {"a": ids[0], "b": ids[1],
-            "lifecycle": [{"field": k, "a": row_a.get(k), "b": row_b.get(k)} for k in ("status", "grid", "error")
+            "lifecycle": [{"field": k, "a": row_a.get(k), "b": row_b.get(k)} for k in ("status", "grid",
+                                                                                       "error")
                           if row_a.get(k) is not None or row_b.get(k) is not None],
             "config": [{"field": k, "a": flat_a.get(k), "b": flat_b.get(k)} for k in fields],
             "provenance": differing(prov.get(ids[0]), prov.get(ids[1])),

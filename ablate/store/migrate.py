@@ -52,9 +52,9 @@ def head_revision() -> str:
 
 @cache
 def packaged_head() -> str:
-    """``head_revision()`` read from the scripts' ``revision`` / ``down_revision`` lines, without importing alembic
-    (a tenth of a second of every command that opens a store, which almost never migrates); alembic's own answer
-    when the lines do not make one chain."""
+    """``head_revision()`` read from the scripts' ``revision`` / ``down_revision`` lines, without importing
+    alembic (a tenth of a second of every command that opens a store, which almost never migrates); alembic's
+    own answer when the lines do not make one chain."""
     revisions, parents = set(), set()
     for path in (SCRIPTS / "versions").glob("*.py"):
         if path.name == "__init__.py":
@@ -74,7 +74,8 @@ def _stored_revision(engine: Engine) -> str | None:
     """The revision in the database's ``alembic_version`` table, by plain SQL; None when that cannot say."""
     from sqlalchemy.exc import DBAPIError
 
-    with engine.execution_options(ablate_read_only=True).connect() as conn:  # a store not there raises, as before
+    # a store not there raises, as before
+    with engine.execution_options(ablate_read_only=True).connect() as conn:
         try:
             rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
         except DBAPIError:  # no such table (a new database): alembic decides
@@ -108,8 +109,9 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
             try:
                 command.upgrade(alembic_config(conn), revision)
             except CommandError as exc:  # e.g. a store written by a newer ablate
-                raise StoreError(f"cannot migrate the store from schema revision {before} to {target}: {exc}; "
-                                 "if another ablate version made this store, use that version (or a newer one)"
+                raise StoreError(f"cannot migrate the store from schema revision {before} to {target}: "
+                                 f"{exc}; if another ablate version made this store, use that version (or a "
+                                 "newer one)"
                                  ) from None
             _check_foreign_keys(conn)
         after = current_revision(conn)
@@ -120,10 +122,10 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
 
 @contextmanager
 def _sqlite_foreign_keys_off(conn: Connection) -> Iterator[None]:
-    """On SQLite, foreign keys off while migrating (set before the transaction begins: inside one SQLite ignores
-    the pragma). A batch migration recreates a table, and dropping the old ``runs`` would cascade to every
-    child row (scores, curves, events) of every run. Alembic's documented way; ``_check_foreign_keys`` then
-    verifies the result."""
+    """On SQLite, foreign keys off while migrating (set before the transaction begins: inside one SQLite
+    ignores the pragma). A batch migration recreates a table, and dropping the old ``runs`` would cascade to
+    every child row (scores, curves, events) of every run. Alembic's documented way; ``_check_foreign_keys``
+    then verifies the result."""
     if conn.dialect.name != "sqlite":
         yield
         return
@@ -140,4 +142,6 @@ def _check_foreign_keys(conn: Connection) -> None:
     if conn.dialect.name == "sqlite":
         broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
         if broken:
-            raise StoreError(f"the migration left {len(broken)} rows pointing at missing rows (first: {broken[0]})")
+            raise StoreError(
+                f"the migration left {len(broken)} rows pointing at missing rows (first: {broken[0]})"
+            )

@@ -3,18 +3,18 @@
 A nested run is opened when its run starts (status RUNNING, the flattened config as params, tags ``grid``,
 ``variant``, ``seed``, ``run_id``), its step metrics (``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
 ``val_ppl``) are logged in batches while it trains, and when it ends its ``result.json`` fills in whatever is
-missing (every curve point it lacks, the summary numbers (under ``mlflow_key``'s names), per-layer probe values ``probe/<name>`` at step = layer,
-artifacts: the resolved config, ``result.json``, the probe values) before it is set FINISHED (FAILED for a crash,
-KILLED for an interrupted run). There is one nested run per ablate run: a resumed run, or a run mirrored again,
-continues the same MLflow run (found by its ``run_id`` tag) and never logs a point twice. A tuning trial nests
-under its study's parent run instead of the grid's.
+missing (every curve point it lacks, the summary numbers (under ``mlflow_key``'s names), per-layer probe
+values ``probe/<name>`` at step = layer, artifacts: the resolved config, ``result.json``, the probe values)
+before it is set FINISHED (FAILED for a crash, KILLED for an interrupted run). There is one nested run per
+ablate run: a resumed run, or a run mirrored again, continues the same MLflow run (found by its ``run_id``
+tag) and never logs a point twice. A tuning trial nests under its study's parent run instead of the grid's.
 
-The default tracking store is ``sqlite:///$ABLATE_HOME/mlflow.db`` with artifacts under ``$ABLATE_HOME/mlartifacts``
-(never a stray ``./mlruns``); ``MLFLOW_TRACKING_URI`` points elsewhere. Creating a new SQLite tracking store is
-done under a file lock, so that processes starting together on a new home do not race on MLflow's schema.
-``MlflowMirror`` logs in the calling thread; executors drive it from a background thread
-(``ablate.execute.mirror.MirrorThread``), so neither training nor the executor ever waits for MLflow. A done run
-probed again (``ablate probe``) has its new and changed probe values logged into the same nested run
+The default tracking store is ``sqlite:///$ABLATE_HOME/mlflow.db`` with artifacts under
+``$ABLATE_HOME/mlartifacts`` (never a stray ``./mlruns``); ``MLFLOW_TRACKING_URI`` points elsewhere. Creating
+a new SQLite tracking store is done under a file lock, so that processes starting together on a new home do
+not race on MLflow's schema. ``MlflowMirror`` logs in the calling thread; executors drive it from a background
+thread (``ablate.execute.mirror.MirrorThread``), so neither training nor the executor ever waits for MLflow. A
+done run probed again (``ablate probe``) has its new and changed probe values logged into the same nested run
 (``log_probes``).
 """
 
@@ -65,8 +65,8 @@ def artifact_root(home: Path) -> str:
 
 
 def mlflow_params(config: Mapping[str, Any]) -> dict[str, str]:
-    """A config as MLflow params: the store's dotted paths and values (``ablate.store.records.flatten``: a list is
-    its compact JSON), as text.
+    """A config as MLflow params: the store's dotted paths and values (``ablate.store.records.flatten``: a
+    list is its compact JSON), as text.
 
     >>> mlflow_params({"train": {"lr": 0.003, "steps": 30}, "seed": 0, "data": {"train": [{"weight": 1}]}})
     {'train.lr': '0.003', 'train.steps': '30', 'seed': '0', 'data.train': '[{"weight":1}]'}
@@ -102,8 +102,8 @@ def _creation_lock(uri: str) -> Iterator[None]:
 
 
 def log_result_artifacts(client: Any, mlflow_run_id: str, result: RunResult) -> None:
-    """A run's artifacts: its resolved config, its ``result.json`` and its probe values (logged again, they replace
-    the earlier copies)."""
+    """A run's artifacts: its resolved config, its ``result.json`` and its probe values (logged again, they
+    replace the earlier copies)."""
     with tempfile.TemporaryDirectory(prefix="ablate-mlflow-") as tmp:
         tmp_dir = Path(tmp)
         (tmp_dir / "config.json").write_text(json.dumps(result.config, indent=1, sort_keys=True))
@@ -123,8 +123,8 @@ def _client(uri: str) -> Any:
 
 
 def open_client(uri: str) -> Any:
-    """An ``MlflowClient`` on ``uri``, MLflow's own logging quietened; a new SQLite store is made under the file
-    lock."""
+    """An ``MlflowClient`` on ``uri``, MLflow's own logging quietened; a new SQLite store is made under the
+    file lock."""
     with _creation_lock(uri):
         return _client(uri)
 
@@ -132,20 +132,23 @@ def open_client(uri: str) -> Any:
 def _log_batches(client: Any, rid: str, metrics: Sequence[Any], tags: Sequence[Any] = ()) -> None:
     """``metrics`` (and ``tags``, with the first batch) in batches of MLflow's limit, one transaction each."""
     for i in range(0, max(len(metrics), 1 if tags else 0), MAX_METRICS_PER_BATCH):
-        client.log_batch(rid, metrics=list(metrics[i:i + MAX_METRICS_PER_BATCH]), tags=list(tags) if i == 0 else [])
+        client.log_batch(rid, metrics=list(metrics[i:i + MAX_METRICS_PER_BATCH]),
+                         tags=list(tags) if i == 0 else [])
 
 
 def log_probes(client: Any, mlflow_run_id: str, result: RunResult) -> int:
-    """A done run's probes measured again (``ablate probe``), into its nested run ``mlflow_run_id``: each probe point
-    ``log_result`` would log (the probe summary at the run's last step, ``probe/<name>`` at step = layer) that the
-    run lacks or holds with another value, then the artifacts again. MLflow shows a step's latest value, so a
-    changed one replaces the old; the run's status is left as it is. Returns how many points were logged."""
+    """A done run's probes measured again (``ablate probe``), into its nested run ``mlflow_run_id``: each
+    probe point ``log_result`` would log (the probe summary at the run's last step, ``probe/<name>`` at step =
+    layer) that the run lacks or holds with another value, then the artifacts again. MLflow shows a step's
+    latest value, so a changed one replaces the old; the run's status is left as it is. Returns how many
+    points were logged."""
     from mlflow.entities import Metric
 
     from ablate.metrics import SUMMARY
 
     probed = {mlflow_key(m.name) for m in SUMMARY if m.source == "runner (probes)"}
-    points = [m for m in MlflowMirror._metrics(result, Metric) if m.key in probed or m.key.startswith("probe/")]
+    points = [m for m in MlflowMirror._metrics(result,
+                                               Metric) if m.key in probed or m.key.startswith("probe/")]
     have = client.get_run(mlflow_run_id).data.metrics
     latest: dict[str, dict[int, float]] = {}  # key -> step -> the value MLflow shows there
     for key in {m.key for m in points} & set(have):
@@ -158,14 +161,15 @@ def log_probes(client: Any, mlflow_run_id: str, result: RunResult) -> int:
 
 
 class MlflowMirror:
-    """Logs one grid's runs into MLflow (in the calling thread; ``ablate.execute.mirror.MirrorThread`` drives it from
-    a background thread)."""
+    """Logs one grid's runs into MLflow (in the calling thread; ``ablate.execute.mirror.MirrorThread`` drives
+    it from a background thread)."""
 
     def __init__(self, *, home: Path, grid: str, uri: str | None = None):
         self.home = Path(home)
         self.uri = uri or tracking_uri(self.home)
         self.grid = grid
-        # a local store (SQLite, a folder) keeps its artifacts under home; a tracking server decides for itself
+        # a local store (SQLite, a folder) keeps its artifacts under home; a tracking server decides for
+        # itself
         self._local_store = not self.uri.startswith(("http://", "https://", "databricks"))
         with _creation_lock(self.uri):
             self.client = _client(self.uri)
@@ -207,7 +211,8 @@ class MlflowMirror:
             self._exact.add(rid)
         else:
             self.client.update_run(rid, status="RUNNING")
-            last = {k: max(p.step for p in self.client.get_metric_history(rid, k)) for k in existing.data.metrics}
+            last = {k: max(p.step for p in self.client.get_metric_history(rid,
+                                                                          k)) for k in existing.data.metrics}
         self._last[rid] = last
         have = existing.data.params if existing is not None else {}
         params = [Param(k, v[:6000]) for k, v in mlflow_params(config).items() if k not in have]
@@ -215,7 +220,8 @@ class MlflowMirror:
         return rid
 
     def log_steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Step metrics of a running run (dicts with ``step``); steps it logged before are not logged again."""
+        """Step metrics of a running run (dicts with ``step``); steps it logged before are not logged
+        again."""
         from mlflow.entities import Metric
 
         rid = self._runs.get(run_id)
@@ -226,13 +232,15 @@ class MlflowMirror:
         self._log(rid, [Metric(k, float(v), now, step) for k, v, step in points
                         if _finite(v) and step > last.get(k, -1)])
 
-    def log_result(self, result: RunResult, *, parent: str | None = None, tags: Mapping[str, str] | None = None
+    def log_result(self, result: RunResult, *, parent: str | None = None,
+                   tags: Mapping[str, str] | None = None
                    ) -> str:
-        """Complete the run's nested run from its result (what it lacks of curves, summary, probes, artifacts) and
-        end it; a run never started here is made now. Returns the nested MLflow run id."""
+        """Complete the run's nested run from its result (what it lacks of curves, summary, probes, artifacts)
+        and end it; a run never started here is made now. Returns the nested MLflow run id."""
         from mlflow.entities import Metric
 
-        rid = self._runs.get(result.run_id) or self.start(result.run_id, result.config, parent=parent, tags=tags)
+        rid = self._runs.get(result.run_id) or self.start(result.run_id, result.config, parent=parent,
+                                                          tags=tags)
         run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from),
                     **{f"provenance.{k}": str(v) for k, v in result.provenance.items()}}
         if result.error:
@@ -245,7 +253,8 @@ class MlflowMirror:
         return rid
 
     def end(self, run_id: str, status: str, *, tags: Mapping[str, Any] | None = None) -> None:
-        """End a run that leaves no result (``interrupted`` -> KILLED, ``pruned`` -> FINISHED) with its tags."""
+        """End a run that leaves no result (``interrupted`` -> KILLED, ``pruned`` -> FINISHED) with its
+        tags."""
         rid = self._runs.get(run_id)
         if rid is None:
             return
@@ -254,7 +263,8 @@ class MlflowMirror:
 
     # ------------------------------------------------------------ helpers
     def _run(self, run_id: str, config: Mapping[str, Any], *, parent: str | None) -> tuple[str, Any]:
-        """The nested run of ``run_id`` (found by its tag, made if none) and the existing Run (None if new)."""
+        """The nested run of ``run_id`` (found by its tag, made if none) and the existing Run (None if
+        new)."""
         found = self.client.search_runs([self.experiment_id], filter_string=f"tags.run_id = '{run_id}'",
                                         order_by=["attributes.start_time DESC"])
         for extra in found[1:]:  # one per run: an older mirror's duplicates go
@@ -262,20 +272,21 @@ class MlflowMirror:
         if found:
             self._runs[run_id] = found[0].info.run_id
             return found[0].info.run_id, found[0]
-        parent = parent or self.grid  # the grid's parent run is made with the mirror: only a study's is new here
+        # the grid's parent run is made with the mirror: only a study's is new here
+        parent = parent or self.grid
         parent_id = self._parents.get(parent)
         if parent_id is None:
             parent_id = self._parents[parent] = self._parent(parent, role="study")
         tags = {"grid": self.grid, "variant": str(config.get("variant")), "seed": str(config.get("seed")),
                 "run_id": run_id, ROLE_TAG: "run", "mlflow.parentRunId": parent_id}
-        run = self.client.create_run(self.experiment_id, run_name=f"{config.get('variant')}-s{config.get('seed')}",
-                                     tags=tags)
+        run = self.client.create_run(self.experiment_id,
+                                     run_name=f"{config.get('variant')}-s{config.get('seed')}", tags=tags)
         self._runs[run_id] = run.info.run_id
         return run.info.run_id, None
 
     def _new_points(self, rid: str, metrics: list[Any]) -> list[Any]:
-        """``metrics`` without the (key, step) points the run already has: for a run this mirror made and logged
-        without a miss, those up to each key's last logged step; else each key's history, read once."""
+        """``metrics`` without the (key, step) points the run already has: for a run this mirror made and
+        logged without a miss, those up to each key's last logged step; else each key's history, read once."""
         if rid in self._exact:
             last = self._last.get(rid, {})
             return [m for m in metrics if m.step > last.get(m.key, -1)]
@@ -298,11 +309,13 @@ class MlflowMirror:
         batch = [RunTag(k, str(v)) for k, v in tags.items()]
         params = list(params)
         for i in range(0, max(len(params), 1), MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(rid, params=params[i:i + MAX_PARAMS_PER_BATCH], tags=batch if i == 0 else [])
+            self.client.log_batch(rid, params=params[i:i + MAX_PARAMS_PER_BATCH],
+                                  tags=batch if i == 0 else [])
 
     def _log(self, rid: str, metrics: list[Any], *, tags: Mapping[str, Any] | None = None) -> None:
-        """Metrics (and tags, with the first batch) in batches of MLflow's limit; each key's last logged step is
-        kept. A failed batch may have lost points: the run's history is then no longer known without reading it."""
+        """Metrics (and tags, with the first batch) in batches of MLflow's limit; each key's last logged step
+        is kept. A failed batch may have lost points: the run's history is then no longer known without
+        reading it."""
         from mlflow.entities import RunTag
 
         try:
@@ -331,11 +344,13 @@ class MlflowMirror:
         out += [Metric(mlflow_key(k), float(v), now, last) for k, v in result.summary.items()
                 if _finite(v) and k not in curves]
         for name, per_layer in result.probes.items():
-            out += [Metric(f"probe/{name}", float(v), now, layer) for layer, v in enumerate(per_layer) if _finite(v)]
+            out += [Metric(f"probe/{name}", float(v), now,
+                           layer) for layer, v in enumerate(per_layer) if _finite(v)]
         return out
 
     def close(self) -> None:
-        """Mark the grid's parent runs finished (a later ``ablate run`` of the grid nests under them again)."""
+        """Mark the grid's parent runs finished (a later ``ablate run`` of the grid nests under them
+        again)."""
         for parent_id in self._parents.values():
             self.client.set_terminated(parent_id, status="FINISHED")
 

@@ -26,14 +26,17 @@ from ablate.store.schema import STATUSES, Event, Grid, GridRun, Histogram, Metri
 if TYPE_CHECKING:
     import pandas as pd
 
-# CLI.md's `runs` columns, in order: who the run is, its summary metrics in their declared order (ablate.metrics;
-# a family such as ppl/<set> where it is declared), then the error; then the lifecycle's extras
+# CLI.md's `runs` columns, in order: who the run is, its summary metrics in their declared order
+# (ablate.metrics; a family such as ppl/<set> where it is declared), then the error; then the lifecycle's
+# extras
 IDENTITY = ["run_id", "grid", "variant", "seed", "status"]
 METRIC_COLUMNS = [m.name for m in COLUMNS]
-EXTRA = ["host", "device", "started", "finished", "heartbeat", "heartbeat_step", "mlflow_run_id", "slurm_job_id"]
+EXTRA = ["host", "device", "started", "finished", "heartbeat", "heartbeat_step", "mlflow_run_id",
+         "slurm_job_id"]
 INT_COLUMNS = ["seed", "heartbeat_step", *(m.name for m in COLUMNS if m.kind is int)]
 FLOAT_COLUMNS = [m.name for m in COLUMNS if m.kind is float]
-_RUN_FIELDS = [c for c in [*IDENTITY, *METRIC_COLUMNS, "error", *EXTRA] if c not in ("grid", "heartbeat_step")]
+_RUN_FIELDS = [c for c in [*IDENTITY, *METRIC_COLUMNS, "error", *EXTRA] if c not in ("grid",
+                                                                                     "heartbeat_step")]
 IN_CHUNK = 500  # run ids per IN (...) list
 
 
@@ -44,7 +47,9 @@ def config_fields() -> tuple[str, ...]:
     from ablate.config import RunConfig
 
     base = flatten(RunConfig().model_dump(mode="json"))
-    extra = {f"model.gate.{k}" for k in GateSpec.model_fields} | {f"model.switch.{k}" for k in SwitchSpec.model_fields}
+    extra = {f"model.gate.{k}" for k in GateSpec.model_fields} | {
+        f"model.switch.{k}" for k in SwitchSpec.model_fields
+    }
     return tuple(dict.fromkeys([*base, *sorted(extra)]))
 
 
@@ -64,7 +69,8 @@ def grid_names(session: Session) -> list[str]:
 def run_ids_like(session: Session, prefix: str, *, limit: int = 10) -> list[str]:
     """Run ids that start with ``prefix`` (at most ``limit``), sorted."""
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    q = select(Run.run_id).where(Run.run_id.like(f"{escaped}%", escape="\\")).order_by(Run.run_id).limit(limit)
+    q = select(Run.run_id).where(Run.run_id.like(f"{escaped}%",
+                                                 escape="\\")).order_by(Run.run_id).limit(limit)
     return list(session.scalars(q))
 
 
@@ -74,7 +80,8 @@ def run_config(session: Session, run_id: str) -> dict[str, Any]:
 
 
 def provenance(session: Session, run_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
-    """``{run_id: provenance}`` of the given runs (None: recorded before provenance was; see ablate.provenance)."""
+    """``{run_id: provenance}`` of the given runs (None: recorded before provenance was; see
+    ablate.provenance)."""
     ids = list(run_ids)
     out: dict[str, dict[str, Any] | None] = {}
     for i in range(0, len(ids), IN_CHUNK):
@@ -123,8 +130,11 @@ def _grid_filter(session: Session, grid: str | None, *, current: bool = False) -
     if grid is None:
         return None
     if session.scalar(select(Grid.id).where(Grid.name == grid)) is None:
-        raise UserInputError(one_of(grid, grid_names(session), what="grid") if grid_names(session)
-                             else f"unknown grid {grid!r}: the store has no grids yet (run `ablate run GRID`)")
+        raise UserInputError(
+            one_of(grid, grid_names(session), what="grid")
+            if grid_names(session)
+            else f"unknown grid {grid!r}: the store has no grids yet (run `ablate run GRID`)"
+        )
     q = select(GridRun.run_id).join(Grid).where(Grid.name == grid)
     return q.where(GridRun.current.is_(True)) if current else q
 
@@ -141,8 +151,8 @@ def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[s
     frame["status"] = frame["status"].map(str)  # RunStatus -> its value: a frame of plain strings
     frame["grid"] = [grid if grid is not None else (", ".join(grids[r[0]]) or None) for r in rows]
     score_names = sorted({n for s in scores.values() for n in s})
-    score_frame = pd.DataFrame([[scores[r[0]].get(n) for n in score_names] for r in rows], columns=score_names,
-                               dtype="float64")
+    score_frame = pd.DataFrame([[scores[r[0]].get(n) for n in score_names] for r in rows],
+                               columns=score_names, dtype="float64")
     # config_flat: written with every row (migration 0002 backfilled)
     cfg = pd.DataFrame(json.loads("[" + ",".join(r[-1] or "{}" for r in rows) + "]"))
     cfg = cfg.drop(columns=[c for c in ("variant", "seed") if c in cfg.columns])
@@ -156,9 +166,10 @@ def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[s
 
 def runs_records(session: Session, *, grid: str | None = None, run_ids: Sequence[str] | None = None,
                  current: bool = False) -> tuple[list[str], list[list[Any]], dict[str, str]]:
-    """``runs_frame`` without pandas, for what is written out whole (``ablate runs --format csv``): its columns,
-    one list of plain Python values per run (None where the frame has NA; ``status`` as text), and the dtypes
-    ``runs_frame`` gives its typed columns (``{column: "Int64" | "float64"}``; the others are inferred)."""
+    """``runs_frame`` without pandas, for what is written out whole (``ablate runs --format csv``): its
+    columns, one list of plain Python values per run (None where the frame has NA; ``status`` as text), and
+    the dtypes ``runs_frame`` gives its typed columns (``{column: "Int64" | "float64"}``; the others are
+    inferred)."""
     rows, grids, scores = _runs_read(session, grid=grid, run_ids=run_ids, current=current)
     score_names = sorted({n for s in scores.values() for n in s})
     configs = json.loads("[" + ",".join(r[-1] or "{}" for r in rows) + "]")
@@ -187,14 +198,19 @@ def _runs_read(session: Session, *, grid: str | None, run_ids: Sequence[str] | N
     text), each run's grids, and each run's scores."""
     members = _grid_filter(session, grid, current=current)
     t = Run.__table__.c
-    # config_flat as its text, decoded by the caller in one call: per row, the JSON type's decoding costs as much again
+    # config_flat as its text, decoded by the caller in one call: per row, the JSON type's decoding costs as
+    # much again
     flat = cast(t.config_flat, Text).label("config_flat")
     q = select(*(t[c] for c in _RUN_FIELDS), t.step.label("heartbeat_step"), flat).order_by(t.run_id)
     sq = select(Score.run_id, Score.name, Score.value)
     gq = select(GridRun.run_id, Grid.name).join(Grid).order_by(Grid.name)
     for ids in (members, None if run_ids is None else list(run_ids)):  # a grid's runs; a few (`ablate show`)
         if ids is not None:
-            q, sq, gq = q.where(t.run_id.in_(ids)), sq.where(Score.run_id.in_(ids)), gq.where(GridRun.run_id.in_(ids))
+            q, sq, gq = (
+                q.where(t.run_id.in_(ids)),
+                sq.where(Score.run_id.in_(ids)),
+                gq.where(GridRun.run_id.in_(ids)),
+            )
     rows = list(session.execute(q).all())
     grids: dict[str, list[str]] = defaultdict(list)
     for run_id, name in session.execute(gq):
@@ -206,8 +222,9 @@ def _runs_read(session: Session, *, grid: str | None, run_ids: Sequence[str] | N
 
 
 def _runs_columns(score_names: list[str], cfg_names: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The runs table's columns in order (who, declared metrics, error, extras, other scores, config fields) and
-    the dtype of each typed one (seed, heartbeat_step and the declared metrics: nullable, as ``metrics`` says)."""
+    """The runs table's columns in order (who, declared metrics, error, extras, other scores, config fields)
+    and the dtype of each typed one (seed, heartbeat_step and the declared metrics: nullable, as ``metrics``
+    says)."""
     declared = [n for n in summary_order([*METRIC_COLUMNS, *score_names]) if metric(n) is not None]
     other = [n for n in score_names if metric(n) is None]
     typed = {}
@@ -252,7 +269,8 @@ def probes(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.Data
     """Per-layer probe values: ``run_id, layer, name, value``."""
     import pandas as pd
 
-    q = select(Probe.run_id, Probe.layer, Probe.name, Probe.value).order_by(Probe.run_id, Probe.name, Probe.layer)
+    q = select(Probe.run_id, Probe.layer, Probe.name, Probe.value).order_by(Probe.run_id, Probe.name,
+                                                                            Probe.layer)
     rows = _in_chunks(session, q, Probe.run_id, run_ids)
     return pd.DataFrame.from_records(rows, columns=["run_id", "layer", "name", "value"]).astype(
         {"layer": "int64", "value": "float64"})
@@ -292,12 +310,13 @@ def status_summary(session: Session, *, grid: str | None = None, stale_after_s: 
                    older: bool = False) -> dict[str, Any]:
     """What ``ablate status`` shows, JSON-ready.
 
-    ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "pruned", "failed", "older"}, ...],
-    "running": [{"run_id", "variant", "seed", "host", "device", "step", "heartbeat", "age_s", "stale"}, ...],
-    "stale": [run_id, ...]}``; runs in no grid are counted under ``"grid": null``. A running row also carries what
-    its live records say: ``total_steps``, ``train_loss`` (latest), ``tokens_per_s`` (latest) and ``eta_s`` (the
-    steps left at that pace; None until known). A grid counts the runs of its current configuration (what its
-    last ``ablate run`` planned); its ``older`` is how many runs of older configurations it also holds (the
+    ``{"grids": [{"grid", "total", "queued", "running", "done", "diverged", "pruned", "failed",
+    "older"}, ...], "running": [{"run_id", "variant", "seed", "host", "device", "step", "heartbeat", "age_s",
+    "stale"}, ...], "stale": [run_id, ...]}``; runs in no grid are counted under ``"grid": null``. A running
+    row also carries what its live records say: ``total_steps``, ``train_loss`` (latest), ``tokens_per_s``
+    (latest) and ``eta_s`` (the steps left at that pace; None until known). A grid counts the runs of its
+    current configuration (what its last ``ablate run`` planned); its ``older`` is how many runs of older
+    configurations it also holds (the
 ``older`` argument: count those in the statuses too).
     """
     members = _grid_filter(session, grid)
@@ -316,8 +335,8 @@ def status_summary(session: Session, *, grid: str | None = None, stale_after_s: 
             row[status] += n
     grids = [{"grid": name, "total": sum(c.values()), **c, "older": left[name]}
              for name, c in sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))]
-    rq = select(Run.run_id, Run.variant, Run.seed, Run.host, Run.device, Run.step, Run.heartbeat, Run.train_steps,
-                Run.train_loss, Run.tokens_per_s, Run.batch_size, Run.seq_len).where(
+    rq = select(Run.run_id, Run.variant, Run.seed, Run.host, Run.device, Run.step, Run.heartbeat,
+                Run.train_steps, Run.train_loss, Run.tokens_per_s, Run.batch_size, Run.seq_len).where(
         Run.status == "running").order_by(Run.run_id)
     if members is not None:
         rq = rq.where(Run.run_id.in_(members))

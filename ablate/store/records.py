@@ -22,7 +22,8 @@ from ablate.metrics import COLUMNS
 from ablate.result import RunResult, RunStatus, curve_step
 from ablate.store.schema import Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
 
-# summary keys stored as columns of ``runs`` (ablate.metrics: column=True); every other one is a row of ``scores``
+# summary keys stored as columns of ``runs`` (ablate.metrics: column=True); every other one is a row of
+# ``scores``
 COLUMN_SUMMARY = tuple(m for m in COLUMNS if m.in_summary)
 CHUNK = 5000  # rows per executemany batch
 
@@ -93,8 +94,8 @@ def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    """``(CONFIG_VERSION, stem id)`` when ``run_id`` is today's id of ``config``, else ``(None, None)`` (an id from
-    an older scheme, or a config this version cannot read: ``ablate db rehash`` says which)."""
+    """``(CONFIG_VERSION, stem id)`` when ``run_id`` is today's id of ``config``, else ``(None, None)`` (an id
+    from an older scheme, or a config this version cannot read: ``ablate db rehash`` says which)."""
     from pydantic import ValidationError
 
     from ablate.config import RunConfig
@@ -129,8 +130,8 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
 
     ``runs``: PlannedRun-like objects or mappings with ``run_id``, ``config`` (RunConfig or dict), ``params``,
     ``added_params`` and optionally ``axes`` and ``stem_id``. A run already in the store keeps its status and
-    results. ``whole``: these runs are the grid's whole current configuration, and its other members are kept as
-    runs of older ones (``grid_runs.current``); else they join the current ones (``--set``, tune's trials).
+    results. ``whole``: these runs are the grid's whole current configuration, and its other members are kept
+    as runs of older ones (``grid_runs.current``); else they join the current ones (``--set``, tune's trials).
     """
     now = utcnow()
     ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
@@ -140,8 +141,9 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     for planned in runs:
         run_id = str(_field(planned, "run_id"))
         config = _config_dict(_field(planned, "config"))
-        rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config), "status": RunStatus.QUEUED,
-                        "config_version": CONFIG_VERSION, "stem_id": _stem(planned, config), "created": now,
+        rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config),
+                        "status": RunStatus.QUEUED, "config_version": CONFIG_VERSION,
+                        "stem_id": _stem(planned, config), "created": now,
                         "params": _field(planned, "params"), "added_params": _field(planned, "added_params")}
         axes = _field(planned, "axes")
         members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None,
@@ -176,14 +178,16 @@ def _coalesce(a: Any, b: Any) -> Any:
 def _update_run(session: Session, run_id: str, **values: Any) -> None:
     result = session.execute(update(Run).where(Run.run_id == run_id).values(**values))
     if result.rowcount != 1:  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult; the stubs say Result
-        raise StoreError(f"run {run_id!r} is not in the store; register its grid first (or ingest its result)")
+        raise StoreError(
+            f"run {run_id!r} is not in the store; register its grid first (or ingest its result)"
+        )
 
 
 def mark_running(session: Session, *, run_id: str, host: str | None, device: str | None) -> None:
     """The run started (or restarted) on ``host``/``device``: status ``running``, a fresh heartbeat."""
     now = utcnow()
-    _update_run(session, run_id, status=RunStatus.RUNNING, started=now, heartbeat=now, finished=None, host=host,
-                device=device, error=None)
+    _update_run(session, run_id, status=RunStatus.RUNNING, started=now, heartbeat=now, finished=None,
+                host=host, device=device, error=None)
 
 
 def heartbeat(session: Session, *, run_id: str, step: int | None = None) -> None:
@@ -193,9 +197,10 @@ def heartbeat(session: Session, *, run_id: str, step: int | None = None) -> None
 
 def record_progress(session: Session, progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
     """Live records of running runs: for each, a fresh heartbeat, its latest ``step`` (and ``steps``,
-    ``train_loss``, ``tokens_per_s``, ``val_ppl`` as far as the rows tell) on its row, and the rows' points in the
-    step table (upserted, so a resumed run reporting a step again leaves one point). A run that is no longer
-    ``running`` (its ingest came first) is left alone: its ingest replaced the step table with the whole curve."""
+    ``train_loss``, ``tokens_per_s``, ``val_ppl`` as far as the rows tell) on its row, and the rows' points in
+    the step table (upserted, so a resumed run reporting a step again leaves one point). A run that is no
+    longer ``running`` (its ingest came first) is left alone: its ingest replaced the step table with the
+    whole curve."""
     now = utcnow()
     for run_id in sorted(progress):  # one lock order for every writer
         rows = progress[run_id]
@@ -207,13 +212,15 @@ def record_progress(session: Session, progress: Mapping[str, Sequence[Mapping[st
             latest = next((r[key] for r in reversed(rows) if _num(r.get(key), float) is not None), None)
             if latest is not None:
                 values[column] = float(latest)
-        done = session.execute(update(Run).where(Run.run_id == run_id, Run.status == "running").values(**values))
+        done = session.execute(update(Run).where(Run.run_id == run_id,
+                                                 Run.status == "running").values(**values))
         points = {(name, int(r["step"])): _num(v, float) for r in rows for name, v in r.items()
                   if name != "step" and v is not None}
         if done.rowcount != 1 or not points:  # type: ignore[attr-defined]  # as above: a CursorResult
             continue
         ins = _upsert(session, Metric.__table__)
-        ins = ins.on_conflict_do_update(index_elements=["run_id", "name", "step"], set_={"value": ins.excluded.value})
+        ins = ins.on_conflict_do_update(index_elements=["run_id", "name", "step"],
+                                        set_={"value": ins.excluded.value})
         session.execute(ins, [{"run_id": run_id, "name": n, "step": s, "value": v}
                               for (n, s), v in sorted(points.items())])
 
@@ -231,8 +238,10 @@ def mark_failed(session: Session, *, run_id: str, error: str) -> None:
 def mark_pruned(session: Session, *, run_id: str, step: int | None, value: float | None,
                 metric: str | None = None) -> None:
     """The run was stopped on purpose by a pruner at ``step``, having reported ``value`` of ``metric``: status
-    ``pruned`` (no error), ``steps`` = the steps it trained, and one ``pruned`` event holding what the pruner saw."""
-    _update_run(session, run_id, status=RunStatus.PRUNED, error=None, finished=utcnow(), step=step, steps=step)
+    ``pruned`` (no error), ``steps`` = the steps it trained, and one ``pruned`` event holding what the pruner
+    saw."""
+    _update_run(session, run_id, status=RunStatus.PRUNED, error=None, finished=utcnow(), step=step,
+                steps=step)
     session.execute(delete(Event).where(Event.run_id == run_id, Event.kind == "pruned"))
     data = {"value": _num(value, float)} | ({"metric": metric} if metric else {})
     events = insert(Event.__table__)  # type: ignore[arg-type]  # the stubs type __table__ as a FromClause; it is a Table
@@ -257,8 +266,8 @@ def set_slurm_job_id(session: Session, *, run_id: str, slurm_job_id: str | None)
 
 
 def set_scores(session: Session, *, run_id: str, scores: Mapping[str, float | None]) -> None:
-    """Set named scores of a run (``bench/<task>`` from ``ablate eval``), replacing those of the same names; the
-    run's other scores are kept. A run the store does not know is a StoreError."""
+    """Set named scores of a run (``bench/<task>`` from ``ablate eval``), replacing those of the same names;
+    the run's other scores are kept. A run the store does not know is a StoreError."""
     if session.get(Run, run_id) is None:
         raise StoreError(f"no run {run_id!r} in the store; `ablate ingest` its directory first")
     rows = [{"run_id": run_id, "name": k, "value": _num(v, float)} for k, v in sorted(scores.items())]
@@ -319,9 +328,15 @@ def ingest(session: Session, result: RunResult) -> str:
     _insert(session, Metric, _metric_rows(result))
     _insert(session, Probe, [{"run_id": run_id, "name": name, "layer": i, "value": _num(v, float)}
                              for name, vals in result.probes.items() for i, v in enumerate(vals)])
-    _insert(session, Histogram, [{"run_id": run_id, "name": name, "layer": i, "counts": counts,
-                                  "edges": result.histogram_edges}
-                                 for name, layers in result.histograms.items() for i, counts in enumerate(layers)])
+    _insert(
+        session,
+        Histogram,
+        [
+            {"run_id": run_id, "name": name, "layer": i, "counts": counts, "edges": result.histogram_edges}
+            for name, layers in result.histograms.items()
+            for i, counts in enumerate(layers)
+        ],
+    )
     _insert(session, Event, [{"run_id": run_id, "kind": e.kind, "step": e.step, "data": e.data}
                              for e in result.events])
     return run_id
@@ -342,7 +357,8 @@ def _metric_rows(result: RunResult) -> list[dict[str, Any]]:
         if idx is None:
             raise StoreError(f"result of run {result.run_id}: metric {name!r} has {len(values)} values for "
                              f"{len(steps or [])} steps")
-        rows.extend({"run_id": result.run_id, "name": name, "step": curve_step(result.run_id, s), "value": _num(v, float)}
+        rows.extend({"run_id": result.run_id, "name": name, "step": curve_step(result.run_id, s),
+                     "value": _num(v, float)}
                     for s, v in zip(idx, values, strict=True))
     return rows
 
@@ -358,7 +374,8 @@ def _insert(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _copy_metrics(session: Session, rows: list[dict[str, Any]]) -> None:
-    """PostgreSQL's COPY for curves (several times faster than batched INSERTs), in the session's transaction."""
+    """PostgreSQL's COPY for curves (several times faster than batched INSERTs), in the session's
+    transaction."""
     cursor = session.connection().connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once detached
     with cursor.copy("COPY metrics (run_id, name, step, value) FROM STDIN") as copy:
         for r in rows:

@@ -6,19 +6,20 @@ computed; what follows it:
 
 1. its run directory, ``runs/<old>`` -> ``runs/<new>`` under ABLATE_HOME, and the ``run_id`` in its
    ``result.json`` (rewritten atomically);
-2. its rows: ``runs`` (with the config re-resolved by today's code), and every row keyed by it (grid membership,
-   scores, curves, probes, histograms, events), plus the ``run_id`` user attribute of tune's Optuna trials in
-   the same database; one transaction per run;
+2. its rows: ``runs`` (with the config re-resolved by today's code), and every row keyed by it (grid
+   membership, scores, curves, probes, histograms, events), plus the ``run_id`` user attribute of tune's
+   Optuna trials in the same database; one transaction per run;
 3. the ``run_id`` tag of its MLflow run (when the tracking store exists).
 
-Each step is idempotent and the directory moves first, so an interrupted rehash is finished by running it again.
-A run whose new id is already taken by a run that has started is left as it is and reported (two copies of one
-config: the user chooses); one whose config today's code cannot read is reported with the reason.
+Each step is idempotent and the directory moves first, so an interrupted rehash is finished by running it
+again. A run whose new id is already taken by a run that has started is left as it is and reported (two copies
+of one config: the user chooses); one whose config today's code cannot read is reported with the reason.
 
 A run stored before its config had identity fields (CONFIG_VERSION 1: no data fingerprints) gets them from the
-data as it is now, which is what it trained on unless its files were edited since: so a store trained before is
-read by the reports and skipped by ``ablate run`` as before. Its relative paths are read from the folder the
-rehash runs in; a run whose data is not found is not carried (it says so; rehash again from the right folder).
+data as it is now, which is what it trained on unless its files were edited since: so a store trained before
+is read by the reports and skipped by ``ablate run`` as before. Its relative paths are read from the folder
+the rehash runs in; a run whose data is not found is not carried (it says so; rehash again from the right
+folder).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class Move:
 
 @dataclass
 class RehashPlan:
-    """What a rehash would do: the moves, runs already at today's id, and runs it cannot carry (id, reason)."""
+    """What a rehash would do: the moves, runs already at today's id, and runs it cannot carry (id,
+    reason)."""
 
     moves: list[Move] = field(default_factory=list)
     current: list[str] = field(default_factory=list)
@@ -93,7 +95,8 @@ class RehashReport:
         return out
 
 
-def plan(session: Session, *, only_outdated: bool = True, fingerprints: Fingerprints | None = None) -> RehashPlan:
+def plan(session: Session, *, only_outdated: bool = True,
+         fingerprints: Fingerprints | None = None) -> RehashPlan:
     """Today's id of every stored run (of those not recorded at today's ``CONFIG_VERSION`` when
     ``only_outdated``), from its stored config with the identity fields it lacks filled from what is here now
     (``ablate.grid.identity``: its data files' fingerprints, a relative path read from the working directory;
@@ -115,8 +118,8 @@ def plan(session: Session, *, only_outdated: bool = True, fingerprints: Fingerpr
         try:
             cfg = identity.fill(RunConfig.model_validate(config or {}), fingerprints, strict=True)
         except InputMissingError as exc:
-            out.unreadable.append((old, f"{exc}: run `ablate db rehash` where its data is (a relative path is read "
-                                        "from the folder the command runs in)"))
+            out.unreadable.append((old, f"{exc}: run `ablate db rehash` where its data is (a relative path "
+                                        "is read from the folder the command runs in)"))
             continue
         except (ValidationError, ValueError) as exc:
             first = exc.errors(include_url=False)[0] if isinstance(exc, ValidationError) else None
@@ -165,7 +168,8 @@ def move_rows(session: Session, move: Move) -> str | None:
     if taken is not None and taken != "queued":
         return conflict(move, taken)
     members: Sequence[Row[int, dict[str, Any] | None, bool]] = []
-    if taken == "queued":  # the grid was registered anew and never started: its memberships join the old run's
+    # the grid was registered anew and never started: its memberships join the old run's
+    if taken == "queued":
         members = session.execute(select(GridRun.grid_id, GridRun.axes, GridRun.current)
                                   .where(GridRun.run_id == move.new)).all()
         session.execute(delete(GridRun).where(GridRun.run_id == move.new))
@@ -186,14 +190,16 @@ def move_rows(session: Session, move: Move) -> str | None:
 
 
 def _move_optuna_attrs(session: Session, move: Move) -> None:
-    """tune keeps each trial's run id as the Optuna user attribute ``run_id`` (JSON text) in the same database;
-    a finished trial cannot be updated through Optuna's API, so its row is updated here."""
+    """tune keeps each trial's run id as the Optuna user attribute ``run_id`` (JSON text) in the same
+    database; a finished trial cannot be updated through Optuna's API, so its row is updated here."""
     from sqlalchemy import inspect, text
 
     if not inspect(session.connection()).has_table(_OPTUNA_ATTRS):
         return
-    session.execute(text(f"UPDATE {_OPTUNA_ATTRS} SET value_json = :new WHERE key = 'run_id' AND value_json = :old"),
-                    {"new": json.dumps(move.new), "old": json.dumps(move.old)})
+    session.execute(
+        text(f"UPDATE {_OPTUNA_ATTRS} SET value_json = :new WHERE key = 'run_id' AND value_json = :old"),
+        {"new": json.dumps(move.new), "old": json.dumps(move.old)},
+    )
 
 
 def move_dir(home: Path, move: Move) -> bool:
@@ -217,8 +223,8 @@ def move_dir(home: Path, move: Move) -> bool:
 
 
 def retag_mlflow(uri: str, moves: list[Move], home: Path) -> int:
-    """Set the ``run_id`` tag of each moved run's MLflow runs to its new id, and log its rewritten ``result.json``
-    (and config) over the old artifacts; how many runs were retagged."""
+    """Set the ``run_id`` tag of each moved run's MLflow runs to its new id, and log its rewritten
+    ``result.json`` (and config) over the old artifacts; how many runs were retagged."""
     from mlflow import MlflowClient
 
     from ablate import layout
@@ -232,8 +238,9 @@ def retag_mlflow(uri: str, moves: list[Move], home: Path) -> int:
     for start in range(0, len(experiments), 100):
         token = None
         while True:
-            page = client.search_runs(experiments[start:start + 100], filter_string=f"tags.`{ROLE_TAG}` = 'run'",
-                                      max_results=1000, page_token=token)
+            page = client.search_runs(experiments[start:start + 100],
+                                      filter_string=f"tags.`{ROLE_TAG}` = 'run'", max_results=1000,
+                                      page_token=token)
             for run in page:
                 new = new_of.get(run.data.tags.get("run_id", ""))
                 if new is not None:

@@ -125,7 +125,8 @@ _NONE = type(None)
 
 
 class _Unsure(Exception):
-    """A column holds a value whose spelling in pandas' CSV ``to_csv`` does not promise (``runs_csv`` -> None)."""
+    """A column holds a value whose spelling in pandas' CSV ``to_csv`` does not promise (``runs_csv`` ->
+    None)."""
 
 
 def runs_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]], dtypes: dict[str, str]) -> str | None:
@@ -151,8 +152,8 @@ def runs_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]], dtypes: dict
 
 def _column(col: tuple[Any, ...], dtype: str | None) -> Sequence[str]:
     """One column's cells as pandas writes them: NA (None, NaN) as ''; integers as they are; float64 (a typed
-    float column, or numbers with a float or an NA among them) as numpy's shortest repr, Python's ``repr``; text
-    as it is; bool and a mix of kinds (object) as ``str`` of each; naive datetimes as ``_dates``."""
+    float column, or numbers with a float or an NA among them) as numpy's shortest repr, Python's ``repr``;
+    text as it is; bool and a mix of kinds (object) as ``str`` of each; naive datetimes as ``_dates``."""
     kinds = set(map(type, col))
     na = _NONE in kinds
     kinds.discard(_NONE)
@@ -168,9 +169,12 @@ def _column(col: tuple[Any, ...], dtype: str | None) -> Sequence[str]:
     if dtype is not None:  # seed, heartbeat_step, the declared metrics: "Int64" or "float64"
         if not kinds <= {int, float}:
             raise _Unsure
-        if dtype == "Int64" and all(v.is_integer() and INT64[0] <= v <= INT64[1] for v in col if type(v) is float):
+        if dtype == "Int64" and all(
+            v.is_integer() and INT64[0] <= v <= INT64[1] for v in col if type(v) is float
+        ):
             return _spelled(col, lambda v: str(int(v)), na)
-        return _spelled(col, repr if kinds == {float} else _float, na)  # an Int64 that cannot be stays float64
+        # an Int64 that cannot be stays float64
+        return _spelled(col, repr if kinds == {float} else _float, na)
     if not kinds:
         return [""] * len(col)
     if kinds <= {int, float}:  # int64, else float64
@@ -207,8 +211,8 @@ def _has_nan(col: Sequence[Any]) -> bool:
 
 
 def _dates(col: tuple[Any, ...]) -> list[str]:
-    """Naive datetimes as pandas writes a datetime64 column: dates alone when every one is at midnight, else to
-    the finest resolution any one needs (seconds, milliseconds or microseconds)."""
+    """Naive datetimes as pandas writes a datetime64 column: dates alone when every one is at midnight, else
+    to the finest resolution any one needs (seconds, milliseconds or microseconds)."""
     present = [v for v in col if v is not None]
     if any(v.tzinfo is not None for v in present):
         raise _Unsure

@@ -1,8 +1,8 @@
 """The store's tables as SQLAlchemy 2.0 typed ORM classes.
 
 Nullability comes from the ``Mapped[...]`` type; constraint names from one naming convention (so Alembic
-migrations can name what they change). Relationships are ``lazy="raise"``: a query says what it loads. Child rows
-(curves, scores, probes, histograms, events) are keyed by ``run_id`` and replaced as a whole when a run's
+migrations can name what they change). Relationships are ``lazy="raise"``: a query says what it loads. Child
+rows (curves, scores, probes, histograms, events) are keyed by ``run_id`` and replaced as a whole when a run's
 ``result.json`` is ingested, which is what makes ingest idempotent.
 
 Schema changes need a migration in ``ablate/store/migrations/versions`` (the tests compare the two).
@@ -45,7 +45,8 @@ FINISHED = tuple(s.value for s in ENDED)
 
 def status_type() -> SQLEnum:
     """``runs.status``: RunStatus stored as its value in a VARCHAR(16) with a CHECK constraint (not a native
-    PostgreSQL ENUM, so adding a status is a new CHECK, never an ``ALTER TYPE`` that cannot run in a transaction)."""
+    PostgreSQL ENUM, so adding a status is a new CHECK, never an ``ALTER TYPE`` that cannot run in a
+    transaction)."""
     return SQLEnum(RunStatus, name="run_status", native_enum=False, length=16, create_constraint=True,
                    values_callable=lambda enum: [m.value for m in enum], validate_strings=True)
 
@@ -99,10 +100,11 @@ class Run(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     # the config as {dotted.path: value}, computed on write so the runs table need not flatten 10,000 configs
     config_flat: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    # the CONFIG_VERSION run_id was computed under; None: an older scheme (``ablate db rehash`` carries it over)
+    # the CONFIG_VERSION run_id was computed under; None: an older scheme (``ablate db rehash`` carries it
+    # over)
     config_version: Mapped[int | None]
-    # the run id without its identity fields (``ablate.grid.ids.stem_id``): another run of the same stem read other
-    # data; None: not yet known (``ablate db rehash`` fills it)
+    # the run id without its identity fields (``ablate.grid.ids.stem_id``): another run of the same stem read
+    # other data; None: not yet known (``ablate db rehash`` fills it)
     stem_id: Mapped[str | None] = mapped_column(String(64), index=True)
     variant: Mapped[str] = mapped_column(String(100), index=True)
     seed: Mapped[int]
@@ -122,7 +124,8 @@ class Run(Base):
     step: Mapped[int | None]  # the last step a heartbeat reported
     host: Mapped[str | None] = mapped_column(String(200))
     device: Mapped[str | None] = mapped_column(String(200))
-    # the software, device and grid commit that produced it (ablate.provenance); None: recorded before it existed
+    # the software, device and grid commit that produced it (ablate.provenance); None: recorded before it
+    # existed
     provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     resumed_from: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)

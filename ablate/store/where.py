@@ -76,7 +76,8 @@ class Where:
         raise _error(self.text, f"{ast.unparse(node)!r} is not a comparison; write e.g. column == value")
 
     def _value(self, node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float))):
+        if isinstance(node,
+                      ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float))):
             return node.value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             inner = self._value(node.operand)
@@ -98,12 +99,13 @@ class Where:
                 return _CONSTANTS[name.lower()]
             return self._column(name)
         raise _error(self.text, f"{ast.unparse(node)!r} is not allowed here; use column names, values, "
-                                "comparisons, and/or/not (a column name with '-' or spaces: col('bench/arc-e'))")
+                                "comparisons, and/or/not (a column name with '-' or spaces: "
+                                "col('bench/arc-e'))")
 
     def _column(self, name: str) -> Col:
         if name not in self._known and not (name.startswith(self._open) and len(name.split("/")) == 2):
-            raise _error(self.text, f"unknown column {name!r}{did_you_mean(name, self._known)}; known columns: "
-                                    f"{describe(self._known)}")
+            raise _error(self.text, f"unknown column {name!r}{did_you_mean(name, self._known)}; known "
+                                    f"columns: {describe(self._known)}")
         self.columns.append(name)
         return Col(name)
 
@@ -143,7 +145,9 @@ class Where:
                                     f"column); compare it, e.g. {col.name} == ... or {col.name} is not None")
         if not len(values):
             return pd.Series(False, index=frame.index)
-        return frame[col.name].map(lambda v: v is True or (type(v).__name__ == "bool_" and bool(v))).astype(bool)
+        return (
+            frame[col.name].map(lambda v: v is True or (type(v).__name__ == "bool_" and bool(v))).astype(bool)
+        )
 
     def _compare(self, op: type, left: Any, right: Any, frame: pd.DataFrame) -> pd.Series:
         import pandas as pd
@@ -159,7 +163,8 @@ class Where:
             if not (left is None or right is None):
                 raise _error(self.text, "'is' compares only with None, e.g. error is not None")
             other = rhs if left is None else lhs
-            isna = other.isna() if isinstance(other, pd.Series) else pd.Series(other is None, index=frame.index)
+            isna = other.isna() if isinstance(other, pd.Series) else pd.Series(other is None,
+                                                                               index=frame.index)
             return isna if op in (ast.Is, ast.Eq) else ~isna
         if op in (ast.In, ast.NotIn):
             if not isinstance(right, list) or not isinstance(lhs, pd.Series):

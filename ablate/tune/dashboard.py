@@ -1,7 +1,8 @@
 """optuna-dashboard over the store's database (the tuning studies beside the runs), on 127.0.0.1.
 
-The dashboard is started in this process on ``ablate tune``'s own storage object: its command line would open the
-database with Optuna's schema check, which reads ablate's Alembic revision and refuses (see ``storage.py``).
+The dashboard is started in this process on ``ablate tune``'s own storage object: its command line would open
+the database with Optuna's schema check, which reads ablate's Alembic revision and refuses (see
+``storage.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ def dashboard_module() -> Any:
     try:
         import optuna_dashboard
     except ImportError:
-        raise UserInputError(f"optuna-dashboard is not installed; install it with `{INSTALL}` (or `pip install "
-                             "optuna-dashboard`, in ablate's environment), then run `ablate tune --dashboard` "
-                             "again") from None
+        raise UserInputError(f"optuna-dashboard is not installed; install it with `{INSTALL}` (or `pip "
+                             "install optuna-dashboard`, in ablate's environment), then run `ablate tune "
+                             "--dashboard` again") from None
     return optuna_dashboard
 
 

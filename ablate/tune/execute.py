@@ -1,16 +1,17 @@
 """Running tune's jobs on ``ablate run``'s local runner: the same workers, run lifecycle and display.
 
-``TrialPool(slots, home=, store=, title=)`` is a ``LocalRunner`` whose workers run ``train_trial`` (the training
-job plus Optuna's pruning callback) and whose lifecycle records a pruned trial as pruned: it starts the workers
-once and runs jobs in rounds; ``run(jobs)`` returns each job's ``Ended`` (``done``/``diverged`` with its result,
-``pruned`` at ``step`` with the last reported ``value``, ``failed`` with its ``error``, ``interrupted``, ``busy``)
-so the caller can tell Optuna and ask for the next round. Each run goes through the store's lifecycle as in
-``ablate run``: ``running`` while it trains (heartbeats, live step metrics), its ``result.json`` ingested when it
-ends, ``failed`` with the error when it crashes, back to ``queued`` when interrupted. With ``mlflow``, each trial
-is an MLflow run of the experiment ``<grid>/tune``, nested under its study's run, with its params and, when pruned,
-the step and value at which the pruner stopped it.
+``TrialPool(slots, home=, store=, title=)`` is a ``LocalRunner`` whose workers run ``train_trial`` (the
+training job plus Optuna's pruning callback) and whose lifecycle records a pruned trial as pruned: it starts
+the workers once and runs jobs in rounds; ``run(jobs)`` returns each job's ``Ended`` (``done``/``diverged``
+with its result, ``pruned`` at ``step`` with the last reported ``value``, ``failed`` with its ``error``,
+``interrupted``, ``busy``) so the caller can tell Optuna and ask for the next round. Each run goes through the
+store's lifecycle as in ``ablate run``: ``running`` while it trains (heartbeats, live step metrics), its
+``result.json`` ingested when it ends, ``failed`` with the error when it crashes, back to ``queued`` when
+interrupted. With ``mlflow``, each trial is an MLflow run of the experiment ``<grid>/tune``, nested under its
+study's run, with its params and, when pruned, the step and value at which the pruner stopped it.
 
-Ctrl-C once: running jobs save a checkpoint and the round ends (``interrupted``); twice: the workers are killed.
+Ctrl-C once: running jobs save a checkpoint and the round ends (``interrupted``); twice: the workers are
+killed.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ __all__ = ["TRIAL_JOB", "Outcome", "TrialPool"]
 class TrialPool(LocalRunner):
     """``ablate run``'s local runner on the trial job, kept across rounds; a context manager."""
 
-    def __init__(self, slots: list[Slot], *, home: Path, store: Store, title: str, console: Console | None = None,
-                 metric: str = "val_ppl", mlflow: bool = False, store_patience_s: float = STORE_PATIENCE_S):
+    def __init__(self, slots: list[Slot], *, home: Path, store: Store, title: str,
+                 console: Console | None = None, metric: str = "val_ppl", mlflow: bool = False,
+                 store_patience_s: float = STORE_PATIENCE_S):
         mirror = None
-        if mlflow:  # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), nested under their study
+        # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), nested under their study
+        if mlflow:
             from ablate.execute.mirror import MirrorThread
 
             mirror = MirrorThread(home=home, grid=title)

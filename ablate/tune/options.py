@@ -1,4 +1,5 @@
-"""What ``ablate tune`` is asked (``TuneOptions``) and what it answers (``TuneReport``, a ``CellResult`` per cell)."""
+"""What ``ablate tune`` is asked (``TuneOptions``) and what it answers (``TuneReport``, a ``CellResult`` per
+cell)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class TuneOptions:
     jobs_per_device: int = 1
     device_memory: float | None = None  # bytes per device every run must fit (default: a local GPU's)
     mlflow: bool = True  # trials (experiment <grid>/tune, under their study) and the --then-run runs
-    store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long while trials train stops the tuning
+    # a store unreachable this long while trials train stops the tuning
+    store_patience_s: float = STORE_PATIENCE_S
     console: Console | None = None
 
 

@@ -1,13 +1,15 @@
 """The learning-rate protocol, pure: the best value of a study, the largest stable value, and the bracketing
-search for it. No Optuna, no torch, no I/O: everything works on ``Point``s (a tried value and what came of it).
+search for it. No Optuna, no torch, no I/O: everything works on ``Point``s (a tried value and what came of
+it).
 
 - **best**: the point with the lowest metric among those that finished without diverging.
 - **stable**: a point that did not diverge and whose metric is within ``tolerance`` of the best
-  (``metric <= best * (1 + tolerance)``; every metric ablate tunes on, perplexity or loss, is lower-is-better).
+  (``metric <= best * (1 + tolerance)``; every metric ablate tunes on, perplexity or loss, is
+  lower-is-better).
 - **largest stable**: the largest tried value that is stable. A pruned or failed point says nothing about
   stability (it was cut off, or crashed) and is ignored.
-- **bracketing search** (``Bracket``): between a stable ``low`` and an unstable ``high``, try the geometric (or
-  arithmetic) midpoint, keep the half where stability flips, a fixed number of steps. The answer lies in
+- **bracketing search** (``Bracket``): between a stable ``low`` and an unstable ``high``, try the geometric
+  (or arithmetic) midpoint, keep the half where stability flips, a fixed number of steps. The answer lies in
   ``[stable, unstable)``, whose ratio is ``(high / low) ** (1 / 2 ** steps)`` on the log scale.
 
 >>> b = bracket(lambda lr: lr < 0.01, 1e-3, 1e-1, steps=4)
@@ -48,7 +50,8 @@ def _finished(points: Iterable[Point]) -> list[Point]:
 
 
 def best_point(points: Iterable[Point]) -> Point | None:
-    """The point with the lowest metric among those that finished (ties: the smaller value); None if none did."""
+    """The point with the lowest metric among those that finished (ties: the smaller value); None if none
+    did."""
     done = _finished(points)
     return min(done, key=lambda p: (p.metric, p.value)) if done else None
 
@@ -60,8 +63,8 @@ def best_metric(points: Iterable[Point]) -> float | None:
 
 
 def is_stable(point: Point, best: float, tolerance: float = DEFAULT_TOLERANCE) -> bool | None:
-    """True: finished within ``tolerance`` of ``best``; False: diverged, or finished outside it; None: pruned or
-    failed (no evidence either way)."""
+    """True: finished within ``tolerance`` of ``best``; False: diverged, or finished outside it; None: pruned
+    or failed (no evidence either way)."""
     if point.outcome == "diverged":
         return False
     if point.outcome != "ok":
@@ -126,7 +129,8 @@ class Bracket:
         return (self.stable + self.unstable) / 2
 
     def record(self, value: float, ok: bool) -> None:
-        """What trying ``value`` showed: stable (``ok``) moves the lower end up, unstable the upper end down."""
+        """What trying ``value`` showed: stable (``ok``) moves the lower end up, unstable the upper end
+        down."""
         self.tried.append((value, ok))
         if ok and value > self.stable:
             self.stable = min(value, self.unstable)
@@ -136,7 +140,8 @@ class Bracket:
 
 def bracket(is_stable_at: Callable[[float], bool], low: float, high: float, *, steps: int = 4,
             log: bool = True) -> Bracket:
-    """Run a ``Bracket`` from ``low`` (taken as stable) to ``high`` (taken as unstable) against ``is_stable_at``."""
+    """Run a ``Bracket`` from ``low`` (taken as stable) to ``high`` (taken as unstable) against
+    ``is_stable_at``."""
     b = Bracket(low, high, steps=steps, log=log)
     while (x := b.probe()) is not None:
         b.record(x, bool(is_stable_at(x)))
@@ -155,6 +160,6 @@ def bracket_from_points(points: Sequence[Point], *, high: float, steps: int, log
         return None, "no trial finished, so there is no stable point to start from"
     bad = first_unstable_above(points, top.value, tolerance)
     if bad is None:
-        return None, (f"no trial above {top.value:.3g} diverged or fell outside the tolerance: the largest stable "
-                      f"value is at least that; raise --high (now {high:g}) to find where it breaks")
+        return None, (f"no trial above {top.value:.3g} diverged or fell outside the tolerance: the largest "
+                      f"stable value is at least that; raise --high (now {high:g}) to find where it breaks")
     return Bracket(top.value, bad.value, steps=steps, log=log), ""

@@ -1,12 +1,12 @@
 """Pruning a trial while it trains: the runner's periodic validation metric, reported to Optuna.
 
-The runner evaluates the held-out perplexity every ``eval.every`` steps (``RunMonitor``, which keeps the values in
-its ``metrics``). ``StepPruning`` runs right after the monitor in each step: when a new evaluation is there, it
-hands the value to optuna-integration's ``PyTorchLightningPruningCallback``, which reports it to the trial and
-raises ``optuna.TrialPruned`` when the pruner says so (in DDP it stops every rank). The Lightning callback reports
-per epoch; an ablate run is one epoch of ``train.steps`` steps, so the report is made at the step count instead.
-While the store (which holds the study) is unreachable, an evaluation is not reported and the trial trains on.
-Imported only inside the training workers (it imports Lightning).
+The runner evaluates the held-out perplexity every ``eval.every`` steps (``RunMonitor``, which keeps the
+values in its ``metrics``). ``StepPruning`` runs right after the monitor in each step: when a new evaluation
+is there, it hands the value to optuna-integration's ``PyTorchLightningPruningCallback``, which reports it to
+the trial and raises ``optuna.TrialPruned`` when the pruner says so (in DDP it stops every rank). The
+Lightning callback reports per epoch; an ablate run is one epoch of ``train.steps`` steps, so the report is
+made at the step count instead. While the store (which holds the study) is unreachable, an evaluation is not
+reported and the trial trains on. Imported only inside the training workers (it imports Lightning).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 
 class StepPruning(PyTorchLightningPruningCallback):
-    """Report ``monitor`` (``val_ppl``, or ``loss`` for train_loss studies) at each of the run's evaluations and
-    prune the trial when its pruner says so. A non-finite value is reported as ``PENALTY`` (the worst value)."""
+    """Report ``monitor`` (``val_ppl``, or ``loss`` for train_loss studies) at each of the run's evaluations
+    and prune the trial when its pruner says so. A non-finite value is reported as ``PENALTY`` (the worst
+    value)."""
 
     def __init__(self, trial: Any, monitor: str = "val_ppl"):
         super().__init__(trial, monitor)

@@ -1,22 +1,23 @@
-"""``ablate tune``: one Optuna study per cell of a grid, its trials trained as ordinary runs, then the protocol.
+"""``ablate tune``: one Optuna study per cell of a grid, its trials trained as ordinary runs, then the
+protocol.
 
 1. Expand the grid; group its runs into cells (``space.cells_of``: everything but the seed and the tuned
    parameter); open each cell's study in the store's database (``studies.open_study``: created once, continued
-   after). ``--trials N`` is the total per study: finished and pruned trials count, so a rerun adds only what is
-   missing, and resumes a trial that was cut off (its run resumes from its checkpoint).
+   after). ``--trials N`` is the total per study: finished and pruned trials count, so a rerun adds only what
+   is missing, and resumes a trial that was cut off (its run resumes from its checkpoint).
 2. Rounds of as many trials as there are workers, round-robin over the studies: ask each study for a value,
    build the run (the cell's first seed, the value set), register it under ``<grid>/tune``, and train it on
-   ``ablate run``'s worker pool (``execute.TrialPool``) with the pruning callback, unless the store already has
-   that run finished (the same sampled config is the same run id: its stored result is told instead). Then tell
-   each study how its trial ended.
+   ``ablate run``'s worker pool (``execute.TrialPool``) with the pruning callback, unless the store already
+   has that run finished (the same sampled config is the same run id: its stored result is told instead). Then
+   tell each study how its trial ended.
 3. ``--find-max-stable``: per cell, bisect between the largest stable and the smallest unstable value seen
    (``protocol.Bracket``), ``--stable-steps`` probes in all (a rerun does not repeat them).
 4. ``--then-run``: the grid's seeds of every cell at its best value, as the grid ``<grid>/tuned`` (a grid file
    written under ``$ABLATE_HOME/tune/``, run by ``ablate run``'s executor).
 
 Trials run at the cell's first seed. When the grid does not evaluate during training (``eval.every: 0``) and a
-pruner is on, trials evaluate every ``steps // 10`` steps (so pruning has something to read); their run ids then
-differ from the grid's own runs.
+pruner is on, trials evaluate every ``steps // 10`` steps (so pruning has something to read); their run ids
+then differ from the grid's own runs.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: TuneOptions | None = None) -> TuneReport:
+def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
+         options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
     from ablate.execute.devices import crowding, local_slots, usable_cpus
     from ablate.execute.fit import require_fit
@@ -93,9 +95,10 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
     if (crowded := crowding(slots, cpu_count=usable_cpus(), jobs_per_device=opts.jobs_per_device)):
         console.print(f"[yellow]warning:[/] {crowded}", highlight=False, soft_wrap=True)
     store = Store.open(opts.store, home=home)
-    resume = (f"when the store is back, run the same command again: the studies resume, and trials that finished "
-              f"meanwhile are read from {home / 'runs'}, not trained again")
-    # between trials (Optuna's ask and tell, registering runs) the store going away is one line, as for `ablate run`
+    resume = ("when the store is back, run the same command again: the studies resume, and trials that "
+              f"finished meanwhile are read from {home / 'runs'}, not trained again")
+    # between trials (Optuna's ask and tell, registering runs) the store going away is one line, as for
+    # `ablate run`
     try:
         with stops_when_away(display_url(store.url), doing="while tuning", then=resume):
             tuner = _Tuner(grid, cells, space, metric, pruner, opts, store,
@@ -106,7 +109,8 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
                 if opts.find_max_stable and not pool.interrupted:
                     tuner.bracket(pool)
                 tuner.report.interrupted = pool.interrupted
-            if pool.store_error is not None:  # the store stayed away past --store-patience while trials trained
+            # the store stayed away past --store-patience while trials trained
+            if pool.store_error is not None:
                 raise StoreError(f"{pool.store_error}; {resume}")
             tuner.summarize()
             if opts.then_run and not tuner.report.interrupted:
@@ -119,7 +123,8 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (), options: Tune
 
 @dataclass
 class _Item:
-    """A run to make in this round: a study's trial (``number``, ``trial_id``) or a probe (``number`` None)."""
+    """A run to make in this round: a study's trial (``number``, ``trial_id``) or a probe (``number``
+    None)."""
 
     cell: Cell
     value: float
@@ -136,8 +141,8 @@ class _Tuner:
         self.opts, self.store, self.storage, self.console = opts, store, storage, console
         self.tune_grid = f"{grid.name}/tune"
         self.report = TuneReport(grid=grid.name, tune_grid=self.tune_grid)
-        self.text = yaml.safe_dump({"tune_of": grid.name, **space.as_attrs(), "metric": metric, "pruner": pruner,
-                                    "grid": grid.text}, sort_keys=False)
+        self.text = yaml.safe_dump({"tune_of": grid.name, **space.as_attrs(), "metric": metric,
+                                    "pruner": pruner, "grid": grid.text}, sort_keys=False)
         self.every = {c.key: self._eval_every(c) for c in cells}
         self.notes: dict[str, str] = {}  # cell key -> why its bracketing search did not run or stopped
         self.studies = {c.key: self._open(c) for c in cells}
@@ -170,7 +175,8 @@ class _Tuner:
         out = {}
         for cell in self.cells:
             trials = self.studies[cell.key].get_trials(deepcopy=False)
-            taken = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)]
+            taken = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED,
+                                                      TrialState.RUNNING)]
             resume = []
             for t in trials:
                 if t.state != TrialState.RUNNING:
@@ -237,7 +243,8 @@ class _Tuner:
              "params": i.cell.base.params if same_model else None,
              "added_params": i.cell.base.added_params if same_model else None} for i in base.values()])
         status = self.store.statuses(run_ids=list(base))
-        stored = self._stored({rid for rid, s in status.items() if s in ("done", "diverged", "pruned", "failed")})
+        stored = self._stored({rid for rid, s in status.items() if s in ("done", "diverged", "pruned",
+                                                                         "failed")})
         jobs, out = [], []
         for rid, item in base.items():
             row = stored.get(rid)
@@ -262,7 +269,8 @@ class _Tuner:
             else:
                 row = stored[item.run_id]
                 self._count("reused")
-                out.append((item, result_point(item.value, row["status"], _num(row.get(self.metric)), item.run_id,
+                out.append((item,
+                            result_point(item.value, row["status"], _num(row.get(self.metric)), item.run_id,
                                                source=src), None))
         return out
 
@@ -292,8 +300,8 @@ class _Tuner:
             left = self.opts.stable_steps - len(study.user_attrs.get("probes") or [])
             if left <= 0:
                 continue
-            b, why = bracket_from_points(study_points(study, self.space.param), high=self.space.high, steps=left,
-                                         log=self.space.log, tolerance=tol)
+            b, why = bracket_from_points(study_points(study, self.space.param), high=self.space.high,
+                                         steps=left, log=self.space.log, tolerance=tol)
             if b is None:
                 notes[cell.key] = why
             else:
@@ -319,7 +327,8 @@ class _Tuner:
     def _record_probe(self, item: _Item, point: Point, brackets: dict[str, Bracket]) -> None:
         study = self.studies[item.cell.key]
         probes = [*(study.user_attrs.get("probes") or []),
-                  {"value": point.value, "outcome": point.outcome, "metric": point.metric, "run_id": point.run_id}]
+                  {"value": point.value, "outcome": point.outcome, "metric": point.metric,
+                   "run_id": point.run_id}]
         study.set_user_attr("probes", probes)
         best = best_metric(study_points(study, self.space.param))
         ok = is_stable(point, best, self.opts.tolerance) if best is not None else None
@@ -338,8 +347,9 @@ class _Tuner:
             points = study_points(study, self.space.param)
             stable = max_stable(points, tol)
             unstable = first_unstable_above(points, stable.value, tol) if stable is not None else None
-            self.report.cells.append(CellResult(cell.label, cell.variant, study.study_name, cell.seeds, points,
-                                                best_point(points), stable, unstable, notes.get(cell.key, "")))
+            self.report.cells.append(CellResult(cell.label, cell.variant, study.study_name, cell.seeds,
+                                                points, best_point(points), stable, unstable,
+                                                notes.get(cell.key, "")))
 
     # ------------------------------------------------------------ 4. the tuned runs
     def then_run(self) -> None:
@@ -349,8 +359,8 @@ class _Tuner:
         picks: list[tuple[Any, float | int]] = []
         for cell, result in zip(self.cells, self.report.cells, strict=True):
             if result.best is None:
-                self.report.warnings.append(f"{cell.label}: no trial finished without diverging, so it has no best "
-                                            f"{self.space.param}; left out of {self.grid.name}/tuned")
+                self.report.warnings.append(f"{cell.label}: no trial finished without diverging, so it has "
+                                            f"no best {self.space.param}; left out of {self.grid.name}/tuned")
                 continue
             value = int(result.best.value) if self.space.is_int else result.best.value
             picks += [(run, value) for run in cell.runs]
@@ -364,9 +374,11 @@ class _Tuner:
         self.console.print(f"ablate tune: the grid's seeds at each cell's best {self.space.param}: {path}",
                            highlight=False)
         o = self.opts
-        self.report.tuned = run_grid(path, [], RunOptions(home=o.home, store=o.store, jobs=o.jobs, devices=o.devices,
+        self.report.tuned = run_grid(path, [],
+                                     RunOptions(home=o.home, store=o.store, jobs=o.jobs, devices=o.devices,
                                                           jobs_per_device=o.jobs_per_device, mlflow=o.mlflow,
-                                                          device_memory=o.device_memory, console=self.console))
+                                                          device_memory=o.device_memory,
+                                                          console=self.console))
 
 
 def _num(value: Any) -> float | None:

@@ -1,9 +1,9 @@
-"""What a tuning study searches, pure: the search space, the grid's cells (one study each), study names and the
-config of a trial.
+"""What a tuning study searches, pure: the search space, the grid's cells (one study each), study names and
+the config of a trial.
 
 A **cell** is a group of a grid's runs that differ only in their seed and in the tuned parameter: with
-``grid: {variant: [a, b], seed: [0, 1], train.lr: [...]}`` and ``--param train.lr`` there are two cells, ``a`` and
-``b``. Each cell gets one study; its trials are the cell's first run (its first seed) with the parameter
+``grid: {variant: [a, b], seed: [0, 1], train.lr: [...]}`` and ``--param train.lr`` there are two cells, ``a``
+and ``b``. Each cell gets one study; its trials are the cell's first run (its first seed) with the parameter
 replaced by the sampled value. ``--then-run`` later runs every seed of the cell at the best value.
 """
 
@@ -131,7 +131,8 @@ def study_name(grid: str, param: str, cell: Cell) -> str:
     return f"{grid}/{STUDY_PREFIX}/{param}/{cell.label}#{cell.key}"
 
 
-def with_value(config: RunConfig, param: str, value: float | int, *, eval_every: int | None = None) -> RunConfig:
+def with_value(config: RunConfig, param: str, value: float | int, *,
+               eval_every: int | None = None) -> RunConfig:
     """``config`` with ``param`` set to ``value`` (and ``eval.every`` when given), validated."""
     dump = assign(config.model_dump(mode="json"), param, value)
     if eval_every is not None:

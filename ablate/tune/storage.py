@@ -1,11 +1,12 @@
 """Optuna's studies in the results store's own database, and the pruners a study can use.
 
-Optuna's RDB storage takes the store's SQLAlchemy URL, so the studies live beside the runs (tables ``studies``,
-``trials``, ``trial_*``, ``version_info``; no name is shared with ablate's tables). One thing is shared: both use
-Alembic, and Alembic's default ``alembic_version`` table holds *ablate's* schema revision. So the store is always
-opened (and migrated) first, and Optuna's storage is opened with ``skip_compatibility_check=True`` (it would
-otherwise read ablate's revision as its own and refuse); Optuna never stamps the table because it is not empty.
-The Optuna version is pinned in ``constraints.txt``, which is what the skipped check was for.
+Optuna's RDB storage takes the store's SQLAlchemy URL, so the studies live beside the runs (tables
+``studies``, ``trials``, ``trial_*``, ``version_info``; no name is shared with ablate's tables). One thing is
+shared: both use Alembic, and Alembic's default ``alembic_version`` table holds *ablate's* schema revision. So
+the store is always opened (and migrated) first, and Optuna's storage is opened with
+``skip_compatibility_check=True`` (it would otherwise read ablate's revision as its own and refuse); Optuna
+never stamps the table because it is not empty. The Optuna version is pinned in ``constraints.txt``, which is
+what the skipped check was for.
 
 On SQLite Optuna's connections get the store's settings (busy timeout, ``BEGIN IMMEDIATE`` for writes), so the
 pool's workers reporting intermediate values and the main process telling results queue on the lock.
@@ -37,11 +38,12 @@ def optuna_storage(url: str) -> RDBStorage:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is the caller's to print
     sqlite = url.startswith("sqlite")
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}} if sqlite else {"pool_pre_ping": True}
+    kwargs: dict[str,
+                 Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}} if sqlite else {"pool_pre_ping": True}
     storage = RDBStorage(url, engine_kwargs=kwargs, skip_compatibility_check=True)
     if sqlite:
-        # the store's own connection settings: a writer takes the lock up front (BEGIN IMMEDIATE) and waits for
-        # it, instead of failing when its read snapshot went stale while a worker wrote a report
+        # the store's own connection settings: a writer takes the lock up front (BEGIN IMMEDIATE) and waits
+        # for it, instead of failing when its read snapshot went stale while a worker wrote a report
         from ablate.store.engine import _sqlite_settings
 
         _sqlite_settings(storage.engine)
@@ -84,8 +86,9 @@ def parse_pruner(spec: str) -> str:
     if not ok:
         from ablate.errors import did_you_mean
 
-        raise ConfigError(f"unknown pruner {spec!r}{did_you_mean(name, ['median', 'hyperband', 'threshold', 'none'])}"
-                          f"; allowed: {', '.join(PRUNERS)}", where="--pruner")
+        raise ConfigError("unknown pruner "
+                          f"{spec!r}{did_you_mean(name, ['median', 'hyperband', 'threshold', 'none'])}; "
+                          f"allowed: {', '.join(PRUNERS)}", where="--pruner")
     return spec.strip()
 
 
@@ -95,7 +98,8 @@ def make_pruner(spec: str, *, min_resource: int = 1, max_resource: int | str = "
 
     name, _, arg = parse_pruner(spec).partition(":")
     if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=int(arg) if arg else MEDIAN_STARTUP, n_warmup_steps=0)
+        return optuna.pruners.MedianPruner(n_startup_trials=int(arg) if arg else MEDIAN_STARTUP,
+                                           n_warmup_steps=0)
     if name == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=min_resource, max_resource=max_resource,
                                               reduction_factor=3)

@@ -3,10 +3,11 @@ telling it how a trial ended.
 
 Each study's ``user_attrs`` say what it is: ``grid``, ``cell`` (label), ``cell_key``, ``variant``, ``axes``,
 ``seed`` (the seed its trials run at), ``param``, ``low``, ``high``, ``log``, ``metric``, ``pruner``,
-``tolerance``, and ``probes`` (the bracketing search's runs: ``value``, ``outcome``, ``metric``, ``run_id``). Each
-trial's ``user_attrs`` hold its ``run_id`` (the run in the store, under the grid ``<grid>/tune``) and ``outcome``
-(``ok``, ``diverged``, ``pruned``, ``failed``). A diverged trial is COMPLETE with the value ``PENALTY``; a pruned
-one PRUNED; a crashed one FAIL (and does not count towards ``--trials``, so the next ``ablate tune`` replaces it).
+``tolerance``, and ``probes`` (the bracketing search's runs: ``value``, ``outcome``, ``metric``, ``run_id``).
+Each trial's ``user_attrs`` hold its ``run_id`` (the run in the store, under the grid ``<grid>/tune``) and
+``outcome`` (``ok``, ``diverged``, ``pruned``, ``failed``). A diverged trial is COMPLETE with the value
+``PENALTY``; a pruned one PRUNED; a crashed one FAIL (and does not count towards ``--trials``, so the next
+``ablate tune`` replaces it).
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ def open_study(storage: Any, name: str, attrs: dict[str, Any], *, trials: int, p
     if changed:
         was = ", ".join(f"{k}={old[k]!r}" for k in changed)
         now = ", ".join(f"{k}={attrs[k]!r}" for k in changed)
-        raise ConfigError(f"study {name!r} was made with {was}, not {now}: continue it with the same --param, "
-                          "--low, --high, --log and --metric, or tune under another grid name", where="ablate tune")
+        raise ConfigError(f"study {name!r} was made with {was}, not {now}: continue it with the same "
+                          "--param, --low, --high, --log and --metric, or tune under another grid name",
+                          where="ablate tune")
     n_done = len(storage.get_all_trials(existing._study_id, deepcopy=False)) if existing is not None else 0
-    sampler = optuna.samplers.TPESampler(n_startup_trials=max(2, min(10, trials // 2)), seed=_seed(name, n_done))
+    sampler = optuna.samplers.TPESampler(n_startup_trials=max(2, min(10, trials // 2)),
+                                         seed=_seed(name, n_done))
     study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True,
                                 sampler=sampler, pruner=pruner)
     for key, value in attrs.items():

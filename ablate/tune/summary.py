@@ -1,4 +1,5 @@
-"""What ``ablate tune`` shows at the end: per cell, the best and the largest stable value, and the trials' fates."""
+"""What ``ablate tune`` shows at the end: per cell, the best and the largest stable value, and the trials'
+fates."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
 def summary_table(report: TuneReport, param: str, metric: str) -> Table:
     """One row per cell: best value and its metric, largest stable value, the first unstable one above it, and
     how its trials ended (ok / diverged / pruned / failed)."""
-    table = Table(title=f"ablate tune {report.grid}: {param} per cell (metric {metric})", title_justify="left")
+    table = Table(title=f"ablate tune {report.grid}: {param} per cell (metric {metric})",
+                  title_justify="left")
     for col in ("cell", f"best {param}", metric, "largest stable", "first unstable", "ok/div/pruned/failed"):
         table.add_column(col, justify="left" if col == "cell" else "right")
     for c in report.cells:
         n = {k: sum(p.outcome == k for p in c.points) for k in ("ok", "diverged", "pruned", "failed")}
-        table.add_row(c.label, _num(c.best.value if c.best else None), _num(c.best.metric if c.best else None, ".4g"),
-                      _num(c.stable.value if c.stable else None), _num(c.unstable.value if c.unstable else None),
-                      "/".join(str(v) for v in n.values()))
+        table.add_row(c.label, _num(c.best.value if c.best else None),
+                      _num(c.best.metric if c.best else None, ".4g"),
+                      _num(c.stable.value if c.stable else None),
+                      _num(c.unstable.value if c.unstable else None), "/".join(str(v) for v in n.values()))
     return table
 
 
@@ -35,8 +38,8 @@ def print_summary(report: TuneReport, param: str, metric: str, console: Console 
     console = console or stdout_console()  # off a terminal: nothing cut to '…'
     console.print(summary_table(report, param, metric))
     counts = ", ".join(f"[{STYLE.get(k, '')}]{v} {k}[/]" for k, v in sorted(report.counts.items()))
-    console.print(f"this time: {counts or 'nothing to run'} in {report.wall_s:.1f}s; trials are the runs of grid "
-                  f"'{report.tune_grid}' (ablate runs --grid '{report.tune_grid}')", highlight=False)
+    console.print(f"this time: {counts or 'nothing to run'} in {report.wall_s:.1f}s; trials are the runs of "
+                  f"grid '{report.tune_grid}' (ablate runs --grid '{report.tune_grid}')", highlight=False)
     for c in report.cells:
         if c.note:
             console.print(f"[yellow]{c.label}:[/] {c.note}", highlight=False)

@@ -1,9 +1,9 @@
 """``--then-run``: the grid's runs again, each at its cell's best value, as an ordinary grid file.
 
-The file is the grid's ``base`` plus one ``zip`` axis whose rows are the runs: every path any of the grid's runs
-varied (read from the run's config), its seed, and the best value. A zip axis (not ``include`` entries) because a
-grid with no axes also has its bare ``base`` as a run. It is written under ``$ABLATE_HOME/tune/`` and run by
-``ablate run``'s executor, so ``ablate run`` on the same file later does nothing new.
+The file is the grid's ``base`` plus one ``zip`` axis whose rows are the runs: every path any of the grid's
+runs varied (read from the run's config), its seed, and the best value. A zip axis (not ``include`` entries)
+because a grid with no axes also has its bare ``base`` as a run. It is written under ``$ABLATE_HOME/tune/``
+and run by ``ablate run``'s executor, so ``ablate run`` on the same file later does nothing new.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from ablate.grid.paths import get_path
 
 
 def tuned_grid(grid: Any, picks: Sequence[tuple[Any, float | int]], param: str) -> dict[str, Any]:
-    """The grid document ``<grid>/tuned``: each ``(PlannedRun, value)`` of ``picks`` as one row of a zip axis."""
+    """The grid document ``<grid>/tuned``: each ``(PlannedRun, value)`` of ``picks`` as one row of a zip
+    axis."""
     paths = list(dict.fromkeys(k for run, _ in picks for k in run.axes if k not in ("seed", param)))
     rows = []
     for run, value in picks:
@@ -34,7 +35,8 @@ def tuned_grid(grid: Any, picks: Sequence[tuple[Any, float | int]], param: str) 
 
 
 def write_tuned_grid(doc: dict[str, Any], home: Path, *, note: str) -> Path:
-    """Write ``doc`` to ``home/tune/<grid name>.yaml`` (``/`` and other odd characters as ``_``), ``note`` on top."""
+    """Write ``doc`` to ``home/tune/<grid name>.yaml`` (``/`` and other odd characters as ``_``), ``note`` on
+    top."""
     path = Path(home) / "tune" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', doc['name'])}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# {note}\n" + yaml.safe_dump(doc, sort_keys=False))

@@ -1,5 +1,5 @@
-"""Datasets of the ``ablate_*`` lm-eval tasks (``custom_dataset: !function utils.<name>``), generated from ablate's
-task generators: ``n`` examples at ``length`` UTF-8 bytes from ``seed`` (the task's ``metadata``).
+"""Datasets of the ``ablate_*`` lm-eval tasks (``custom_dataset: !function utils.<name>``), generated from
+ablate's task generators: ``n`` examples at ``length`` UTF-8 bytes from ``seed`` (the task's ``metadata``).
 
 Multiple-choice rows list the values the context states (``choices``) and the index of the answer (``label``);
 they are read back from the prompt with the generators' own formats (``recall._pair``, ``niah._needle``).
@@ -49,7 +49,8 @@ def niah_multikey(**meta: Any) -> dict[str, Any]:
 
 def niah_single(**meta: Any) -> dict[str, Any]:
     """``ablate_niah_single``: the prompt and the needle's number."""
-    return _dataset([{"prompt": ex.prompt, "answer": ex.answer} for ex in _examples("niah-single", meta, 256)])
+    return _dataset([{"prompt": ex.prompt, "answer": ex.answer} for ex in _examples("niah-single", meta,
+                                                                                    256)])
 
 
 def vt(**meta: Any) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Offline benchmark tasks: generated from a seed, scored as accuracy in % by exact match of greedy decoding.
 
 RULER's needle-in-a-haystack families (``niah-single``, ``niah-multikey``, ``niah-multivalue``,
-``niah-multiquery``), variable tracking (``vt``) and zoology's multi-query associative recall (``mqar``). A grid
-names them in ``eval.benchmarks`` as specs ``name[@len,...]`` (``"niah-single@256,512"``); a ``kind: task``
-data source streams their examples as training rows (``task_stream``). Importing this package does not import torch.
+``niah-multiquery``), variable tracking (``vt``) and zoology's multi-query associative recall (``mqar``). A
+grid names them in ``eval.benchmarks`` as specs ``name[@len,...]`` (``"niah-single@256,512"``); a ``kind:
+task`` data source streams their examples as training rows (``task_stream``). Importing this package does not
+import torch.
 """
 
 from __future__ import annotations

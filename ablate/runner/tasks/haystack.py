@@ -18,21 +18,22 @@ from ablate.errors import ConfigError
 Counter = Callable[[str], int]
 
 # RULER's noise haystack (Hsieh et al. 2024): the same five sentences, repeated.
-NOISE = ("The grass is green. ", "The sky is blue. ", "The sun is yellow. ", "Here we go. ", "There and back again. ")
+NOISE = ("The grass is green. ", "The sky is blue. ", "The sun is yellow. ", "Here we go. ",
+         "There and back again. ")
 
 _ADJECTIVES = (
-    "amber", "bold", "brave", "bright", "calm", "clever", "cold", "crisp", "dark", "eager", "early", "fair", "fancy",
-    "gentle", "glad", "golden", "grand", "green", "happy", "hidden", "humble", "icy", "jolly", "kind", "late",
-    "lively", "lucky", "mellow", "misty", "noble", "proud", "quick", "quiet", "rapid", "rough", "royal", "rusty",
-    "sharp", "shiny", "silent", "silver", "sleepy", "smooth", "solid", "sunny", "swift", "tall", "tiny", "warm",
-    "wild", "wise", "young",
+    "amber", "bold", "brave", "bright", "calm", "clever", "cold", "crisp", "dark", "eager", "early", "fair",
+    "fancy", "gentle", "glad", "golden", "grand", "green", "happy", "hidden", "humble", "icy", "jolly",
+    "kind", "late", "lively", "lucky", "mellow", "misty", "noble", "proud", "quick", "quiet", "rapid",
+    "rough", "royal", "rusty", "sharp", "shiny", "silent", "silver", "sleepy", "smooth", "solid", "sunny",
+    "swift", "tall", "tiny", "warm", "wild", "wise", "young",
 )
 _NOUNS = (
     "anchor", "apple", "arrow", "badge", "basket", "beacon", "bridge", "candle", "canyon", "castle", "cedar",
-    "cloud", "comet", "copper", "crown", "desert", "dragon", "falcon", "feather", "forest", "garden", "glacier",
-    "harbor", "island", "jacket", "kettle", "ladder", "lantern", "meadow", "mirror", "mountain", "needle", "ocean",
-    "orchard", "otter", "pebble", "pepper", "pillow", "planet", "pocket", "rabbit", "river", "rocket", "saddle",
-    "shadow", "spider", "tiger", "tunnel", "valley", "violin", "wagon", "willow",
+    "cloud", "comet", "copper", "crown", "desert", "dragon", "falcon", "feather", "forest", "garden",
+    "glacier", "harbor", "island", "jacket", "kettle", "ladder", "lantern", "meadow", "mirror", "mountain",
+    "needle", "ocean", "orchard", "otter", "pebble", "pepper", "pillow", "planet", "pocket", "rabbit",
+    "river", "rocket", "saddle", "shadow", "spider", "tiger", "tunnel", "valley", "violin", "wagon", "willow",
 )
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOWER = "abcdefghijklmnopqrstuvwxyz"
@@ -44,8 +45,8 @@ def byte_count(text: str) -> int:
 
 
 def cached(count: Counter, limit: int = 65536) -> Counter:
-    """``count`` memoised (up to ``limit`` entries, then started afresh): filler sentences repeat, and tokenizers
-    are slow."""
+    """``count`` memoised (up to ``limit`` entries, then started afresh): filler sentences repeat, and
+    tokenizers are slow."""
     memo: dict[str, int] = {}
 
     def counted(text: str) -> int:
@@ -116,8 +117,8 @@ def build_prompt(
     filler: Iterator[str],
     task: str,
 ) -> str:
-    """Filler sentences up to ``length`` tokens with ``needles`` inserted (in order) at random sentence boundaries,
-    then ``query``. The example (end-of-text + prompt + answer) fits in ``length`` tokens."""
+    """Filler sentences up to ``length`` tokens with ``needles`` inserted (in order) at random sentence
+    boundaries, then ``query``. The example (end-of-text + prompt + answer) fits in ``length`` tokens."""
     fixed = 1 + count(query) + count(answer) + sum(count(n) for n in needles)
     budget = length - fixed
     if budget < 0:

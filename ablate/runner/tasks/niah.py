@@ -1,5 +1,5 @@
-"""Needle in a haystack, in RULER's four families (Hsieh et al. 2024, "RULER: What's the Real Context Size of Your
-Long-Context Language Models?").
+"""Needle in a haystack, in RULER's four families (Hsieh et al. 2024, "RULER: What's the Real Context Size of
+Your Long-Context Language Models?").
 
 Needles read ``The magic number for quiet-river is 4821067.``: keys are word pairs, values 7-digit numbers.
 
@@ -25,7 +25,8 @@ def _needle(key: str, value: str) -> str:
     return f"The magic number for {key} is {value}. "
 
 
-def _one(rng: random.Random, length: int, count: Counter, filler: Iterator[str], *, task: str, distractors: int) -> Example:
+def _one(rng: random.Random, length: int, count: Counter, filler: Iterator[str], *, task: str,
+         distractors: int) -> Example:
     keys = sample_keys(rng, 1 + distractors)
     values = sample_numbers(rng, len(keys), VALUE_DIGITS)
     needles = [_needle(k, v) for k, v in zip(keys, values, strict=True)]
@@ -52,8 +53,8 @@ def multivalue(rng: random.Random, length: int, count: Counter, filler: Iterator
     values = sample_numbers(rng, N_NEEDLES, VALUE_DIGITS)
     answer = ", ".join(values)
     query = f"What are all the magic numbers for {key}? They are "
-    prompt = build_prompt(rng, length=length, count=count, needles=[_needle(key, v) for v in values], query=query,
-                          answer=answer, filler=filler, task="niah-multivalue")
+    prompt = build_prompt(rng, length=length, count=count, needles=[_needle(key, v) for v in values],
+                          query=query, answer=answer, filler=filler, task="niah-multivalue")
     return Example(prompt, answer)
 
 

@@ -2,9 +2,9 @@
 
 - ``vt``: a chain of assignments ``VAR QPRSZ = 52718.``, ``VAR ABCDE = QPRSZ.``, ... (four hops, five
   variables) hidden in the haystack; the answer names every variable holding the value, in chain order.
-- ``mqar`` (Arora et al. 2023, "Zoology"): key-value pairs ``ab:42 cd:17 ...``, then the same keys queried in a
-  shuffled order, each followed by its value; the last query's value is the answer. As a training document every
-  query is a recall exercise. The number of pairs grows with the length; there is no filler.
+- ``mqar`` (Arora et al. 2023, "Zoology"): key-value pairs ``ab:42 cd:17 ...``, then the same keys queried in
+  a shuffled order, each followed by its value; the last query's value is the answer. As a training document
+  every query is a recall exercise. The number of pairs grows with the length; there is no filler.
 """
 
 from __future__ import annotations

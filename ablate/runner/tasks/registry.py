@@ -1,9 +1,9 @@
 """The task registry, task specs (``name[@len,len,...]``), seeded example generation and training streams.
 
 A spec names a task and, optionally, the context lengths it is generated at, in tokens of the evaluation
-tokenizer: ``mqar``, ``niah-single@256,512``, ``vt@1k,2k`` (``k`` = 1024). Without lengths, a task is generated
-at the lengths the caller gives, else at its own default. Generation is a pure function of (seed, task, length,
-n, tokenizer): the same arguments give the same examples, on any machine.
+tokenizer: ``mqar``, ``niah-single@256,512``, ``vt@1k,2k`` (``k`` = 1024). Without lengths, a task is
+generated at the lengths the caller gives, else at its own default. Generation is a pure function of (seed,
+task, length, n, tokenizer): the same arguments give the same examples, on any machine.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ Maker = Callable[[random.Random, int, Counter, Iterator[str]], Example]
 
 @dataclass(frozen=True)
 class Task:
-    """A benchmark task: ``make(rng, length, count, filler) -> Example`` builds one example of ``length`` tokens."""
+    """A benchmark task: ``make(rng, length, count, filler) -> Example`` builds one example of ``length``
+    tokens."""
 
     name: str
     description: str
@@ -49,11 +50,14 @@ TASKS: dict[str, Task] = {
     t.name: t
     for t in (
         Task("niah-single", "needle in a haystack: one key, one 7-digit value", niah.single),
-        Task("niah-multikey", "needle in a haystack: one key asked among 3 distractor needles", niah.multikey, (512,)),
+        Task("niah-multikey", "needle in a haystack: one key asked among 3 distractor needles", niah.multikey,
+             (512,)),
         Task("niah-multivalue", "needle in a haystack: all 4 values of one key", niah.multivalue, (512,)),
         Task("niah-multiquery", "needle in a haystack: the values of 4 keys", niah.multiquery, (512,)),
-        Task("vt", "variable tracking: every variable in a 4-hop chain of assignments", recall.variable_tracking),
-        Task("mqar", "multi-query associative recall (zoology): key:value pairs, then queries", recall.mqar, (128,)),
+        Task("vt", "variable tracking: every variable in a 4-hop chain of assignments",
+             recall.variable_tracking),
+        Task("mqar", "multi-query associative recall (zoology): key:value pairs, then queries", recall.mqar,
+             (128,)),
     )
 }
 
@@ -75,8 +79,8 @@ def parse_task_spec(spec: str) -> tuple[str, tuple[int, ...] | None]:
     for part in lengths.split(","):
         m = _LENGTH.match(part.strip().lower())
         if not m or int(m.group(1)) < 1:
-            raise ConfigError(f"bad length {part!r} in {spec!r}: use positive integers, optionally with k (x1024), "
-                              "e.g. 'niah-single@256,1k'", where="eval.benchmarks")
+            raise ConfigError(f"bad length {part!r} in {spec!r}: use positive integers, optionally with k "
+                              "(x1024), e.g. 'niah-single@256,1k'", where="eval.benchmarks")
         out.append(int(m.group(1)) * (1024 if m.group(2) else 1))
     return name, tuple(out)
 
@@ -99,9 +103,9 @@ def task_stream(name: str, *, seed: int, tokenizer: Any = None,
                 filler: Iterable[str] | None = None) -> Iterator[Example]:
     """An endless stream of training examples for a ``kind: task`` data source.
 
-    ``name`` may carry lengths (``mqar@64,128``); each example takes one of them at random (default: the task's
-    own). Lengths count ``tokenizer`` tokens, or UTF-8 bytes without one. The stream's seeds are disjoint from
-    the evaluation examples'.
+    ``name`` may carry lengths (``mqar@64,128``); each example takes one of them at random (default: the
+    task's own). Lengths count ``tokenizer`` tokens, or UTF-8 bytes without one. The stream's seeds are
+    disjoint from the evaluation examples'.
     """
     base, lengths = parse_task_spec(name)
     task = TASKS[base]

@@ -32,8 +32,10 @@ def _logits(model: Any, idx: Any) -> Any:
     return out.logits if hasattr(out, "logits") else out
 
 
-def greedy_correct(model: Any, rows: Sequence[tuple[list[int], list[int]]], *, device: Any, pad_id: int) -> list[bool]:
-    """For each ``(prompt_ids, target_ids)``: does greedy decoding of ``len(target_ids)`` tokens reproduce it?"""
+def greedy_correct(model: Any, rows: Sequence[tuple[list[int], list[int]]], *, device: Any,
+                   pad_id: int) -> list[bool]:
+    """For each ``(prompt_ids, target_ids)``: does greedy decoding of ``len(target_ids)`` tokens reproduce
+    it?"""
     import torch
 
     b = len(rows)
@@ -54,7 +56,8 @@ def score_examples(model: Any, tokenizer: Any, examples: Iterable[Example], *, d
                    batch_size: int = 16) -> float:
     """Accuracy in % of ``model`` on ``examples``: exact match of the greedy continuation after each prompt.
 
-    ``model(idx [B, T]) -> logits [B, T, V]`` (or an object with ``.logits``), causal. Put it in eval mode first.
+    ``model(idx [B, T]) -> logits [B, T, V]`` (or an object with ``.logits``), causal. Put it in eval mode
+    first.
     """
     import torch
 
@@ -85,10 +88,11 @@ def evaluate_tasks(model: Any, tokenizer: Any, names: list[str], *, seed: int, d
                    filler: Iterable[str] | None = None) -> dict[str, float]:
     """Score ``model`` on the benchmark tasks ``names`` (specs, see ``parse_task_spec``): accuracy in %.
 
-    Returns ``{"bench/<task>@<len>": acc, ..., "bench/<task>": mean over its lengths}``. ``n`` examples per task
-    and length, generated from ``seed`` (the same for every run of a grid, so runs are compared on the same
-    examples). ``filler``: held-out documents for the haystack (RULER's noise sentences when None; re-iterated
-    per task and length, so pass a list or another re-iterable). The model is put in eval mode and restored.
+    Returns ``{"bench/<task>@<len>": acc, ..., "bench/<task>": mean over its lengths}``. ``n`` examples per
+    task and length, generated from ``seed`` (the same for every run of a grid, so runs are compared on the
+    same examples). ``filler``: held-out documents for the haystack (RULER's noise sentences when None;
+    re-iterated per task and length, so pass a list or another re-iterable). The model is put in eval mode and
+    restored.
     """
     plan = benchmark_plan(names, lengths)
     was_training = getattr(model, "training", False)
@@ -99,7 +103,8 @@ def evaluate_tasks(model: Any, tokenizer: Any, names: list[str], *, seed: int, d
         for name, task_lengths in plan.items():
             accs = []
             for length in task_lengths:
-                examples = task_examples(name, seed=seed, length=length, n=n, tokenizer=tokenizer, filler=filler)
+                examples = task_examples(name, seed=seed, length=length, n=n, tokenizer=tokenizer,
+                                         filler=filler)
                 acc = score_examples(model, tokenizer, examples, device=device, batch_size=batch_size)
                 scores[f"bench/{name}@{length}"] = acc
                 accs.append(acc)

@@ -1,14 +1,14 @@
 """Attention ideas of one's own, as ablate plugin arms, one for each kind of slot a plugin fills:
 
-- ``CappedSoftmax`` (the attention weights): softmax(cap * tanh(s / cap)) over the visible keys, s = QK^T/sqrt(d)
-  times a learned per-head temperature (so the arm has parameters to count);
-- ``HeadGate`` (a gate at one of the paper's positions G1-G5, the grid's ``position``): one sigmoid score per head
-  from the block's normed input, its scores reported as the gate statistics;
-- ``LayerScale`` (the block's attention output): a learned per-channel scale before the residual add (Touvron et
-  al. 2021), no scores.
+- ``CappedSoftmax`` (the attention weights): softmax(cap * tanh(s / cap)) over the visible keys, s =
+  QK^T/sqrt(d) times a learned per-head temperature (so the arm has parameters to count);
+- ``HeadGate`` (a gate at one of the paper's positions G1-G5, the grid's ``position``): one sigmoid score per
+  head from the block's normed input, its scores reported as the gate statistics;
+- ``LayerScale`` (the block's attention output): a learned per-channel scale before the residual add (Touvron
+  et al. 2021), no scores.
 
-ablate imports this module only because the grid lists it (``plugins: [myattn]``); see ``grid.yaml`` beside this
-folder and docs/internals.md, "plugins".
+ablate imports this module only because the grid lists it (``plugins: [myattn]``); see ``grid.yaml`` beside
+this folder and docs/internals.md, "plugins".
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ class CappedSoftmax(nn.Module):
 
 
 class HeadGate(nn.Module):
-    """Fills a gate slot: ``forward(y, x) -> (y', scores)``, ``y`` the tensor gated at ``position`` (G1 and G4:
-    ``[B, T, q, dk]``; G2 and G3: ``[B, T, k, dk]``; G5: ``[B, T, d]``), ``x [B, T, d]`` the block's normed input."""
+    """Fills a gate slot: ``forward(y, x) -> (y', scores)``, ``y`` the tensor gated at ``position`` (G1 and
+    G4: ``[B, T, q, dk]``; G2 and G3: ``[B, T, k, dk]``; G5: ``[B, T, d]``), ``x [B, T, d]`` the block's
+    normed input."""
 
     slot = "gate"
 
@@ -66,7 +67,8 @@ class HeadGate(nn.Module):
 
 
 class LayerScale(nn.Module):
-    """Fills the block's attention output slot: ``forward(a, x) -> (a', None)``, ``a`` and ``x`` ``[B, T, d]``."""
+    """Fills the block's attention output slot: ``forward(a, x) -> (a', None)``, ``a`` and ``x`` ``[B, T,
+    d]``."""
 
     slot = "attn_out"
 

@@ -71,8 +71,10 @@ def upgrade() -> None:
         sa.Column("grid_id", sa.Integer(), nullable=False),
         sa.Column("run_id", sa.String(64), nullable=False),
         sa.Column("axes", sa.JSON(), nullable=True),
-        sa.ForeignKeyConstraint(["grid_id"], ["grids.id"], name="fk_grid_runs_grid_id_grids", ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_grid_runs_run_id_runs", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["grid_id"], ["grids.id"], name="fk_grid_runs_grid_id_grids",
+                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_grid_runs_run_id_runs",
+                                ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("grid_id", "run_id", name="pk_grid_runs"),
     )
     for table, value in (("scores", sa.Float()), ("metrics", sa.Float()), ("probes", sa.Float())):
@@ -83,7 +85,8 @@ def upgrade() -> None:
             sa.Column("name", sa.String(200), nullable=False),
             *[sa.Column(c, sa.Integer(), nullable=False) for c in extra],
             sa.Column("value", value, nullable=True),
-            sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name=f"fk_{table}_run_id_runs", ondelete="CASCADE"),
+            sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name=f"fk_{table}_run_id_runs",
+                                    ondelete="CASCADE"),
             sa.PrimaryKeyConstraint("run_id", "name", *extra, name=f"pk_{table}"),
         )
     op.create_table(
@@ -93,7 +96,8 @@ def upgrade() -> None:
         sa.Column("layer", sa.Integer(), nullable=False),
         sa.Column("counts", sa.JSON(), nullable=False),
         sa.Column("edges", sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_histograms_run_id_runs", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_histograms_run_id_runs",
+                                ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("run_id", "name", "layer", name="pk_histograms"),
     )
     op.create_table(
@@ -103,7 +107,8 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(50), nullable=False),
         sa.Column("step", sa.Integer(), nullable=False),
         sa.Column("data", sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_events_run_id_runs", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_events_run_id_runs",
+                                ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name="pk_events"),
     )
     op.create_index("ix_events_run_id", "events", ["run_id"])

@@ -1,5 +1,6 @@
-"""runs.config_flat (the config flattened to dotted paths, filled for existing rows) so the runs table does not
-flatten every config at query time; an index for ``stale_runs`` / ``ablate status`` (running runs by heartbeat).
+"""runs.config_flat (the config flattened to dotted paths, filled for existing rows) so the runs table does
+not flatten every config at query time; an index for ``stale_runs`` / ``ablate status`` (running runs by
+heartbeat).
 
 Revision ID: 0002
 Revises: 0001

@@ -23,7 +23,8 @@ depends_on = None
 
 # frozen copy of ablate.result.RunStatus as of this revision
 STATUSES = ("queued", "running", "done", "diverged", "pruned", "failed")
-_PRUNED = re.compile(r"^pruned:.*?(?: at step (?P<step>\d+))?(?: \((?P<metric>\S+) (?P<value>[-+0-9.eEinfa]+)\))?;")
+_PRUNED = re.compile(r"^pruned:.*?(?: at step (?P<step>\d+))?(?: \((?P<metric>\S+) "
+                     r"(?P<value>[-+0-9.eEinfa]+)\))?;")
 
 
 def _status(values: tuple[str, ...]) -> sa.Enum:
@@ -44,7 +45,8 @@ def _parse(error: str) -> tuple[int | None, str | None, float | None]:
 
 def upgrade() -> None:
     runs = sa.table("runs", sa.column("run_id", sa.String), sa.column("status", sa.String),
-                    sa.column("error", sa.Text), sa.column("step", sa.Integer), sa.column("steps", sa.Integer))
+                    sa.column("error", sa.Text), sa.column("step", sa.Integer),
+                    sa.column("steps", sa.Integer))
     events = sa.table("events", sa.column("run_id", sa.String), sa.column("kind", sa.String),
                       sa.column("step", sa.Integer), sa.column("data", sa.JSON))
     conn = op.get_bind()
@@ -58,12 +60,14 @@ def upgrade() -> None:
         data = {"value": value} | ({"metric": metric} if metric else {})
         conn.execute(events.insert().values(run_id=run_id, kind="pruned", step=step or 0, data=data))
     with op.batch_alter_table("runs") as batch:
-        batch.alter_column("status", existing_type=sa.String(16), type_=_status(STATUSES), existing_nullable=False)
+        batch.alter_column("status", existing_type=sa.String(16), type_=_status(STATUSES),
+                           existing_nullable=False)
 
 
 def downgrade() -> None:
     runs = sa.table("runs", sa.column("status", sa.String), sa.column("error", sa.Text))
     with op.batch_alter_table("runs") as batch:
-        batch.alter_column("status", existing_type=_status(STATUSES), type_=sa.String(16), existing_nullable=False)
+        batch.alter_column("status", existing_type=_status(STATUSES), type_=sa.String(16),
+                           existing_nullable=False)
     op.get_bind().execute(runs.update().where(runs.c.status == "pruned").values(
         status="failed", error="pruned: stopped by the Optuna pruner; not a crash"))

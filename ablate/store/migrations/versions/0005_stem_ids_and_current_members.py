@@ -1,9 +1,9 @@
 """runs.stem_id (the run id without its identity fields: ``ablate/grid/identity.py``) and grid_runs.current.
 
-``stem_id`` lets ``ablate plan`` find a run that read other data (the same stem under another id: stale). Rows from
-before it get NULL; ``ablate db rehash`` fills it (an upgrade's CONFIG_VERSION 2 moves every row anyway).
-``current`` marks the runs of a grid's current configuration; every membership recorded before is current, so a
-store from before reads as it did.
+``stem_id`` lets ``ablate plan`` find a run that read other data (the same stem under another id: stale). Rows
+from before it get NULL; ``ablate db rehash`` fills it (an upgrade's CONFIG_VERSION 2 moves every row anyway).
+``current`` marks the runs of a grid's current configuration; every membership recorded before is current, so
+a store from before reads as it did.
 
 Revision ID: 0005
 Revises: 0004
