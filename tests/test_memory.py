@@ -266,3 +266,39 @@ def test_a_plugin_arm_counts_what_it_saves_for_backward(plugin_dir, arm, args, e
     # w, grad, Adam 2
     params = (count_params(cfg).total - count_params(ModelConfig(preset="tiny")).total) * 4 * 4
     assert est.total - plain.total == pytest.approx(cfg.n_layers * expected + params, rel=0.02)
+
+
+def test_a_plugin_arm_that_cannot_run_on_meta_counts_nothing_and_says_so(tmp_path, monkeypatch, caplog) -> None:
+    from ablate.ablations.plugins import saved_bytes
+
+    (tmp_path / "onhost.py").write_text('''
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+
+class DataDependent(nn.Module):
+    """A gate that reads a value back to the host: it cannot run on the meta device."""
+
+    slot = "gate"
+    position = "G1"
+
+    class Args(BaseModel):
+        pass
+
+    def __init__(self, args, cfg):
+        super().__init__()
+        self.proj = nn.Linear(cfg.d_model, cfg.n_heads, bias=False)
+
+    def forward(self, y, x):
+        s = torch.sigmoid(self.proj(x))
+        return y * float(s.mean().item()), s
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = ModelConfig(preset="tiny", plugin=PluginArm(arm="onhost:DataDependent"))
+    with caplog.at_level("WARNING", logger="ablate.ablations.plugins"):
+        assert saved_bytes(cfg, rows=8, seq_len=64) == 0
+    assert len(caplog.records) == 1
+    assert caplog.records[0].getMessage().startswith("plugin arm onhost:DataDependent cannot run on the meta device (")
+    assert caplog.records[0].getMessage().endswith(
+        "what it saves for the backward pass is not in the memory estimate")
