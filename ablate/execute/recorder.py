@@ -75,14 +75,14 @@ LOCAL = Wording(
     back="the store {where} is back",
     gave_up="the store {where} has been {away} for {down:.0f} s: stopping (running jobs save a checkpoint)")
 SLURM_WAIT = Wording(
-    away="the store {where} is unreachable: the Slurm tasks train on and record their runs when it is back; "
+    away="the store {where} is {away}: the Slurm tasks train on and record their runs when it is back; "
          "waiting for it (up to {patience:.0f} s)",
     back="the store {where} is back after {down:.0f} s",
-    gave_up="the store {where} has been unreachable for {down:.0f} s: stopped waiting; array {array} goes "
+    gave_up="the store {where} has been {away} for {down:.0f} s: stopped waiting; array {array} goes "
             "on, and its runs are recorded when the store is back (by their tasks, or by the next "
             "`ablate run` for a task that ended meanwhile)")
 SLURM_TASK = Wording(
-    away="the store {where} is unreachable: training goes on, the result is kept in the run directory",
+    away="the store {where} is {away}: training goes on, the result is kept in the run directory",
     back="the store {where} is back")
 
 
@@ -288,5 +288,5 @@ def unless_away(fn: Callable[[], T], *, then: str) -> T | None:
         away = unavailable(exc, "")
         if away is None:
             raise
-        log.warning("the store is unreachable (%s): %s", away.reason, then)
+        log.warning("the store is %s (%s): %s", away.away, away.reason, then)
         return None
