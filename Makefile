@@ -21,5 +21,5 @@ test: setup
 	VENV=$(VENV) scripts/test.sh $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check ablate tests bench
+	$(BIN)/ruff check ablate tests bench examples
 	$(BIN)/mypy  # all of ablate, strict where [tool.mypy] says (pyproject.toml)
