@@ -123,7 +123,8 @@ class FlatGate(nn.Module):
 
 
 def fuses_g1(spec: GateSpec | None) -> bool:
-    """Is ``spec`` a G1 gate computed in the query projection's matmul? Every input-dependent G1 gate is."""
+    """Is ``spec`` a G1 gate whose projection is fused into the query projection's weight? Every input-dependent G1
+    gate is."""
     return spec is not None and spec.position == "G1" and spec.input == "dependent"
 
 
@@ -160,8 +161,10 @@ class QueryProjection(nn.Linear):
 
 
 class QueryGateProjection(nn.Module):
-    """The query projection and the G1 gate's projection in one matmul (as Qwen3-Next's ``q_proj`` and
-    Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``.
+    """The query projection and the G1 gate's projection in one weight (as Qwen3-Next's ``q_proj`` and
+    Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``, each block of
+    rows multiplied into its own contiguous tensor (``SplitLinear``: on a CPU one matmul per block costs what the
+    wide one does, and strided views of a wide output made every reader slower; docs/results.md).
 
     ``proj.weight`` is ``[H * dk + H * w, d_model]``: all query rows first (the unfused ``q_proj`` rows), then all
     gate rows (the unfused gate ``proj`` rows); ``w`` = dk (elementwise) or 1 (headwise). So ``q`` and the logits
