@@ -3,9 +3,11 @@ fixes), relative to the baseline, measured side by side.
 
 Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs) hits
 all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
-An input-dependent G1 gate is computed in the query projection's matmul (the fused form, as Qwen3-Next); the G1
-variants are also timed unfused (``name/unfused``: a separate gate projection), and the last line says what the
-fusion gives for the paper's best gate (target: <= 1.03x the baseline on the small preset on CPU, < 1.02 on a GPU).
+An input-dependent G1 gate's projection is fused into the query projection's weight (the fused form, as
+Qwen3-Next: ``gates.QueryGateProjection``); the G1 variants are also timed unfused (``name/unfused``: a separate
+gate projection), and the last line says what the fusion gives for the paper's best gate (issue #27's target:
+<= 1.03x the baseline on the small preset on CPU, < 1.02 on a GPU; on CPU it is not reached, fused or not:
+docs/results.md).
 
     .venv/bin/python bench/gate_step.py                       # small preset, CPU
     .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise   # a busy CPU machine

@@ -1,4 +1,4 @@
-"""The fused G1 projection: the query projection and the SDPA-output gate's projection in one matmul (all query rows,
+"""The fused G1 projection: the query projection and the SDPA-output gate's projection in one weight (all query rows,
 then all gate rows), is the same function as the two projections apart, with the same parameter count, for every
 input-dependent G1 variant of the catalogue; it converts to Qwen3-Next's per-head ``q_proj`` layout, and
 checkpoints in that layout (ablate's before) load and resume."""
@@ -11,6 +11,7 @@ import torch
 from ablate.ablations import VARIANTS, ModelConfig, apply_variant, build_model, count_params
 from ablate.ablations.gates import (
     QueryGateProjection,
+    SplitLinear,
     fuse_query_gate,
     fuses_g1,
     query_gate_rows,
@@ -54,6 +55,28 @@ def test_fused_equals_unfused(name: str) -> None:
         assert torch.allclose(fb.ffn.down_proj.weight.grad, ub.ffn.down_proj.weight.grad, atol=1e-6)
 
 
+@pytest.mark.parametrize("used", [(0, 1), (0,), (1,)], ids=["both", "query-only", "gate-only"])
+def test_split_linear_gradients_are_the_linear_layers(used: tuple[int, ...]) -> None:
+    """The blocks are ``x W_i^T``, contiguous, and their backward (no concatenation) is the exact gradient, also
+    when a block is unused (its weight rows get zeros)."""
+    x = torch.randn(2, 5, 7, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(9, 7, dtype=torch.float64, requires_grad=True)
+    blocks = SplitLinear.apply(x, w, (6, 3))
+    assert all(b.is_contiguous() for b in blocks)
+    assert torch.equal(torch.cat(blocks, -1), torch.nn.functional.linear(x, w))
+    assert torch.autograd.gradcheck(lambda x, w: tuple(SplitLinear.apply(x, w, (6, 3))[i] for i in used), (x, w))
+
+
+def test_split_linear_under_autocast_keeps_the_parameters_dtype() -> None:
+    x, w = torch.randn(4, 7, requires_grad=True), torch.randn(9, 7, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q, g = SplitLinear.apply(x, w, (6, 3))
+    assert q.dtype == g.dtype == torch.bfloat16
+    (q.float().sum() + g.float().square().sum()).backward()
+    assert x.grad is not None and w.grad is not None
+    assert (x.grad.dtype, w.grad.dtype) == (torch.float32, torch.float32)
+
+
 def test_a_gate_bias_stays_under_its_unfused_name() -> None:
     from ablate.ablations.config import GateSpec
 
@@ -72,7 +95,7 @@ def test_a_gate_bias_stays_under_its_unfused_name() -> None:
 
 
 def test_query_rows_then_gate_rows_and_the_qwen3_next_layout() -> None:
-    """Ours: ``q`` is the first H * dk features of the one matmul, the gate's logits the rest. transformers'
+    """Ours: ``q`` is the first H * dk rows of the one weight, the gate's logits the rest. transformers'
     Qwen3NextAttention reads its q_proj output as ``chunk(view(..., H, 2 * dk), 2)``: query, gate, per head."""
     cfg, fused, unfused = pair("sdpa-elementwise")
     proj, ref = fused.blocks[0].attn.q_proj, unfused.blocks[0].attn

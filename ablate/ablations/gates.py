@@ -8,6 +8,7 @@ attention's forward never branches on what is gated. A plugin arm's gate fills i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 import torch
@@ -122,7 +123,8 @@ class FlatGate(nn.Module):
 
 
 def fuses_g1(spec: GateSpec | None) -> bool:
-    """Is ``spec`` a G1 gate computed in the query projection's matmul? Every input-dependent G1 gate is."""
+    """Is ``spec`` a G1 gate whose projection is fused into the query projection's weight? Every input-dependent G1
+    gate is."""
     return spec is not None and spec.position == "G1" and spec.input == "dependent"
 
 
@@ -159,8 +161,10 @@ class QueryProjection(nn.Linear):
 
 
 class QueryGateProjection(nn.Module):
-    """The query projection and the G1 gate's projection in one matmul (as Qwen3-Next's ``q_proj`` and
-    Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``.
+    """The query projection and the G1 gate's projection in one weight (as Qwen3-Next's ``q_proj`` and
+    Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``, each block of
+    rows multiplied into its own contiguous tensor (``SplitLinear``: on a CPU one matmul per block costs what the
+    wide one does, and strided views of a wide output made every reader slower; docs/results.md).
 
     ``proj.weight`` is ``[H * dk + H * w, d_model]``: all query rows first (the unfused ``q_proj`` rows), then all
     gate rows (the unfused gate ``proj`` rows); ``w`` = dk (elementwise) or 1 (headwise). So ``q`` and the logits
@@ -177,8 +181,43 @@ class QueryGateProjection(nn.Module):
         self.rows = (n_heads * head_dim, n_heads * gate_width)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q, g = self.proj(x).split(self.rows, dim=-1)  # (B, T, H * dk), (B, T, H * w)
+        q, g = SplitLinear.apply(x, self.proj.weight, self.rows)  # (B, T, H * dk), (B, T, H * w)
         return q.unflatten(-1, (-1, self.head_dim)), g.unflatten(-1, (-1, self.gate_width))
+
+
+class SplitLinear(torch.autograd.Function):
+    """``x W^T`` as blocks of output features, ``rows`` of ``W`` each: ``(x W_1^T, x W_2^T, ..)``, each block its
+    own contiguous tensor (one matmul per block of the one weight, so no strided views of a wide output).
+
+    Backward takes the blocks' gradients as they come, where autograd's ``split`` would first concatenate them (a
+    copy of the whole output's gradient): each block's weight gradient is written into its rows of one tensor,
+    and the input's gradient is accumulated in the matmuls (``addmm`` with ``out``, not a separate add).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, rows: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        ctx.save_for_backward(x, weight)
+        ctx.rows = rows
+        return tuple(torch.nn.functional.linear(x, w) for w in weight.split(rows))  # (B, T, rows) each
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        x, weight = ctx.saved_tensors
+        dtype = next(g.dtype for g in grads if g is not None)  # autocast's, when the forward ran under it
+        x2, w = x.flatten(0, -2).to(dtype), weight.to(dtype)  # (B * T, d), (sum(rows), d)
+        want_x, want_w = ctx.needs_input_grad[:2]
+        grad_x = None
+        grad_w = (w.new_zeros(w.shape) if None in grads else torch.empty_like(w)) if want_w else None
+        for g, w_rows, start in zip(grads, w.split(ctx.rows), itertools.accumulate((0, *ctx.rows)), strict=False):
+            if g is None:
+                continue
+            g2 = g.flatten(0, -2)  # (B * T, rows)
+            if want_x:
+                grad_x = g2.mm(w_rows) if grad_x is None else torch.addmm(grad_x, g2, w_rows, out=grad_x)
+            if grad_w is not None:
+                torch.mm(g2.t(), x2, out=grad_w[start:start + g2.shape[1]])
+        return (None if grad_x is None else grad_x.view(x.shape).to(x.dtype),
+                None if grad_w is None else grad_w.to(weight.dtype), None)
 
 
 def fuse_query_gate(q_weight: torch.Tensor, gate_weight: torch.Tensor, n_heads: int) -> torch.Tensor:

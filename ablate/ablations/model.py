@@ -41,8 +41,8 @@ class Attention(nn.Module):
     Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> weights (SDPA) -> SDPA norm/SiLU -> G1 -> W_o -> G5.
     The weights slot (``weights``, from ``attn_weights``) is softmax through SDPA unless an arm replaces it; a plugin
     arm (``ablate.ablations.plugins``) fills the weights slot or one gate slot.
-    An input-dependent G1 gate is computed in the query projection's matmul (``fuse_g1``, Qwen3-Next's layout:
-    see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function with a separate gate projection.
+    An input-dependent G1 gate's projection is fused into the query projection's weight (``fuse_g1``; Qwen3-Next's
+    layout in export: see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function with a separate gate projection.
     """
 
     def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
