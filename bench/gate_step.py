@@ -1,18 +1,18 @@
-"""Step time (forward + backward) of each main gated variant, and of each attention-weights arm (the other sink
-fixes), relative to the baseline, measured side by side.
+"""Step time (forward + backward) of each main gated variant, and of each attention-weights arm (the other
+sink fixes), relative to the baseline, measured side by side.
 
-Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs) hits
-all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
+Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs)
+hits all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
 An input-dependent G1 gate's projection is fused into the query projection's weight (the fused form, as
-Qwen3-Next: ``gates.QueryGateProjection``); the G1 variants are also timed unfused (``name/unfused``: a separate
-gate projection), and the last line says what the fusion gives for the paper's best gate (issue #27's target:
-<= 1.03x the baseline on the small preset on CPU, < 1.02 on a GPU; on CPU it is not reached, fused or not:
-docs/results.md).
+Qwen3-Next: ``gates.QueryGateProjection``); the G1 variants are also timed unfused (``name/unfused``: a
+separate gate projection), and the last line says what the fusion gives for the paper's best gate (issue #27's
+target: <= 1.03x the baseline on the small preset on CPU, < 1.02 on a GPU; on CPU it is not reached, fused or
+not: docs/results.md).
 
     .venv/bin/python bench/gate_step.py                       # small preset, CPU
     .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise   # a busy CPU machine
-    .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise sdpa-headwise --compile  # train.compile
-    .venv/bin/python bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 --batch 8 --seq 2048
+    .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise sdpa-headwise --compile
+    .venv/bin/python bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 --seq 2048  # a GPU
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from ablate.ablations.gates import fuses_g1
 MAIN_VARIANTS = [
     "baseline", "sdpa-elementwise", "sdpa-headwise", "sdpa-head-shared", "v-elementwise", "v-headwise",
     "sdpa-additive-silu", "dense-output", "sdpa-groupnorm", "switch-v-1top1",
-    "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick",  # the attention weights slot's arms
+    # the attention weights slot's arms
+    "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick",
 ]
 
 
@@ -48,7 +49,8 @@ def step_fn(label: str, args: argparse.Namespace):
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = build_model(cfg, device=device, fuse_g1=not label.endswith(UNFUSED))
-    forward = torch.compile(model.forward) if args.compile else model.forward  # as LitDecoder with train.compile
+    # as LitDecoder with train.compile
+    forward = torch.compile(model.forward) if args.compile else model.forward
     idx = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -58,7 +60,8 @@ def step_fn(label: str, args: argparse.Namespace):
         t0 = time.perf_counter()
         with torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda"):
             out = forward(idx)
-            loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), idx.flatten()) + out.aux_loss
+            loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(),
+                                                     idx.flatten()) + out.aux_loss
         loss.backward()
         model.zero_grad(set_to_none=True)
         sync()
@@ -78,7 +81,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--variants", nargs="*", default=MAIN_VARIANTS)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.add_argument("--compile", action="store_true", help="torch.compile each model's forward (train.compile)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each model's forward (train.compile)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -100,14 +104,16 @@ def main() -> None:
         base_s.append(rep["baseline"])
         for n in names:
             ratios[n].append(rep[n] / rep["baseline"])
-    print(f"# {args.preset} ({args.layers or 'all'} layers), batch {args.batch} x seq {args.seq}, {args.device}, "
-          f"{'compiled, ' if args.compile else ''}{torch.get_num_threads()} threads, {args.reps} interleaved reps, "
-          f"load {os.getloadavg()[0]:.2f}; baseline step {statistics.median(base_s) * 1e3:.1f} ms (median)")
+    print(f"# {args.preset} ({args.layers or 'all'} layers), batch {args.batch} x seq {args.seq}, "
+          f"{args.device}, {'compiled, ' if args.compile else ''}{torch.get_num_threads()} threads, "
+          f"{args.reps} interleaved reps, load {os.getloadavg()[0]:.2f}; baseline step "
+          f"{statistics.median(base_s) * 1e3:.1f} ms (median)")
     print(f"{'variant':<30} {'params':>12} {'step / baseline':>16} {'fused / unfused':>16}")
     for n in names:
         rel = ""
         if n + UNFUSED in names:  # per repetition, so drift between the two cancels
-            rel = f"{statistics.median(a / b for a, b in zip(ratios[n], ratios[n + UNFUSED], strict=True)):>16.3f}"
+            pairs = zip(ratios[n], ratios[n + UNFUSED], strict=True)
+            rel = f"{statistics.median(a / b for a, b in pairs):>16.3f}"
         print(f"{n:<30} {params[n]:>12,} {statistics.median(ratios[n]):>16.3f} {rel}")
     if G1 in names:
         unfused = f", unfused {statistics.median(ratios[G1 + UNFUSED]):.3f}x" if G1 + UNFUSED in names else ""

@@ -1,5 +1,6 @@
-"""Run directories for the export and lm-eval tests (not collected by pytest): a checkpoint laid out as the runner
-leaves it, with every weight drawn at O(1) scale so that a wrong weight mapping cannot hide under a tolerance.
+"""Run directories for the export and lm-eval tests (not collected by pytest): a checkpoint laid out as the
+runner leaves it, with every weight drawn at O(1) scale so that a wrong weight mapping cannot hide under a
+tolerance.
 
 At the 0.02 init every gate score is ~0.5 and every logit ~0, so a swapped or mis-scaled tensor changes the
 logits by less than 1e-4; here norm scales are 1 + 0.3 N(0, 1), embeddings N(0, 1), and every matrix
@@ -49,6 +50,7 @@ def make_run(home: Path, *, variant: str = "baseline", model: dict[str, Any] | N
     torch.save({"state_dict": {f"model.{k}": v for k, v in net.state_dict().items()},
                 "run_config": config.model_dump(mode="json")}, path)
     if summary is not None:
-        write_result(RunResult(run_id=rid, config=config.model_dump(mode="json"), status="done", summary=summary),
+        write_result(RunResult(run_id=rid, config=config.model_dump(mode="json"), status="done",
+                               summary=summary),
                      run_dir(home, rid))
     return rid, net, config

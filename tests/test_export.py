@@ -1,6 +1,6 @@
-"""Interop: every variant of the catalogue either loads in transformers with the same logits (Qwen3, Qwen3-MoE,
-Qwen3-Next for the G1 gate) or is refused with the field no transformers class can express. Weights are drawn
-at O(1) scale (tests/export_runs.py), tolerance 1e-4 in fp32."""
+"""Interop: every variant of the catalogue either loads in transformers with the same logits (Qwen3,
+Qwen3-MoE, Qwen3-Next for the G1 gate) or is refused with the field no transformers class can express. Weights
+are drawn at O(1) scale (tests/export_runs.py), tolerance 1e-4 in fp32."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def _preset(name: str) -> str:
 
 
 def _round_trip(cfg: ModelConfig, out, seed: int = 0) -> tuple[torch.nn.Module, float]:
-    """Export an O(1)-weight model of ``cfg`` into ``out``; the max |logit difference| after loading it back."""
+    """Export an O(1)-weight model of ``cfg`` into ``out``; the max |logit difference| after loading it
+    back."""
     from transformers import AutoModelForCausalLM
 
     model = o1_weights(build_model(cfg), seed)
@@ -46,7 +47,8 @@ def test_every_variant_exports_with_equal_logits_or_is_refused(tmp_path, monkeyp
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = apply_variant(ModelConfig(preset=_preset(name)), name)
     if name not in EXPORTS:
-        with pytest.raises(ConfigError, match=r"^model\.[a-z_.]+: cannot export [a-z_.]+=.+ to Hugging Face: "):
+        with pytest.raises(ConfigError,
+                           match=r"^model\.[a-z_.]+: cannot export [a-z_.]+=.+ to Hugging Face: "):
             export_hf(build_model(cfg), cfg, tmp_path / "out")
         assert not (tmp_path / "out").exists() and hf_unsupported(cfg)
         return
@@ -69,8 +71,8 @@ def test_moe_untied_and_yarn_round_trip(tmp_path, preset: str, name: str, extra:
 
 @pytest.mark.parametrize("name", ["sdpa-elementwise", "sdpa-headwise"])
 def test_qwen3_next_layout(tmp_path, name: str) -> None:
-    """The folder's layout, tensor by tensor: q_proj per head [q_h ; g_h] (headwise rows repeated), norms w - 1,
-    every layer full attention, partial_rotary_factor 1.0, a dense MLP everywhere."""
+    """The folder's layout, tensor by tensor: q_proj per head [q_h ; g_h] (headwise rows repeated), norms w -
+    1, every layer full attention, partial_rotary_factor 1.0, a dense MLP everywhere."""
     from safetensors.torch import load_file
 
     cfg = apply_variant(ModelConfig(preset="tiny"), name)
@@ -86,17 +88,20 @@ def test_qwen3_next_layout(tmp_path, name: str) -> None:
     nq, dk, d = cfg.n_heads, cfg.head_dim, cfg.d_model
     q_proj = w["model.layers.1.self_attn.q_proj.weight"].view(nq, 2, dk, d)
     torch.testing.assert_close(q_proj[:, 0], attn.q_proj.weight.view(nq, dk, d), atol=0, rtol=0)
-    gate = attn.gate_sdpa.proj.weight.view(nq, -1, d).expand(nq, dk, d)  # headwise: one row per head, repeated
+    # headwise: one row per head, repeated
+    gate = attn.gate_sdpa.proj.weight.view(nq, -1, d).expand(nq, dk, d)
     torch.testing.assert_close(q_proj[:, 1], gate, atol=0, rtol=0)
     assert (q_proj[:, 1, 0] != q_proj[:, 1, 1]).any() == (name == "sdpa-elementwise")
     for theirs, ours in [("model.norm.weight", unfused.norm), ("model.layers.1.input_layernorm.weight",
-                         unfused.blocks[1].attn_norm), ("model.layers.1.self_attn.q_norm.weight", attn.q_norm)]:
+                         unfused.blocks[1].attn_norm),
+                         ("model.layers.1.self_attn.q_norm.weight", attn.q_norm)]:
         torch.testing.assert_close(w[theirs], ours.weight.detach() - 1)
     assert "model.layers.0.mlp.gate_proj.weight" in w and not any("linear_attn" in k for k in w)
 
 
 def test_fused_and_unfused_models_export_the_same_folder(tmp_path) -> None:
-    """The G1 gate fused into ablate's query projection (the default) or apart from it: the same weights out."""
+    """The G1 gate fused into ablate's query projection (the default) or apart from it: the same weights
+    out."""
     from safetensors.torch import load_file
 
     cfg = apply_variant(ModelConfig(preset="tiny"), "sdpa-headwise")

@@ -1,6 +1,6 @@
-"""``ablate export RUN_ID --format hf``: a run directory's checkpoint as a transformers folder that loads with the
-run's logits, a tokenizer that encodes the run's corpus to the ids it trained on (byte, BPE, Hugging Face), and a
-model card; refusals exit 2 and write nothing."""
+"""``ablate export RUN_ID --format hf``: a run directory's checkpoint as a transformers folder that loads with
+the run's logits, a tokenizer that encodes the run's corpus to the ids it trained on (byte, BPE, Hugging
+Face), and a model card; refusals exit 2 and write nothing."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def _hf_tokenizer_dir(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator([CORPUS], trainer=trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+        vocab_size=300, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     path = tmp_path / "hf-tokenizer"
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(path))
     return path
@@ -48,7 +48,8 @@ def test_export_loads_with_the_runs_logits_and_tokenizer(tmp_path, monkeypatch, 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS)
     spec = {"byte": "byte", "bpe": "bpe", "hf": f"hf:{_hf_tokenizer_dir(tmp_path)}"}[tokenizer]
-    data = {"tokenizer": spec, "seq_len": 128, "train": [{"kind": "text", "path": str(corpus)}], "heldout": {}}
+    data = {"tokenizer": spec, "seq_len": 128, "train": [{"kind": "text", "path": str(corpus)}],
+            "heldout": {}}
     home = tmp_path / "home"
     rid, _, _ = make_run(home, variant=variant, data=data, summary=SUMMARY)
     out = tmp_path / "export"

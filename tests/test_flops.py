@@ -1,4 +1,5 @@
-"""Training FLOPs per token: 6N (matmul weights, no vocabulary) + 12·L·H·Q·T, gates and active experts counted."""
+"""Training FLOPs per token: 6N (matmul weights, no vocabulary) + 12·L·H·Q·T, gates and active experts
+counted."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def test_dense_by_hand() -> None:
     ("sdpa-elementwise", lambda c: c.d_model * c.n_heads * c.head_dim),  # G1: X W, W [d, q*dk]
     ("sdpa-headwise", lambda c: c.d_model * c.n_heads),                  # one score per head
     ("v-elementwise", lambda c: c.d_model * c.n_kv_heads * c.head_dim),   # G2 on the kv heads
-    ("sdpa-input-independent", lambda c: 0),                              # a learned per-head vector: no matmul
+    # a learned per-head vector: no matmul
+    ("sdpa-input-independent", lambda c: 0),
 ], ids=["sdpa-elementwise", "sdpa-headwise", "v-elementwise", "sdpa-input-independent"])
 def test_the_gate_costs_its_matmul(variant: str, extra) -> None:
     base = ModelConfig(preset="tiny")

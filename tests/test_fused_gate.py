@@ -1,7 +1,7 @@
-"""The fused G1 projection: the query projection and the SDPA-output gate's projection in one weight (all query rows,
-then all gate rows), is the same function as the two projections apart, with the same parameter count, for every
-input-dependent G1 variant of the catalogue; it converts to Qwen3-Next's per-head ``q_proj`` layout, and
-checkpoints in that layout (ablate's before) load and resume."""
+"""The fused G1 projection: the query projection and the SDPA-output gate's projection in one weight (all
+query rows, then all gate rows), is the same function as the two projections apart, with the same parameter
+count, for every input-dependent G1 variant of the catalogue; it converts to Qwen3-Next's per-head ``q_proj``
+layout, and checkpoints in that layout (ablate's before) load and resume."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from ablate.ablations.gates import (
     split_query_gate,
 )
 
-FUSED = [n for n, v in VARIANTS.items() if not v.requires_moe and fuses_g1(apply_variant(ModelConfig(), n).gate)]
+FUSED = [n for n, v in VARIANTS.items() if not v.requires_moe and fuses_g1(apply_variant(ModelConfig(),
+                                                                                         n).gate)]
 
 
 def test_the_catalogue_has_fused_variants() -> None:
@@ -57,14 +58,15 @@ def test_fused_equals_unfused(name: str) -> None:
 
 @pytest.mark.parametrize("used", [(0, 1), (0,), (1,)], ids=["both", "query-only", "gate-only"])
 def test_split_linear_gradients_are_the_linear_layers(used: tuple[int, ...]) -> None:
-    """The blocks are ``x W_i^T``, contiguous, and their backward (no concatenation) is the exact gradient, also
-    when a block is unused (its weight rows get zeros)."""
+    """The blocks are ``x W_i^T``, contiguous, and their backward (no concatenation) is the exact gradient,
+    also when a block is unused (its weight rows get zeros)."""
     x = torch.randn(2, 5, 7, dtype=torch.float64, requires_grad=True)
     w = torch.randn(9, 7, dtype=torch.float64, requires_grad=True)
     blocks = SplitLinear.apply(x, w, (6, 3))
     assert all(b.is_contiguous() for b in blocks)
     assert torch.equal(torch.cat(blocks, -1), torch.nn.functional.linear(x, w))
-    assert torch.autograd.gradcheck(lambda x, w: tuple(SplitLinear.apply(x, w, (6, 3))[i] for i in used), (x, w))
+    assert torch.autograd.gradcheck(lambda x, w: tuple(SplitLinear.apply(x, w, (6, 3))[i] for i in used),
+                                    (x, w))
 
 
 def test_split_linear_under_autocast_keeps_the_parameters_dtype() -> None:
@@ -96,7 +98,8 @@ def test_a_gate_bias_stays_under_its_unfused_name() -> None:
 
 def test_query_rows_then_gate_rows_and_the_qwen3_next_layout() -> None:
     """Ours: ``q`` is the first H * dk rows of the one weight, the gate's logits the rest. transformers'
-    Qwen3NextAttention reads its q_proj output as ``chunk(view(..., H, 2 * dk), 2)``: query, gate, per head."""
+    Qwen3NextAttention reads its q_proj output as ``chunk(view(..., H, 2 * dk), 2)``: query, gate, per
+    head."""
     cfg, fused, unfused = pair("sdpa-elementwise")
     proj, ref = fused.blocks[0].attn.q_proj, unfused.blocks[0].attn
     x = torch.randn(2, 5, cfg.d_model)
@@ -152,7 +155,8 @@ def test_a_per_head_checkpoint_resumes_with_its_adam_moments_reordered() -> None
     opt.step()
     today = {"state_dict": lit.state_dict(), "optimizer_states": [opt.state_dict()]}
     per_head = per_head_state(fused, cfg)
-    old = {"state_dict": {f"model.{k}": v for k, v in per_head.items()}, "optimizer_states": [opt.state_dict()]}
+    old = {"state_dict": {f"model.{k}": v for k, v in per_head.items()},
+           "optimizer_states": [opt.state_dict()]}
     i = next(i for i, p in enumerate(p for g in opt.param_groups for p in g["params"])
              if p is fused.blocks[0].attn.q_proj.proj.weight)
     moments = old["optimizer_states"][0]["state"][i] = dict(old["optimizer_states"][0]["state"][i])
@@ -162,13 +166,14 @@ def test_a_per_head_checkpoint_resumes_with_its_adam_moments_reordered() -> None
     assert old["state_dict"].keys() == today["state_dict"].keys()
     assert all(torch.equal(old["state_dict"][k], v) for k, v in today["state_dict"].items())
     for key in ("exp_avg", "exp_avg_sq"):
-        assert torch.equal(old["optimizer_states"][0]["state"][i][key], today["optimizer_states"][0]["state"][i][key])
+        assert torch.equal(old["optimizer_states"][0]["state"][i][key],
+                           today["optimizer_states"][0]["state"][i][key])
     assert stack_per_head_gates(old, fused) == 0  # a checkpoint of today is left alone
 
 
 def test_a_run_cut_in_the_per_head_layout_resumes_to_the_same_losses(tmp_path) -> None:
-    """A run of a G1 variant cut at step 6, its checkpoint rewritten as ablate wrote it before (``q_proj.weight``
-    per head, AdamW's moments too), resumes to exactly the losses of the run never cut."""
+    """A run of a G1 variant cut at step 6, its checkpoint rewritten as ablate wrote it before
+    (``q_proj.weight`` per head, AdamW's moments too), resumes to exactly the losses of the run never cut."""
     import threading
 
     from ablate.config import RunConfig
@@ -185,7 +190,8 @@ def test_a_run_cut_in_the_per_head_layout_resumes_to_the_same_losses(tmp_path) -
     whole = run_one(config, tmp_path / "whole", run_id="w")
     stop = threading.Event()
     with pytest.raises(RunInterrupted):
-        run_one(config, tmp_path / "cut", run_id="c", on_step=lambda row: row["step"] == 5 and stop.set(), stop=stop)
+        run_one(config, tmp_path / "cut", run_id="c", on_step=lambda row: row["step"] == 5 and stop.set(),
+                stop=stop)
     path = tmp_path / "cut" / CHECKPOINT
     ckpt = torch.load(path, weights_only=False)
     cfg = apply_variant(config.model, config.variant)

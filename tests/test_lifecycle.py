@@ -381,10 +381,10 @@ def test_the_recorder_keeps_writes_while_the_store_is_away_and_says_so_once_each
 @pytest.mark.parametrize(("wording", "expected"), [
     ("LOCAL", "the store {where} is full (no space left on its disk): training goes on, results are kept and "
               "recorded when it is back (stopping after 0 s)"),
-    ("SLURM_WAIT", "the store {where} is full (no space left on its disk): the Slurm tasks train on and record "
-                   "their runs when it is back; waiting for it (up to 0 s)"),
-    ("SLURM_TASK", "the store {where} is full (no space left on its disk): training goes on, the result is kept "
-                   "in the run directory"),
+    ("SLURM_WAIT", "the store {where} is full (no space left on its disk): the Slurm tasks train on and "
+                   "record their runs when it is back; waiting for it (up to 0 s)"),
+    ("SLURM_TASK", "the store {where} is full (no space left on its disk): training goes on, the result is "
+                   "kept in the run directory"),
 ])
 def test_every_executor_says_a_full_store_is_full(tmp_path, wording, expected):
     from ablate.errors import StoreUnavailable
@@ -402,5 +402,7 @@ def test_every_executor_says_a_full_store_is_full(tmp_path, wording, expected):
     recorder.watch(lambda _, text: said.append(text), getattr(rec, wording).filled(array="7"))
     assert said[0] == expected.format(where=recorder.where)
     if getattr(rec, wording).gave_up:  # past the patience (a Slurm task has none)
-        assert said[1].startswith(f"the store {recorder.where} has been full (no space left on its disk) for ")
+        assert said[1].startswith(
+            f"the store {recorder.where} has been full (no space left on its disk) for "
+        )
     store.close()

@@ -268,7 +268,8 @@ def test_a_plugin_arm_counts_what_it_saves_for_backward(plugin_dir, arm, args, e
     assert est.total - plain.total == pytest.approx(cfg.n_layers * expected + params, rel=0.02)
 
 
-def test_a_plugin_arm_that_cannot_run_on_meta_counts_nothing_and_says_so(tmp_path, monkeypatch, caplog) -> None:
+def test_a_plugin_arm_that_cannot_run_on_meta_counts_nothing_and_says_so(tmp_path, monkeypatch,
+                                                                         caplog) -> None:
     from ablate.ablations.plugins import saved_bytes
 
     (tmp_path / "onhost.py").write_text('''
@@ -299,6 +300,10 @@ class DataDependent(nn.Module):
     with caplog.at_level("WARNING", logger="ablate.ablations.plugins"):
         assert saved_bytes(cfg, rows=8, seq_len=64) == 0
     assert len(caplog.records) == 1
-    assert caplog.records[0].getMessage().startswith("plugin arm onhost:DataDependent cannot run on the meta device (")
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith("plugin arm onhost:DataDependent cannot run on the meta device (")
+    )
     assert caplog.records[0].getMessage().endswith(
         "what it saves for the backward pass is not in the memory estimate")

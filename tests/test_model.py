@@ -107,7 +107,8 @@ def test_moe_aux_loss_uses_the_config_coefficients() -> None:
     _, aux = moe(x)
     logits = moe.router(x.reshape(-1, cfg.d_model))
     probs = logits.softmax(-1)
-    expected = 0.5 * balance_loss(probs, probs.topk(cfg.moe_top_k).indices, cfg.n_experts) + 0.25 * z_loss(logits)
+    expected = 0.5 * balance_loss(probs, probs.topk(cfg.moe_top_k).indices,
+                                  cfg.n_experts) + 0.25 * z_loss(logits)
     assert aux.item() == pytest.approx(expected.item(), rel=1e-5)
     dense = build_model(ModelConfig(preset="tiny"))(torch.zeros(1, 4, dtype=torch.long))
     assert dense.aux_loss.item() == 0.0

@@ -5,16 +5,17 @@ The target class follows from the config's fields, never from the variant's name
 - ``Qwen3ForCausalLM``: the dense baseline family (baseline, kv-heads-x2, q-heads-x1.5).
 - ``Qwen3MoeForCausalLM``: the same on a mixture-of-experts preset (baseline, add-4-experts).
 - ``Qwen3NextForCausalLM``: the G1 gate (sigmoid, multiplicative, input-dependent, no bias) on a dense or MoE
-  preset. Qwen3-Next's full-attention layer is exactly the paper's G1: ``q_proj`` emits per head ``[q_h ; g_h]``
-  and the SDPA output is multiplied by ``sigmoid(g)`` before ``o_proj``. Every layer is written ``full_attention``
-  (no linear attention), ``partial_rotary_factor`` is 1.0 (transformers' default is 0.25), RMSNorm scales are
-  stored as ``w - 1`` (Qwen3-Next norms scale by ``1 + w``), and on MoE the always-present shared expert is
-  zero-width, so it adds nothing. A headwise gate becomes an elementwise one whose rows repeat within each head;
-  a head-shared gate one whose rows are the heads' mean (its logits are averaged before the sigmoid).
+  preset. Qwen3-Next's full-attention layer is exactly the paper's G1: ``q_proj`` emits per head ``[q_h ;
+  g_h]`` and the SDPA output is multiplied by ``sigmoid(g)`` before ``o_proj``. Every layer is written
+  ``full_attention`` (no linear attention), ``partial_rotary_factor`` is 1.0 (transformers' default is 0.25),
+  RMSNorm scales are stored as ``w - 1`` (Qwen3-Next norms scale by ``1 + w``), and on MoE the always-present
+  shared expert is zero-width, so it adds nothing. A headwise gate becomes an elementwise one whose rows
+  repeat within each head; a head-shared gate one whose rows are the heads' mean (its logits are averaged
+  before the sigmoid).
 
-Everything else (gates at G2-G5, other activations, additive gates, input-independent gates, SDPA norm or SiLU,
-sandwich norm, clipping, switch heads, no q/k norm, attention weights other than softmax, plugin arms) has no
-transformers class and is refused with a ConfigError naming the field, before anything is written.
+Everything else (gates at G2-G5, other activations, additive gates, input-independent gates, SDPA norm or
+SiLU, sandwich norm, clipping, switch heads, no q/k norm, attention weights other than softmax, plugin arms)
+has no transformers class and is refused with a ConfigError naming the field, before anything is written.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ _NO_CLASS: dict[str, tuple[Any, str]] = {
     "sandwich_norm": (False, "Qwen3 and Qwen3-Next have no norm after attention and FFN (sandwich norm)"),
     "output_clip": (None, "no transformers decoder clips its attention/FFN outputs"),
     "qk_norm": (True, "Qwen3 and Qwen3-Next always normalize queries and keys per head"),
-    "attn_weights": ("softmax", "Qwen3 and Qwen3-Next attend with a plain softmax (no sink, sigmoid or softpick)"),
+    "attn_weights": ("softmax",
+                     "Qwen3 and Qwen3-Next attend with a plain softmax (no sink, sigmoid or softpick)"),
     "plugin": (None, "a plugin arm is the user's code, which no transformers class holds"),
 }
 # G1 gate fields Qwen3-Next fixes: sigmoid(x W) times the SDPA output, W without bias.
@@ -59,15 +61,17 @@ def hf_target(cfg: ModelConfig) -> str:
     for field, (default, why) in _NO_CLASS.items():
         value = getattr(cfg, field)
         if value != default:
-            raise ConfigError(f"cannot export {field}={value!r} to Hugging Face: {why}", where=f"model.{field}")
+            raise ConfigError(f"cannot export {field}={value!r} to Hugging Face: {why}",
+                              where=f"model.{field}")
     if cfg.gate is None:
         return QWEN3_MOE if cfg.is_moe else QWEN3
     for field, wanted in _QWEN3_NEXT_GATE.items():
         value = getattr(cfg.gate, field)
         if value != wanted:
             raise ConfigError(
-                f"cannot export gate.{field}={value!r} to Hugging Face: the only gated attention in transformers is "
-                f"Qwen3-Next's, {', '.join(f'{k}={v!r}' for k, v in _QWEN3_NEXT_GATE.items())}",
+                f"cannot export gate.{field}={value!r} to Hugging Face: the only gated attention in "
+                "transformers is Qwen3-Next's, "
+                f"{', '.join(f'{k}={v!r}' for k, v in _QWEN3_NEXT_GATE.items())}",
                 where=f"model.gate.{field}")
     return QWEN3_NEXT
 
@@ -86,8 +90,10 @@ def hf_unsupported(cfg: ModelConfig) -> dict[str, Any]:
 
 
 def _rope(cfg: ModelConfig, max_positions: int | None) -> tuple[dict[str, Any], int]:
-    """``rope_parameters`` (partial_rotary_factor 1.0: every dim rotates, as in ablate) and the context length."""
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": cfg.rope_theta, "partial_rotary_factor": 1.0}
+    """``rope_parameters`` (partial_rotary_factor 1.0: every dim rotates, as in ablate) and the context
+    length."""
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": cfg.rope_theta,
+                            "partial_rotary_factor": 1.0}
     max_pos = max_positions or DEFAULT_MAX_POSITIONS
     if cfg.rope_yarn_factor > 1:
         rope.update(rope_type="yarn", factor=cfg.rope_yarn_factor,
@@ -96,7 +102,8 @@ def _rope(cfg: ModelConfig, max_positions: int | None) -> tuple[dict[str, Any], 
     return rope, max_pos
 
 
-def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int | None = None) -> dict[str, Any]:
+def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int | None = None) -> dict[str,
+                                                                                                        Any]:
     """The ``config.json`` of the transformers model equivalent to ``cfg`` (see ``hf_target``).
 
     ``max_positions``: the context the model was trained for (``max_position_embeddings``, what lm-eval and
@@ -112,15 +119,17 @@ def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int
         rms_norm_eps=cfg.norm_eps, initializer_range=cfg.init_std, tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters=rope, max_position_embeddings=max_pos, eos_token_id=eos_id,
     )
-    moe = dict(num_experts=cfg.n_experts, num_experts_per_tok=cfg.moe_top_k, moe_intermediate_size=cfg.expert_dim,
-               norm_topk_prob=cfg.moe_renormalize, decoder_sparse_step=1, mlp_only_layers=[],
-               router_aux_loss_coef=cfg.moe_aux_coef)
+    moe = dict(num_experts=cfg.n_experts, num_experts_per_tok=cfg.moe_top_k,
+               moe_intermediate_size=cfg.expert_dim, norm_topk_prob=cfg.moe_renormalize,
+               decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=cfg.moe_aux_coef)
     if target == QWEN3:
-        hf: Any = transformers.Qwen3Config(**common, intermediate_size=cfg.ffn_dim, max_window_layers=cfg.n_layers,
-                                           use_sliding_window=False, sliding_window=None)
+        hf: Any = transformers.Qwen3Config(**common, intermediate_size=cfg.ffn_dim,
+                                           max_window_layers=cfg.n_layers, use_sliding_window=False,
+                                           sliding_window=None)
     elif target == QWEN3_MOE:
-        hf = transformers.Qwen3MoeConfig(**common, **moe, intermediate_size=cfg.ffn_dim, use_sliding_window=False,
-                                         sliding_window=None, max_window_layers=cfg.n_layers)
+        hf = transformers.Qwen3MoeConfig(**common, **moe, intermediate_size=cfg.ffn_dim,
+                                         use_sliding_window=False, sliding_window=None,
+                                         max_window_layers=cfg.n_layers)
     else:
         experts = moe | dict(shared_expert_intermediate_size=0) if cfg.is_moe else dict(num_experts=0)
         hf = transformers.Qwen3NextConfig(**common, **experts, intermediate_size=cfg.ffn_dim,
@@ -135,8 +144,8 @@ def _gated_q_proj(state: Mapping[str, Any], prefix: str, cfg: ModelConfig) -> An
     """Qwen3-Next's ``q_proj`` weight, ``[nq * 2 dk, d]``: per head the query rows then dk gate rows.
 
     ``state`` holds the G1 gate in any form ablate writes (``gates.query_gate_rows``): fused into the query
-    projection (all query rows, then all gate rows: ``QueryGateProjection``), apart from it (``fuse_g1=False``),
-    or in the per-head layout of checkpoints from before.
+    projection (all query rows, then all gate rows: ``QueryGateProjection``), apart from it
+    (``fuse_g1=False``), or in the per-head layout of checkpoints from before.
     """
     from ablate.ablations.gates import fuse_query_gate, query_gate_rows
 
@@ -153,7 +162,8 @@ def _gated_q_proj(state: Mapping[str, Any], prefix: str, cfg: ModelConfig) -> An
 
 
 def hf_state_dict(state: Mapping[str, Any], cfg: ModelConfig) -> dict[str, Any]:
-    """A ``Decoder`` state dict as the target class's parameters (contiguous CPU copies, a tied head left out)."""
+    """A ``Decoder`` state dict as the target class's parameters (contiguous CPU copies, a tied head left
+    out)."""
     import torch
 
     target = hf_target(cfg)
@@ -195,9 +205,10 @@ def hf_state_dict(state: Mapping[str, Any], cfg: ModelConfig) -> dict[str, Any]:
     return {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in out.items()}
 
 
-def export_hf(model: Any, cfg: ModelConfig, out_dir: str | os.PathLike[str], *, max_positions: int | None = None,
-              eos_id: int | None = None) -> Path:
-    """Write ``model`` (a ``Decoder`` or its state dict) into ``out_dir`` as a transformers folder; returns it.
+def export_hf(model: Any, cfg: ModelConfig, out_dir: str | os.PathLike[str], *,
+              max_positions: int | None = None, eos_id: int | None = None) -> Path:
+    """Write ``model`` (a ``Decoder`` or its state dict) into ``out_dir`` as a transformers folder; returns
+    it.
 
     Raises ConfigError, before writing anything, for a config no transformers class can express (see
     ``hf_target``). ``ablate export`` calls this inside a staged folder, with the tokenizer and model card.
@@ -209,8 +220,10 @@ def export_hf(model: Any, cfg: ModelConfig, out_dir: str | os.PathLike[str], *, 
     try:
         tensors = hf_state_dict(state, cfg)
     except KeyError as exc:
-        raise ConfigError(f"the model's weights lack {exc.args[0]!r}; is it a Decoder built from this config?",
-                          where="model") from None
+        raise ConfigError(
+            f"the model's weights lack {exc.args[0]!r}; is it a Decoder built from this config?",
+            where="model",
+        ) from None
     config = hf_config(cfg, max_positions=max_positions, eos_id=eos_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

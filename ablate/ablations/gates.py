@@ -1,9 +1,10 @@
-"""The paper's gates (Eq. 5, ``Y' = Y (op) act(X W)``) and switch heads (Table 6), as modules chosen at build time.
+"""The paper's gates (Eq. 5, ``Y' = Y (op) act(X W)``) and switch heads (Table 6), as modules chosen at build
+time.
 
-Every gate slot takes ``(y, x)``, ``y [B, T, H, w]`` the tensor gated and ``x [B, T, d]`` the normed block input,
-and returns ``(y', scores)``; an absent gate is ``NoGate`` (an ``nn.Identity`` returning ``(y, None)``), so the
-attention's forward never branches on what is gated. A plugin arm's gate fills its slot the same way
-(``gate_for``).
+Every gate slot takes ``(y, x)``, ``y [B, T, H, w]`` the tensor gated and ``x [B, T, d]`` the normed block
+input, and returns ``(y', scores)``; an absent gate is ``NoGate`` (an ``nn.Identity`` returning ``(y,
+None)``), so the attention's forward never branches on what is gated. A plugin arm's gate fills its slot the
+same way (``gate_for``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 
 
 class HeadLinear(nn.Linear):
-    """Input-dependent gate logits ``x W`` as ``[B, T, H, w]`` (an ``nn.Linear``: its weight is ``proj.weight``)."""
+    """Input-dependent gate logits ``x W`` as ``[B, T, H, w]`` (an ``nn.Linear``: its weight is
+    ``proj.weight``)."""
 
     def __init__(self, d_model: int, n_heads: int, width: int, bias: bool):
         super().__init__(d_model, n_heads * width, bias=bias)
@@ -64,8 +66,9 @@ class IndependentScore(nn.Module):
 
 
 class FusedLogits(nn.Module):
-    """The logits of a gate fused into the query projection (``QueryGateProjection``): they arrive computed, as
-    ``[B, T, H, w]``; only the gate's bias, if it has one, lives here (as ``proj.bias``, its unfused name)."""
+    """The logits of a gate fused into the query projection (``QueryGateProjection``): they arrive computed,
+    as ``[B, T, H, w]``; only the gate's bias, if it has one, lives here (as ``proj.bias``, its unfused
+    name)."""
 
     def __init__(self, n_heads: int, width: int, bias: bool):
         super().__init__()
@@ -77,7 +80,8 @@ class FusedLogits(nn.Module):
 
 
 class HeadMean(nn.Module):
-    """Head-shared scores: the per-head scores averaged over heads (Sec. 3.2.1), broadcast back to every head."""
+    """Head-shared scores: the per-head scores averaged over heads (Sec. 3.2.1), broadcast back to every
+    head."""
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
         return s.mean(dim=-2, keepdim=True)
@@ -86,8 +90,8 @@ class HeadMean(nn.Module):
 class Gate(nn.Module):
     """One gate per ``GateSpec`` on ``n_heads`` heads of ``width`` dims (G5: one "head" of width d_model).
 
-    Elementwise scores are ``[B, T, H, width]``; headwise ``[B, T, H, 1]`` and broadcast over the width. A ``fused``
-    gate takes its logits ``[B, T, H, w]`` (from the query projection) instead of the block input.
+    Elementwise scores are ``[B, T, H, width]``; headwise ``[B, T, H, 1]`` and broadcast over the width. A
+    ``fused`` gate takes its logits ``[B, T, H, w]`` (from the query projection) instead of the block input.
     """
 
     def __init__(self, spec: GateSpec, d_model: int, n_heads: int, width: int, *, fused: bool = False):
@@ -105,8 +109,8 @@ class Gate(nn.Module):
 
     def forward(self, y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s = self.act(self.reduce(self.proj(x)))  # (B, T, H, w or 1)
-        # the scores first: the result takes their (contiguous) layout, not that of a transposed SDPA output, so
-        # flattening it for W_o copies nothing
+        # the scores first: the result takes their (contiguous) layout, not that of a transposed SDPA output,
+        # so flattening it for W_o copies nothing
         return self.combine(s.to(y.dtype), y), s.expand(*y.shape[:-1], s.shape[-1])
 
 
@@ -123,8 +127,8 @@ class FlatGate(nn.Module):
 
 
 def fuses_g1(spec: GateSpec | None) -> bool:
-    """Is ``spec`` a G1 gate whose projection is fused into the query projection's weight? Every input-dependent G1
-    gate is."""
+    """Is ``spec`` a G1 gate whose projection is fused into the query projection's weight? Every
+    input-dependent G1 gate is."""
     return spec is not None and spec.position == "G1" and spec.input == "dependent"
 
 
@@ -134,8 +138,8 @@ def gate_width(spec: GateSpec, head_dim: int) -> int:
 
 
 def gate_for(cfg: ModelConfig, position: str, n_heads: int, width: int, *, fused: bool = False) -> nn.Module:
-    """The module for one gate slot (``"G1"`` .. ``"G5"``, or the block's ``"attn_out"``): the plugin arm's when it
-    sits there (``ablate.ablations.plugins``), a ``Gate`` when ``cfg.gate`` does, else ``NoGate``."""
+    """The module for one gate slot (``"G1"`` .. ``"G5"``, or the block's ``"attn_out"``): the plugin arm's
+    when it sits there (``ablate.ablations.plugins``), a ``Gate`` when ``cfg.gate`` does, else ``NoGate``."""
     if plugins.slot(cfg) == position:
         return plugins.build(cfg)
     spec = cfg.gate
@@ -146,11 +150,13 @@ def gate_for(cfg: ModelConfig, position: str, n_heads: int, width: int, *, fused
     return Gate(spec, cfg.d_model, n_heads, width, fused=fused)
 
 
-# ---------------------------------------------------------------- the query projection, plain or with G1 fused
+# ---------------------------------------------------------------- the query projection, plain or with G1
+# fused
 
 
 class QueryProjection(nn.Linear):
-    """``x -> (q [B, T, H, dk], x)``: the plain query projection; the G1 gate (if any) reads the block input."""
+    """``x -> (q [B, T, H, dk], x)``: the plain query projection; the G1 gate (if any) reads the block
+    input."""
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int):
         super().__init__(d_model, n_heads * head_dim, bias=False)
@@ -162,16 +168,18 @@ class QueryProjection(nn.Linear):
 
 class QueryGateProjection(nn.Module):
     """The query projection and the G1 gate's projection in one weight (as Qwen3-Next's ``q_proj`` and
-    Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``, each block of
-    rows multiplied into its own contiguous tensor (``SplitLinear``: on a CPU one matmul per block costs what the
-    wide one does, and strided views of a wide output made every reader slower; docs/results.md).
+    Megatron-Core's ``attention_output_gate``): ``x -> (q [B, T, H, dk], gate logits [B, T, H, w])``, each
+    block of rows multiplied into its own contiguous tensor (``SplitLinear``: on a CPU one matmul per block
+    costs what the wide one does, and strided views of a wide output made every reader slower;
+    docs/results.md).
 
-    ``proj.weight`` is ``[H * dk + H * w, d_model]``: all query rows first (the unfused ``q_proj`` rows), then all
-    gate rows (the unfused gate ``proj`` rows); ``w`` = dk (elementwise) or 1 (headwise). So ``q`` and the logits
-    are each one block of the output's features, and ``q`` of head h is rows ``h * dk .. + dk`` as without a
-    gate. Qwen3-Next interleaves them per head (``[q_h ; g_h]``): ``fuse_query_gate`` / ``split_query_gate``
-    convert, in export only. The weight sits under ``proj`` so that a checkpoint of the per-head layout (which
-    ablate wrote under ``q_proj.weight`` before) can never load into this one unconverted (``query_gate_rows``).
+    ``proj.weight`` is ``[H * dk + H * w, d_model]``: all query rows first (the unfused ``q_proj`` rows), then
+    all gate rows (the unfused gate ``proj`` rows); ``w`` = dk (elementwise) or 1 (headwise). So ``q`` and the
+    logits are each one block of the output's features, and ``q`` of head h is rows ``h * dk .. + dk`` as
+    without a gate. Qwen3-Next interleaves them per head (``[q_h ; g_h]``): ``fuse_query_gate`` /
+    ``split_query_gate`` convert, in export only. The weight sits under ``proj`` so that a checkpoint of the
+    per-head layout (which ablate wrote under ``q_proj.weight`` before) can never load into this one
+    unconverted (``query_gate_rows``).
     """
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int, gate_width: int):
@@ -186,16 +194,18 @@ class QueryGateProjection(nn.Module):
 
 
 class SplitLinear(torch.autograd.Function):
-    """``x W^T`` as blocks of output features, ``rows`` of ``W`` each: ``(x W_1^T, x W_2^T, ..)``, each block its
-    own contiguous tensor (one matmul per block of the one weight, so no strided views of a wide output).
+    """``x W^T`` as blocks of output features, ``rows`` of ``W`` each: ``(x W_1^T, x W_2^T, ..)``, each block
+    its own contiguous tensor (one matmul per block of the one weight, so no strided views of a wide output).
 
-    Backward takes the blocks' gradients as they come, where autograd's ``split`` would first concatenate them (a
-    copy of the whole output's gradient): each block's weight gradient is written into its rows of one tensor,
-    and the input's gradient is accumulated in the matmuls (``addmm`` with ``out``, not a separate add).
+    Backward takes the blocks' gradients as they come, where autograd's ``split`` would first concatenate them
+    (a copy of the whole output's gradient): each block's weight gradient is written into its rows of one
+    tensor, and the input's gradient is accumulated in the matmuls (``addmm`` with ``out``, not a separate
+    add).
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, rows: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, rows: tuple[int, ...]) -> tuple[torch.Tensor,
+                                                                                            ...]:
         ctx.save_for_backward(x, weight)
         ctx.rows = rows
         return tuple(torch.nn.functional.linear(x, w) for w in weight.split(rows))  # (B, T, rows) each
@@ -208,7 +218,8 @@ class SplitLinear(torch.autograd.Function):
         want_x, want_w = ctx.needs_input_grad[:2]
         grad_x = None
         grad_w = (w.new_zeros(w.shape) if None in grads else torch.empty_like(w)) if want_w else None
-        for g, w_rows, start in zip(grads, w.split(ctx.rows), itertools.accumulate((0, *ctx.rows)), strict=False):
+        for g, w_rows, start in zip(grads, w.split(ctx.rows), itertools.accumulate((0, *ctx.rows)),
+                                    strict=False):
             if g is None:
                 continue
             g2 = g.flatten(0, -2)  # (B * T, rows)
@@ -240,10 +251,10 @@ def split_query_gate(weight: torch.Tensor, n_heads: int, head_dim: int) -> tuple
 
 def query_gate_rows(state: Mapping[str, torch.Tensor], prefix: str, n_heads: int,
                     head_dim: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(query rows, gate rows)`` of the attention at ``prefix`` in a state dict of any form ablate has written:
-    ``q_proj.proj.weight`` (``QueryGateProjection``), the per-head layout under ``q_proj.weight`` (ablate before
-    the contiguous layout), or the two apart (``q_proj.weight`` and ``gate_sdpa.proj.weight``: unfused). None
-    without a fused gate's rows (a plain query projection)."""
+    """``(query rows, gate rows)`` of the attention at ``prefix`` in a state dict of any form ablate has
+    written: ``q_proj.proj.weight`` (``QueryGateProjection``), the per-head layout under ``q_proj.weight``
+    (ablate before the contiguous layout), or the two apart (``q_proj.weight`` and ``gate_sdpa.proj.weight``:
+    unfused). None without a fused gate's rows (a plain query projection)."""
     if (w := state.get(f"{prefix}q_proj.proj.weight")) is not None:
         q, g = w.split((n_heads * head_dim, w.shape[0] - n_heads * head_dim))
         return q, g
@@ -257,13 +268,15 @@ def query_gate_rows(state: Mapping[str, torch.Tensor], prefix: str, n_heads: int
 
 def query_projection(gate: GateSpec | None, d_model: int, n_heads: int, head_dim: int, *,
                      fuse: bool = True) -> nn.Module:
-    """The query projection: with the G1 gate's projection fused into it when ``fuses_g1(gate)`` (and ``fuse``)."""
+    """The query projection: with the G1 gate's projection fused into it when ``fuses_g1(gate)`` (and
+    ``fuse``)."""
     if fuse and gate is not None and fuses_g1(gate):
         return QueryGateProjection(d_model, n_heads, head_dim, gate_width(gate, head_dim))
     return QueryProjection(d_model, n_heads, head_dim)
 
 
-# ---------------------------------------------------------------- key/value projections, plain or switch heads
+# ---------------------------------------------------------------- key/value projections, plain or switch
+# heads
 
 
 class HeadProjection(nn.Module):
@@ -304,8 +317,8 @@ class KV(nn.Module):
 
 
 class SwitchKV(nn.Module):
-    """Switch heads (Csordas et al.; paper Table 6): per key/value head, E value experts (and E key experts for
-    ``kind="kv"``, sharing the router), mixed by sigmoid router scores of the normed input, top-k, not
+    """Switch heads (Csordas et al.; paper Table 6): per key/value head, E value experts (and E key experts
+    for ``kind="kv"``, sharing the router), mixed by sigmoid router scores of the normed input, top-k, not
     competing (no softmax, no renormalisation). With E = k = 1 this is exactly the v headwise gate.
 
     Returns ``(k, v, scores)``, scores ``[B, T, k_heads, E]`` with zeros outside the top-k.
@@ -337,7 +350,8 @@ def kv_for(switch: SwitchSpec | None, d_model: int, n_kv_heads: int, head_dim: i
 
 
 def sdpa_post_for(sdpa_norm: bool, sdpa_silu: bool, n_heads: int, head_dim: int, eps: float) -> nn.Module:
-    """What acts on the SDPA output before any G1 gate: per-head RMSNorm ("SDPA GroupNorm"), SiLU, or nothing."""
+    """What acts on the SDPA output before any G1 gate: per-head RMSNorm ("SDPA GroupNorm"), SiLU, or
+    nothing."""
     from ablate.ablations.layers import RMSNorm
 
     mods: list[nn.Module] = []

@@ -13,7 +13,8 @@ from ablate.ablations.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
-    """RMS normalisation over the last dim, with a learned scale of ``shape`` (an int or e.g. ``(heads, dk)``)."""
+    """RMS normalisation over the last dim, with a learned scale of ``shape`` (an int or e.g. ``(heads,
+    dk)``)."""
 
     def __init__(self, shape: int | tuple[int, ...], eps: float = 1e-6):
         super().__init__()
@@ -39,9 +40,11 @@ class Clip(nn.Module):
 
 
 class Rotary(nn.Module):
-    """RoPE with the half-split rotation (as Qwen3/Llama): pairs (i, i + d/2) rotate by angle pos * inv_freq[i].
+    """RoPE with the half-split rotation (as Qwen3/Llama): pairs (i, i + d/2) rotate by angle pos *
+    inv_freq[i].
 
-    With ``rope_yarn_factor > 1`` the inverse frequencies come from YaRN and cos/sin carry its attention factor.
+    With ``rope_yarn_factor > 1`` the inverse frequencies come from YaRN and cos/sin carry its attention
+    factor.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -53,7 +56,8 @@ class Rotary(nn.Module):
             if cfg.rope_yarn_factor > 1:
                 from ablate.ablations.yarn import yarn_inv_freq
 
-                inv_freq, scale = yarn_inv_freq(dk, cfg.rope_theta, cfg.rope_yarn_factor, cfg.rope_yarn_original_len)
+                inv_freq, scale = yarn_inv_freq(dk, cfg.rope_theta, cfg.rope_yarn_factor,
+                                                cfg.rope_yarn_original_len)
             else:
                 inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, dk, 2, dtype=torch.float32) / dk)
                 scale = 1.0
@@ -149,8 +153,8 @@ class MoE(nn.Module):
 def init_std_for(module: nn.Module, std: float) -> None:
     """The N(0, std) init of the whole model; norms start at one, biases at zero.
 
-    Meta tensors (parameter counting) are left alone: ``normal_`` on the meta device imports torch._dynamo, which
-    would add seconds to ``ablate plan``.
+    Meta tensors (parameter counting) are left alone: ``normal_`` on the meta device imports torch._dynamo,
+    which would add seconds to ``ablate plan``.
     """
     if any(p.is_meta for p in module.parameters(recurse=False)):
         return

@@ -28,7 +28,8 @@ from ablate.ablations.weights import weights_for
 
 
 class ModelOutput(NamedTuple):
-    """``logits [B, T, V]``; ``aux_loss`` (scalar, 0 for dense); ``probes`` per layer when asked, else None."""
+    """``logits [B, T, V]``; ``aux_loss`` (scalar, 0 for dense); ``probes`` per layer when asked, else
+    None."""
 
     logits: torch.Tensor
     aux_loss: torch.Tensor
@@ -38,11 +39,12 @@ class ModelOutput(NamedTuple):
 class Attention(nn.Module):
     """GQA with per-head q/k RMSNorm, RoPE, causal attention weights and the five gate slots G1..G5.
 
-    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> weights (SDPA) -> SDPA norm/SiLU -> G1 -> W_o -> G5.
-    The weights slot (``weights``, from ``attn_weights``) is softmax through SDPA unless an arm replaces it; a plugin
-    arm (``ablate.ablations.plugins``) fills the weights slot or one gate slot.
-    An input-dependent G1 gate's projection is fused into the query projection's weight (``fuse_g1``; Qwen3-Next's
-    layout in export: see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function with a separate gate projection.
+    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> weights (SDPA) -> SDPA norm/SiLU -> G1 -> W_o ->
+    G5. The weights slot (``weights``, from ``attn_weights``) is softmax through SDPA unless an arm replaces
+    it; a plugin arm (``ablate.ablations.plugins``) fills the weights slot or one gate slot.
+    An input-dependent G1 gate's projection is fused into the query projection's weight (``fuse_g1``;
+    Qwen3-Next's layout in export: see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function
+    with a separate gate projection.
     """
 
     def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
@@ -77,7 +79,8 @@ class Attention(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, probe: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None] | None]:
-        q, g1_in = self.q_proj(x)  # (B, T, q, dk); the G1 gate's input: its logits (B, T, q, w) if fused, else x
+        # (B, T, q, dk); the G1 gate's input: its logits (B, T, q, w) if fused, else x
+        q, g1_in = self.q_proj(x)
         q = self.q_norm(q)
         k, v, switch_scores = self.kv(x)  # (B, T, k, dk) each
         k = self.k_norm(k)
@@ -99,9 +102,9 @@ class Attention(nn.Module):
 class Block(nn.Module):
     """Pre-norm block: x + out(attn(norm(x))), then x + out(ffn(norm(x))), ``out`` = sandwich norm then clip.
 
-    The attention's output passes the ``attn_out`` slot after its sandwich norm: ``NoGate`` unless a plugin arm
-    fills it (``(a, norm(x)) -> (a', scores)``, a G5 gate's signature); its scores are the layer's gate statistics
-    where the attention has no gate of its own."""
+    The attention's output passes the ``attn_out`` slot after its sandwich norm: ``NoGate`` unless a plugin
+    arm fills it (``(a, norm(x)) -> (a', scores)``, a G5 gate's signature); its scores are the layer's gate
+    statistics where the attention has no gate of its own."""
 
     def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
         super().__init__()
@@ -135,8 +138,10 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
         super().__init__()
         self.cfg = cfg
-        # _weight skips nn.Embedding's own normal_ init; init_std_for below initialises it (off the meta device).
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, _weight=torch.empty(cfg.vocab_size, cfg.d_model))
+        # _weight skips nn.Embedding's own normal_ init; init_std_for below initialises it (off the meta
+        # device).
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model,
+                                  _weight=torch.empty(cfg.vocab_size, cfg.d_model))
         self.rotary = Rotary(cfg)
         self.blocks = nn.ModuleList(Block(cfg, fuse_g1=fuse_g1) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
@@ -160,7 +165,8 @@ class Decoder(nn.Module):
         return ModelOutput(self.lm_head(self.norm(x)), aux, probes)
 
 
-def build_model(cfg: ModelConfig, *, device: torch.device | str | None = None, fuse_g1: bool = True) -> Decoder:
+def build_model(cfg: ModelConfig, *, device: torch.device | str | None = None,
+                fuse_g1: bool = True) -> Decoder:
     """The decoder for ``cfg`` with its N(0, init_std) init; ``device="meta"`` builds without memory.
     ``fuse_g1=False``: the G1 gate's projection apart from the query's (the same function, for comparison).
 
