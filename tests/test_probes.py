@@ -175,34 +175,46 @@ def test_massive_summary_is_the_peak_layer_and_its_share():
     assert (none["massive_ratio"], none["massive_first"]) == (None, None)
 
 
-@pytest.mark.slow
-def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, module_cache):
-    """A run stored without massive_ratio (as one trained before the probe existed) gets it from `ablate
-    probe`, equal to what its own training measured, and its other probes come out as they were."""
-    import json
 
+def run_stored_without_massive(cli, home, grid):
+    """A tiny G1 run trained at ``home`` and stored as one trained before massive_ratio and massive_first
+    existed (``result.json`` without them, ingested again); its id and the result its training wrote."""
     from tiny_grids import tiny_grid
-    from typer.testing import CliRunner
 
     from ablate.cli import app
     from ablate.layout import run_dir
     from ablate.result import read_result, write_result
     from ablate.store import Store
 
-    home, grid = tmp_path / "home", tmp_path / "g.yaml"
     grid.write_text(tiny_grid("reprobe", variants=["sdpa-elementwise"], steps=10))
-    cli = CliRunner()
-    assert (ran := cli.invoke(app,
-                              ["run", str(grid), "--home", str(home),
-                               "--no-mlflow"])).exit_code == 0, ran.output
+    ran = cli.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])
+    assert ran.exit_code == 0, ran.output
     with Store.open(home=home) as store:
         (rid,) = store.runs_frame(grid="reprobe")["run_id"]
     trained = read_result(run_dir(home, rid))
     new = ("massive_ratio", "massive_first")
-    older = trained.model_copy(update={"summary": {k: v for k, v in trained.summary.items() if k not in new},
-                                       "probes": {k: v for k, v in trained.probes.items() if k not in new}})
-    write_result(older, run_dir(home, rid))
+    write_result(trained.model_copy(update={
+        "summary": {k: v for k, v in trained.summary.items() if k not in new},
+        "probes": {k: v for k, v in trained.probes.items() if k not in new}}), run_dir(home, rid))
     assert cli.invoke(app, ["ingest", str(run_dir(home, rid)), "--home", str(home)]).exit_code == 0
+    return rid, trained
+
+@pytest.mark.slow
+def test_ablate_probe_measures_a_new_probe_on_a_run_trained_before_it(tmp_path, module_cache):
+    """A run stored without massive_ratio (as one trained before the probe existed) gets it from `ablate
+    probe`, equal to what its own training measured, and its other probes come out as they were."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.layout import run_dir
+    from ablate.result import read_result
+    from ablate.store import Store
+
+    home = tmp_path / "home"
+    cli = CliRunner()
+    rid, trained = run_stored_without_massive(cli, home, tmp_path / "g.yaml")
     with Store.open(home=home) as store:
         assert "massive_ratio" not in store.runs_frame(grid="reprobe").columns
 
@@ -233,29 +245,15 @@ def test_ablate_probe_logs_into_the_runs_own_mlflow_run(tmp_home, module_cache):
     import math
 
     from mlflow import MlflowClient
-    from tiny_grids import tiny_grid
     from typer.testing import CliRunner
 
     from ablate.cli import app
-    from ablate.layout import run_dir
-    from ablate.result import read_result, write_result
     from ablate.store import Store
     from ablate.store.mlflow_mirror import tracking_uri
 
     home, grid = tmp_home, tmp_home.parent / "g.yaml"
-    grid.write_text(tiny_grid("reprobe", variants=["sdpa-elementwise"], steps=10))
     cli = CliRunner()
-    assert (ran := cli.invoke(app,
-                              ["run", str(grid), "--home", str(home),
-                               "--no-mlflow"])).exit_code == 0, ran.output
-    with Store.open(home=home) as store:
-        (rid,) = store.runs_frame(grid="reprobe")["run_id"]
-    trained = read_result(run_dir(home, rid))
-    new = ("massive_ratio", "massive_first")
-    write_result(trained.model_copy(update={
-        "summary": {k: v for k, v in trained.summary.items() if k not in new},
-        "probes": {k: v for k, v in trained.probes.items() if k not in new}}), run_dir(home, rid))
-    assert cli.invoke(app, ["ingest", str(run_dir(home, rid)), "--home", str(home)]).exit_code == 0
+    rid, trained = run_stored_without_massive(cli, home, grid)
     # the next `ablate run` mirrors the done run, as it stands, into MLflow
     assert (ran := cli.invoke(app, ["run", str(grid), "--home", str(home)])).exit_code == 0, ran.output
     with Store.open(home=home) as store:
