@@ -24,7 +24,7 @@ from ablate.store import Store
 
 pytestmark = pytest.mark.slow
 
-STEPS = 80  # long enough that a signal sent once training is seen lands mid-run
+STEPS = 200  # long enough that a signal sent once training is seen lands mid-run (80 steps could end first)
 FSDP = ", devices: 2, strategy: fsdp, lr: 1.0e-2"
 
 

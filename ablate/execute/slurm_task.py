@@ -138,7 +138,7 @@ class SlurmTask(Checkpointable):
         result = outcome["result"]
         if lifecycle is None:
             return {"outcome": "trained", "status": str(result.status)}
-        ended = lifecycle.finished(run_id)
+        ended = self._finished(run_id)
         return {"outcome": "trained", "status": ended.kind, "resumed_from": result.resumed_from,
                 "train_loss": result.summary.get("train_loss")}
 
@@ -154,10 +154,20 @@ class SlurmTask(Checkpointable):
             if thread.is_alive():
                 log.error("the training did not stop within %.0f s; the requeued task resumes from the last "
                           "periodic checkpoint", self.grace_s)
-        # it did not finish: back to the queue until the requeued task starts
-        if "result" not in self._outcome:
+        if "result" not in self._outcome:  # not finished: back to the queue until the requeued task starts
             self._requeue(job.run_id)
+        elif self._lifecycle is not None and "ended" not in self._outcome:
+            # it finished just before the signal: recorded now, not when the requeued task starts (which then
+            # finds it done)
+            self._finished(job.run_id)
+            self._lifecycle.close(flush_s=5.0)
         return DelayedSubmission(self, job)
+
+    def _finished(self, run_id: str) -> Any:
+        """Record the finished run, once: at the training's end, or on Slurm's signal just after it."""
+        assert self._lifecycle is not None
+        self._outcome["ended"] = ended = self._lifecycle.finished(run_id)
+        return ended
 
     def _requeue(self, run_id: str) -> None:
         try:
