@@ -250,8 +250,9 @@ def main() -> None:
             t0 = time.monotonic()
             section()
             print(f"== {name}: {time.monotonic() - t0:.0f} s", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=1))
+            # after each section, so that a check cut by its time limit keeps what it measured
+            if args.out:
+                Path(args.out).write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":
