@@ -20,11 +20,12 @@ if TYPE_CHECKING:
     from ablate.ablations.model import Decoder
 
 
-def build_model(cfg: ModelConfig, *, device: Any = None, fuse_g1: bool = True) -> Decoder:
+def build_model(cfg: ModelConfig, *, device: Any = None, fuse_g1: bool = True,
+                seed: int | None = None) -> Decoder:
     """The decoder for ``cfg`` (see ``ablate.ablations.model.build_model``); imports torch on first call."""
     from ablate.ablations.model import build_model as _build
 
-    return _build(cfg, device=device, fuse_g1=fuse_g1)
+    return _build(cfg, device=device, fuse_g1=fuse_g1, seed=seed)
 
 
 def export_hf(model: Any, cfg: ModelConfig, out_dir: str | Path, **kwargs: Any) -> Path:

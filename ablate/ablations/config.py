@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ablate.ablations.presets import PRESETS
 
 GatePosition = Literal["G1", "G2", "G3", "G4", "G5"]
+InitRng = Literal["sequential", "per-parameter"]
 AttnWeights = Literal["softmax", "sink-learned", "softmax1", "sigmoid", "softpick"]
 
 
@@ -100,6 +101,10 @@ class ModelConfig(_Strict):
     rope_yarn_original_len: int = Field(0, ge=0, description="YaRN: the length the model was trained at")
     norm_eps: float = Field(1e-6, gt=0)
     init_std: float = Field(0.02, gt=0)
+    init_rng: InitRng = Field(
+        "sequential", description="how the initial weights are drawn: sequential (one stream in build order: "
+        "two arms at one seed share no weight) or per-parameter (a stream per parameter keyed by the run's "
+        "seed, its name and its shape: every weight two arms both have is identical at step 0)")
     # mixture of experts (n_experts == 0: dense SwiGLU FFN)
     n_experts: int = Field(0, ge=0)
     expert_dim: int = Field(0, ge=0, description="width of one expert's SwiGLU")

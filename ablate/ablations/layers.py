@@ -149,21 +149,3 @@ class MoE(nn.Module):
         aux = self.aux_coef * balance_loss(probs, idx, self.n_experts) + self.z_coef * z_loss(logits)
         return out.view(shape), aux
 
-
-def init_std_for(module: nn.Module, std: float) -> None:
-    """The N(0, std) init of the whole model; norms start at one, biases at zero.
-
-    Meta tensors (parameter counting) are left alone: ``normal_`` on the meta device imports torch._dynamo,
-    which would add seconds to ``ablate plan``.
-    """
-    if any(p.is_meta for p in module.parameters(recurse=False)):
-        return
-    if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, std=std)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=std)
-    elif isinstance(module, MoE):
-        module.reset_parameters(std)
-

@@ -21,7 +21,8 @@ from ablate.ablations.gates import (
     query_projection,
     sdpa_post_for,
 )
-from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope, init_std_for
+from ablate.ablations.init_rng import Parts, init_per_parameter, init_sequential
+from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope
 from ablate.ablations.plugins import build as build_plugin
 from ablate.ablations.plugins import slot as plugin_slot
 from ablate.ablations.weights import weights_for
@@ -67,6 +68,15 @@ class Attention(nn.Module):
         self.gate_out = gate_for(cfg, "G5", 1, d)
         if fused:  # a checkpoint with the gate's rows apart, or per head (ablate before): stacked on load
             self._register_load_state_dict_pre_hook(self._stack_query_gate)
+
+    def init_parts(self) -> Parts:
+        """The fused query projection's rows under their unfused names (``init_rng.init_per_parameter``):
+        the query rows are ``q_proj.weight`` as in a model without the gate, the gate rows
+        ``gate_sdpa.proj.weight`` as in one built with ``fuse_g1=False``."""
+        if not isinstance(self.q_proj, QueryGateProjection):
+            return {}
+        q_rows, gate_rows = self.q_proj.rows
+        return {"q_proj.proj.weight": [("q_proj.weight", q_rows), ("gate_sdpa.proj.weight", gate_rows)]}
 
     def _stack_query_gate(self, state: dict, prefix: str, *args) -> None:
         key = f"{prefix}q_proj.proj.weight"
@@ -135,20 +145,22 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     """Embedding -> blocks -> final RMSNorm -> LM head (tied to the embedding or not)."""
 
-    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
+    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True, seed: int | None = None):
         super().__init__()
         self.cfg = cfg
-        # _weight skips nn.Embedding's own normal_ init; init_std_for below initialises it (off the meta
-        # device).
+        # _weight skips nn.Embedding's own normal_ init; the init below draws it (off the meta device).
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model,
                                   _weight=torch.empty(cfg.vocab_size, cfg.d_model))
         self.rotary = Rotary(cfg)
         self.blocks = nn.ModuleList(Block(cfg, fuse_g1=fuse_g1) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.apply(lambda m: init_std_for(m, cfg.init_std))
+        if cfg.init_rng == "sequential":  # drawn before tying: the untied head's draw is part of the stream
+            init_sequential(self, cfg.init_std)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        if cfg.init_rng == "per-parameter":
+            init_per_parameter(self, cfg.init_std, torch.initial_seed() if seed is None else seed)
 
     def forward(self, idx: torch.Tensor, probe: bool = False) -> ModelOutput:
         """``idx [B, T]`` token ids -> ``ModelOutput``; ``probe=True`` adds per-layer tensors (detached)."""
@@ -166,14 +178,17 @@ class Decoder(nn.Module):
 
 
 def build_model(cfg: ModelConfig, *, device: torch.device | str | None = None,
-                fuse_g1: bool = True) -> Decoder:
+                fuse_g1: bool = True, seed: int | None = None) -> Decoder:
     """The decoder for ``cfg`` with its N(0, init_std) init; ``device="meta"`` builds without memory.
     ``fuse_g1=False``: the G1 gate's projection apart from the query's (the same function, for comparison).
+    ``seed``: the run's seed, which keys every parameter's stream when ``cfg.init_rng`` is ``per-parameter``
+    (None: the global generator's seed, ``torch.initial_seed()``); a ``sequential`` init draws from the global
+    generator as it stands (the runner seeds it with the run's seed first).
 
     >>> build_model(ModelConfig(preset="tiny"))(torch.zeros(1, 8, dtype=torch.long)).logits.shape
     torch.Size([1, 8, 320])
     """
     if device is None:
-        return Decoder(cfg, fuse_g1=fuse_g1)
+        return Decoder(cfg, fuse_g1=fuse_g1, seed=seed)
     with torch.device(device):
-        return Decoder(cfg, fuse_g1=fuse_g1)
+        return Decoder(cfg, fuse_g1=fuse_g1, seed=seed)

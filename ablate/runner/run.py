@@ -237,7 +237,7 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
     nodes = node_count()
     strategy, trainer_precision = strategy_for(tc.model_copy(update={"precision": precision}), nodes=nodes)
     torch.manual_seed(config.seed)
-    model = build_model(model_cfg)
+    model = build_model(model_cfg, seed=config.seed)
     lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"),
                      stage=stage.index, precision=precision)
 

@@ -1,0 +1,128 @@
+"""The model's initial weights: N(0, init_std) for every matrix the decoder initialises, drawn in one of two
+ways.
+
+``model.init_rng`` chooses how the random numbers are drawn:
+
+- ``sequential`` (the default): one stream, the global torch generator seeded with the run's seed, consumed
+  module by module in build order. Two arms at one seed share no weight: an arm that adds a module shifts the
+  stream for everything built after it (and every ``nn.Linear`` constructor draws too).
+- ``per-parameter``: each parameter its own generator, keyed by (the run's seed, the parameter's qualified
+  name, its shape). A weight two arms both have (same name, same shape) is then identical at step 0, whatever
+  else either arm adds and in whatever order modules are built; a tensor whose shape differs between arms (a
+  widened FFN) gets its own stream. A weight that holds several logical parameters (the G1 gate fused into the
+  query projection, ``Attention.init_parts``) draws each block of rows under its unfused name, so the query
+  rows equal the baseline's ``q_proj.weight``.
+
+Which parameters are drawn is the same either way (``drawn``): every ``nn.Linear`` weight (its bias zeroed),
+every ``nn.Embedding`` weight and the mixture of experts' stacked weights. Every other parameter keeps the
+value its module gave it: norms start at one, zero-initialised gates and sink logits at zero, and a plugin's
+own init of its other parameters (drawn from the global generator, which the runner seeds with the run's
+seed) is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch import nn
+
+from ablate.ablations.layers import MoE
+
+Parts = dict[str, list[tuple[str, int]]]  # a parameter's local name -> [(logical local name, rows), ...]
+
+
+def drawn(module: nn.Module) -> list[str]:
+    """The local names of ``module``'s parameters that the init draws from N(0, init_std)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        return ["weight"]
+    if isinstance(module, MoE):
+        return ["gate_up", "down"]
+    return []
+
+
+def init_sequential(model: nn.Module, std: float) -> None:
+    """Today's init: every module in ``model.apply`` order (children first) from the global generator."""
+    model.apply(lambda m: _init_from_stream(m, std))
+
+
+def _init_from_stream(module: nn.Module, std: float) -> None:
+    # Meta tensors (parameter counting) are left alone: normal_ on the meta device imports torch._dynamo,
+    # which would add seconds to `ablate plan`.
+    if any(p.is_meta for p in module.parameters(recurse=False)):
+        return
+    for name in drawn(module):
+        nn.init.normal_(getattr(module, name), std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def stream_seed(seed: int, name: str, shape: tuple[int, ...]) -> int:
+    """The generator seed of the parameter ``name`` of ``shape`` in a run of ``seed`` (63 bits of a SHA-256).
+
+    >>> stream_seed(0, "embed.weight", (320, 64)) == stream_seed(0, "embed.weight", (320, 64))
+    True
+    >>> stream_seed(0, "embed.weight", (320, 64)) != stream_seed(0, "embed.weight", (320, 128))
+    True
+    """
+    key = f"{seed}/{name}/{'x'.join(map(str, shape))}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+
+
+def keyed_normal(seed: int, name: str, shape: tuple[int, ...], std: float) -> torch.Tensor:
+    """N(0, std) of ``shape`` (float32, on the CPU) from the generator keyed by (seed, name, shape)."""
+    gen = torch.Generator().manual_seed(stream_seed(seed, name, shape))
+    return torch.empty(shape).normal_(0.0, std, generator=gen)
+
+
+def parts_of(model: nn.Module) -> Parts:
+    """Every parameter of ``model`` that holds several logical ones, by qualified name: its blocks of rows
+    under their logical qualified names (what a module's ``init_parts`` declares, e.g. ``Attention``'s fused
+    G1 projection)."""
+    parts: Parts = {}
+    for prefix, module in model.named_modules():
+        for local, pieces in getattr(module, "init_parts", dict)().items():
+            parts[_join(prefix, local)] = [(_join(prefix, logical), rows) for logical, rows in pieces]
+    return parts
+
+
+def logical_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s parameters by logical name: a fused parameter split into its blocks (``parts_of``), each
+    under its unfused name, so that two arms' common weights can be compared name by name."""
+    parts = parts_of(model)
+    out = {}
+    for name, param in model.named_parameters():
+        if name not in parts:
+            out[name] = param.detach()
+            continue
+        pieces = parts[name]
+        out.update({logical: block.detach() for (logical, _), block in
+                    zip(pieces, param.split([rows for _, rows in pieces]), strict=True)})
+    return out
+
+
+def init_per_parameter(model: nn.Module, std: float, seed: int) -> None:
+    """Draw every parameter that ``drawn`` names from its own keyed generator (see the module docstring).
+    Tied weights are drawn once, under the first name ``named_modules`` reaches (the embedding's)."""
+    parts = parts_of(model)
+    seen: set[int] = set()
+    with torch.no_grad():
+        for prefix, module in model.named_modules():
+            if any(p.is_meta for p in module.parameters(recurse=False)):
+                continue
+            for local in drawn(module):
+                param = getattr(module, local)
+                if id(param) in seen:
+                    continue
+                seen.add(id(param))
+                name = _join(prefix, local)
+                pieces = parts.get(name, [(name, param.shape[0])])
+                blocks = param.split([rows for _, rows in pieces])
+                for (logical, _), block in zip(pieces, blocks, strict=True):
+                    block.copy_(keyed_normal(seed, logical, tuple(block.shape), std))
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
