@@ -218,10 +218,12 @@ def main() -> None:
             resolved.update({(name, *k): v for k, v in said.items()})
     with Store.open(home=args.home) as store:
         rows = [r for name in args.settings for r in read_rows(store, name, SETTINGS[name], args.seeds)]
-        wall = store.runs_frame()
+        walls = {name: store.runs_frame(grid=f"pairing-{name}") for name in args.settings}
     print(table(rows, resolved))
-    print(f"\n{len(wall)} runs in the store, {wall['wall_s'].sum() / 60:.0f} min of run wall time "
-          f"(median {wall['wall_s'].median():.0f} s a run)")
+    for name, frame in walls.items():
+        done = frame[(frame["status"] == "done") & (frame["seed"] < args.seeds)]
+        print(f"{name}: {len(done)} runs done, {done['wall_s'].sum() / 60:.0f} min of run wall time (median "
+              f"{done['wall_s'].median():.0f} s a run)")
 
 
 if __name__ == "__main__":
