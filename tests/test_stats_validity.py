@@ -15,7 +15,7 @@ from scipy import stats as ss
 
 from ablate.errors import UserInputError
 from ablate.reports.cells import delta_cell
-from ablate.reports.stats import (
+from ablate.stats import (
     BOOTSTRAP_MIN_N,
     Stats,
     adjust,
@@ -191,7 +191,7 @@ def test_the_family_is_corrected_and_the_footer_says_how() -> None:
 
 # ---------------------------------------------------------------- looking again
 def test_looking_again_with_alpha_spending_keeps_the_false_positive_rate_over_all_looks() -> None:
-    from ablate.reports.stats import look_levels, looks
+    from ablate.stats import look_levels, looks
 
     plan = looks(3, 2, 12)
     assert plan == [3, 5, 7, 9, 11, 12]

@@ -56,7 +56,7 @@ def report_cmd(
     CIs and p-values corrected per table); ends with one line per unresolved comparison and the seeds it
     needs."""
     from ablate.reports.registry import Request
-    from ablate.reports.stats import Stats
+    from ablate.stats import Stats
 
     request = Request(grid=grid, paper=paper, fmt=fmt, out=out, where=where, warn=warn,
                       stats=Stats(interval, correction), target=ladder_target)

@@ -4,7 +4,7 @@ A *comparison* is one cell of the grid (a variant at one setting of the other ax
 (the same setting, the reference variant), paired by seed on one metric (``val_ppl`` by default). The grid
 file's seeds are the first look. At each look:
 
-1. every comparison's paired differences get their t test (``ablate.reports.stats``), and the whole family is
+1. every comparison's paired differences get their t test (``ablate.stats``), and the whole family is
    corrected (Holm by default) at the look's level;
 2. a comparison whose corrected p is below that level is resolved, and stays so;
 3. the open ones get ``round`` more seeds, in both of their cells (they are pairs), and the next look follows,
@@ -34,7 +34,7 @@ from ablate.errors import UserInputError, one_of
 
 if TYPE_CHECKING:
     from ablate.grid.expand import PlannedRun
-    from ablate.reports.stats import Delta
+    from ablate.stats import Delta
     from ablate.store import Store
 
 SEED = "seed"
@@ -179,7 +179,7 @@ class Planner:
     @classmethod
     def make(cls, comps: list[Comparison], grid_cells: dict[str, dict[int, str]], spec: UntilResolved, *,
              source: str) -> Planner:
-        from ablate.reports.stats import looks
+        from ablate.stats import looks
 
         first = first_seeds(comps, grid_cells)
         if len(first) < 2:
@@ -204,7 +204,7 @@ def read_look(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: 
               values: dict[str, float | None]) -> list[Delta]:
     """Each comparison's paired delta over its ``seeds`` (a pair missing a value, diverged or not run,
     drops)."""
-    from ablate.reports.stats import paired_delta
+    from ablate.stats import paired_delta
 
     out = []
     for c, ss in zip(comps, seeds, strict=True):
@@ -246,7 +246,7 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
               read: Callable[[Sequence[str]], dict[str, float | None]],
               run_round: Callable[[list[dict[str, Any]]], int], say: Callable[[str], None]) -> Outcome:
     """The looks of ``until_resolved`` over a planned grid (``plan_until_resolved``)."""
-    from ablate.reports.stats import Stats, look_levels, resolved_at_look
+    from ablate.stats import Stats, look_levels, resolved_at_look
 
     stats = Stats(correction=spec.correction)
     comps = planner.comps
@@ -322,7 +322,7 @@ def look_line(j: int, look: Look, resolved: Sequence[bool], looks: int) -> str:
 
 def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
     """One line per comparison: its last delta, and the look that resolved it or the seeds it still needs."""
-    from ablate.reports.stats import CORRECTION_NAMES, needs_text, seeds_needed
+    from ablate.stats import CORRECTION_NAMES, needs_text, seeds_needed
 
     m = len(outcome.comparisons)
     out = [f"{spec.metric}, paired t over seeds, {CORRECTION_NAMES[spec.correction]} over {m} comparison"

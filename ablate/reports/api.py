@@ -16,8 +16,8 @@ from ablate.reports.page import report_page
 from ablate.reports.registry import REPORTS, TABLE_REPORTS
 from ablate.reports.render import FORMATS, SUFFIX, render
 from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_markdown, unresolved_lines
-from ablate.reports.stats import DEFAULT, Stats
 from ablate.reports.tables import build_table
+from ablate.stats import DEFAULT, Stats
 
 if TYPE_CHECKING:
     from ablate.store.api import Store

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ablate.reports.stats import Delta, Summary
+from ablate.stats import Delta, Summary
 
 Kind = Literal["descriptor", "measured", "paper", "delta"]
 

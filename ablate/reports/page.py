@@ -14,7 +14,7 @@ from ablate.reports.cells import Table
 from ablate.reports.figures import FIGURES
 from ablate.reports.render import html_document, to_html
 from ablate.reports.scorecard import Verdict, scorecard_html
-from ablate.reports.stats import DEFAULT, Stats
+from ablate.stats import DEFAULT, Stats
 
 FIGURE_CAPTIONS = {
     1: "Figure 1: training loss, baseline vs SDPA-gated (EMA 0.9), loss spikes marked",

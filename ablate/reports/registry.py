@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.reports.spec import TABLES
-from ablate.reports.stats import DEFAULT, Stats
+from ablate.stats import DEFAULT, Stats
 
 if TYPE_CHECKING:
     from ablate.store.api import Store

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
-from ablate.reports.stats import (
+from ablate.stats import (
     CORRECTION_NAMES,
     DEFAULT,
     EMPTY,

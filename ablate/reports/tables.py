@@ -43,7 +43,7 @@ from ablate.reports.spec import (
     paper_number,
     paper_rows,
 )
-from ablate.reports.stats import (
+from ablate.stats import (
     DEFAULT,
     Delta,
     Stats,

@@ -1,5 +1,6 @@
 """Statistics over seeds: the one owner of every interval, p-value, family correction and power figure that
-the tables and the scorecard print.
+the tables, the scorecard and ``ablate run --until-resolved`` use (below the reports and the executors in the
+layer order of docs/internals.md, so both import it downward).
 
 A comparison is a set of paired values ``x`` (treatment minus reference per seed; for a ratio, the log of
 treatment over reference per seed; for a level, the runs' values) read against a null value ``m0``:
