@@ -186,12 +186,13 @@ def test_the_family_is_corrected_and_the_footer_says_how() -> None:
     assert method_note(fam) == ("Δ: paired Student t 95% CI (n=1/3 seeds, n-1 df); n=1: no interval; "
                                 "significant (bold) after Holm over 3 comparisons at alpha=0.05")
     line = unresolved_line("x vs baseline", fam[1], 2, m=3)
-    assert line.startswith("x vs baseline: +0.05 ± 0.37, needs ≈ ") and line.endswith(" seeds")
+    assert line.startswith("x vs baseline: +0.05 ± 0.37, needs ≈ ")
+    assert line.endswith(" seeds (Holm over 3 comparisons in this table)")  # the family it was worked out for
 
 
 # ---------------------------------------------------------------- looking again
 def test_looking_again_with_alpha_spending_keeps_the_false_positive_rate_over_all_looks() -> None:
-    from ablate.stats import look_levels, looks
+    from ablate.sequential import look_levels, looks
 
     plan = looks(3, 2, 12)
     assert plan == [3, 5, 7, 9, 11, 12]

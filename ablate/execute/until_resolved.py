@@ -5,20 +5,23 @@ A *comparison* is one cell of the grid (a variant at one setting of the other ax
 file's seeds are the first look. At each look:
 
 1. every comparison's paired differences get their t test (``ablate.stats``), and the whole family is
-   corrected (Holm by default) at the look's level;
+   corrected (Holm by default) at the look's level (``ablate.sequential``);
 2. a comparison whose corrected p is below that level is resolved, and stays so;
 3. the open ones get ``round`` more seeds, in both of their cells (they are pairs), and the next look follows,
    until every comparison is resolved or has ``max_seeds`` seeds.
 
-The looks' levels spend alpha over the planned looks (``stats.looks``, ``stats.look_levels``: Lan-DeMets'
-O'Brien-Fleming-shaped spending, early looks strict, the last close to alpha), and each look corrects the
-whole family at its level, so the chance of any false resolution over every look is at most alpha, however
-the looks depend on each other. Looking again at 0.05 each time would not keep that.
+The looks' levels spend alpha over the planned looks (``sequential.looks``, ``sequential.look_levels``:
+Lan-DeMets' O'Brien-Fleming-shaped spending, early looks strict, the last close to alpha), and each look
+corrects the whole family at its level, so the chance of any false resolution over every look is at most
+alpha, however the looks depend on each other. Looking again at 0.05 each time would not keep that.
 
 Added seeds are ordinary runs: ``include`` entries of the grid (the cell's axis values and the new seed),
 content addressed, so a rerun reuses every one. They join the grid's current runs (as ``--set`` runs do) and
 so appear in ``ablate report``; a plain ``ablate run`` of the file makes its own seeds the current ones again.
 ``run_round`` is the executor's: the local pool, or a Slurm array waited for.
+
+What the looks decided is stored (``decisions``, ``Store.record_decisions``): every report then reads each
+comparison at the look that decided it, never again at a fixed-n level.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ablate.errors import UserInputError, one_of
 
 if TYPE_CHECKING:
     from ablate.grid.expand import PlannedRun
+    from ablate.sequential import Decision
     from ablate.stats import Delta
     from ablate.store import Store
 
@@ -54,11 +58,21 @@ class UntilResolved:
     round: int = 2
     correction: str = "holm"
 
+    @property
+    def ratio(self) -> bool:
+        """The metric is compared by its paired log ratio (``ablate.metrics``' ``compare``)."""
+        from ablate.metrics import metric
+
+        declared = metric(self.metric)
+        return declared is not None and declared.compare == "ratio"
+
     def __post_init__(self) -> None:
         from ablate.metrics import SUMMARY, metric
 
-        if metric(self.metric) is None:  # any number a run's summary declares (ablate.metrics)
-            names = [m.name + ("<name>" if m.family else "") for m in SUMMARY]
+        declared = metric(self.metric)
+        # an outcome a run's summary declares (ablate.metrics), not a count the config fixes
+        if declared is None or declared.compare is None:
+            names = [m.name + ("<name>" if m.family else "") for m in SUMMARY if m.compare is not None]
             raise UserInputError(one_of(self.metric, names, what="metric") + " (option --metric)")
         if self.round < 1:
             raise UserInputError(f"--round must be at least 1 seed, got {self.round}")
@@ -77,12 +91,14 @@ class Comparison:
 
 @dataclass
 class Look:
-    """One look: the seeds each comparison had, the level it had to beat and what it found."""
+    """One look: the seeds each comparison had, the level it had to beat and what it found; ``runs``: each
+    comparison's paired runs (both arms)."""
 
     n: int
     level: float
     deltas: list[Delta]
     resolved: list[bool]
+    runs: list[tuple[str, ...]] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +111,7 @@ class Outcome:
     looks: list[Look] = field(default_factory=list)
     resolved_at: dict[int, int] = field(default_factory=dict)  # comparison index -> look index
     exit_code: int = 0
+    grid: str = ""
 
 
 def _key(axes: dict[str, Any]) -> str:
@@ -175,11 +192,12 @@ class Planner:
     plan: list[int]
     next_seed: int
     most_runs: int = 0  # the runs the plan may add beyond the file's
+    grid: str = ""  # the grid's name
 
     @classmethod
     def make(cls, comps: list[Comparison], grid_cells: dict[str, dict[int, str]], spec: UntilResolved, *,
              source: str) -> Planner:
-        from ablate.stats import looks
+        from ablate.sequential import looks
 
         first = first_seeds(comps, grid_cells)
         if len(first) < 2:
@@ -201,17 +219,25 @@ class Planner:
 
 
 def read_look(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]],
-              values: dict[str, float | None]) -> list[Delta]:
-    """Each comparison's paired delta over its ``seeds`` (a pair missing a value, diverged or not run,
-    drops)."""
-    from ablate.stats import paired_delta
+              values: dict[str, float | None], *, ratio: bool = False
+              ) -> tuple[list[Delta], list[tuple[str, ...]]]:
+    """Each comparison's paired delta over its ``seeds`` (``ratio``: its paired log ratio, the metric's
+    declared comparison; a pair missing a value, diverged or not run, drops), and the runs it paired (both
+    arms')."""
+    from ablate.stats import paired_delta, paired_ratio
 
-    out = []
+    deltas, paired = [], []
     for c, ss in zip(comps, seeds, strict=True):
         treat = {s: values.get(ids[c.cell].get(s, "")) for s in ss}
         ref = {s: values.get(ids[c.reference].get(s, "")) for s in ss}
-        out.append(paired_delta(treat, ref))
-    return out
+        deltas.append(paired_ratio(treat, ref) if ratio else paired_delta(treat, ref))
+        both = [s for s in ss if _finite(treat[s], ratio) and _finite(ref[s], ratio)]
+        paired.append(tuple(sorted([ids[c.cell][s] for s in both] + [ids[c.reference][s] for s in both])))
+    return deltas, paired
+
+
+def _finite(v: float | None, positive: bool = False) -> bool:
+    return v is not None and math.isfinite(v) and (v > 0 or not positive)
 
 
 def metric_values(store: Store, run_ids: Sequence[str], metric: str) -> dict[str, float | None]:
@@ -246,11 +272,12 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
               read: Callable[[Sequence[str]], dict[str, float | None]],
               run_round: Callable[[list[dict[str, Any]]], int], say: Callable[[str], None]) -> Outcome:
     """The looks of ``until_resolved`` over a planned grid (``plan_until_resolved``)."""
-    from ablate.stats import Stats, look_levels, resolved_at_look
+    from ablate.sequential import look_levels, resolved_at_look
+    from ablate.stats import Stats
 
     stats = Stats(correction=spec.correction)
     comps = planner.comps
-    outcome = Outcome(comps, planner.plan)
+    outcome = Outcome(comps, planner.plan, grid=planner.grid)
     levels = look_levels(planner.plan)
     at = [len(planner.first)] * len(comps)  # seeds each comparison has
     resolved = [False] * len(comps)
@@ -265,9 +292,9 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
             say(f"--until-resolved: stopped at look {j + 1}: the runs did not all end (exit {code}); rerun "
                 "the same command to go on")
             return outcome
-        deltas = read_look(comps, seeds, ids, read(_ids_of(comps, seeds, ids)))
+        deltas, paired = read_look(comps, seeds, ids, read(_ids_of(comps, seeds, ids)), ratio=spec.ratio)
         now = resolved_at_look(deltas, level, stats)
-        look = Look(n, level, deltas, now)
+        look = Look(n, level, deltas, now, paired)
         outcome.looks.append(look)
         for i, r in enumerate(now):
             if r and not resolved[i]:
@@ -294,6 +321,7 @@ def plan_until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolv
     grid_cells = cells(planned)
     comps = comparisons(planned, spec, source=grid.source)
     planner = Planner.make(comps, grid_cells, spec, source=grid.source)
+    planner.grid = grid.name
     widest = expand(dataclasses.replace(grid, include=(*grid.include, *planner.most())),
                     fingerprints=fingerprints)
     planner.most_runs = len(widest) - len(planned)
@@ -343,4 +371,34 @@ def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
             need = seeds_needed(d.shift, d.sd, last.level / max(m, 1))
             out.append(f"  {c.label}: {shown}{p}: unresolved at n={d.n} seeds ({needs_text(need)} at the "
                        "last look's level)")
+    return out
+
+
+def decisions(outcome: Outcome, spec: UntilResolved) -> list[Decision]:
+    """What the looks decided, for the store (``Store.record_decisions``): each comparison a look resolved,
+    and, once the looks went to the end of the plan, each one still open there (decided unresolved at the
+    last look's level). A loop stopped early (runs that did not end) decides nothing about its open
+    comparisons: a rerun goes on with them."""
+    from ablate.sequential import Decision, LookRecord
+    from ablate.stats import Stats, correct
+
+    complete = outcome.exit_code == 0 and bool(outcome.looks) and (
+        len(outcome.looks) == len(outcome.plan) or len(outcome.resolved_at) == len(outcome.comparisons))
+    corrected = [correct(look.deltas, Stats(correction=spec.correction)) for look in outcome.looks]
+    out = []
+    for i, c in enumerate(outcome.comparisons):
+        j = outcome.resolved_at.get(i)
+        if j is None and not complete:
+            continue
+        last = j if j is not None else len(outcome.looks) - 1
+        history = tuple(LookRecord(look.deltas[i].n, look.level, look.deltas[i].mean, look.deltas[i].lo,
+                                   look.deltas[i].hi, look.deltas[i].p, fam[i].p_adj)
+                        for look, fam in zip(outcome.looks[:last + 1], corrected[:last + 1], strict=True))
+        out.append(Decision(
+            grid=outcome.grid, treatment=_name(c.axes.get(VARIANT)), reference=spec.reference,
+            metric=spec.metric,
+            cell={k: v for k, v in c.axes.items() if k != VARIANT}, runs=outcome.looks[last].runs[i],
+            look=None if j is None else j + 1, n=history[-1].n, level=history[-1].level,
+            p_adj=history[-1].p_adj, family=len(outcome.comparisons), correction=spec.correction,
+            plan=tuple(outcome.plan), history=history))
     return out

@@ -40,7 +40,7 @@ def table_number(target: str) -> int:
 def grid_table(data: GridData, number: int, *, paper: bool = False, stats: Stats = DEFAULT) -> Table:
     """Table ``number`` of the grid in ``data``."""
     return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper,
-                       added_params=data.added_params, stats=stats)
+                       added_params=data.added_params, stats=stats, decisions=data.decisions)
 
 
 def _tell(lines: list[str], fmt: str, warn: Warn | None) -> None:
@@ -72,7 +72,7 @@ def report_scorecard(store: Store, *, grid: str | None = None, fmt: str = "markd
     if fmt not in SCORECARD_FORMATS:  # before any query
         raise UserInputError(one_of(fmt, SCORECARD_FORMATS, what="scorecard format") + " (option --format)")
     data = load_grid_data(store, grid, where=where, warn=warn)
-    verdicts = scorecard(data.runs, data.catalogue, stats=stats)
+    verdicts = scorecard(data.runs, data.catalogue, stats=stats, decisions=data.decisions)
     _tell(unresolved_lines(verdicts), fmt, warn)
     return SCORECARD_FORMATS[fmt](verdicts, stats)
 
@@ -98,7 +98,7 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
             written[path.name] = path
     figures = write_figures(data, out / "figures")
     written.update({p.name: p for p in figures.values()})
-    verdicts = scorecard(data.runs, data.catalogue, stats=stats)
+    verdicts = scorecard(data.runs, data.catalogue, stats=stats, decisions=data.decisions)
     (out / "scorecard.md").write_text(scorecard_markdown(verdicts, stats))
     written["scorecard.md"] = out / "scorecard.md"
     counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}
