@@ -433,10 +433,11 @@ def seeds_needed(effect: float, sd: float | None, alpha: float = ALPHA, target: 
 
 def needs(d: Delta, stats: Stats = DEFAULT, m: int = 1) -> int | None:
     """Seeds needed to resolve ``d``'s observed effect at the level its family asks, or for a decided one its
-    last look's level over its family (None: no spread yet, identical arms, or more than ``MAX_SEEDS``)."""
-    if d.decision is not None:
-        return seeds_needed(d.shift, d.sd, d.decision.level / max(d.decision.family, 1))
-    return seeds_needed(d.shift, d.sd, level_for(stats, m))
+    last look's level over its family, and more than it has (None: no spread yet, identical arms, or more
+    than ``MAX_SEEDS``)."""
+    level = d.decision.level / max(d.decision.family, 1) if d.decision is not None else level_for(stats, m)
+    n = seeds_needed(d.shift, d.sd, level)
+    return max(n, d.n + 1) if n is not None else None  # an open comparison needs more than it has
 
 
 def needs_text(n: int | None, d: Delta | None = None) -> str:
@@ -479,10 +480,12 @@ def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ
             text += f"; bootstrap needs n >= {BOOTSTRAP_MIN_N}, paired t used below that"
     if any(d.n == 1 for d in deltas):
         text += "; n=1: no interval"
-    text = (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
-            f"{'s' * (m != 1)} at alpha={ALPHA:g}")
     decided = [d.decision for d in deltas if d.decision is not None]
+    if m or not decided:
+        text = (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
+                f"{'s' * (m != 1)} at alpha={ALPHA:g}")
     if decided:
         text += (f"; {len(decided)} decided by `ablate run --until-resolved`, read at the look that decided "
-                 f"{'it' if len(decided) == 1 else 'them'} ({decided[0].family_text()})")
+                 f"{'it' if len(decided) == 1 else 'them'} (bold when it resolved them; "
+                 f"{decided[0].family_text()})")
     return text

@@ -158,13 +158,20 @@ def summary_cell(s: Summary, d: int, usual_n: int) -> Cell:
 
 
 def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
-    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its 95% CI; ``(n=1)`` with one pair (no
-    interval); significant when the delta is resolved after its family's correction (``stats.correct``)."""
+    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its 95% CI (a ratio: ``×0.52 [0.40, 0.67]``,
+    the geometric mean of the paired ratios); ``(n=1)`` with one pair (no interval); significant when the
+    delta is resolved after its family's correction (``stats.correct``) or at the look that decided it."""
     if delta.mean is None:
         return Cell()
-    text = f"{delta.mean:+.{d}f}"
-    if delta.lo is not None:
-        text += f" [{delta.lo:+.{d}f}, {delta.hi:+.{d}f}]"
+    if delta.scale == "log":
+        d = 3  # a ratio reads the same whatever its metric's unit
+        text = f"×{delta.mean:.{d}f}"
+        if delta.lo is not None and delta.hi is not None:
+            text += f" [{delta.lo:.{d}f}, {delta.hi:.{d}f}]"
+    else:
+        text = f"{delta.mean:+.{d}f}"
+        if delta.lo is not None:
+            text += f" [{delta.lo:+.{d}f}, {delta.hi:+.{d}f}]"
     said = []
     if delta.n == 1 or delta.n != usual_n:
         said.append(f"n={delta.n}")

@@ -220,7 +220,6 @@ def decide(v: Verdict, stats: Stats = DEFAULT, m: int = 1) -> Verdict:
         verdict, reason = UNCLEAR, "; n=1: a confidence interval needs at least two"
     else:
         n = needs(d, stats, m)
-        n = max(n, d.n + 1) if n is not None else None
         line = _line_value(v.claim)
         no_ci_or_crosses = d.lo is None or d.hi is None or d.lo <= line <= d.hi  # lo and hi: both or neither
         crosses = (f"the CI crosses {_line(v.claim)}" if no_ci_or_crosses else

@@ -87,7 +87,8 @@ LABELS = {
 }
 PAPER_DESCRIPTOR = {"act_func": "act_func", "score_shape": "score_shape", "added_params": "added_param_m",
                     "max_lr": "max_lr"}
-DIGITS = {"gate_score": 3, "f_attn": 3, "m_act": 1, "val_ppl": 2}
+DIGITS = {"gate_score": 3, "f_attn": 3, "m_act": 1, "val_ppl": 2, "train_loss": 3, "loss_spikes": 1,
+          "massive_ratio": 1, "massive_first": 2, "tokens_per_s": 0}
 # Paper benchmark column -> its display name.
 BENCH_NAMES = {"hellaswag": "HellaSwag", "mmlu": "MMLU", "gsm8k": "GSM8k", "ceval": "C-eval",
                "humaneval": "HumanEval", "cmmlu": "CMMLU"}
