@@ -170,6 +170,7 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
                      "v-elementwise": [0, 1, 2, 3, 4, 5]}
     table = _ablate("report", "table1", "--grid", "seq", "--format", "csv", home=home)
     assert table.exit_code == 0, table.output
+    _every_report_reads_the_looks(home)
 
     again = _ablate(*args, home=home)  # every run reused: the same looks, the same verdicts
     assert again.exit_code == 0 and " to run (" not in again.output, again.output
@@ -189,3 +190,32 @@ def test_a_bad_until_resolved_option_is_one_line_exit_2_and_writes_nothing(tmp_p
     )
     assert len(out.output.strip().splitlines()) == 1 and "Traceback" not in out.output
     assert not home.exists()
+
+
+def _every_report_reads_the_looks(home: Path) -> None:
+    """What the looks decided is stored, and every report reads it at the look that decided it: G1 resolved
+    at look 2 on 4 seeds (though the baseline has 6), G2 open after the last look."""
+    import json
+
+    from ablate.store import Store
+
+    with Store.open(None, home=home) as store:
+        decided = {d.treatment: d for d in store.decisions("seq")}
+    assert set(decided) == {"sdpa-elementwise", "v-elementwise"}
+    g1, g2 = decided["sdpa-elementwise"], decided["v-elementwise"]
+    assert (g1.look, g1.n, len(g1.runs), g1.plan, g1.family) == (2, 4, 8, (2, 4, 6), 2)
+    assert [h.n for h in g1.history] == [2, 4] and g1.p_adj is not None and g1.p_adj < g1.level
+    assert (g2.look, g2.n, len(g2.runs), len(g2.history)) == (None, 6, 12, 3)
+
+    t1 = _ablate("report", "table1", "--grid", "seq", home=home).stdout
+    row = next(ln for ln in t1.splitlines() if ln.startswith("| SDPA Elementwise G1 |"))
+    assert "**-1.0" in row and "(n=4, look 2 of 3)**" in row
+    assert "v Elementwise G2 vs baseline (val_ppl): " in t1 and "unresolved after 3 looks, n=6 seeds" in t1
+    assert "resolved at look 2 of 3, n=4 seeds" in t1
+    compare = _ablate("report", "compare", "--grid", "seq", "--metric", "val_ppl", home=home).stdout
+    assert "| **-1.0" in compare and "resolved at look 2 of 3, n=4 seeds: lower, better" in compare
+    assert "unresolved after 3 looks, n=6 seeds; needs " in compare
+    card = json.loads(_ablate("report", "scorecard", "--grid", "seq", "--format", "json", home=home).stdout)
+    beats = next(r for r in card if r["key"] == "g1_beats_baseline")
+    assert beats["verdict"] == "holds" and "resolved at look 2 of 3, n=4 seeds" in beats["detail"]
+    assert beats["resolved_at_look"] == 2
