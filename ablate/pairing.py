@@ -55,10 +55,10 @@ class Pairing:
         worth = self.worth
         if worth is None:
             return f"r={self.r:+.2f}: the same difference at every seed"
+        seeds = f"{worth:.1f}" if worth < 10 else f"{worth:.0f}"
         if self.r < 0:
-            return (f"r={self.r:+.2f}: pairing costs (as precise as ≈ {worth:.1f} unpaired seeds; "
-                    "paired t kept)")
-        return f"r={self.r:+.2f}: worth ≈ {worth:.1f} unpaired seeds"
+            return f"r={self.r:+.2f}: pairing costs (as precise as ≈ {seeds} unpaired seeds; paired t kept)"
+        return f"r={self.r:+.2f}: worth ≈ {seeds} unpaired seeds"
 
 
 PAIRING_MIN_N = 3  # two pairs always correlate +-1

@@ -301,7 +301,7 @@ def paired_delta(treatment: Mapping[K, float | None], reference: Mapping[K, floa
     return replace(compare([a - b for a, b in both], stats=stats), pairing=pairing(both))
 
 
-def paired_ratio(treatment: Mapping[object, float | None], reference: Mapping[object, float | None], *,
+def paired_ratio(treatment: Mapping[K, float | None], reference: Mapping[K, float | None], *,
                  bound: float = 1.0, stats: Stats = DEFAULT) -> Delta:
     """The geometric mean of the paired ratios ``treatment[k] / reference[k]``, with the exponentiated t
     interval of the mean log ratio, tested against ``bound``. Pairs with a non-positive value are dropped (no

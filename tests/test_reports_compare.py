@@ -201,7 +201,7 @@ def test_a_grid_without_the_reference_arm_is_one_line(tmp_path: Path) -> None:
         res = _ask("compare", store=store)
         assert res.exit_code == 2 and res.output == (
             "error: grid 'plugins-only' has no runs of the reference arm 'baseline'; its arms: "
-            "mine:Arm(k=1), mine:Same() (option --reference)\n")
+            "mine:Arm(k=1), mine:Same (option --reference)\n")
         ok = _ask("compare", "--reference", SAME, "--metric", "val_ppl", store=store)
         assert ok.exit_code == 0 and f"| {ARM} |" in ok.stdout
         # report all still writes everything, and says why there is no comparison table
@@ -304,3 +304,70 @@ def test_check_reference_and_metrics_directly() -> None:
     with pytest.raises(UserInputError, match=r"has no runs of the reference arm 'G1'"):
         check_reference("G1", ["baseline"], "g")
     assert check_metrics(["val_ppl", "val_ppl"], ["val_ppl"], "g") == ["val_ppl"]
+
+
+# ---------------------------------------------------------------- real runs: a plugin arm, the baseline's twin
+SAME_FN = '''"""The built-in softmax attention weights as a plugin arm: the baseline's function, no parameters."""
+
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from ablate.ablations.weights import Softmax
+
+
+class SameSoftmax(nn.Module):
+    slot = "weights"
+
+    class Args(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    def __init__(self, args, cfg) -> None:
+        super().__init__()
+        self.inner = Softmax()
+
+    def forward(self, q, k, v, probe: bool = False):
+        return self.inner(q, k, v, probe)
+'''
+
+
+@pytest.mark.slow
+def test_a_plugin_arm_trained_beside_the_baseline_is_compared_in_report_compare_and_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module_cache: Path) -> None:
+    """Real runs: the baseline, G1 and a plugin arm that computes the baseline's function (so its runs are
+    the baseline's, bit for bit, and its comparison reads identical: a null no correction can call)."""
+    from tiny_grids import tiny_grid
+
+    from ablate.reports.data import load_grid_data
+    from ablate.reports.figures import draw_fig1
+    from ablate.store import Store
+
+    (tmp_path / "src" / "samefn").mkdir(parents=True)
+    (tmp_path / "src" / "samefn" / "__init__.py").write_text(SAME_FN)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    arm = "samefn:SameSoftmax"
+    grid = tmp_path / "g.yaml"
+    grid.write_text("plugins: [samefn]\n" + tiny_grid(
+        "own-arm", variants=["baseline", "sdpa-elementwise", '{arm: "samefn:SameSoftmax"}'], seeds=[0, 1, 2],
+        steps=20).replace("'{arm: \"samefn:SameSoftmax\"}'", '{arm: "samefn:SameSoftmax"}'))
+    home = tmp_path / "home"
+    ran = runner.invoke(app, ["run", str(grid), "--jobs", "2", "--home", str(home), "--no-mlflow"])
+    assert ran.exit_code == 0, ran.output
+
+    asked = runner.invoke(app, ["report", "compare", "--home", str(home), "--format", "json"])
+    assert asked.exit_code == 0, asked.output
+    rows = json.loads(asked.stdout)["comparisons"]
+    mine = {r["metric"]: r for r in rows if r["arm"] == arm}
+    assert {"val_ppl", "train_loss", "f_attn", "m_act", "tokens_per_s"} <= set(mine)
+    ppl = mine["val_ppl"]
+    assert ppl["identical"] and ppl["n"] == 3 and ppl["p"] == 1.0 and not ppl["significant"], ppl
+    assert ppl["verdict"] == "identical at every seed: no difference for more seeds to find"
+    g1 = next(r for r in rows if r["arm"] == "sdpa-elementwise" and r["metric"] == "val_ppl")
+    assert g1["n"] == 3 and g1["family"] == "Holm over 2 comparisons of val_ppl in this table"
+
+    out = tmp_path / "report"
+    written = runner.invoke(app, ["report", "all", "--home", str(home), "--out", str(out)])
+    assert written.exit_code == 0, written.output
+    assert f"| {arm} |" in (out / "compare.md").read_text()
+    with Store.open(home=home) as store:
+        labels = draw_fig1(load_grid_data(store)).axes[0].get_legend_handles_labels()[1]
+    assert f"{arm} (done)" in labels and "baseline (done)" in labels

@@ -56,6 +56,8 @@ def verdict(c: Comparison, report: CompareReport) -> str:
 def _no_pairs(c: Comparison) -> str:
     """Why a comparison has no paired value."""
     for runs, who in ((c.reference_runs, c.reference), (c.arm_runs, "this arm")):
+        if runs.empty:
+            return f"no pairs: no {who} run here"
         if runs.diverged and not runs.n:
             return f"no pairs: every run of {who} diverged"
         if not runs.n:
@@ -64,7 +66,8 @@ def _no_pairs(c: Comparison) -> str:
 
 
 def _direction(c: Comparison) -> str:
-    better = (metric(c.metric).better if metric(c.metric) else None)
+    declared = metric(c.metric)
+    better = declared.better if declared is not None else None
     side = c.delta.sign
     if better is None or side == 0:
         return ""
@@ -81,7 +84,10 @@ def pairing_text(c: Comparison) -> str:
 
 
 def _p(x: float | None) -> str:
-    return "" if x is None else f"{x:.2g}"
+    """A p-value as a reader needs it: two digits, ``< 0.001`` below that (CSV and JSON keep the number)."""
+    if x is None:
+        return ""
+    return "< 0.001" if x < 0.001 else f"{x:.2g}"
 
 
 def _p_adj(c: Comparison) -> str:
@@ -89,8 +95,8 @@ def _p_adj(c: Comparison) -> str:
     if d.p_adj is None:
         return ""
     if d.decision is not None:
-        return f"{d.p_adj:.2g} (look {d.decision.last_look} of {len(d.decision.plan)}, level {d.level:.2g})"
-    return f"{d.p_adj:.2g} ({c.family.removesuffix(f' of {c.metric} in this table')})"
+        return f"{_p(d.p_adj)} (look {d.decision.last_look} of {len(d.decision.plan)}, level {d.level:.2g})"
+    return f"{_p(d.p_adj)} ({c.family.removesuffix(f' of {c.metric} in this table')})"
 
 
 def _group(c: Comparison) -> str:
@@ -106,8 +112,8 @@ def to_table(report: CompareReport) -> Table:
     """The comparisons as a report ``Table``: a group per metric (and cell), a row per arm."""
     cols = [Column("arm", "arm: mean ± std", "measured"),
             Column("reference", f"{report.reference}: mean ± std", "measured"),
-            Column("delta", "Δ [95% CI] (× ratio)", "delta"), Column("p", "p", "descriptor"),
-            Column("p_adj", "p corrected (family)", "descriptor"), Column("n", "n pairs", "descriptor"),
+            Column("delta", "Δ [95% CI] (× ratio)", "delta"), Column("p", "p", "measured"),
+            Column("p_adj", "p corrected (family)", "measured"), Column("n", "n pairs", "measured"),
             Column("verdict", "verdict / seeds needed", "descriptor"),
             Column("pairing", "pairing across seeds", "descriptor")]
     ns = [c.arm_runs.n for c in report.comparisons] + [c.reference_runs.n for c in report.comparisons]

@@ -172,9 +172,10 @@ table.ablate th,table.ablate td{padding:.25rem .6rem;border-bottom:1px solid #dd
   vertical-align:top;overflow-wrap:break-word}
 table.ablate .nw{white-space:nowrap}
 table.ablate td.descriptor,table.ablate th.method,table.ablate td.method{text-align:left}
-table.ablate td.method{min-width:8rem}
+table.ablate td.method{min-width:9rem}
+table.ablate th.descriptor{text-align:left}
 table.ablate thead th{border-bottom:2px solid #333}
-table.ablate tr.group th{text-align:left;font-style:italic;background:#f4f4f4}
+table.ablate tr.group th{text-align:left;font-style:italic;font-weight:normal;background:#f4f4f4}
 table.ablate td.paper{color:#777}
 p.note{color:#666;font-size:.85rem}
 .holds{color:#1a7f37;font-weight:600}.contradicted{color:#b42318;font-weight:600}.unclear{color:#9a6700;font-weight:600}
@@ -183,15 +184,15 @@ div.table-wrap{overflow-x:auto}figure{margin:1.5rem 0}figure img{max-width:100%}
 
 
 def wrappable(text: str) -> str:
-    """A number cell's text as HTML that breaks only between its parts: before an interval ``[..]`` or a
-    note ``(..)``, never inside a number or a ``±``.
+    """A number cell's text as HTML that breaks only between its parts: before an interval ``[..]``, a
+    spread ``± ..`` or a note ``(..)``, never inside a number.
 
     >>> wrappable("-0.20 [-0.25, -0.15] (n=4)")
     '<span class="nw">-0.20</span> <span class="nw">[-0.25, -0.15]</span> <span class="nw">(n=4)</span>'
     """
     import re
 
-    parts = [p for p in re.split(r" (?=[\[(])", text) if p]
+    parts = [p for p in re.split(r" (?=[\[(±])", text) if p]
     return " ".join(f'<span class="nw">{html.escape(p)}</span>' for p in parts)
 
 
