@@ -485,7 +485,8 @@ def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ
         text = (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
                 f"{'s' * (m != 1)} at alpha={ALPHA:g}")
     if decided:
+        one = len(decided) == 1
         text += (f"; {len(decided)} decided by `ablate run --until-resolved`, read at the look that decided "
-                 f"{'it' if len(decided) == 1 else 'them'} (bold when it resolved them; "
+                 f"{'it' if one else 'them'} (bold only where a look resolved {'it' if one else 'one'}; "
                  f"{decided[0].family_text()})")
     return text

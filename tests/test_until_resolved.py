@@ -105,6 +105,24 @@ def test_bad_until_resolved_settings_are_one_line(tmp_path, kwargs, text) -> Non
         plan_until_resolved(_grid(tmp_path), (), UntilResolved(**kwargs), home=tmp_path / "home")
 
 
+def test_a_plugin_arms_added_seeds_are_written_as_the_grid_writes_it(tmp_path, plugin_dir) -> None:
+    """A plugin arm's runs are named by its label (``myattn:CappedSoftmax(cap=5)``), which is no variant a grid
+    accepts: its added seeds' include entries carry the arm as written, and expand to the arm's own runs."""
+    path = tmp_path / "plug.yaml"
+    path.write_text("name: plug\nplugins: [myattn]\nbase:\n  model: {preset: tiny}\n  train: {steps: 2}\n"
+                    "grid:\n  variant: [baseline, {arm: 'myattn:CappedSoftmax', args: {cap: 5}}]\n"
+                    "  seed: [0, 1]\n")
+    label = "myattn:CappedSoftmax(cap=5)"
+    spec = UntilResolved(max_seeds=4, compare=(label,))
+    planner, ids = plan_until_resolved(path, (), spec, home=tmp_path / "home")
+    (comp,) = planner.comps
+    assert comp.label == f"{label} vs baseline"
+    added = [e for e in planner.most() if isinstance(e["variant"], dict)]
+    assert sorted(e["seed"] for e in added) == [2, 3]
+    assert all(e["variant"] == {"arm": "myattn:CappedSoftmax", "args": {"cap": 5}} for e in added)
+    assert sorted(ids[comp.cell]) == [0, 1, 2, 3] and sorted(ids[comp.reference]) == [0, 1, 2, 3]
+
+
 def test_one_seed_is_refused(tmp_path) -> None:
     with pytest.raises(UserInputError, match="needs at least 2 seeds that every compared pair has"):
         plan_until_resolved(_grid(tmp_path, seeds=1), (), UntilResolved(), home=tmp_path / "home")

@@ -119,9 +119,23 @@ def _key(axes: dict[str, Any]) -> str:
 
 
 def _name(variant: Any) -> str:
-    if isinstance(variant, dict):
-        return str(variant.get("arm", json.dumps(variant, sort_keys=True)))
+    """A variant as runs name it: a catalogue name, or a plugin arm's label (``module:Class(k=v)``)."""
+    if isinstance(variant, dict) and "arm" in variant:
+        from ablate.ablations.config import PluginArm
+
+        return PluginArm(arm=variant["arm"], args=variant.get("args") or {}).label
     return str(variant)
+
+
+def _as_written(planned: Sequence[PlannedRun]) -> dict[str, Any]:
+    """Each plugin arm's label -> the variant as a grid writes it (``{arm, args}``): what an added seed's
+    include entry must say, since a label is a run's name, not a variant the grid accepts."""
+    out: dict[str, Any] = {}
+    for p in planned:
+        plugin = p.config.model.plugin
+        if plugin is not None:
+            out[str(p.config.variant)] = {"arm": plugin.arm, "args": dict(plugin.args)}
+    return out
 
 
 def cells(planned: Iterable[PlannedRun]) -> dict[str, dict[int, str]]:
@@ -144,6 +158,7 @@ def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: s
         if wanted not in names:
             flag = "--reference" if wanted == spec.reference else "--compare"
             raise UserInputError(f"{source}: " + one_of(wanted, names, what="variant") + f" (option {flag})")
+    written = _as_written(planned)
     out = []
     for key, axes in by_key.items():
         name = _name(axes.get(VARIANT))
@@ -154,8 +169,10 @@ def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: s
         if ref not in by_key:
             continue
         at = ", ".join(f"{k}={v}" for k, v in sorted(axes.items()) if k not in (SEED, VARIANT))
-        out.append(Comparison(f"{name} vs {spec.reference}" + (f" at {at}" if at else ""), key, ref,
-                              {k: v for k, v in axes.items() if k != SEED}, ref_axes))
+        own = {k: v for k, v in axes.items() if k != SEED} | {VARIANT: written.get(name, name)}
+        ref_axes[VARIANT] = written.get(spec.reference, spec.reference)
+        out.append(Comparison(f"{name} vs {spec.reference}" + (f" at {at}" if at else ""), key, ref, own,
+                              ref_axes))
     if not out:
         raise UserInputError(f"{source}: --until-resolved found no cell to compare with a {spec.reference} "
                              "cell of the same setting")
