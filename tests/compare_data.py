@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from pathlib import Path
 from typing import Any
 
 from ablate.config import RunConfig
@@ -82,3 +83,13 @@ def fill(store: Any, grid: str, runs: list[tuple[dict[str, Any], RunResult]]) ->
     store.register_grid(name=grid, text=f"name: {grid}\n", runs=[p for p, _ in runs])
     for _, result in runs:
         store.ingest(result)
+
+
+def both_grids(folder: Path) -> Any:
+    """A new SQLite store in ``folder`` holding grids ``cmp`` and ``null`` (the caller closes it)."""
+    from ablate.store import Store
+
+    store = Store.open(f"sqlite:///{folder / 'ablate.db'}")
+    fill(store, "cmp", cmp_runs())
+    fill(store, "null", null_runs())
+    return store

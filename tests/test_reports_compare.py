@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from compare_data import ANTI, ARM, BASE, LR, SAME, cmp_runs, fill, null_runs, values
+from compare_data import ANTI, ARM, BASE, LR, SAME, both_grids, cmp_runs, fill, values
 from scipy import stats as ss
 from typer.testing import CliRunner
 
@@ -28,11 +28,7 @@ G1 = "sdpa-elementwise"
 
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from ablate.store import Store
-
-    store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('compare') / 'ablate.db'}")
-    fill(store, "cmp", cmp_runs())
-    fill(store, "null", null_runs())
+    store = both_grids(tmp_path_factory.mktemp("compare"))
     yield store
     store.close()
 
@@ -306,8 +302,8 @@ def test_check_reference_and_metrics_directly() -> None:
     assert check_metrics(["val_ppl", "val_ppl"], ["val_ppl"], "g") == ["val_ppl"]
 
 
-# ---------------------------------------------------------------- real runs: a plugin arm, the baseline's twin
-SAME_FN = '''"""The built-in softmax attention weights as a plugin arm: the baseline's function, no parameters."""
+# ---------------------------------------------------------------- real runs: a plugin arm, the baseline twin
+SAME_FN = '''"""The built-in softmax attention weights as a plugin arm: the baseline's function."""
 
 from pydantic import BaseModel, ConfigDict
 from torch import nn

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from compare_data import cmp_runs, fill, null_runs
+from compare_data import both_grids
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -74,11 +74,7 @@ def _open(page: Path, tmp: Path) -> tuple[dict[str, Any], Path]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from ablate.store import Store
-
-    opened = Store.open(f"sqlite:///{tmp_path_factory.mktemp('emphasis') / 'ablate.db'}")
-    fill(opened, "cmp", cmp_runs())
-    fill(opened, "null", null_runs())
+    opened = both_grids(tmp_path_factory.mktemp("emphasis"))
     yield opened
     opened.close()
 

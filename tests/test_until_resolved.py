@@ -105,9 +105,9 @@ def test_bad_until_resolved_settings_are_one_line(tmp_path, kwargs, text) -> Non
         plan_until_resolved(_grid(tmp_path), (), UntilResolved(**kwargs), home=tmp_path / "home")
 
 
-def test_a_plugin_arms_added_seeds_are_written_as_the_grid_writes_it(tmp_path, plugin_dir) -> None:
-    """A plugin arm's runs are named by its label (``myattn:CappedSoftmax(cap=5)``), which is no variant a grid
-    accepts: its added seeds' include entries carry the arm as written, and expand to the arm's own runs."""
+def test_a_plugin_arms_added_seeds_are_written_as_the_grid_writes_them(tmp_path, plugin_dir) -> None:
+    """A plugin arm's runs are named by its label (``myattn:CappedSoftmax(cap=5)``), which no grid accepts
+    as a variant: its added seeds' include entries carry the arm as written, and expand to its own runs."""
     path = tmp_path / "plug.yaml"
     path.write_text("name: plug\nplugins: [myattn]\nbase:\n  model: {preset: tiny}\n  train: {steps: 2}\n"
                     "grid:\n  variant: [baseline, {arm: 'myattn:CappedSoftmax', args: {cap: 5}}]\n"
