@@ -188,6 +188,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(filled: Any, tmp_path: 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("args", [("--reference", "baselin"), ("--metric", "val_pl")])
+def test_report_all_with_a_bad_reference_or_metric_writes_nothing(filled: Any, tmp_path: Path,
+                                                                   args: tuple[str, str]) -> None:
+    res = _ask("all", "--grid", "cmp", *args, "--out", str(tmp_path / "r"), store=filled)
+    assert res.exit_code == 2 and "did you mean" in res.output and len(res.output.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_grid_without_the_reference_arm_is_one_line(tmp_path: Path) -> None:
     from ablate.store import Store
 

@@ -114,13 +114,14 @@ def _compare_or_note(data: GridData, reference: str | None, metrics: Sequence[st
 
 def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
                  sections: tuple[str, ...] = (), stats: Stats = DEFAULT, reference: str | None = None,
-                 metrics: Sequence[str] = ()) -> dict[str, Path]:
+                 metrics: Sequence[str] = (), compared: CompareReport | str | None = None) -> dict[str, Path]:
     """The whole report into ``out_dir``: ``report.html`` (self-contained), the comparison of every arm
-    against the reference as .md/.tex/.csv/.json, each paper table as .md/.tex/.csv, the figures as PNG and
-    the scorecard as markdown. Returns ``{name: path}``."""
+    against the reference as .md/.tex/.csv/.json (``compared``, when the caller built it), each paper table as
+    .md/.tex/.csv, the figures as PNG and the scorecard as markdown. Returns ``{name: path}``."""
+    if compared is None:  # before anything is written: a --reference or --metric that cannot be is one line
+        compared = _compare_or_note(data, reference, metrics, stats)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    compared = _compare_or_note(data, reference, metrics, stats)
     tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLE_REPORTS]
     written: dict[str, Path] = {}
     if isinstance(compared, CompareReport):
@@ -157,8 +158,9 @@ def report_all(store: Store, out_dir: str | Path, *, grid: str | None = None, pa
     from ablate.reports.lr import write_lr_report
 
     data = load_grid_data(store, grid, where=where, warn=warn)
+    compared = _compare_or_note(data, reference, metrics, stats)  # its bad input before anything is written
     lr_files, lr_section = write_lr_report(store, data.grid, out_dir)
     written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else (),
-                           stats=stats, reference=reference, metrics=metrics)
+                           stats=stats, compared=compared)
     written.update(lr_files)
     return written
