@@ -375,3 +375,27 @@ def test_a_plugin_arm_trained_beside_the_baseline_is_compared_in_report_compare_
     with Store.open(home=home) as store:
         labels = draw_fig1(load_grid_data(store)).axes[0].get_legend_handles_labels()[1]
     assert f"{arm} (done)" in labels and "baseline (done)" in labels
+
+
+def test_decisions_round_trip_through_sqlite_and_postgresql(store: Any) -> None:
+    """The store keeps a decision as it was recorded, replaces it when the comparison is recorded again, and
+    says clearly when the grid is not there."""
+    from ablate.errors import StoreError
+
+    store.register_grid(name="g", text="name: g\n", runs=[])
+    first = Decision(grid="g", treatment="mine:Arm(k=1)", reference="baseline", metric="val_ppl",
+                     cell={"train.lr": 0.003, "model.n_layers": 4}, runs=("b", "a"), look=None, n=6,
+                     level=0.03, p_adj=0.2, family=2, correction="holm", plan=(2, 4, 6),
+                     history=(LookRecord(2, 0.001, 0.1, -1.0, 1.2, 0.5, 0.9), LookRecord(4, 0.01),
+                              LookRecord(6, 0.03, p_adj=0.2)))
+    assert store.record_decisions(grid="g", decisions=[first]) == 1
+    (back,) = store.decisions("g")
+    assert back == Decision(**{**first.__dict__, "runs": ("a", "b")})
+    assert back.history == first.history and back.reading() == "unresolved after 3 looks, n=6 seeds"
+    again = Decision(**{**first.__dict__, "look": 2, "n": 4, "level": 0.01, "p_adj": 0.004})
+    store.record_decisions(grid="g", decisions=[again])
+    (kept,) = store.decisions("g")
+    assert (kept.look, kept.reading()) == (2, "resolved at look 2 of 3, n=4 seeds")
+    assert store.decisions("other") == []
+    with pytest.raises(StoreError, match="the store has no grid 'nope'"):
+        store.record_decisions(grid="nope", decisions=[first])
