@@ -14,7 +14,7 @@ from ablate.store.migrate import current_revision, head_revision, upgrade
 from ablate.store.schema import Base
 
 TABLES = {"grids", "grid_runs", "runs", "scores", "metrics", "probes", "histograms", "events",
-          "alembic_version"}
+          "sequential_decisions", "alembic_version"}
 
 
 def _schema_diff(engine) -> list:  # noqa: ANN001
@@ -30,10 +30,10 @@ def test_empty_database_upgrades_to_head(store_url: str) -> None:
     try:
         assert set(inspect(engine).get_table_names()) == set()
         assert upgrade(engine) == (None, head_revision())
-        assert head_revision() == "0006"
+        assert head_revision() == "0007"
         assert set(inspect(engine).get_table_names()) == TABLES
         assert _schema_diff(engine) == []  # migrations and schema.py agree
-        assert upgrade(engine) == ("0006", "0006")  # again: nothing to do
+        assert upgrade(engine) == ("0007", "0007")  # again: nothing to do
     finally:
         engine.dispose()
 
@@ -56,7 +56,7 @@ def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
         engine.dispose()
     with Store.open(store_url) as store:  # opening applies the rest
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0006"
+            assert current_revision(conn) == "0007"
         assert "ix_runs_status_heartbeat" in {ix["name"] for ix in inspect(store.engine).get_indexes("runs")}
         assert store.statuses(run_ids=["old1"]) == {"old1": "done"}
         frame = store.runs_frame()
@@ -99,7 +99,7 @@ def test_store_from_a_newer_ablate_is_a_clear_error(store_url: str) -> None:
         upgrade(engine)
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-        with pytest.raises(StoreError, match="from schema revision 0099 to 0006.*another ablate version"):
+        with pytest.raises(StoreError, match="from schema revision 0099 to 0007.*another ablate version"):
             Store.open(store_url)
     finally:
         engine.dispose()

@@ -268,7 +268,7 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
     """``ablate run --until-resolved``: rounds of ``run_round`` until the comparisons resolve; the
     verdicts."""
     from ablate.cli.common import open_store
-    from ablate.execute.until_resolved import metric_values, until_resolved, verdict_lines
+    from ablate.execute.until_resolved import decisions, metric_values, until_resolved, verdict_lines
 
     def read(run_ids):
         with open_store(home, store) as opened:
@@ -276,6 +276,10 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
 
     outcome = until_resolved(grid, sets, spec, home=home_dir(home), read=read, run_round=run_round,
                              say=lambda line: typer.echo(line, err=True))
+    decided = decisions(outcome, spec)
+    if decided:  # every report reads these comparisons at the look that decided them
+        with open_store(home, store) as opened:
+            opened.record_decisions(grid=outcome.grid, decisions=decided)
     for line in verdict_lines(outcome, spec):
         typer.echo(line)
     return outcome.exit_code

@@ -4,21 +4,24 @@ A *comparison* is one cell of the grid (a variant at one setting of the other ax
 (the same setting, the reference variant), paired by seed on one metric (``val_ppl`` by default). The grid
 file's seeds are the first look. At each look:
 
-1. every comparison's paired differences get their t test (``ablate.reports.stats``), and the whole family is
-   corrected (Holm by default) at the look's level;
+1. every comparison's paired differences get their t test (``ablate.stats``), and the whole family is
+   corrected (Holm by default) at the look's level (``ablate.sequential``);
 2. a comparison whose corrected p is below that level is resolved, and stays so;
 3. the open ones get ``round`` more seeds, in both of their cells (they are pairs), and the next look follows,
    until every comparison is resolved or has ``max_seeds`` seeds.
 
-The looks' levels spend alpha over the planned looks (``stats.looks``, ``stats.look_levels``: Lan-DeMets'
-O'Brien-Fleming-shaped spending, early looks strict, the last close to alpha), and each look corrects the
-whole family at its level, so the chance of any false resolution over every look is at most alpha, however
-the looks depend on each other. Looking again at 0.05 each time would not keep that.
+The looks' levels spend alpha over the planned looks (``sequential.looks``, ``sequential.look_levels``:
+Lan-DeMets' O'Brien-Fleming-shaped spending, early looks strict, the last close to alpha), and each look
+corrects the whole family at its level, so the chance of any false resolution over every look is at most
+alpha, however the looks depend on each other. Looking again at 0.05 each time would not keep that.
 
 Added seeds are ordinary runs: ``include`` entries of the grid (the cell's axis values and the new seed),
 content addressed, so a rerun reuses every one. They join the grid's current runs (as ``--set`` runs do) and
 so appear in ``ablate report``; a plain ``ablate run`` of the file makes its own seeds the current ones again.
 ``run_round`` is the executor's: the local pool, or a Slurm array waited for.
+
+What the looks decided is stored (``decisions``, ``Store.record_decisions``): every report then reads each
+comparison at the look that decided it, never again at a fixed-n level.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from ablate.errors import UserInputError, one_of
 
 if TYPE_CHECKING:
     from ablate.grid.expand import PlannedRun
-    from ablate.reports.stats import Delta
+    from ablate.sequential import Decision
+    from ablate.stats import Delta
     from ablate.store import Store
 
 SEED = "seed"
@@ -54,11 +58,21 @@ class UntilResolved:
     round: int = 2
     correction: str = "holm"
 
+    @property
+    def ratio(self) -> bool:
+        """The metric is compared by its paired log ratio (``ablate.metrics``' ``compare``)."""
+        from ablate.metrics import metric
+
+        declared = metric(self.metric)
+        return declared is not None and declared.compare == "ratio"
+
     def __post_init__(self) -> None:
         from ablate.metrics import SUMMARY, metric
 
-        if metric(self.metric) is None:  # any number a run's summary declares (ablate.metrics)
-            names = [m.name + ("<name>" if m.family else "") for m in SUMMARY]
+        declared = metric(self.metric)
+        # an outcome a run's summary declares (ablate.metrics), not a count the config fixes
+        if declared is None or declared.compare is None:
+            names = [m.name + ("<name>" if m.family else "") for m in SUMMARY if m.compare is not None]
             raise UserInputError(one_of(self.metric, names, what="metric") + " (option --metric)")
         if self.round < 1:
             raise UserInputError(f"--round must be at least 1 seed, got {self.round}")
@@ -77,12 +91,14 @@ class Comparison:
 
 @dataclass
 class Look:
-    """One look: the seeds each comparison had, the level it had to beat and what it found."""
+    """One look: the seeds each comparison had, the level it had to beat and what it found; ``runs``: each
+    comparison's paired runs (both arms)."""
 
     n: int
     level: float
     deltas: list[Delta]
     resolved: list[bool]
+    runs: list[tuple[str, ...]] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +111,7 @@ class Outcome:
     looks: list[Look] = field(default_factory=list)
     resolved_at: dict[int, int] = field(default_factory=dict)  # comparison index -> look index
     exit_code: int = 0
+    grid: str = ""
 
 
 def _key(axes: dict[str, Any]) -> str:
@@ -102,9 +119,23 @@ def _key(axes: dict[str, Any]) -> str:
 
 
 def _name(variant: Any) -> str:
-    if isinstance(variant, dict):
-        return str(variant.get("arm", json.dumps(variant, sort_keys=True)))
+    """A variant as runs name it: a catalogue name, or a plugin arm's label (``module:Class(k=v)``)."""
+    if isinstance(variant, dict) and "arm" in variant:
+        from ablate.ablations.config import PluginArm
+
+        return PluginArm(arm=variant["arm"], args=variant.get("args") or {}).label
     return str(variant)
+
+
+def _as_written(planned: Sequence[PlannedRun]) -> dict[str, Any]:
+    """Each plugin arm's label -> the variant as a grid writes it (``{arm, args}``): what an added seed's
+    include entry must say, since a label is a run's name, not a variant the grid accepts."""
+    out: dict[str, Any] = {}
+    for p in planned:
+        plugin = p.config.model.plugin
+        if plugin is not None:
+            out[str(p.config.variant)] = {"arm": plugin.arm, "args": dict(plugin.args)}
+    return out
 
 
 def cells(planned: Iterable[PlannedRun]) -> dict[str, dict[int, str]]:
@@ -127,6 +158,7 @@ def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: s
         if wanted not in names:
             flag = "--reference" if wanted == spec.reference else "--compare"
             raise UserInputError(f"{source}: " + one_of(wanted, names, what="variant") + f" (option {flag})")
+    written = _as_written(planned)
     out = []
     for key, axes in by_key.items():
         name = _name(axes.get(VARIANT))
@@ -137,8 +169,10 @@ def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: s
         if ref not in by_key:
             continue
         at = ", ".join(f"{k}={v}" for k, v in sorted(axes.items()) if k not in (SEED, VARIANT))
-        out.append(Comparison(f"{name} vs {spec.reference}" + (f" at {at}" if at else ""), key, ref,
-                              {k: v for k, v in axes.items() if k != SEED}, ref_axes))
+        own = {k: v for k, v in axes.items() if k != SEED} | {VARIANT: written.get(name, name)}
+        ref_axes[VARIANT] = written.get(spec.reference, spec.reference)
+        out.append(Comparison(f"{name} vs {spec.reference}" + (f" at {at}" if at else ""), key, ref, own,
+                              ref_axes))
     if not out:
         raise UserInputError(f"{source}: --until-resolved found no cell to compare with a {spec.reference} "
                              "cell of the same setting")
@@ -175,11 +209,12 @@ class Planner:
     plan: list[int]
     next_seed: int
     most_runs: int = 0  # the runs the plan may add beyond the file's
+    grid: str = ""  # the grid's name
 
     @classmethod
     def make(cls, comps: list[Comparison], grid_cells: dict[str, dict[int, str]], spec: UntilResolved, *,
              source: str) -> Planner:
-        from ablate.reports.stats import looks
+        from ablate.sequential import looks
 
         first = first_seeds(comps, grid_cells)
         if len(first) < 2:
@@ -201,17 +236,25 @@ class Planner:
 
 
 def read_look(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]],
-              values: dict[str, float | None]) -> list[Delta]:
-    """Each comparison's paired delta over its ``seeds`` (a pair missing a value, diverged or not run,
-    drops)."""
-    from ablate.reports.stats import paired_delta
+              values: dict[str, float | None], *, ratio: bool = False
+              ) -> tuple[list[Delta], list[tuple[str, ...]]]:
+    """Each comparison's paired delta over its ``seeds`` (``ratio``: its paired log ratio, the metric's
+    declared comparison; a pair missing a value, diverged or not run, drops), and the runs it paired (both
+    arms')."""
+    from ablate.stats import paired_delta, paired_ratio
 
-    out = []
+    deltas, paired = [], []
     for c, ss in zip(comps, seeds, strict=True):
         treat = {s: values.get(ids[c.cell].get(s, "")) for s in ss}
         ref = {s: values.get(ids[c.reference].get(s, "")) for s in ss}
-        out.append(paired_delta(treat, ref))
-    return out
+        deltas.append(paired_ratio(treat, ref) if ratio else paired_delta(treat, ref))
+        both = [s for s in ss if _finite(treat[s], ratio) and _finite(ref[s], ratio)]
+        paired.append(tuple(sorted([ids[c.cell][s] for s in both] + [ids[c.reference][s] for s in both])))
+    return deltas, paired
+
+
+def _finite(v: float | None, positive: bool = False) -> bool:
+    return v is not None and math.isfinite(v) and (v > 0 or not positive)
 
 
 def metric_values(store: Store, run_ids: Sequence[str], metric: str) -> dict[str, float | None]:
@@ -246,11 +289,12 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
               read: Callable[[Sequence[str]], dict[str, float | None]],
               run_round: Callable[[list[dict[str, Any]]], int], say: Callable[[str], None]) -> Outcome:
     """The looks of ``until_resolved`` over a planned grid (``plan_until_resolved``)."""
-    from ablate.reports.stats import Stats, look_levels, resolved_at_look
+    from ablate.sequential import look_levels, resolved_at_look
+    from ablate.stats import Stats
 
     stats = Stats(correction=spec.correction)
     comps = planner.comps
-    outcome = Outcome(comps, planner.plan)
+    outcome = Outcome(comps, planner.plan, grid=planner.grid)
     levels = look_levels(planner.plan)
     at = [len(planner.first)] * len(comps)  # seeds each comparison has
     resolved = [False] * len(comps)
@@ -265,9 +309,9 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
             say(f"--until-resolved: stopped at look {j + 1}: the runs did not all end (exit {code}); rerun "
                 "the same command to go on")
             return outcome
-        deltas = read_look(comps, seeds, ids, read(_ids_of(comps, seeds, ids)))
+        deltas, paired = read_look(comps, seeds, ids, read(_ids_of(comps, seeds, ids)), ratio=spec.ratio)
         now = resolved_at_look(deltas, level, stats)
-        look = Look(n, level, deltas, now)
+        look = Look(n, level, deltas, now, paired)
         outcome.looks.append(look)
         for i, r in enumerate(now):
             if r and not resolved[i]:
@@ -294,6 +338,7 @@ def plan_until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolv
     grid_cells = cells(planned)
     comps = comparisons(planned, spec, source=grid.source)
     planner = Planner.make(comps, grid_cells, spec, source=grid.source)
+    planner.grid = grid.name
     widest = expand(dataclasses.replace(grid, include=(*grid.include, *planner.most())),
                     fingerprints=fingerprints)
     planner.most_runs = len(widest) - len(planned)
@@ -322,7 +367,7 @@ def look_line(j: int, look: Look, resolved: Sequence[bool], looks: int) -> str:
 
 def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
     """One line per comparison: its last delta, and the look that resolved it or the seeds it still needs."""
-    from ablate.reports.stats import CORRECTION_NAMES, needs_text, seeds_needed
+    from ablate.stats import CORRECTION_NAMES, needs_text, seeds_needed
 
     m = len(outcome.comparisons)
     out = [f"{spec.metric}, paired t over seeds, {CORRECTION_NAMES[spec.correction]} over {m} comparison"
@@ -343,4 +388,34 @@ def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
             need = seeds_needed(d.shift, d.sd, last.level / max(m, 1))
             out.append(f"  {c.label}: {shown}{p}: unresolved at n={d.n} seeds ({needs_text(need)} at the "
                        "last look's level)")
+    return out
+
+
+def decisions(outcome: Outcome, spec: UntilResolved) -> list[Decision]:
+    """What the looks decided, for the store (``Store.record_decisions``): each comparison a look resolved,
+    and, once the looks went to the end of the plan, each one still open there (decided unresolved at the
+    last look's level). A loop stopped early (runs that did not end) decides nothing about its open
+    comparisons: a rerun goes on with them."""
+    from ablate.sequential import Decision, LookRecord
+    from ablate.stats import Stats, correct
+
+    complete = outcome.exit_code == 0 and bool(outcome.looks) and (
+        len(outcome.looks) == len(outcome.plan) or len(outcome.resolved_at) == len(outcome.comparisons))
+    corrected = [correct(look.deltas, Stats(correction=spec.correction)) for look in outcome.looks]
+    out = []
+    for i, c in enumerate(outcome.comparisons):
+        j = outcome.resolved_at.get(i)
+        if j is None and not complete:
+            continue
+        last = j if j is not None else len(outcome.looks) - 1
+        history = tuple(LookRecord(look.deltas[i].n, look.level, look.deltas[i].mean, look.deltas[i].lo,
+                                   look.deltas[i].hi, look.deltas[i].p, fam[i].p_adj)
+                        for look, fam in zip(outcome.looks[:last + 1], corrected[:last + 1], strict=True))
+        out.append(Decision(
+            grid=outcome.grid, treatment=_name(c.axes.get(VARIANT)), reference=spec.reference,
+            metric=spec.metric,
+            cell={k: v for k, v in c.axes.items() if k != VARIANT}, runs=outcome.looks[last].runs[i],
+            look=None if j is None else j + 1, n=history[-1].n, level=history[-1].level,
+            p_adj=history[-1].p_adj, family=len(outcome.comparisons), correction=spec.correction,
+            plan=tuple(outcome.plan), history=history))
     return out

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from ablate.runner.fingerprints import Fingerprints
+    from ablate.sequential import Decision
     from ablate.store.rehash import Move, RehashPlan
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,14 @@ class Store:
 
         return self._write(lambda s: rehash.move_rows(s, move))
 
+    def record_decisions(self, *, grid: str, decisions: Sequence[Decision]) -> int:
+        """Keep what ``ablate run --until-resolved`` decided for grid ``grid``'s comparisons, with their looks
+        (each replaces an earlier decision of the same comparison); returns how many."""
+        from ablate.store import decisions as stored
+
+        rows = list(decisions)
+        return self._write(lambda s: stored.record_decisions(s, grid=grid, decisions=rows))
+
     def mark_ids_current(self, stems: Mapping[str, str]) -> None:
         """Record that these runs' ids are today's (``runs.config_version``), with their stem ids."""
         stems = dict(stems)
@@ -237,6 +246,13 @@ class Store:
     def provenance(self, run_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
         """``{run_id: provenance}``: the software, device and grid commit that produced each run."""
         return self._read(lambda s: queries.provenance(s, run_ids))
+
+    def decisions(self, grid: str) -> list[Decision]:
+        """What ``ablate run --until-resolved`` decided for grid ``grid``'s comparisons
+        (``ablate.sequential.Decision``); empty when it never ran on it."""
+        from ablate.store import decisions as stored
+
+        return self._read(lambda s: stored.decisions(s, grid))
 
     def grid_axes(self, grid: str) -> list[str]:
         """The config paths ``grid`` varies on purpose (its runs' axes)."""

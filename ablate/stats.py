@@ -1,5 +1,6 @@
 """Statistics over seeds: the one owner of every interval, p-value, family correction and power figure that
-the tables and the scorecard print.
+the tables, the scorecard and ``ablate run --until-resolved`` use (below the reports and the executors in the
+layer order of docs/internals.md, so both import it downward).
 
 A comparison is a set of paired values ``x`` (treatment minus reference per seed; for a ratio, the log of
 treatment over reference per seed; for a level, the runs' values) read against a null value ``m0``:
@@ -17,7 +18,15 @@ treatment over reference per seed; for a level, the runs' values) read against a
   error), Benjamini-Hochberg or none. A comparison is *resolved* (bold, "holds") only when its corrected p is
   below ``ALPHA``;
 - power: the minimum effect the seeds detect with 80% power, and the seeds needed to resolve the effect
-  observed (noncentral t, at the per-comparison level ``ALPHA / m`` of a corrected family of m).
+  observed (noncentral t, at the per-comparison level ``ALPHA / m`` of a corrected family of m);
+- pairing: the arms' correlation across seeds, and how many unpaired seeds the pairing was worth
+  (``Pairing``). A negative correlation makes the paired difference noisier than two independent means; the
+  paired t is kept all the same, because it keeps its coverage at any correlation while an unpaired test of
+  runs paired by seed does not (``tests/test_stats_validity.py`` simulates both);
+- a paired difference of exactly zero at every seed (two arms that are one function give the same runs) is
+  read as such (``Delta.identical``): p = 1, nothing to resolve, no seeds that would.
+
+The looks of ``ablate run --until-resolved`` and what it decided are ``ablate.sequential``'s.
 
 Everything is deterministic: the bootstrap draws from a fixed seed, the permutation is exact.
 """
@@ -30,9 +39,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ablate.errors import UserInputError, one_of
+from ablate.pairing import Pairing, pairing
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+
+    from ablate.sequential import Decision
 
 K = TypeVar("K")  # what makes two runs a pair (paired_delta)
 
@@ -108,7 +120,9 @@ class Delta:
     """One comparison: ``mean`` with its interval ``[lo, hi]`` over ``n`` values, on the scale the reader sees
     (a difference, a ratio, a level). ``p`` is the paired t p-value against ``null`` (on the test's scale: the
     log of the bound for a ratio), ``p_perm`` the exact sign-flip p (n <= 12), ``p_adj`` the p after the
-    family's correction; ``sd`` the spread of the tested values; ``method`` the interval actually used."""
+    family's correction; ``sd`` the spread of the tested values; ``method`` the interval actually used.
+    ``pairing``: what pairing by seed did (paired comparisons); ``decision``: what ``--until-resolved``
+    decided about exactly these runs (``ablate.sequential``), whose look's level it is read at."""
 
     mean: float | None
     lo: float | None
@@ -123,6 +137,8 @@ class Delta:
     scale: Scale = "diff"
     # the tested values' mean minus the null, on the test's scale
     shift: float = field(default=0.0, repr=False)
+    pairing: Pairing | None = field(default=None, repr=False)
+    decision: Decision | None = field(default=None, repr=False)
 
     def side(self) -> int:
         """+1 when the whole CI is above zero, -1 when below, 0 when it straddles zero or is unknown."""
@@ -135,10 +151,20 @@ class Delta:
         return 0
 
     @property
+    def level(self) -> float:
+        """The level its corrected p must beat: alpha, or the level of the look that decided it."""
+        return self.decision.level if self.decision is not None else ALPHA
+
+    @property
     def resolved(self) -> bool:
-        """Significant after the family's correction (before one, uncorrected)."""
+        """Significant after the family's correction (before one, uncorrected), at its level."""
         p = self.p_adj if self.p_adj is not None else self.p
-        return p is not None and p < ALPHA
+        return p is not None and p < self.level
+
+    @property
+    def identical(self) -> bool:
+        """Every paired difference is exactly zero (on the tested scale): the arms gave the same values."""
+        return bool(self.diffs) and self.scale != "level" and all(x == 0 for x in self.diffs)
 
     @property
     def sign(self) -> int:
@@ -271,10 +297,11 @@ def paired_delta(treatment: Mapping[K, float | None], reference: Mapping[K, floa
     >>> paired_delta({0: 5.0, 1: 5.2}, {0: 6.0, 1: 6.0, 2: 6.1}).mean
     -0.9
     """
-    return compare([a - b for a, b in pairs(treatment, reference)], stats=stats)
+    both = pairs(treatment, reference)
+    return replace(compare([a - b for a, b in both], stats=stats), pairing=pairing(both))
 
 
-def paired_ratio(treatment: Mapping[object, float | None], reference: Mapping[object, float | None], *,
+def paired_ratio(treatment: Mapping[K, float | None], reference: Mapping[K, float | None], *,
                  bound: float = 1.0, stats: Stats = DEFAULT) -> Delta:
     """The geometric mean of the paired ratios ``treatment[k] / reference[k]``, with the exponentiated t
     interval of the mean log ratio, tested against ``bound``. Pairs with a non-positive value are dropped (no
@@ -283,8 +310,9 @@ def paired_ratio(treatment: Mapping[object, float | None], reference: Mapping[ob
     >>> round(paired_ratio({0: 1.0, 1: 2.0}, {0: 4.0, 1: 8.0}).mean, 6)
     0.25
     """
-    logs = [math.log(a / b) for a, b in pairs(treatment, reference) if a > 0 and b > 0]
-    return compare(logs, null=math.log(bound), scale="log", stats=stats)
+    both = [(math.log(a), math.log(b)) for a, b in pairs(treatment, reference) if a > 0 and b > 0]
+    return replace(compare([a - b for a, b in both], null=math.log(bound), scale="log", stats=stats),
+                   pairing=pairing(both))
 
 
 def level(values: Iterable[float | None], *, bound: float, stats: Stats = DEFAULT) -> Delta:
@@ -322,9 +350,15 @@ def adjust(p: ArrayLike, correction: str = "holm") -> Any:
     return [round(float(v), 15) for v in adj] if a.ndim == 1 else adj
 
 
+def _in_family(d: Delta) -> bool:
+    """A delta with a p that no ``--until-resolved`` look decided (that one carries its look's correction)."""
+    return d.p is not None and d.decision is None
+
+
 def correct(deltas: Sequence[Delta], stats: Stats = DEFAULT) -> list[Delta]:
-    """The family's deltas with ``p_adj`` set; a delta without a p (n < 2) is not part of the family."""
-    idx = [i for i, d in enumerate(deltas) if d.p is not None]
+    """The family's deltas with ``p_adj`` set; a delta without a p (n < 2) is not part of the family, nor one
+    that ``--until-resolved`` decided (its ``p_adj`` is its deciding look's)."""
+    idx = [i for i, d in enumerate(deltas) if _in_family(d)]
     adjusted = adjust([deltas[i].p for i in idx], stats.correction)
     out = list(deltas)
     for i, q in zip(idx, adjusted, strict=True):
@@ -333,7 +367,15 @@ def correct(deltas: Sequence[Delta], stats: Stats = DEFAULT) -> list[Delta]:
 
 
 def family_size(deltas: Iterable[Delta]) -> int:
-    return sum(d.p is not None for d in deltas)
+    """How many of ``deltas`` were corrected together (``correct``)."""
+    return sum(_in_family(d) for d in deltas)
+
+
+def family_text(stats: Stats, m: int, where: str = "in this table") -> str:
+    """The family a p was corrected over, in words: ``Holm over 4 comparisons in this table``."""
+    if stats.correction == "none":
+        return f"no correction ({m} comparison{'s' * (m != 1)} {where})"
+    return f"{CORRECTION_NAMES[stats.correction]} over {m} comparison{'s' * (m != 1)} {where}"
 
 
 def level_for(stats: Stats, m: int) -> float:
@@ -390,21 +432,37 @@ def seeds_needed(effect: float, sd: float | None, alpha: float = ALPHA, target: 
 
 
 def needs(d: Delta, stats: Stats = DEFAULT, m: int = 1) -> int | None:
-    """Seeds needed to resolve ``d``'s observed effect at the level its family asks (None: no spread yet, or
-    more than ``MAX_SEEDS``)."""
-    return seeds_needed(d.shift, d.sd, level_for(stats, m))
+    """Seeds needed to resolve ``d``'s observed effect at the level its family asks, or for a decided one its
+    last look's level over its family, and more than it has (None: no spread yet, identical arms, or more
+    than ``MAX_SEEDS``)."""
+    level = d.decision.level / max(d.decision.family, 1) if d.decision is not None else level_for(stats, m)
+    n = seeds_needed(d.shift, d.sd, level)
+    return max(n, d.n + 1) if n is not None else None  # an open comparison needs more than it has
 
 
-def needs_text(n: int | None) -> str:
+def needs_text(n: int | None, d: Delta | None = None) -> str:
+    """``needs ≈ 9 seeds``; for identical arms, that no number of seeds would tell them apart."""
+    if d is not None and d.identical:
+        return "identical at every seed: no difference for more seeds to find"
     return f"needs ≈ {n} seeds" if n is not None else f"needs > {MAX_SEEDS} seeds (effect ≈ 0)"
 
 
-def unresolved_line(name: str, d: Delta, digits: int, stats: Stats = DEFAULT, m: int = 1) -> str:
-    """``G1 vs baseline: -0.05 ± 0.08, needs ≈ 9 seeds``: the effect, its interval's half-width, the seeds."""
+def family_of(d: Delta, stats: Stats = DEFAULT, m: int = 1, where: str = "in this table") -> str:
+    """The family ``d``'s p was corrected over: its deciding look's, or ``m`` comparisons ``where``."""
+    return d.decision.family_text() if d.decision is not None else family_text(stats, m, where)
+
+
+def unresolved_line(name: str, d: Delta, digits: int, stats: Stats = DEFAULT, m: int = 1,
+                    where: str = "in this table") -> str:
+    """``G1 vs baseline: -0.05 ± 0.08, needs ≈ 9 seeds (Holm over 4 comparisons in this table)``: the
+    effect, its interval's half-width, the seeds and the family they were worked out for (a decided
+    comparison: the look that left it open)."""
     if d.lo is None or d.hi is None or d.mean is None:
         return f"{name}: {d.mean:+.{digits}f} (n={d.n}), needs a second seed for a spread"
     half = (d.hi - d.lo) / 2
-    return f"{name}: {d.mean:+.{digits}f} ± {half:.{digits}f}, {needs_text(needs(d, stats, m))}"
+    said = f"{d.decision.reading()}, " if d.decision is not None else ""
+    return (f"{name}: {d.mean:+.{digits}f} ± {half:.{digits}f}, {said}{needs_text(needs(d, stats, m), d)} "
+            f"({family_of(d, stats, m, where)})")
 
 
 # ---------------------------------------------------------------- what a table says under it
@@ -422,54 +480,13 @@ def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ
             text += f"; bootstrap needs n >= {BOOTSTRAP_MIN_N}, paired t used below that"
     if any(d.n == 1 for d in deltas):
         text += "; n=1: no interval"
-    return (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
-            f"{'s' if m != 1 else ''} at alpha={ALPHA:g}")
-
-
-# ---------------------------------------------------------------- looking again (for adding seeds until
-# resolved)
-def looks(first: int, step: int, most: int) -> list[int]:
-    """The planned looks of a comparison that starts with ``first`` seeds and adds ``step`` per round up to
-    ``most``: ``looks(3, 2, 10) == [3, 5, 7, 9, 10]``."""
-    if first < 2 or step < 1 or most < first:
-        raise UserInputError(f"looks: need 2 <= first seeds ({first}) <= the most seeds ({most}) and a round "
-                             f"of at least 1 seed ({step})")
-    out = list(range(first, most + 1, step))
-    return out if out[-1] == most else [*out, most]
-
-
-def spent(fraction: float, alpha: float = ALPHA) -> float:
-    """Lan-DeMets' O'Brien-Fleming-shaped alpha spending: the error allowed by the time ``fraction`` of the
-    planned seeds has been seen, ``2 - 2 Phi(z_{alpha/2} / sqrt(fraction))``; ``spent(1) == alpha``."""
-    from scipy.stats import norm
-
-    if fraction <= 0:
-        return 0.0
-    return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(min(fraction, 1.0))))
-
-
-def look_levels(plan: Sequence[int], alpha: float = ALPHA) -> list[float]:
-    """The level each look's p must beat: the alpha spent since the previous look (O'Brien-Fleming spending
-    over the planned seeds ``plan``). Each look spends its own share, so the chance of a false resolution at
-    any look is at most their sum, ``alpha``, whatever the looks' dependence: a conservative split, exact to
-    compute at any n.
-
-    >>> [round(x, 5) for x in look_levels([5, 10])]
-    [0.00557, 0.04443]
-    """
-    most = plan[-1]
-    fractions = [n / most for n in plan]
-    return [spent(f, alpha) - spent(prev, alpha) for prev, f in zip([0.0, *fractions[:-1]], fractions,
-                                                                    strict=True)]
-
-
-def resolved_at_look(deltas: Sequence[Delta], level: float, stats: Stats = DEFAULT) -> list[bool]:
-    """Which of a family's comparisons one look resolves: its p, corrected over the whole family (``stats``'
-    correction; a delta without a p is not part of it), below the look's ``level`` (``look_levels``).
-    Correcting the whole family at every look keeps each look's family-wise error at ``level``, so over all
-    looks it is at most their sum.
-
-    >>> resolved_at_look([compare([-1.0, -1.1, -0.9, -1.05]), compare([0.2, -0.3, 0.1, 0.0])], level=0.01)
-    [True, False]
-    """
-    return [d.p_adj is not None and d.p_adj < level for d in correct(deltas, stats)]
+    decided = [d.decision for d in deltas if d.decision is not None]
+    if m or not decided:
+        text = (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
+                f"{'s' * (m != 1)} at alpha={ALPHA:g}")
+    if decided:
+        one = len(decided) == 1
+        text += (f"; {len(decided)} decided by `ablate run --until-resolved`, read at the look that decided "
+                 f"{'it' if one else 'them'} (bold only where a look resolved {'it' if one else 'one'}; "
+                 f"{decided[0].family_text()})")
+    return text
