@@ -416,7 +416,7 @@ def test_slurms_signal_records_a_run_that_just_finished_and_requeues_one_that_di
     a run still training is put back in the queue. Both hand back the same task to requeue."""
     from submitit.helpers import DelayedSubmission
 
-    from ablate.execute.slurm_task import SlurmTask
+    from ablate.execute.slurm.task import SlurmTask
     from ablate.store import Store
 
     home, url = tmp_path / "home", f"sqlite:///{tmp_path / 'ablate.db'}"

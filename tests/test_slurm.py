@@ -24,7 +24,7 @@ from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.execute.slurm_queue import ALIVE
+from ablate.execute.slurm.queue import ALIVE
 from ablate.store import Store
 
 pytestmark = pytest.mark.slow
@@ -354,10 +354,10 @@ def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tm
     """The file's seeds are finished already (their ``result.json`` files, ingested); the seed
     ``--until-resolved`` adds to both cells of the open comparison trains on Slurm, waited for, and the second
     look reads it."""
-    from ablate.execute.until_resolved import UntilResolved, plan_until_resolved
     from ablate.grid import expand, load_grid
     from ablate.layout import run_dir
     from ablate.result import RunResult, write_result
+    from ablate.until_resolved import UntilResolved, plan_until_resolved
 
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("seq", seeds=[0, 1], steps=8, checkpoint_every=1000))

@@ -44,7 +44,7 @@ CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until
 
 
 def until_resolved_spec(metric: str, reference: str, compare: list[str] | None, max_seeds: int, round_: int):
-    from ablate.execute.until_resolved import UntilResolved
+    from ablate.until_resolved import UntilResolved
 
     return UntilResolved(metric=metric, reference=reference, compare=tuple(compare or ()),
                          max_seeds=max_seeds, round=round_)
@@ -102,7 +102,7 @@ def plan(
     slots = _planned_workers(runs, status, jobs=jobs, devices=devices, threads=threads)
     most = None  # --until-resolved's looks and the most runs it can add: checked before anything is printed
     if until_resolved:
-        from ablate.execute.until_resolved import most_line, plan_until_resolved
+        from ablate.until_resolved import most_line, plan_until_resolved
 
         spec_u = until_resolved_spec(metric, reference, compare, max_seeds, round_)
         most = most_line(plan_until_resolved(grid, sets or (), spec_u, home=home_dir(home))[0])
@@ -268,7 +268,7 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
     """``ablate run --until-resolved``: rounds of ``run_round`` until the comparisons resolve; the
     verdicts."""
     from ablate.cli.common import open_store
-    from ablate.execute.until_resolved import metric_values, until_resolved, verdict_lines
+    from ablate.until_resolved import metric_values, until_resolved, verdict_lines
 
     def read(run_ids):
         with open_store(home, store) as opened:
@@ -289,7 +289,7 @@ def ui(
 ) -> None:
     """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its
     workers)."""
-    from ablate.execute.serve import serve, ui_command
+    from ablate.cli.serve import serve, ui_command
 
     cmd = ui_command(home_dir(home), port=port)
     typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)

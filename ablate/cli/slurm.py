@@ -29,7 +29,7 @@ def run_slurm(grid: Path, sets: list[str] | None, *, home: Path | None, store: s
               mlflow: bool = True, store_patience: float | None = None, append: bool = False,
               extra: Sequence[dict[str, Any]] = (), device_memory: float | None = None) -> int:
     """``ablate run --executor slurm``: submit the grid as one job array; the exit status."""
-    from ablate.execute.slurm import SlurmOptions, submit_grid
+    from ablate.execute.slurm.submit import SlurmOptions, submit_grid
 
     options = SlurmOptions(home=home_dir(home), store=store, partition=partition, gpus_per_job=gpus_per_job,
                            time=time_limit, array_parallelism=array_parallelism, slurm_opts=slurm_opts or [],
@@ -63,7 +63,7 @@ def cancel_cmd(
     store: StoreOpt = None,
 ) -> None:
     """Cancel a grid's Slurm job array (scancel) and put its unfinished runs back in the queue."""
-    from ablate.execute.slurm_queue import cancel_grid
+    from ablate.execute.slurm.queue import cancel_grid
 
     name = grid
     if grid.endswith((".yaml", ".yml")) or Path(grid).is_file():

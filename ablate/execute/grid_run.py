@@ -29,7 +29,7 @@ from ablate.execute.devices import crowding, describe, local_slots, usable_cpus
 from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.fit import require_fit
 from ablate.execute.lifecycle import Lifecycle, unmirrored
-from ablate.execute.local import TRAIN_JOB, LocalRunner
+from ablate.execute.local.runner import TRAIN_JOB, LocalRunner
 from ablate.execute.messages import Job
 from ablate.execute.opening import Liveness, Opened, expand_grid, open_grid
 from ablate.execute.recorder import STORE_PATIENCE_S

@@ -20,9 +20,9 @@ from typing import Any
 
 from ablate import layout
 from ablate.execute.devices import Slot
+from ablate.execute.local.worker import JobContext, JobInterrupted
 from ablate.execute.locks import RunLock
 from ablate.execute.messages import Job, JobOutcome
-from ablate.execute.worker import JobContext, JobInterrupted
 from ablate.layout import CHECKPOINT
 from ablate.result import RESULT_FILE, read_result
 

@@ -116,7 +116,7 @@ def slurm_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]
                    run_ids: Iterable[str] | None = None
                    ) -> Liveness:
     """The liveness rule with the Slurm jobs of ``run_ids`` (all runs when None) asked of squeue."""
-    from ablate.execute.slurm_queue import alive, grid_slurm_runs
+    from ablate.execute.slurm.queue import alive, grid_slurm_runs
 
     wanted = None if run_ids is None else set(run_ids)
     jobs = {r["run_id"]: r["slurm_job_id"] for r in grid_slurm_runs(store)

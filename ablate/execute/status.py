@@ -21,7 +21,7 @@ def grid_status(store: Store, home: Path, grid: str | None = None, *, stale_afte
     """Runs by status per grid (its current configuration; ``older``: its older ones too), the running runs
     with how their processes are (``Liveness.mark``), the stale ones' ids, and the runs in Slurm jobs."""
     from ablate.execute.opening import slurm_liveness
-    from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
+    from ablate.execute.slurm.queue import slurm_rows  # runs in Slurm jobs, with squeue's state
 
     summary = store.status_summary(grid, stale_after_s=stale_after_s, older=older)
     summary["slurm"] = slurm_rows(store, grid)

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from ablate.execute.devices import Slot
 from ablate.execute.lifecycle import Ended, Lifecycle
-from ablate.execute.local import LocalRunner
+from ablate.execute.local.runner import LocalRunner
 from ablate.execute.recorder import STORE_PATIENCE_S
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from rich.console import Console
 from ablate.errors import ConfigError, RunError
 from ablate.execute.messages import Job
 from ablate.execute.recorder import STORE_PATIENCE_S
-from ablate.execute.slurm_queue import ALIVE, have_slurm, job_states
+from ablate.execute.slurm.queue import ALIVE, have_slurm, job_states
 from ablate.execute.triage import Decision
 from ablate.layout import run_dir
 
@@ -271,7 +271,7 @@ def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: Slur
             console: Console) -> None:
     import submitit
 
-    from ablate.execute.slurm_task import SlurmTask
+    from ablate.execute.slurm.task import SlurmTask
 
     devices = {d.run.config.train.devices for d in todo}
     if len(devices) > 1:

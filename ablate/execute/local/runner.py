@@ -26,8 +26,8 @@ from ablate.config import total_steps
 from ablate.execute.devices import Slot
 from ablate.execute.display import GridDisplay
 from ablate.execute.lifecycle import Ended, Lifecycle
+from ablate.execute.local.pool import WorkerPool
 from ablate.execute.messages import Job, JobEvent, Progress, Started
-from ablate.execute.pool import WorkerPool
 from ablate.execute.recorder import News
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,11 @@
 """One task of a Slurm job array: trains one run into ``$ABLATE_HOME/runs/<run_id>`` and records it in the
 store.
 
-Submitted by ``ablate.execute.slurm`` through submitit (``map_array``); runs inside Slurm, under ``srun``,
-as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank 0 writes
-the store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does: ``running`` with
-the job id at the start, heartbeats and step metrics while it trains, the result (or ``failed`` with the
-traceback) at the end.
+Submitted by ``ablate.execute.slurm.submit`` through submitit (``map_array``); runs inside Slurm, under
+``srun``, as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank
+0 writes the store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does:
+``running`` with the job id at the start, heartbeats and step metrics while it trains, the result (or
+``failed`` with the traceback) at the end.
 
 Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops
 the job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the training runs in a

@@ -1,0 +1,1 @@
+"""The local executor: a pool of long-lived worker processes on this machine."""

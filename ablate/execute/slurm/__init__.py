@@ -1,0 +1,1 @@
+"""The Slurm executor: one job array per grid, through submitit."""
