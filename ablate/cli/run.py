@@ -1,5 +1,5 @@
-"""Planning and running grids: ``ablate plan``, ``ablate schema`` (what a grid can set), ``ablate run`` (local
-pool or Slurm) and ``ablate ui``."""
+"""Planning and running grids: ``ablate plan``, ``ablate schema`` (what a grid can set), ``ablate run`` (on
+the executor ``--executor`` names: the local pool, Slurm, Ray) and ``ablate ui``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import typer
 from ablate.cli.common import (
     DeviceMemoryOpt,
     DevicesOpt,
+    ExecutorOpt,
     GridArg,
     HomeOpt,
     JobsOpt,
     NoMlflowOpt,
+    RayAddressOpt,
     SetOpt,
     StoreOpt,
     StorePatienceOpt,
@@ -193,15 +195,15 @@ def run(
     no_mlflow: NoMlflowOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
-    executor: Annotated[Literal["local", "slurm"], typer.Option("--executor", help="local (worker pool here) "
-                                                               "or slurm (one job array)")] = "local",
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     partition: Annotated[str | None, typer.Option("--partition", help="slurm: the partition")] = None,
     gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="slurm: GPUs per run (= "
                                                      "train.devices; 0 = CPU) [default: train.devices if "
                                                      "GPUs here, else 0]")] = None,
-    time_limit: Annotated[str, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, "
-                                            "D-HH:MM:SS); a task out of time checkpoints and is "
-                                            "requeued")] = "1-00:00:00",
+    time_limit: Annotated[str | None, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, "
+                                                   "D-HH:MM:SS); a task out of time checkpoints and is "
+                                                   "requeued [default: 1-00:00:00]")] = None,
     array_parallelism: Annotated[int | None,
                                  typer.Option("--array-parallelism", help="slurm: tasks at a time")]
     = None,
@@ -228,36 +230,28 @@ def run(
 ) -> None:
     """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once).
     With --until-resolved: then more seeds where a comparison is still unresolved (docs/CLI.md)."""
-    if executor == "local" and (nodes is not None or gpus_per_node is not None):
-        from ablate.errors import ConfigError
+    from dataclasses import replace
 
-        flag = "--nodes" if nodes is not None else "--gpus-per-node"
-        raise ConfigError("only the Slurm executor spans nodes; add --executor slurm (a local run uses "
-                          "train.devices processes on this machine)", where=flag)
-    spec = until_resolved_spec(metric, reference, compare, max_seeds, round_) if until_resolved else None
     from ablate.ablations.memory import parse_memory
+    from ablate.execute.executor import RunOptions, check_flags
+    from ablate.execute.executor import executor as chosen_executor
 
+    chosen = chosen_executor(executor)  # a misspelled name: one line, before anything else
+    own = {k: v for k, v in {"partition": partition, "gpus_per_job": gpus_per_job, "time": time_limit,
+                             "array_parallelism": array_parallelism, "slurm_opts": slurm_opts, "nodes": nodes,
+                             "gpus_per_node": gpus_per_node, "ray_address": ray_address}.items()
+           if v is not None and v != []}
+    check_flags(chosen, own)
+    spec = until_resolved_spec(metric, reference, compare, max_seeds, round_) if until_resolved else None
     memory = parse_memory(device_memory) if device_memory is not None else None
+    options = RunOptions(home=home_dir(home), store=store, executor=executor, jobs=jobs, devices=devices,
+                         threads=threads, jobs_per_device=jobs_per_device, retry_failed=retry_failed,
+                         mlflow=not no_mlflow, wait=wait or spec is not None, append=append,
+                         progress_every_s=progress_every, device_memory=memory, own=own,
+                         **patience(store_patience))
 
     def run_round(extra: list[dict] | None = None) -> int:
-        if executor == "slurm":
-            from ablate.cli.slurm import run_slurm
-
-            return run_slurm(grid, sets, home=home, store=store, partition=partition,
-                             gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait or spec is not None,
-                             array_parallelism=array_parallelism, slurm_opts=slurm_opts,
-                             retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
-                             gpus_per_node=gpus_per_node, store_patience=store_patience, append=append,
-                             extra=extra or (), device_memory=memory)
-        from ablate.execute import RunOptions, print_summary, run_grid
-
-        options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
-                             jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow,
-                             wait=wait, append=append, progress_every_s=progress_every,
-                             extra=tuple(extra or ()), device_memory=memory, **patience(store_patience))
-        report = run_grid(grid, sets or [], options)
-        print_summary(report)
-        return report.exit_code
+        return chosen.run(grid, sets or [], replace(options, extra=tuple(extra or ())))
 
     if spec is None:
         raise typer.Exit(run_round())

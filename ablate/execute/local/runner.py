@@ -25,6 +25,7 @@ from rich.console import Console
 from ablate.config import total_steps
 from ablate.execute.devices import Slot
 from ablate.execute.display import GridDisplay
+from ablate.execute.executor import TRAIN_JOB
 from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.local.pool import WorkerPool
 from ablate.execute.messages import Job, JobEvent, Progress, Started
@@ -32,7 +33,6 @@ from ablate.execute.recorder import News
 
 log = logging.getLogger(__name__)
 
-TRAIN_JOB = "ablate.execute.job:train"
 # what the recorder says, in colour
 STYLE: dict[News, str] = {"away": "yellow", "back": "green", "gave_up": "red"}
 
@@ -57,6 +57,11 @@ class LocalRunner:
         self._jobs: dict[str, Job] = {}
         self._ended: dict[str, Ended] = {}
         self._started: dict[str, float] = {}
+
+    @property
+    def width(self) -> int:
+        """How many jobs run at once: one per worker."""
+        return len(self.slots)
 
     @property
     def store_error(self) -> str | None:

@@ -29,7 +29,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from ablate.execute.job import finished_result
 from ablate.execute.lifecycle import Lifecycle
 from ablate.execute.messages import Job
-from ablate.execute.recorder import SLURM_TASK
+from ablate.execute.recorder import TASK
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class SlurmTask(Checkpointable):
                 return {"outcome": "reused", "status": lifecycle.finished(run_id).kind}
             if not lock.acquire():
                 return {"outcome": "busy"}  # another process on this node trains it
-            lifecycle.claim(run_id, device=_device_label(job), config=job.config, slurm_job_id=job_id)
+            lifecycle.claim(run_id, device=_device_label(job), config=job.config, job=("slurm", job_id))
             return self._train(job, lifecycle)
         finally:
             lock.release()
@@ -126,7 +126,7 @@ class SlurmTask(Checkpointable):
             self._thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
             if lifecycle is not None:
                 lifecycle.tick()  # MLflow run ids; writes kept while the store was away
-                lifecycle.recorder.watch(lambda _, text: log.warning("%s", text), SLURM_TASK)
+                lifecycle.recorder.watch(lambda _, text: log.warning("%s", text), TASK)
         error = outcome.get("error")
         if isinstance(error, RunInterrupted):
             return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)
