@@ -29,9 +29,9 @@ class Slurm:
 
     name = "slurm"
     about = "one Slurm job array per grid (its tasks record their runs themselves)"
-    flags = {"partition": f"--partition is {WHAT}", "gpus_per_job": f"--gpus-per-job is {WHAT}",
-             "time": f"--time is {WHAT}", "array_parallelism": f"--array-parallelism is {WHAT}",
-             "slurm_opts": f"--slurm-opt is {WHAT}",
+    flags = {"partition": WHAT, "gpus_per_job": WHAT,
+             "time": WHAT, "array_parallelism": WHAT,
+             "slurm_opts": WHAT,
              "nodes": "only the Slurm executor spans nodes (a local run uses train.devices processes on this "
                       "machine)",
              "gpus_per_node": "only the Slurm executor spans nodes (a local run uses train.devices processes "
