@@ -117,6 +117,14 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     return report
 
 
+def run_and_report(path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
+    """``run_grid`` and its summary (``print_summary``): an executor's ``run`` when it trains in rounds
+    (local, Ray); its exit status."""
+    report = run_grid(path, sets, options)
+    print_summary(report)
+    return report.exit_code
+
+
 def _run_opened(o: Opened, session: Session, opts: RunOptions, console: Console, report: GridReport | None
                 ) -> GridReport:
     """One pass over an opened grid: train its ``todo`` on the executor, then read the statuses back."""

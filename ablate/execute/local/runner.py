@@ -17,14 +17,12 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Self
 
 from rich.console import Console
 
 from ablate.config import total_steps
 from ablate.execute.devices import Slot
-from ablate.execute.display import GridDisplay
+from ablate.execute.display import ShownRounds
 from ablate.execute.executor import TRAIN_JOB
 from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.local.pool import WorkerPool
@@ -37,7 +35,7 @@ log = logging.getLogger(__name__)
 STYLE: dict[News, str] = {"away": "yellow", "back": "green", "gave_up": "red"}
 
 
-class LocalRunner:
+class LocalRunner(ShownRounds):
     """The worker pool (started at the first round), the lifecycle and the display; a context manager."""
 
     def __init__(self, slots: Sequence[Slot], lifecycle: Lifecycle, *, title: str,
@@ -47,7 +45,6 @@ class LocalRunner:
         self.console = console or Console(stderr=True)
         self.progress_every_s = progress_every_s
         self.pool: WorkerPool | None = None
-        self.display: GridDisplay | None = None
         self.interrupted = False
         self.hard_stop = False
         self.pool_started: float | None = None  # time.monotonic() when the workers were started
@@ -68,30 +65,12 @@ class LocalRunner:
         """Why the runner stopped early: the store stayed away past its patience (None otherwise)."""
         return self.lifecycle.recorder.gave_up
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.lifecycle.run_dir(run_id)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def close(self) -> None:
         """Stop the workers and the live display."""
         if self.pool is not None:
             self.pool.close()
             self.pool = None
-        if self.display is not None:
-            self.display.__exit__(None, None, None)
-            self.display = None
-
-    def expect(self, n: int) -> None:
-        """Tell the progress display ``n`` more jobs are coming."""
-        if self.display is None:
-            self.display = GridDisplay(self.title, 0, self.console, workers=len(self.slots),
-                                       every_s=self.progress_every_s).__enter__()
-        self.display.expect(n)
+        super().close()
 
     # ------------------------------------------------------------ a round
     def run(self, jobs: Sequence[Job]) -> dict[str, Ended]:

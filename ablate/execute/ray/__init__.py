@@ -71,11 +71,9 @@ class Ray:
     flags = {"ray_address": "an option of the Ray executor"}
 
     def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
-        from ablate.execute.grid_run import print_summary, run_grid
+        from ablate.execute.grid_run import run_and_report
 
-        report = run_grid(path, sets, options)
-        print_summary(report)
-        return report.exit_code
+        return run_and_report(path, sets, options)
 
     @contextmanager
     def session(self, expanded: Expanded, options: RunOptions) -> Iterator[RaySession]:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from ablate.config import total_steps
-from ablate.execute.display import GridDisplay
+from ablate.execute.display import ShownRounds
 from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.messages import Job
 from ablate.execute.ray.cluster import TASK_FUNCTION, Ask, Cluster, job_id, mailbox, ray_module
@@ -37,17 +36,16 @@ LOOK_S = 2.0  # how often the store is read for the display and the mailbox for 
 MAX_RETRIES = 3  # a task whose worker or node dies is run again this many times
 
 
-class RayRunner:
+class RayRunner(ShownRounds):
     """Ray tasks for jobs, in rounds; a context manager."""
 
     def __init__(self, lifecycle: Lifecycle, *, cluster: Cluster, asks: Mapping[str, Ask], spec: TaskSpec,
                  title: str, width: int, console: Console | None = None,
                  progress_every_s: float | None = None):
         self.lifecycle, self.cluster, self.asks, self.spec, self.title = lifecycle, cluster, asks, spec, title
-        self.width = max(1, width)
+        self._width = max(1, width)
         self.console = console or Console(stderr=True)
         self.progress_every_s = progress_every_s
-        self.display: GridDisplay | None = None
         self.interrupted = False
         self.interrupts = 0
         self.pool_started: float | None = time.monotonic()
@@ -58,31 +56,15 @@ class RayRunner:
         self._mailbox: Any = None
 
     @property
+    def width(self) -> int:
+        """How many tasks the cluster runs at once, about."""
+        return self._width
+
+    @property
     def store_error(self) -> str | None:
         """The tasks record their runs themselves (and train on while the store is away): none here."""
         return None
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.lifecycle.run_dir(run_id)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the live display."""
-        if self.display is not None:
-            self.display.__exit__(None, None, None)
-            self.display = None
-
-    def expect(self, n: int) -> None:
-        """Tell the progress display ``n`` more jobs are coming."""
-        if self.display is None:
-            self.display = GridDisplay(self.title, 0, self.console, workers=self.width,
-                                       every_s=self.progress_every_s).__enter__()
-        self.display.expect(n)
 
     # ------------------------------------------------------------ a round
     def run(self, jobs: Sequence[Job]) -> dict[str, Ended]:
