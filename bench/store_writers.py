@@ -74,10 +74,11 @@ def writer(url: str, i: int, writes: int, rows: int, start: Any, out: Any) -> No
         live(0, half)
         other.join()
         steps = writes * rows
-        result = RunResult(run_id=rid, config={**BASE, "seed": i}, status="done",
+        curve = {"step": list(range(steps)), "loss": [3.0 - 1e-4 * s for s in range(steps)]}
+        result = RunResult(run_id=rid, config={**BASE, "seed": i}, status="done", metrics=curve,
                            summary={"steps": steps, "tokens": steps * 128, "train_loss": 2.0, "wall_s": 1.0},
-                           metrics={"step": list(range(steps)), "loss": [3.0 - 1e-4 * s for s in range(steps)]},
-                           started="2025-01-01T00:00:00", finished="2025-01-01T00:01:00", host="n", device="cpu")
+                           started="2025-01-01T00:00:00", finished="2025-01-01T00:01:00", host="n",
+                           device="cpu")
         t0 = time.perf_counter()
         try:
             store.ingest(result)
@@ -153,10 +154,11 @@ def main() -> None:
     ap.add_argument("--url", help="a PostgreSQL server (postgresql+psycopg://...); SQLite is always run")
     ap.add_argument("--no-sqlite", action="store_true")
     args = ap.parse_args()
-    backends = ([] if args.no_sqlite else [("sqlite", None)]) + ([("postgresql", args.url)] if args.url else [])
+    backends = [] if args.no_sqlite else [("sqlite", None)]
+    backends += [("postgresql", args.url)] if args.url else []
     print(f"{args.writes} live writes of {args.rows} rows per writer (from 2 threads), then one ingest")
-    print("| backend | writers | live writes | p50 ms | p95 ms | p99 ms | max ms | ingest p50 ms | ingest max ms "
-          "| wall s | errors | rows missing |")
+    print("| backend | writers | live writes | p50 ms | p95 ms | p99 ms | max ms | ingest p50 ms | "
+          "ingest max ms | wall s | errors | rows missing |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, base in backends:
         for n in args.writers:
@@ -164,7 +166,8 @@ def main() -> None:
             r = bench(url, n, args.writes, args.rows)
             print(f"| {name} | {n} | {r['writes']} | {1e3 * r['p50']:.1f} | {1e3 * r['p95']:.1f} | "
                   f"{1e3 * r['p99']:.1f} | {1e3 * r['max']:.0f} | {1e3 * r['ingest_p50']:.0f} | "
-                  f"{1e3 * r['ingest_max']:.0f} | {r['wall']:.1f} | {len(r['errors'])} | {len(r['missing'])} |",
+                  f"{1e3 * r['ingest_max']:.0f} | {r['wall']:.1f} | {len(r['errors'])} | "
+                  f"{len(r['missing'])} |",
                   flush=True)
             for e in sorted(set(r["errors"]))[:3]:
                 print(f"    error: {e}")

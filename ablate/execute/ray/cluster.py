@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.errors import ConfigError, RunError, UserInputError
+from ablate.errors import ConfigError, UserInputError
 
 log = logging.getLogger(__name__)
 
@@ -296,8 +296,3 @@ def mailbox() -> Any:
     actor = ray.remote(num_cpus=0, max_restarts=0)(Mailbox)
     return actor.options(name=MAILBOX, namespace=NAMESPACE, get_if_exists=True,
                          scheduling_strategy=here).remote()
-
-
-def refuse_unavailable(what: str) -> RunError:
-    """A Ray error that means the cluster went away, as one line."""
-    return RunError(f"the Ray cluster went away {what}")
