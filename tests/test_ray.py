@@ -327,6 +327,25 @@ def test_without_an_address_a_ray_instance_is_started_here_and_stopped_at_the_en
         socket.create_connection((host, int(port)), timeout=5).close()
 
 
+# ------------------------------------------------------------ tune's trials as Ray tasks
+def test_tune_trains_its_trials_as_ray_tasks_with_the_pruner(ray_cluster, tmp_path):
+    path = tmp_path / "t.yaml"
+    text = tiny_grid("tuned", variants=["baseline"], seeds=[0], steps=12, checkpoint_every=100,
+                     train_extra=", warmup_frac: 0.0")
+    path.write_text(text.replace("eval: {heldout_tokens: 256, probe_tokens: 128}",
+                                 "eval: {heldout_tokens: 256, probes: false, every: 4}"))
+    home = tmp_path / "home"
+    out = ablate(ray_cluster, "tune", str(path), "--executor", "ray", "--ray-address", ray_cluster.address,
+                 "--devices", "cpu", "--low", "1e-3", "--high", "1e-2", "--log", "--trials", "2",
+                 "--pruner", "median:1", "--home", str(home), "--no-mlflow")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ablate tune tuned: train.lr per cell" in out.stdout
+    with Store.open(home=home) as store:
+        trials = store.runs_frame(grid="tuned/tune")
+    assert len(trials) == 2 and set(trials["executor"]) == {"ray"}  # each trial a Ray task
+    assert set(trials["status"]) <= {"done", "pruned"} and "done" in set(trials["status"])
+
+
 # ------------------------------------------------------------ a node lost mid-run (last: it kills the node)
 def test_a_run_whose_node_dies_resumes_on_the_other_node_to_the_same_loss(ray_cluster, tmp_path):
     steps = 600
