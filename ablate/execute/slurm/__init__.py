@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ablate.execute.slurm.submit import SlurmOptions
 
 WHAT = "a Slurm option"
+NODES = "only the Slurm executor spans nodes"
 
 
 class Slurm:
@@ -29,13 +30,8 @@ class Slurm:
 
     name = "slurm"
     about = "one Slurm job array per grid (its tasks record their runs themselves)"
-    flags = {"partition": WHAT, "gpus_per_job": WHAT,
-             "time": WHAT, "array_parallelism": WHAT,
-             "slurm_opts": WHAT,
-             "nodes": "only the Slurm executor spans nodes (a local run uses train.devices processes on this "
-                      "machine)",
-             "gpus_per_node": "only the Slurm executor spans nodes (a local run uses train.devices processes "
-                              "on this machine)"}
+    flags = {"partition": WHAT, "gpus_per_job": WHAT, "time": WHAT, "array_parallelism": WHAT,
+             "slurm_opts": WHAT, "nodes": NODES, "gpus_per_node": NODES}
 
     def options(self, options: RunOptions) -> SlurmOptions:
         """``submit_grid``'s options from ``ablate run``'s."""
