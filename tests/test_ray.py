@@ -348,7 +348,7 @@ def test_tune_trains_its_trials_as_ray_tasks_with_the_pruner(ray_cluster, tmp_pa
 
 # ------------------------------------------------------------ a node lost mid-run (last: it kills the node)
 def test_a_run_whose_node_dies_resumes_on_the_other_node_to_the_same_loss(ray_cluster, tmp_path):
-    steps = 600
+    steps = 300
     path = grid(tmp_path / "k.yaml", "lost", seeds=[0], steps=steps)
     home, ref_home = tmp_path / "home", tmp_path / "reference"
     driver = subprocess.Popen([ABLATE, "run", str(path), "--executor", "ray", "--ray-address",
