@@ -267,6 +267,35 @@ def test_eight_runs_over_two_nodes_are_recorded_in_postgres_until_resolved(ray_c
     assert {r.info.status for r in nested} == {"FINISHED"}
 
 
+# ------------------------------------------------------------ the runtime_env
+def test_a_plugin_arm_reaches_the_workers_through_the_runtime_env(ray_cluster, tmp_path, monkeypatch):
+    """The plugin module is on this process's path only (not the nodes', not in the working directory): the
+    job's ``py_modules`` carry it to the tasks, and the arm trains there."""
+    src, work = tmp_path / "src", tmp_path / "work"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "plugin" / "myattn", src / "myattn")
+    work.mkdir()
+    path = work / "p.yaml"
+    arm = '{arm: "myattn:CappedSoftmax", args: {cap: 5}}'
+    text = tiny_grid("plugged", variants=["baseline"], seeds=[0], steps=10)
+    text = text.replace("variant: ['baseline']", f"variant: [baseline, {arm}]")
+    path.write_text(text.replace("\nbase:", "\nplugins: [myattn]\nbase:", 1))
+    from ablate.execute.ray.cluster import runtime_env
+
+    monkeypatch.syspath_prepend(str(src))
+    carried = runtime_env(["myattn"], cwd=work, home=work / "home")
+    assert carried["py_modules"] == [str(src / "myattn")] and carried["working_dir"] == str(work)
+    assert "home" in carried["excludes"] and ".git" in carried["excludes"]
+    env = {**ray_cluster.env, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([ABLATE, "run", str(path), "--executor", "ray", "--ray-address", ray_cluster.address,
+                          "--devices", "cpu", "--home", str(tmp_path / "home"), "--no-mlflow"], env=env,
+                         cwd=work, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with Store.open(home=tmp_path / "home") as store:
+        runs = store.runs_frame(grid="plugged")
+    assert len(runs) == 2 and any(v.startswith("myattn:CappedSoftmax") for v in runs["variant"])
+    assert set(runs["status"]) == {"done"} and set(runs["executor"]) == {"ray"}
+
+
 # ------------------------------------------------------------ status and cancel
 def test_status_shows_the_ray_tasks_and_cancel_puts_the_runs_back_in_the_queue(ray_cluster, tmp_path):
     path = grid(tmp_path / "c.yaml", "cancelled", seeds=[0], steps=5000)
