@@ -10,7 +10,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -c constraints.txt -e '.[dev,dashboard]'
+	$(BIN)/pip install -c constraints.txt -e '.[dev,dashboard,ray]'
 	touch $@
 
 quickstart: setup

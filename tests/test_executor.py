@@ -321,7 +321,7 @@ def test_bad_input_is_exit_2(tmp_path):
 
 
 def test_ui_runs_mlflow_on_localhost_over_the_homes_store(tmp_path, monkeypatch):
-    from ablate.execute.serve import ui_command
+    from ablate.cli.serve import ui_command
 
     cmd = ui_command(tmp_path / "home", port=5123)
     assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"]

@@ -185,6 +185,11 @@ DeviceMemoryOpt = Annotated[str | None, typer.Option(
     "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything "
                             "starts if a run's estimated peak does not fit, naming the cheapest fix [run, on "
                             "a GPU: its memory]")]
+ExecutorOpt = Annotated[str, typer.Option("--executor", help="where the runs train: local (a pool of workers "
+                                          "here), slurm (one job array) or ray (one Ray task per run)")]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    "--ray-address", help="ray: the cluster to join (host:port) [default: $RAY_ADDRESS, else a Ray instance "
+                          "started here for this command]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 StorePatienceOpt = Annotated[float | None, typer.Option(
     "--store-patience", min=0, show_default=False,

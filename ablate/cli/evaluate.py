@@ -44,7 +44,7 @@ def eval_cmd(
 ) -> None:
     """Score finished runs with lm-evaluation-harness and store the scores as bench/<task> columns (`ablate
     runs`, the reports). A rerun scores only what is missing; exit 1 if a run could not be scored."""
-    from ablate.execute.evaluate import RunScores, evaluate_runs, select_runs
+    from ablate.scoring import RunScores, evaluate_runs, select_runs
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notes; failures still show
     names = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -104,7 +104,7 @@ def probe_cmd(
     """Probe done runs again from their last checkpoint, on the windows they probed, and store the probes (a
     probe added since a run trained, such as massive_ratio, without training it again); exit 1 if a run
     failed."""
-    from ablate.execute.evaluate import RunProbes, probe_runs, select_runs
+    from ablate.scoring import RunProbes, probe_runs, select_runs
 
     def report(res: RunProbes) -> None:
         typer.echo(f"{res.run_id}: {'failed: ' + res.error if res.error else 'probed'}", err=True)

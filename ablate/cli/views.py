@@ -107,12 +107,12 @@ def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Ta
                           step, "-" if loss is None else f"{loss:.4f}", "-" if tps is None else f"{tps:,.0f}",
                           "-" if eta is None or r["stale"] or r.get("ended") else duration(eta), age)
         out.append(table)
-    if summary.get("slurm"):
-        table = Table(title="in Slurm")
-        for col in ("run_id", "grid", "variant", "seed", "status", "slurm job", "slurm state"):
+    if summary.get("jobs"):
+        table = Table(title="in executors' jobs")
+        for col in ("run_id", "grid", "variant", "seed", "status", "executor", "job", "state"):
             table.add_column(col)
-        for r in summary["slurm"]:
+        for r in summary["jobs"]:
             table.add_row(r["run_id"], r["grid"] or "-", r["variant"], str(r["seed"]), r["status"],
-                          r["slurm_job_id"], r["slurm_state"] or "-")
+                          r["executor"], r["job"], r["state"] or "-")
         out.append(table)
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -182,6 +182,45 @@ class GridDisplay:
                 left += per_run
         queued = max(0, self.total - self.ended_n - len(self.active))
         return (left + queued * per_run) / self.workers
+
+
+class ShownRounds:
+    """What every runner of rounds shares (``executor.Runner``): its lifecycle's run directories and its live
+    display, made at the first ``expect``; a context manager (``close`` stops the display). A subclass sets
+    ``lifecycle``, ``title``, ``console``, ``progress_every_s`` and ``width``."""
+
+    lifecycle: Any
+    title: str
+    console: Console
+    progress_every_s: float | None
+    display: GridDisplay | None = None
+
+    @property
+    def width(self) -> int:
+        raise NotImplementedError
+
+    def run_dir(self, run_id: str) -> Any:
+        """A run's directory in the lifecycle's home."""
+        return self.lifecycle.run_dir(run_id)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the live display."""
+        if self.display is not None:
+            self.display.__exit__(None, None, None)
+            self.display = None
+
+    def expect(self, n: int) -> None:
+        """Tell the progress display ``n`` more jobs are coming."""
+        if self.display is None:
+            self.display = GridDisplay(self.title, 0, self.console, workers=self.width,
+                                       every_s=self.progress_every_s).__enter__()
+        self.display.expect(n)
 
 
 def summary_table(grid: str, counts: dict[str, int], totals: dict[str, int], wall_s: float) -> Table:

@@ -123,9 +123,11 @@ class Store:
         """The text a grid was last registered with; None for a grid the store does not hold."""
         return self._read(lambda s: queries.grid_text(s, name))
 
-    def mark_running(self, *, run_id: str, host: str | None = None, device: str | None = None) -> None:
-        """The run started on ``host``/``device``."""
-        self._write(lambda s: records.mark_running(s, run_id=run_id, host=host, device=device))
+    def mark_running(self, *, run_id: str, host: str | None = None, device: str | None = None,
+                     executor: str | None = None, job_id: str | None = None) -> None:
+        """The run started on ``host``/``device``, in ``executor``'s job ``job_id`` (None: no job)."""
+        self._write(lambda s: records.mark_running(s, run_id=run_id, host=host, device=device,
+                                                   executor=executor, job_id=job_id))
 
     def heartbeat(self, *, run_id: str, step: int | None = None) -> None:
         """The run is alive at ``step``."""
@@ -155,9 +157,9 @@ class Store:
         """Remember the MLflow run mirroring this run."""
         self._write(lambda s: records.set_mlflow_run_id(s, run_id=run_id, mlflow_run_id=mlflow_run_id))
 
-    def set_slurm_job_id(self, *, run_id: str, slurm_job_id: str | None) -> None:
-        """Remember the Slurm job running this run."""
-        self._write(lambda s: records.set_slurm_job_id(s, run_id=run_id, slurm_job_id=slurm_job_id))
+    def set_job(self, *, run_id: str, executor: str | None, job_id: str | None) -> None:
+        """Remember the job (of ``executor``) that trains this run; a ``job_id`` of None forgets it."""
+        self._write(lambda s: records.set_job(s, run_id=run_id, executor=executor, job_id=job_id))
 
     def set_scores(self, *, run_id: str, scores: Mapping[str, float | None]) -> None:
         """Set named scores of a run (``bench/<task>`` from ``ablate eval``); its other scores are kept."""

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ablate.store.api import Store
 
 LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "finished", "heartbeat",
-             "heartbeat_step", "resumed_from", "mlflow_run_id", "slurm_job_id", "error")
+             "heartbeat_step", "resumed_from", "mlflow_run_id", "executor", "job_id", "error")
 
 
 def _resolved(store: Store, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 IDENTITY = ["run_id", "grid", "variant", "seed", "status"]
 METRIC_COLUMNS = [m.name for m in COLUMNS]
 EXTRA = ["host", "device", "started", "finished", "heartbeat", "heartbeat_step", "mlflow_run_id",
-         "slurm_job_id"]
+         "executor", "job_id"]
 INT_COLUMNS = ["seed", "heartbeat_step", *(m.name for m in COLUMNS if m.kind is int)]
 FLOAT_COLUMNS = [m.name for m in COLUMNS if m.kind is float]
 _RUN_FIELDS = [c for c in [*IDENTITY, *METRIC_COLUMNS, "error", *EXTRA] if c not in ("grid",

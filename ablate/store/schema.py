@@ -131,7 +131,10 @@ class Run(Base):
     resumed_from: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
-    slurm_job_id: Mapped[str | None] = mapped_column(String(64))
+    # the executor whose job trains it now (``local``, ``slurm``, ``ray``) and that job's id in its own terms
+    # (Slurm: ``<array>_<index>``); None when no job holds it
+    executor: Mapped[str | None] = mapped_column(String(16))
+    job_id: Mapped[str | None] = mapped_column(String(128))
     # summary (CLI.md's `runs` columns that are not per-set scores)
     params: Mapped[int | None] = mapped_column(BigInteger)
     added_params: Mapped[int | None] = mapped_column(BigInteger)

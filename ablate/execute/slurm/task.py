@@ -1,11 +1,11 @@
 """One task of a Slurm job array: trains one run into ``$ABLATE_HOME/runs/<run_id>`` and records it in the
 store.
 
-Submitted by ``ablate.execute.slurm`` through submitit (``map_array``); runs inside Slurm, under ``srun``,
-as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank 0 writes
-the store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does: ``running`` with
-the job id at the start, heartbeats and step metrics while it trains, the result (or ``failed`` with the
-traceback) at the end.
+Submitted by ``ablate.execute.slurm.submit`` through submitit (``map_array``); runs inside Slurm, under
+``srun``, as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank
+0 writes the store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does:
+``running`` with the job id at the start, heartbeats and step metrics while it trains, the result (or
+``failed`` with the traceback) at the end.
 
 Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops
 the job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the training runs in a
@@ -29,7 +29,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from ablate.execute.job import finished_result
 from ablate.execute.lifecycle import Lifecycle
 from ablate.execute.messages import Job
-from ablate.execute.recorder import SLURM_TASK
+from ablate.execute.recorder import TASK
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class SlurmTask(Checkpointable):
                 return {"outcome": "reused", "status": lifecycle.finished(run_id).kind}
             if not lock.acquire():
                 return {"outcome": "busy"}  # another process on this node trains it
-            lifecycle.claim(run_id, device=_device_label(job), config=job.config, slurm_job_id=job_id)
+            lifecycle.claim(run_id, device=_device_label(job), config=job.config, job=("slurm", job_id))
             return self._train(job, lifecycle)
         finally:
             lock.release()
@@ -126,7 +126,7 @@ class SlurmTask(Checkpointable):
             self._thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
             if lifecycle is not None:
                 lifecycle.tick()  # MLflow run ids; writes kept while the store was away
-                lifecycle.recorder.watch(lambda _, text: log.warning("%s", text), SLURM_TASK)
+                lifecycle.recorder.watch(lambda _, text: log.warning("%s", text), TASK)
         error = outcome.get("error")
         if isinstance(error, RunInterrupted):
             return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)

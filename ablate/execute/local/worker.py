@@ -13,7 +13,6 @@ is the pool's process that decides what a Ctrl-C means.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import queue
@@ -21,51 +20,21 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from ablate.execute.devices import Slot, quiet_threads
+from ablate.execute.job import JobContext, load_job, run_job
 from ablate.execute.messages import (
-    Failed,
     Fatal,
-    Finished,
-    Interrupted,
-    Progress,
     Ready,
     RunJob,
     Shutdown,
-    Started,
     StopJob,
 )
 
 log = logging.getLogger(__name__)
-
-
-class JobInterrupted(Exception):
-    """Raised by a job function that stopped because it was asked to (its progress is saved)."""
-
-
-@dataclass
-class JobContext:
-    """What a job function gets besides its job: its run, where it runs, a stop flag and a way to report."""
-
-    run_id: str
-    slot: Slot
-    stop: threading.Event
-    send: Callable[[Any], None]
-
-    def started(self, *, resuming: bool = False) -> None:
-        """The job took its run and starts training."""
-        self.send(Started(self.run_id, pid=os.getpid(), device=self.slot.label, resuming=resuming))
-
-    def progress(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Step metrics since the last call (never blocks)."""
-        rows = tuple(rows)
-        if rows:
-            self.send(Progress(self.run_id, rows))
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -91,13 +60,6 @@ def log_to_stderr() -> None:
     root.setLevel(logging.WARNING)
     logging.getLogger("ablate").setLevel(logging.INFO)
     logging.captureWarnings(True)
-
-
-def _load(job_fn: str) -> tuple[Callable[..., Any], Callable[[Slot], None] | None]:
-    """``"package.module:function"`` -> the function, and the module's optional ``prepare(slot)`` hook."""
-    module_name, _, fn_name = job_fn.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, fn_name), getattr(module, "prepare", None)
 
 
 def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None) -> None:
@@ -144,7 +106,7 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
     out.start()
     try:
         try:
-            fn, prepare = _load(job_fn)
+            fn, prepare = load_job(job_fn)
             if prepare is not None:
                 prepare(slot)
         except BaseException as exc:  # noqa: BLE001 - reported to the pool, which stops starting workers
@@ -156,27 +118,7 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
                  slot.threads)
         outbox.put(Ready(os.getpid(), slot.device, slot.threads))
         while (job := inbox.get()) is not None:
-            _run(fn, job, JobContext(job.run_id, slot, stop, outbox.put), outbox.put)
+            run_job(fn, job, JobContext(job.run_id, slot, stop, outbox.put), outbox.put)
     finally:
         outbox.put(None)
         out.join()
-
-
-def _run(fn: Callable[..., Any], job: Any, ctx: JobContext, send: Callable[[Any], None]) -> None:
-    """One job, reported as how it ended."""
-    if ctx.stop.is_set():
-        send(Interrupted(job.run_id, started=False))
-        return
-    log.info("run %s: started", job.run_id)
-    try:
-        outcome = fn(job, ctx)
-    except JobInterrupted as exc:
-        log.info("run %s: interrupted (%s)", job.run_id, exc)
-        send(Interrupted(job.run_id, started=True, message=str(exc)))
-    except BaseException as exc:  # noqa: BLE001 - a failure belongs to its run; the worker goes on
-        log.info("run %s: failed: %s: %s (its train.log has the traceback)", job.run_id, type(exc).__name__,
-                 exc)
-        send(Failed(job.run_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-    else:
-        log.info("run %s: ended: %s", job.run_id, outcome)
-        send(Finished(job.run_id, outcome))

@@ -32,8 +32,8 @@ from rich.console import Console
 
 from ablate.errors import ConfigError, RunError
 from ablate.execute.messages import Job
-from ablate.execute.recorder import STORE_PATIENCE_S
-from ablate.execute.slurm_queue import ALIVE, have_slurm, job_states
+from ablate.execute.recorder import STORE_PATIENCE_S, Wording
+from ablate.execute.slurm.queue import ALIVE, have_slurm, job_states
 from ablate.execute.triage import Decision
 from ablate.layout import run_dir
 
@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 
 
 DEFAULT_TIME = "1-00:00:00"
+# what ``--wait`` says when the store goes away, when it is back, and when it stayed away past the patience
+WAIT = Wording(
+    away="the store {where} is {away}: the Slurm tasks train on and record their runs when it is back; "
+         "waiting for it (up to {patience:.0f} s)",
+    back="the store {where} is back after {down:.0f} s",
+    gave_up="the store {where} has been {away} for {down:.0f} s: stopped waiting; array {array} goes "
+            "on, and its runs are recorded when the store is back (by their tasks, or by the next "
+            "`ablate run` for a task that ended meanwhile)")
 FINAL = ("done", "diverged", "failed")
 SIGNAL_DELAY_S = 90  # Slurm signals the task this long before its time limit (and on preemption)
 
@@ -247,7 +255,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
             "--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH"
         )
     with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                   stale_after_s=opts.stale_after_s, slurm=True, append=opts.append) as o:
+                   stale_after_s=opts.stale_after_s, remote=True, append=opts.append) as o:
         report = SlurmReport(grid=o.name, skipped=dict(o.skipped), home=o.home)
         report.skipped.update({rid: f"finished ({status}) before: ingested its result" for rid, status
                                in o.reused.items()})
@@ -271,7 +279,7 @@ def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: Slur
             console: Console) -> None:
     import submitit
 
-    from ablate.execute.slurm_task import SlurmTask
+    from ablate.execute.slurm.task import SlurmTask
 
     devices = {d.run.config.train.devices for d in todo}
     if len(devices) > 1:
@@ -292,7 +300,7 @@ def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: Slur
         raise RunError(f"sbatch refused the array: {exc}") from None
     for d, job in zip(todo, submitted, strict=True):
         report.jobs[d.run_id] = job.job_id
-        store.set_slurm_job_id(run_id=d.run_id, slurm_job_id=job.job_id)
+        store.set_job(run_id=d.run_id, executor="slurm", job_id=job.job_id)
     report.array_id = submitted[0].job_id.split("_", 1)[0]
     report.log_dir = home / "slurm"
     what = f"Slurm job array {report.array_id}" if len(jobs) > 1 else f"Slurm job {report.array_id}"
@@ -309,7 +317,7 @@ def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Con
     on and record their runs themselves when it is back; past the patience this stops waiting (exit 1)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ablate.execute.recorder import SLURM_WAIT, Recorder
+    from ablate.execute.recorder import Recorder
 
     ids = list(report.jobs)
     told: set[str] = set()
@@ -319,7 +327,7 @@ def wait_for(store: Store, report: SlurmReport, opts: SlurmOptions, console: Con
                         transient=True, disable=not console.is_terminal)
     task = progress.add_task(f"array {report.array_id}", total=len(ids), states="")
     recorder = Recorder(store, home=report.home, patience_s=opts.store_patience_s)
-    wording = SLURM_WAIT.filled(array=str(report.array_id))
+    wording = WAIT.filled(array=str(report.array_id))
 
     def say(news: str, text: str) -> None:
         if news != "gave_up":  # that one is the command's error line (report.store_error)

@@ -17,27 +17,25 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Self
 
 from rich.console import Console
 
 from ablate.config import total_steps
 from ablate.execute.devices import Slot
-from ablate.execute.display import GridDisplay
+from ablate.execute.display import ShownRounds
+from ablate.execute.executor import TRAIN_JOB
 from ablate.execute.lifecycle import Ended, Lifecycle
+from ablate.execute.local.pool import WorkerPool
 from ablate.execute.messages import Job, JobEvent, Progress, Started
-from ablate.execute.pool import WorkerPool
 from ablate.execute.recorder import News
 
 log = logging.getLogger(__name__)
 
-TRAIN_JOB = "ablate.execute.job:train"
 # what the recorder says, in colour
 STYLE: dict[News, str] = {"away": "yellow", "back": "green", "gave_up": "red"}
 
 
-class LocalRunner:
+class LocalRunner(ShownRounds):
     """The worker pool (started at the first round), the lifecycle and the display; a context manager."""
 
     def __init__(self, slots: Sequence[Slot], lifecycle: Lifecycle, *, title: str,
@@ -47,7 +45,6 @@ class LocalRunner:
         self.console = console or Console(stderr=True)
         self.progress_every_s = progress_every_s
         self.pool: WorkerPool | None = None
-        self.display: GridDisplay | None = None
         self.interrupted = False
         self.hard_stop = False
         self.pool_started: float | None = None  # time.monotonic() when the workers were started
@@ -59,34 +56,21 @@ class LocalRunner:
         self._started: dict[str, float] = {}
 
     @property
+    def width(self) -> int:
+        """How many jobs run at once: one per worker."""
+        return len(self.slots)
+
+    @property
     def store_error(self) -> str | None:
         """Why the runner stopped early: the store stayed away past its patience (None otherwise)."""
         return self.lifecycle.recorder.gave_up
-
-    def run_dir(self, run_id: str) -> Path:
-        return self.lifecycle.run_dir(run_id)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop the workers and the live display."""
         if self.pool is not None:
             self.pool.close()
             self.pool = None
-        if self.display is not None:
-            self.display.__exit__(None, None, None)
-            self.display = None
-
-    def expect(self, n: int) -> None:
-        """Tell the progress display ``n`` more jobs are coming."""
-        if self.display is None:
-            self.display = GridDisplay(self.title, 0, self.console, workers=len(self.slots),
-                                       every_s=self.progress_every_s).__enter__()
-        self.display.expect(n)
+        super().close()
 
     # ------------------------------------------------------------ a round
     def run(self, jobs: Sequence[Job]) -> dict[str, Ended]:

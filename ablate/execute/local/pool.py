@@ -25,8 +25,8 @@ from typing import Any
 
 from ablate.errors import RunError
 from ablate.execute.devices import Slot
+from ablate.execute.local.worker import worker_main
 from ablate.execute.messages import ENDS_JOB, Died, Fatal, JobEvent, Killed, Ready, RunJob, Shutdown, StopJob
-from ablate.execute.worker import worker_main
 
 log = logging.getLogger(__name__)
 
