@@ -129,7 +129,7 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     logs = [p.read_text() for p in sorted((home / "logs").glob("worker-*.log"))]
     workers = "".join(logs)
     # a worker still importing torch when every run has ended is stopped before it is ready (a loaded machine)
-    took = sum("ended" in log for log in logs)
+    took = sum(": ended" in log for log in logs)
     assert 1 <= took <= workers.count("ready on cpu") <= 2 and len(logs) == 2
     assert all(f"run {rid}: ended" in workers for rid in runs.index)
 
