@@ -282,6 +282,9 @@ def test_a_plugin_arm_reaches_the_workers_through_the_runtime_env(ray_cluster, t
     from ablate.execute.ray.cluster import runtime_env
 
     monkeypatch.syspath_prepend(str(src))
+    # another test of this process may have imported an example plugin of the same name from elsewhere
+    for name in [m for m in sys.modules if m == "myattn" or m.startswith("myattn.")]:
+        monkeypatch.delitem(sys.modules, name)
     carried = runtime_env(["myattn"], cwd=work, home=work / "home")
     assert carried["py_modules"] == [str(src / "myattn")] and carried["working_dir"] == str(work)
     assert "home" in carried["excludes"] and ".git" in carried["excludes"]
