@@ -50,9 +50,6 @@ def until_resolved_spec(metric: str, reference: str, compare: list[str] | None, 
                          max_seeds=max_seeds, round=round_)
 
 
-RICH_ROWS = 500  # a plan longer than this prints as plain columns (views.text_table)
-
-
 @app.command()
 @handles_errors
 def plan(
@@ -115,7 +112,9 @@ def plan(
     imported = plan_imports(runs)
     if imported:
         typer.echo(f"imports (plugin arms): {', '.join(imported)}")
-    if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns
+    from ablate.cli.views import RICH_ROWS
+
+    if len(runs) > RICH_ROWS:  # a large plan is printed as plain columns
         from ablate.cli.views import text_table
 
         typer.echo(text_table(*table))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+RICH_ROWS = 500  # a longer table prints as plain columns (text_table): rich lays out ~1,000 rows a second
+
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
@@ -62,17 +64,24 @@ def text_table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]
     return "\n".join([title, line(names), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
-def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table, int]:
-    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole."""
+def runs_cells(frame: pd.DataFrame, cols: list[str]) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """``ablate runs``' columns of ``frame`` as text: (name, ``left``/``right``), one row of cells per run."""
     from pandas.api.types import is_numeric_dtype
-    from rich.table import Table
 
     from ablate.store import render
 
-    cells = [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
+    columns = [(c, "right" if is_numeric_dtype(frame[c]) else "left") for c in cols]
+    return columns, [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
+
+
+def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table, int]:
+    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole."""
+    from rich.table import Table
+
+    columns, cells = runs_cells(frame, cols)
     table = Table(title=title)
-    for c in cols:
-        table.add_column(c, no_wrap=True, justify="right" if is_numeric_dtype(frame[c]) else "left")
+    for c, justify in columns:
+        table.add_column(c, no_wrap=True, justify=justify)  # type: ignore[arg-type]
     for row in cells:
         table.add_row(*row)
     width = sum(max([len(c), *(len(r[i]) for r in cells)]) + 3 for i, c in enumerate(cols)) + 1
