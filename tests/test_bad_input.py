@@ -25,7 +25,7 @@ GOOD = tiny_grid("bad-input", steps=2)
 def run(*args: str, home: Path, store: str | None = None, env: dict[str, str | None] | None = None):  # noqa: ANN201
     extra = ["--store", store] if store else []
     return runner.invoke(app, ["run", *args, "--home", str(home), "--no-mlflow", *extra],
-                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, **(env or {})})
+                         env=env)
 
 
 def assert_refused(result, pattern: str) -> None:  # noqa: ANN001
@@ -136,7 +136,7 @@ def test_a_tokenizer_that_cannot_work_is_refused_by_plan_too(case: str, tmp_path
     path = tmp_path / "grid.yaml"
     path.write_text(CORPUS[case][0])
     home = tmp_path / "home"
-    result = runner.invoke(app, ["plan", str(path), "--home", str(home)], env={"ABLATE_STORE": None})
+    result = runner.invoke(app, ["plan", str(path), "--home", str(home)])
     # a cluster's grid plans where its tokenizer is not: the line as a warning
     if case == "hf-tokenizer-not-here":
         assert result.exit_code == 0 and re.search(CORPUS[case][1], result.stderr)
@@ -176,7 +176,7 @@ def test_data_too_short_for_seq_len_is_found_before_training(tmp_path: Path) -> 
                                               r"more data")
     assert_nothing_recorded(home)
     # plan says the same, as a warning: planning a cluster's grid where its data is not is fine
-    out = runner.invoke(app, ["plan", str(grid), "--home", str(home)], env={"ABLATE_STORE": None})
+    out = runner.invoke(app, ["plan", str(grid), "--home", str(home)])
     assert out.exit_code == 0 and "holds 21 tokens" in out.stderr and "`ablate run` stops here" in out.stderr
 
 
@@ -243,7 +243,7 @@ def test_a_home_that_is_a_file(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.write_text("not a directory")
     assert_refused(run(str(grid), home=home), r"ABLATE_HOME .*home is a file, not a directory")
-    out = runner.invoke(app, ["runs", "--home", str(home)], env={"ABLATE_STORE": None})
+    out = runner.invoke(app, ["runs", "--home", str(home)])
     assert_refused(out, r"cannot create the store's folder .*home")
     assert home.read_text() == "not a directory"
 

@@ -65,8 +65,7 @@ class Server:
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("ABLATE_STORE", "MLFLOW_TRACKING_URI")}
-    return {**env, "ABLATE_HOME": str(home)}
+    return {**os.environ, "ABLATE_HOME": str(home)}
 
 
 def test_tune_dashboard_serves_the_stores_studies(tmp_path):
@@ -101,7 +100,6 @@ def test_ui_shows_a_live_run_and_its_growing_history(tmp_path, monkeypatch):
 
     home = tmp_path / "home"
     home.mkdir()
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's own store, as `ablate ui` opens it
     client = MlflowClient(tracking_uri(home))
     experiment = client.create_experiment("live")
     run = client.create_run(experiment).info.run_id  # RUNNING until it is ended

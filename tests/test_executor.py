@@ -37,18 +37,12 @@ def grid_text(name: str, seeds: list[int], extra: str = "") -> str:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict[str, str]:
-    """Subprocess environment: a shared token cache, MLflow in each home (not an inherited URI)."""
-    cache = tmp_path_factory.mktemp("cache")
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
-                                                          "ABLATE_STORE")}
-    e["ABLATE_CACHE"] = str(cache)
-    return e
+    """Subprocess environment: a shared token cache (MLflow in each home: the suite clears the caller's)."""
+    return {**os.environ, "ABLATE_CACHE": str(tmp_path_factory.mktemp("cache"))}
 
 
 @pytest.fixture(autouse=True)
-def _isolated(env, monkeypatch):
-    for key in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE"):
-        monkeypatch.delenv(key, raising=False)
+def _shared_cache(env, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", env["ABLATE_CACHE"])
 
 

@@ -36,10 +36,7 @@ ABLATE = str(Path(sys.executable).parent / "ablate")
 
 @pytest.fixture
 def env(module_cache):
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
-                                                          "ABLATE_STORE")}
-    e["ABLATE_CACHE"] = str(module_cache)
-    return e
+    return {**os.environ, "ABLATE_CACHE": str(module_cache)}
 
 
 def _free_port() -> int:

@@ -21,7 +21,7 @@ runner = CliRunner()
 
 
 def plan(*args: str, home: Path):
-    return runner.invoke(app, ["plan", *args, "--home", str(home)], env={"ABLATE_STORE": None})
+    return runner.invoke(app, ["plan", *args, "--home", str(home)])
 
 
 def write(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:

@@ -65,7 +65,6 @@ def _runs(home, url) -> dict[str, dict]:
 
 
 def test_eval_stores_lm_eval_scores_and_resumes(home_with_grid, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     home, url, models = home_with_grid
     from ablate.runner.lm_eval_tasks import utils
 

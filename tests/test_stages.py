@@ -238,7 +238,7 @@ def test_plan_the_table5_grids(tmp_path, name):
     from ablate.config import stage_configs
 
     res = CliRunner().invoke(app, ["plan", str(ROOT / "grids" / "paper" / f"{name}.yaml"), "--format", "json",
-                                   "--home", str(tmp_path)], env={"ABLATE_STORE": None})
+                                   "--home", str(tmp_path)])
     assert res.exit_code == 0, res.stderr
     runs = json.loads(res.stdout)["runs"]
     assert {r["variant"] for r in runs} == {"baseline", "sdpa-elementwise"}

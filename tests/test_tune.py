@@ -83,8 +83,6 @@ def tuned(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("tune")
     mp.setenv("ABLATE_CACHE", str(root / "cache"))
-    for key in ("ABLATE_HOME", "ABLATE_STORE", "MLFLOW_TRACKING_URI"):
-        mp.delenv(key, raising=False)
     path, home = root / "g.yaml", root / "home"
     path.write_text(GRID)
     name = enqueue(home, path, 1e-2, 1e-6)

@@ -113,7 +113,7 @@ def test_one_seed_is_refused(tmp_path) -> None:
 # ---------------------------------------------------------------- through the CLI
 def _ablate(*args: str, home: Path):  # noqa: ANN202
     return runner.invoke(app, [*args, "--home", str(home)],
-                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, "ABLATE_CACHE": None})
+                         )
 
 
 def _fill(path: Path, home: Path, spec: UntilResolved, effect: dict[str, float]) -> int:

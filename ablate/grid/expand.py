@@ -191,8 +191,8 @@ def _effective(model: ModelConfig, variant: str, where: str, field: str | None =
 
 def _match(model: ModelConfig, variant: str, target_variant: str, where: str,
            source: str) -> tuple[ModelConfig, float]:
-    """``model`` with its FFN re-widened so its total under ``variant`` equals ``target_variant``'s on the same
-    model (less the run's plugin arm, which the target does not carry)."""
+    """``model`` with its FFN re-widened so its total under ``variant`` equals ``target_variant``'s on the
+    same model (less the run's plugin arm, which the target does not carry)."""
     from ablate.ablations.params import match_ffn
 
     reference = without_variant(model, variant)
