@@ -436,7 +436,8 @@ def vocab_from_tokenizer(raw: Any) -> Any:
     model, data = raw.get("model", {}), raw.get("data", {})
     if not isinstance(model, Mapping) or not isinstance(data, Mapping) or "vocab_size" in model:
         return raw
-    preset = PRESETS.get(model.get("preset", "tiny"), {})
+    name = model.get("preset", "tiny")
+    preset = PRESETS.get(name, {}) if isinstance(name, str) else {}  # else validation says
     bpe = data.get("bpe_vocab_size", 0)
     # else validation says
     ids = tokenizer_ids(data.get("tokenizer", "byte"), bpe) if type(bpe) is int else None

@@ -4,12 +4,14 @@ never gives a traceback; statuses come from the store when there is one, and pla
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -108,6 +110,20 @@ def test_plan_shows_the_workers_and_threads_ablate_run_would_start(tmp_path, mon
     assert json.loads(two.stdout)["workers"] == [{"device": "cpu", "threads": 2}] * 2
     many = plan(str(grid), "--jobs", "8", "--threads", "3", home=tmp_path)  # never more workers than runs
     assert "3 workers on cpu, 3 threads each" in many.stdout
+
+
+def test_a_grid_runs_the_same_with_either_spelling_of_its_numbers(tmp_path):
+    home = tmp_path / "home"
+    grid = write(tmp_path, tiny_grid("spelled", variants=["baseline"], steps=2,
+                                     train_extra=", lr: 1.0e-2").replace("batch_size: 4", "batch_size: 2"))
+    first = runner.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])
+    assert first.exit_code == 0, first.output
+    grid.write_text(grid.read_text().replace("lr: 1.0e-2", "lr: 1e-2"))  # YAML 1.1 would read a string
+    again = runner.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])
+    assert again.exit_code == 0, again.output  # the same study: the same base, the same run, done
+    assert re.search(r"skipped\W+1\b", again.output), again.output
+    out = json.loads(plan(str(grid), "--set", "train.steps=2.0e0", "--format", "json", home=home).stdout)
+    assert [r["status"] for r in out["runs"]] == ["done"] and out["runs"][0]["config"]["train"]["lr"] == 0.01
 
 
 def test_statuses_come_from_an_existing_store(tmp_path):
