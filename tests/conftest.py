@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -176,6 +177,14 @@ def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.delitem(__import__("sys").modules, "myattn", raising=False)
     return root
+
+
+@pytest.fixture(autouse=True)
+def _plugin_path_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid that lists plugins makes its folder importable for the rest of its process
+    (``ablate.ablations.plugins.beside``): in the suite, for the rest of its test only."""
+    monkeypatch.delenv("ABLATE_PLUGIN_PATH", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
 
 
 @pytest.fixture(scope="module")

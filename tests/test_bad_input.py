@@ -244,7 +244,7 @@ def test_a_home_that_is_a_file(tmp_path: Path) -> None:
     home.write_text("not a directory")
     assert_refused(run(str(grid), home=home), r"ABLATE_HOME .*home is a file, not a directory")
     out = runner.invoke(app, ["runs", "--home", str(home)])
-    assert_refused(out, r"cannot create the store's folder .*home")
+    assert_refused(out, r"cannot open the store .*: the store's folder .*home is not a directory")
     assert home.read_text() == "not a directory"
 
 

@@ -44,7 +44,9 @@ def plan(path: Path, home: Path):
     ("[]", json.dumps(ARM), r"plugin arm 'myattn:CappedSoftmax' is from module 'myattn', which the grid does "
                             r"not list: add `plugins: \[myattn\]`"),
     ("[nothere]", '{arm: "nothere:X"}', r"cannot import plugin module 'nothere': ModuleNotFoundError: No "
-                                        r"module named 'nothere'"),
+                                        r"module named 'nothere' \(looked on PYTHONPATH and beside the grid "
+                                        r"file \(/.*\): put the module beside the grid file, or add its "
+                                        r"folder to PYTHONPATH\)"),
     ("[myattn]", '{arm: "myattn:Missing"}', r"plugin module 'myattn' has no 'Missing'"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: -1}}',
      r"model.plugin.args.cap: myattn:CappedSoftmax: Input should be greater than 0 \(got -1\)"),
@@ -147,6 +149,43 @@ def test_an_entry_point_arm_is_listed_and_usable_without_plugins(plugin_dir, tmp
     out = json.loads(result.output)
     assert out["imports"] == ["myattn"]
     assert [r["variant"] for r in out["runs"]] == ["baseline", "capped(cap=2)"]
+
+
+def _beside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int = 10) -> Path:
+    """A grid file with the example's module beside it, neither on the import path, from another folder."""
+    import shutil
+    import sys
+
+    folder = tmp_path / "study"
+    shutil.copytree(EXAMPLE / "myattn", folder / "myattn")
+    path = grid_file(folder, steps=steps)
+    monkeypatch.delitem(sys.modules, "myattn", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert not any(Path(p, "myattn").exists() for p in sys.path if p)
+    return path
+
+
+def test_a_plugin_module_beside_its_grid_file_is_found(tmp_path, monkeypatch) -> None:
+    out = plan(_beside(tmp_path, monkeypatch), tmp_path / "home")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["imports"] == ["myattn"]
+    import myattn  # found where the grid is: at the end of the import path
+
+    assert Path(myattn.__file__).parent == tmp_path / "study" / "myattn"
+
+
+@pytest.mark.slow
+def test_a_plugin_module_beside_its_grid_file_trains_in_the_workers(tmp_path, monkeypatch,
+                                                                    module_cache) -> None:
+    path = _beside(tmp_path, monkeypatch, steps=2)
+    home = tmp_path / "home"
+    out = CliRunner().invoke(app, ["run", str(path), "--home", str(home), "--no-mlflow"])
+    assert out.exit_code == 0, out.output
+    from ablate.store import Store
+
+    with Store.open(home=home) as store:
+        runs = store.runs_frame(grid="plug")
+    assert sorted(runs["status"]) == ["done", "done"] and "myattn:CappedSoftmax(cap=5)" in set(runs["variant"])
 
 
 def test_the_example_grid_plans_with_the_example_on_the_path(plugin_dir, tmp_path) -> None:

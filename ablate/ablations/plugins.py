@@ -28,7 +28,8 @@ cannot sit where the config's own gate (``model.gate``) does.
 
 Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the
 ``ablate.arms`` entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported
-(``check``). Identity: the arm's ``version`` is filled when the grid is loaded (``fill_version``): its
+(``check``). They are found on the import path (``PYTHONPATH``) and beside the grid file (``beside``: its
+folder goes at the end of the import path, so a file there never shadows an installed module). Identity: the arm's ``version`` is filled when the grid is loaded (``fill_version``): its
 distribution's version when the module comes from an installed package, else ``sha256:`` of its source files,
 so a changed plugin changes the run id. Importing this module never imports torch or any plugin.
 """
@@ -40,6 +41,8 @@ import hashlib
 import importlib
 import importlib.metadata
 import logging
+import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, get_args
@@ -52,6 +55,8 @@ from ablate.errors import ConfigError
 log = logging.getLogger(__name__)
 
 ENTRY_POINTS = "ablate.arms"
+# the folders of the grid files loaded here, for this process and the ones it starts (workers, Slurm tasks)
+PLUGIN_PATH = "ABLATE_PLUGIN_PATH"
 SLOTS = ("weights", "gate", "attn_out")
 POSITIONS: tuple[str, ...] = get_args(GatePosition)
 
@@ -92,19 +97,46 @@ class Arm(Protocol):
     def __init__(self, args: BaseModel, cfg: ModelConfig) -> None: ...
 
 
+def beside(grid_file: str | os.PathLike[str]) -> None:
+    """Make the plugin modules beside a grid file importable, as a script's own modules are: its folder is
+    added to ``ABLATE_PLUGIN_PATH``, which this process and the ones it starts put at the end of their import
+    path before they import an arm (``load``)."""
+    folder = str(Path(grid_file).resolve().parent)
+    known = [p for p in os.environ.get(PLUGIN_PATH, "").split(os.pathsep) if p]
+    if folder not in known:
+        os.environ[PLUGIN_PATH] = os.pathsep.join([*known, folder])
+
+
+def _searched() -> list[str]:
+    """The grids' folders (``beside``), put at the end of the import path: never before an installed
+    module."""
+    folders = [p for p in os.environ.get(PLUGIN_PATH, "").split(os.pathsep) if p]
+    added = [p for p in folders if p not in sys.path]
+    if added:
+        sys.path.extend(added)
+        importlib.invalidate_caches()
+    return folders
+
+
 def load(arm: str) -> type[Arm]:
     """The class ``arm`` names; a ConfigError naming the module and the exception when it cannot be
-    imported."""
+    imported (and, when it is not found, where ablate looked)."""
     module, _, name = target(arm).partition(":")
     if not name:
         raise ConfigError(f"plugin arm {arm!r} is neither module:Class nor a name registered under the "
                           f"{ENTRY_POINTS!r} entry points "
                           f"({', '.join(sorted(registered())) or 'none installed'})",
                           where="model.plugin.arm")
+    folders = _searched()
     try:
         mod = importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
-        raise ConfigError(f"cannot import plugin module {module!r}: {type(exc).__name__}: {exc}",
+        looked = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module.partition(".")[0]:
+            where = f"beside the grid file ({', '.join(folders)})" if folders else "beside the grid file"
+            looked = (f" (looked on PYTHONPATH and {where}: put the module beside the grid file, or add its "
+                      "folder to PYTHONPATH)")
+        raise ConfigError(f"cannot import plugin module {module!r}: {type(exc).__name__}: {exc}{looked}",
                           where="model.plugin.arm") from None
     cls = getattr(mod, name, None)
     if cls is None:

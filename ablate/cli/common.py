@@ -207,11 +207,13 @@ def home_dir(home: Path | None) -> Path:
     return Path(home or os.environ.get("ABLATE_HOME") or "ablate-runs")
 
 
-def open_store(home: Path | None, store: str | None) -> Any:
-    """Open the store, printing its warnings (e.g. SQLite on a network file system) on stderr."""
+def open_store(home: Path | None, store: str | None, *, create: bool = False) -> Any:
+    """Open the store, printing its warnings (e.g. SQLite on a network file system) on stderr. A command
+    that only reads (the default) makes nothing: no store there is one line naming it, exit 1
+    (``NoStoreError``); ``create`` for one that records runs (``ablate ingest``)."""
     from ablate.store import Store
 
-    opened = Store.open(store, home=home_dir(home))
+    opened = Store.open(store, home=home_dir(home), create=create)
     for warning in opened.warnings:
         warn(warning)
     return opened

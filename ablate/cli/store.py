@@ -140,7 +140,7 @@ def ingest_cmd(
     from ablate.result import result_paths
 
     failed = 0
-    with open_store(home, store) as opened:
+    with open_store(home, store, create=True) as opened:
         for path in result_paths(run_dirs):
             try:
                 run_id = opened.ingest(path)

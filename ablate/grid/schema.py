@@ -349,4 +349,9 @@ def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:
         raise ConfigError("no such grid file", where=source) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the grid file: {exc}", where=source) from None
-    return parse_grid(text, source=source, sets=sets)
+    grid = parse_grid(text, source=source, sets=sets)
+    if grid.plugins:  # its plugin modules are found beside it
+        from ablate.ablations.plugins import beside
+
+        beside(path)
+    return grid

@@ -141,14 +141,15 @@ def check_url(url: str) -> Path | None:
     return sqlite_path(url)
 
 
-def make_engine(url: str) -> tuple[Engine, list[str]]:
-    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
+def make_engine(url: str, *, create: bool = True) -> tuple[Engine, list[str]]:
+    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it.
+    ``create``: make a SQLite file's folder (a store that is only read is never made)."""
     from sqlalchemy import create_engine
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     warnings: list[str] = []
     path = check_url(url)
-    if path is not None:
+    if path is not None and create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
