@@ -294,8 +294,11 @@ def test_a_read_only_home_with_a_writable_store(read_only_dir: Path, tmp_path: P
                                                         r"postgresql\+psycopg://.*:9/ablate: "
                                                         r".*(refused|connect)"),
     ("not a url", r"not a database URL: 'not a url'"),
+    ("postgres://me:pw@db.lab/runs", r"unsupported store 'postgres://me:\*\*\*@db.lab/runs': write "
+                                     r"postgresql\+psycopg://me:\*\*\*@db.lab/runs \(SQLAlchemy's name for "
+                                     r"PostgreSQL"),
 ], ids=["mysql", "missing-driver", "unknown-driver", "unknown-sqlite-driver", "sqlite-with-a-host",
-        "unreachable", "not-a-url"])
+        "unreachable", "not-a-url", "postgres-scheme"])
 def test_a_store_that_cannot_be_opened(url: str, pattern: str, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """Every command refuses it in one line; nothing is left behind: no home, no runs folder, no store folder
     (``sqlite://tmp/x/y.db`` once made ./x/, a bad driver name an empty $ABLATE_HOME/runs/)."""
@@ -317,8 +320,7 @@ def test_set_on_a_grid_axis_is_an_error(tmp_path: Path) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(GOOD)
     for cmd in ("run", "plan"):
-        out = runner.invoke(app, [cmd, str(grid), "--set", "variant=baseline", "--home", str(tmp_path / "h")],
-                            env={"ABLATE_STORE": None})
+        out = runner.invoke(app, [cmd, str(grid), "--set", "variant=baseline", "--home", str(tmp_path / "h")])
         assert_refused(out, r"--set: variant is a grid axis \(in grid of .*grid.yaml\), so --set "
                             r"variant=\.\.\. would change nothing; use --where or edit the grid")
     assert not (tmp_path / "h").exists()

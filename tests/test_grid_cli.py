@@ -190,6 +190,12 @@ ERRORS = {
     "zip-unequal": ("name: x\nzip: [{train.lr: [1.0e-3, 2.0e-3], train.steps: [5]}]\n", (),
                     r"zip\[0\]: the lists of a zip group must have equal length: train.lr has 2, train.steps "
                     r"has 1"),
+    "seed-twice": ("name: x\ngrid: {seed: [0, 1, 1]}\n", (),
+                   r"grid.yaml: grid: seed lists 1 twice \(\[0, 1, 1\]\): each value once"),
+    "value-twice-by-value": ("name: x\ngrid: {train.lr: [1e-3, 0.001]}\n", (),
+                             r"grid: train.lr lists 0.001 twice"),
+    "zip-row-twice": ("name: x\nzip: [{seed: [0, 0], train.lr: [1.0e-3, 1.0e-3]}]\n", (),
+                      r"zip\[0\]: \(seed, train.lr\) lists \(0, 0.001\) twice"),
     "axis-twice": ("name: x\ngrid: {seed: [0]}\nzip: [{seed: [1]}]\n", (),
                    r"'seed' is varied twice, in grid and in zip\[0\]"),
     "unknown-variant": ("name: x\ngrid: {variant: [baseline, sdpa-elementwize]}\n", (),

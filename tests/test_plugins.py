@@ -47,7 +47,13 @@ def plan(path: Path, home: Path):
                                         r"module named 'nothere' \(looked on PYTHONPATH and beside the grid "
                                         r"file \(/.*\): put the module beside the grid file, or add its "
                                         r"folder to PYTHONPATH\)"),
-    ("[myattn]", '{arm: "myattn:Missing"}', r"plugin module 'myattn' has no 'Missing'"),
+    ("[myattn]", '{arm: "myattn:Missing"}', r"plugin module 'myattn' has no 'Missing'; its arms: "
+                                            r"CappedSoftmax, HeadGate, LayerScale$"),
+    ("[myattn]", '{arm: "myattn:CapedSoftmax"}',
+     r"plugin module 'myattn' has no 'CapedSoftmax' \(did you mean 'CappedSoftmax'\?\); its arms: "
+     r"CappedSoftmax, HeadGate"),
+    ("[myattn]", '{arm: "myatn:CappedSoftmax"}',
+     r"is from module 'myatn' \(did you mean 'myattn'\?\), which the grid does not list"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: -1}}',
      r"model.plugin.args.cap: myattn:CappedSoftmax: Input should be greater than 0 \(got -1\)"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: 5, width: 2}}',
@@ -185,7 +191,55 @@ def test_a_plugin_module_beside_its_grid_file_trains_in_the_workers(tmp_path, mo
 
     with Store.open(home=home) as store:
         runs = store.runs_frame(grid="plug")
-    assert sorted(runs["status"]) == ["done", "done"] and "myattn:CappedSoftmax(cap=5)" in set(runs["variant"])
+    assert sorted(runs["status"]) == ["done", "done"]
+    assert "myattn:CappedSoftmax(cap=5)" in set(runs["variant"])
+
+
+BAD_INIT = """
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+
+class ItemScale(nn.Module):
+    slot = "attn_out"
+
+    class Args(BaseModel):
+        pass
+
+    def __init__(self, args, cfg):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(cfg.d_model))
+        self.start = float(self.scale.mean().item())  # reads a value: not on the meta device
+
+    def forward(self, a, x):
+        return a * self.scale, None
+
+
+class Broken(ItemScale):
+    def __init__(self, args, cfg):
+        raise KeyError("oops")
+"""
+
+
+@pytest.mark.parametrize(("arm", "message"), [
+    ("badinit:ItemScale", r"plugin arm 'badinit:ItemScale' cannot be built on the meta device, where "
+                          r"ablate counts a model's parameters without allocating them \(RuntimeError: "
+                          r".*meta.*\): its __init__ must not read a tensor's values "
+                          r"\(.item\(\), .tolist\(\),"),
+    ("badinit:Broken", r"plugin arm 'badinit:Broken' failed while the model was built to count its "
+                       r"parameters \(KeyError: 'oops'\)"),
+])
+def test_a_plugin_that_cannot_be_built_on_the_meta_device_is_one_line_naming_it(tmp_path, monkeypatch, arm,
+                                                                                 message) -> None:
+    import sys
+
+    (tmp_path / "badinit.py").write_text(BAD_INIT)
+    monkeypatch.delitem(sys.modules, "badinit", raising=False)
+    result = plan(grid_file(tmp_path, plugins="[badinit]", arm=f'{{arm: "{arm}"}}'), tmp_path / "home")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert re.search(message, result.output), result.output
 
 
 def test_the_example_grid_plans_with_the_example_on_the_path(plugin_dir, tmp_path) -> None:

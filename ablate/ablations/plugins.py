@@ -29,9 +29,10 @@ cannot sit where the config's own gate (``model.gate``) does.
 Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the
 ``ablate.arms`` entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported
 (``check``). They are found on the import path (``PYTHONPATH``) and beside the grid file (``beside``: its
-folder goes at the end of the import path, so a file there never shadows an installed module). Identity: the arm's ``version`` is filled when the grid is loaded (``fill_version``): its
-distribution's version when the module comes from an installed package, else ``sha256:`` of its source files,
-so a changed plugin changes the run id. Importing this module never imports torch or any plugin.
+folder goes at the end of the import path, so a file there never shadows an installed module). Identity: the
+arm's ``version`` is filled when the grid is loaded (``fill_version``): its distribution's version when the
+module comes from an installed package, else ``sha256:`` of its source files, so a changed plugin changes the
+run id. Importing this module never imports torch or any plugin.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import Any, ClassVar, Protocol, get_args
 from pydantic import BaseModel, ValidationError
 
 from ablate.ablations.config import GatePosition, ModelConfig, PluginArm
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,11 @@ def load(arm: str) -> type[Arm]:
                           where="model.plugin.arm") from None
     cls = getattr(mod, name, None)
     if cls is None:
-        raise ConfigError(f"plugin module {module!r} has no {name!r}", where="model.plugin.arm")
+        arms = sorted(k for k, v in vars(mod).items()
+                      if isinstance(v, type) and getattr(v, "slot", None) in SLOTS)
+        listed = f"; its arms: {', '.join(arms)}" if arms else ""
+        raise ConfigError(f"plugin module {module!r} has no {name!r}{did_you_mean(name, arms)}{listed}",
+                          where="model.plugin.arm")
     slot, args = getattr(cls, "slot", None), getattr(cls, "Args", None)
     if slot not in SLOTS or not (isinstance(args, type) and issubclass(args, BaseModel)):
         raise ConfigError(f"plugin arm {arm!r} must declare slot = one of {list(SLOTS)} (has {slot!r}) and "
@@ -165,9 +170,10 @@ def check(spec: PluginArm, listed: Iterable[str], model: ModelConfig | None = No
     allowed = set(listed) | {module_of(v) for v in registered().values()}
     module = module_of(spec.arm)
     if module not in allowed:
-        raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}, which the grid does not list: "
-                          f"add `plugins: [{module}]` (only listed modules and installed {ENTRY_POINTS!r} "
-                          "entry points are imported)", where="model.plugin.arm")
+        near = did_you_mean(module, allowed)
+        raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}{near}, which the grid does not "
+                          f"list: add `plugins: [{module}]` (only listed modules and installed "
+                          f"{ENTRY_POINTS!r} entry points are imported)", where="model.plugin.arm")
     arguments(spec)
     if model is not None:
         slot(model)

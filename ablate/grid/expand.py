@@ -176,8 +176,25 @@ def _count(model: ModelConfig, where: str) -> int:
 
     try:
         return count_params(model).total
-    except (RuntimeError, ValueError, OverflowError, MemoryError) as exc:
-        raise ConfigError(f"cannot build this model to count its parameters: {exc}", where=where) from None
+    except Exception as exc:  # noqa: BLE001 - a plugin's __init__ is the user's code: any failure is one line
+        plugin = model.plugin is not None
+        if not plugin and not isinstance(exc, (RuntimeError, ValueError, OverflowError, MemoryError)):
+            raise
+        raise ConfigError(_count_failure(model, exc), where=where) from None
+
+
+def _count_failure(model: ModelConfig, exc: Exception) -> str:
+    """Why a model could not be built on the meta device (where parameters are counted without memory)."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if model.plugin is None:
+        return f"cannot build this model to count its parameters: {exc}"
+    arm = model.plugin.arm
+    if "meta" in text:
+        return (f"plugin arm {arm!r} cannot be built on the meta device, where ablate counts a model's "
+                f"parameters without allocating them ({text}): its __init__ must not read a tensor's values "
+                "(.item(), .tolist(), a shape or branch that depends on them); compute those from its Args "
+                "and cfg, or in forward")
+    return f"plugin arm {arm!r} failed while the model was built to count its parameters ({text})"
 
 
 def _effective(model: ModelConfig, variant: str, where: str, field: str | None = None) -> ModelConfig:

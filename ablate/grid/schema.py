@@ -125,10 +125,10 @@ class Grid:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last) and reads
-    numbers as YAML 1.2 does (``_yaml_12_numbers``: ``1e-2`` is a float, as every other YAML reader of today
-    has it). Merge keys (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written beside a
-    merge overrides the merged one, and only the keys written in the mapping itself are checked for
+    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last) and
+    reads numbers as YAML 1.2 does (``_yaml_12_numbers``: ``1e-2`` is a float, as every other YAML reader of
+    today has it). Merge keys (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written
+    beside a merge overrides the merged one, and only the keys written in the mapping itself are checked for
     repeats."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -272,7 +272,7 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
     grid_axes: list[Axis] = []
     for key, values in spec.grid.items():
         _check_entry({key: None}, where=f"{source}: grid")
-        grid_axes.append(Axis((key,), tuple((v,) for v in values), "grid"))
+        grid_axes.append(_once(Axis((key,), tuple((v,) for v in values), "grid"), source))
     zip_axes: list[Axis] = []
     for i, group in enumerate(spec.zip):
         where = f"{source}: zip[{i}]"
@@ -281,7 +281,8 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
         if len(set(lengths.values())) > 1:
             sizes = ", ".join(f"{k} has {n}" for k, n in lengths.items())
             raise ConfigError(f"the lists of a zip group must have equal length: {sizes}", where=where)
-        zip_axes.append(Axis(tuple(group), tuple(zip(*group.values(), strict=True)), f"zip[{i}]"))
+        zip_axes.append(_once(Axis(tuple(group), tuple(zip(*group.values(), strict=True)), f"zip[{i}]"),
+                              source))
     # the sections' axes in the order the file writes them: the first axis varies slowest
     zip_first = "zip" in raw and "grid" in raw and list(raw).index("zip") < list(raw).index("grid")
     axes = zip_axes + grid_axes if zip_first else grid_axes + zip_axes
@@ -301,6 +302,24 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
         match_params=spec.match_params, source=source, text=text, base_origins=origins, ladder=spec.ladder,
         plugins=tuple(spec.plugins),
     )
+
+
+def _once(axis: Axis, source: str) -> Axis:
+    """``axis``, unless it lists a value twice (by value: ``1e-3`` and ``0.001`` are one): a repeated seed
+    would silently be one run, so it is an error naming the value."""
+    import json
+
+    seen: set[str] = set()
+    for row in axis.rows:
+        key = json.dumps(canonical(list(row)), sort_keys=True, default=str)
+        if key in seen:
+            what = axis.paths[0] if len(axis.paths) == 1 else f"({', '.join(axis.paths)})"
+            value = row[0] if len(row) == 1 else tuple(row)
+            listed = [r[0] for r in axis.rows] if len(axis.paths) == 1 else [tuple(r) for r in axis.rows]
+            raise ConfigError(f"{what} lists {value!r} twice ({listed}): each value once (a repeat is the "
+                              "same run)", where=f"{source}: {axis.origin}")
+        seen.add(key)
+    return axis
 
 
 def _no_repeated_paths(axes: Iterable[Axis], source: str) -> None:

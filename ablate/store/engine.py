@@ -119,6 +119,10 @@ def check_url(url: str) -> Path | None:
         backend = u.get_backend_name()
     except ArgumentError as exc:
         raise StoreUnavailableError(f"not a database URL: {shown!r} ({exc}); {EXAMPLES}") from None
+    if backend in ("postgres", "pgsql", "psql"):  # libpq's and Heroku's spelling: SQLAlchemy has no alias
+        fixed = display_url(u.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
+        raise StoreUnavailableError(f"unsupported store {shown!r}: write {fixed} (SQLAlchemy's name for "
+                                    "PostgreSQL, with the psycopg driver ablate installs)")
     if backend not in BACKENDS:
         raise StoreUnavailableError(f"unsupported store {shown!r}: ablate's store runs on "
                                     f"{' and '.join(BACKENDS)}; {EXAMPLES}")
