@@ -126,6 +126,26 @@ def test_a_grid_runs_the_same_with_either_spelling_of_its_numbers(tmp_path):
     assert [r["status"] for r in out["runs"]] == ["done"] and out["runs"][0]["config"]["train"]["lr"] == 0.01
 
 
+def test_plan_says_what_ablate_run_would_start_when_every_run_is_done(tmp_path):
+    from ablate.result import RunResult
+    from ablate.store import Store
+
+    grid = write(tmp_path, "name: s\ngrid: {seed: [0, 1]}")
+    runs = expand(load_grid(grid))
+    with Store.open(f"sqlite:///{tmp_path / 'ablate.db'}") as store:
+        store.register_grid(name="s", text=grid.read_text(), runs=runs)
+        for run in runs:
+            store.ingest(RunResult(run_id=run.run_id, config=run.config.model_dump(mode="json"),
+                                   status="done", summary={"steps": 5}))
+    out = plan(str(grid), home=tmp_path)
+    assert out.exit_code == 0, out.output
+    *table, last = out.stdout.splitlines()
+    assert sum(" done" in line for line in table) == 2
+    assert last.startswith(
+        "ablate run here: no workers: nothing to train (every run done or diverged) (")
+    assert json.loads(plan(str(grid), "--format", "json", home=tmp_path).stdout)["workers"] == []
+
+
 def test_statuses_come_from_an_existing_store(tmp_path):
     from ablate.store import Store
 

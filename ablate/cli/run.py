@@ -124,22 +124,23 @@ def plan(
         print_wide(rich_table(*table))
     if most is not None:
         typer.echo(most)
-    if slots:
-        from ablate.execute.devices import crowding, describe, usable_cpus
+    from ablate.execute.devices import crowding, describe, usable_cpus
 
-        cpus = usable_cpus()
-        typer.echo(
-            f"ablate run here: {describe(slots)} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)"
-        )
-        if (crowded := crowding(slots, cpu_count=cpus)):
-            warn(crowded)
+    cpus = usable_cpus()
+    workers = describe(slots) if slots else f"no workers: nothing to train (every run {' or '.join(TRAINED)})"
+    typer.echo(f"ablate run here: {workers} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)")
+    if slots and (crowded := crowding(slots, cpu_count=cpus)):
+        warn(crowded)
+
+
+TRAINED = ("done", "diverged")  # what `ablate run` does not train again
 
 
 def _planned_workers(runs, status: dict[str, str], **how):
     """The local workers `ablate run` would start for the runs still to train (never more than them)."""
     from ablate.execute.devices import local_slots
 
-    todo = sum(status.get(r.run_id) not in ("done", "diverged") for r in runs)
+    todo = sum(status.get(r.run_id) not in TRAINED for r in runs)
     per_run = max((r.config.train.devices for r in runs), default=1)
     return local_slots(**how, per_run=per_run)[:todo] if todo else []
 
