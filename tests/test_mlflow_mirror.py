@@ -55,6 +55,9 @@ def test_nested_runs_with_params_metrics_tags_and_artifacts(tmp_path, monkeypatc
 
     mirror = MlflowMirror(home=home, grid="g1")
     client = mirror.client
+    # MLflow's UI opens the grid's experiment on its runs, not on its GenAI overview
+    tags = client.get_experiment(mirror.experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
     runs = client.search_runs([mirror.experiment_id], filter_string="tags.`ablate.role` = 'run'")
     assert sorted(r.data.tags["run_id"] for r in runs) == ["aaa", "bbb"]  # one nested run per run
     by_id = {r.data.tags["run_id"]: r for r in runs}

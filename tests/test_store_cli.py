@@ -149,6 +149,16 @@ def test_a_command_that_reads_where_nothing_ran_names_the_store_and_makes_nothin
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ui_where_nothing_ran_names_the_tracking_store_and_makes_nothing(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = invoke("ui")
+    home = tmp_path / "ablate-runs"
+    assert out.exit_code == 1, out.output
+    assert out.stderr == (f"error: no MLflow store at sqlite:///{home}/mlflow.db: nothing has run here "
+                          f"(ABLATE_HOME={home}; --home reads another)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_mistyped_home_or_store_is_named_and_made_nowhere(store_url: str, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "typo" / "home"))
     out = invoke("runs", "--format", "json")

@@ -285,12 +285,16 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
 @handles_errors
 def ui(
     port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
+    grid: Annotated[str | None, typer.Option(
+        "--grid", help="the grid whose runs the UI opens on [default: the one that changed last]")] = None,
     home: HomeOpt = None,
 ) -> None:
-    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its
-    workers)."""
+    """MLflow's UI over this home's tracking store, on 127.0.0.1, opened on a grid's runs (Ctrl-C or SIGTERM
+    stops it and its workers)."""
     from ablate.execute.serve import serve, ui_command
+    from ablate.store.mlflow_mirror import grid_page, tracking_uri
 
     cmd = ui_command(home_dir(home), port=port)
-    typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    page, name = grid_page(tracking_uri(home_dir(home)), grid)
+    typer.echo(f"MLflow UI on http://127.0.0.1:{port}/{page} (grid {name}'s runs; Ctrl-C stops it)", err=True)
     raise typer.Exit(serve(cmd))

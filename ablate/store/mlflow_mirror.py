@@ -40,6 +40,8 @@ MAX_METRICS_PER_BATCH = 1000  # MLflow's limits per log_batch call
 MAX_PARAMS_PER_BATCH = 100
 ROLE_TAG = "ablate.role"
 PARENT_TAG = "ablate.parent"
+# what MLflow's UI opens an experiment on: its runs (training runs), not its GenAI overview
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 STEPS_EVERY_S = 2.0  # live step metrics are logged at most this often per run
 END_STATUS = {"done": "FINISHED", "diverged": "FINISHED", "pruned": "FINISHED", "failed": "FAILED",
               "interrupted": "KILLED"}
@@ -129,6 +131,26 @@ def open_client(uri: str) -> Any:
         return _client(uri)
 
 
+def grid_page(uri: str, grid: str | None = None) -> tuple[str, str]:
+    """``(page, grid)``: the path of MLflow's UI page of a grid's runs (``#/experiments/<id>/runs``), for
+    ``grid`` or else the grid whose experiment changed last, its experiment tagged to open on its runs (one
+    made by an older ablate). A UserInputError names the grids there are when ``grid`` is not one, or there
+    are none."""
+    from ablate.errors import UserInputError, one_of
+
+    client = _client(uri)
+    grids = [e for e in client.search_experiments(order_by=["last_update_time DESC"])
+             if e.name != "Default"]
+    if not grids:
+        raise UserInputError(f"the MLflow store {uri} holds no grid's runs yet (`ablate run` mirrors them)")
+    chosen = grids[0] if grid is None else next((e for e in grids if e.name == grid), None)
+    if chosen is None:
+        raise UserInputError(f"--grid: {one_of(grid, [e.name for e in grids], what='grid')}")
+    if KIND_TAG not in chosen.tags:
+        client.set_experiment_tag(chosen.experiment_id, KIND_TAG, KIND)
+    return f"#/experiments/{chosen.experiment_id}/runs", chosen.name
+
+
 def _log_batches(client: Any, rid: str, metrics: Sequence[Any], tags: Sequence[Any] = ()) -> None:
     """``metrics`` (and ``tags``, with the first batch) in batches of MLflow's limit, one transaction each."""
     for i in range(0, max(len(metrics), 1 if tags else 0), MAX_METRICS_PER_BATCH):
@@ -185,9 +207,12 @@ class MlflowMirror:
         exp = self.client.get_experiment_by_name(self.grid)
         if exp is not None:
             found: str = exp.experiment_id
+            if KIND_TAG not in exp.tags:  # made by an older ablate
+                self.client.set_experiment_tag(found, KIND_TAG, KIND)
             return found
         location = artifact_root(self.home) + f"/{self.grid}" if self._local_store else None
-        made: str = self.client.create_experiment(self.grid, artifact_location=location)
+        made: str = self.client.create_experiment(self.grid, artifact_location=location,
+                                                  tags={KIND_TAG: KIND})
         return made
 
     def _parent(self, name: str, *, role: str) -> str:
