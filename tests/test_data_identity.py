@@ -49,8 +49,7 @@ def _folder(root: Path, words: str) -> Path:
 
 
 def ablate(*args: str, home: Path):  # noqa: ANN201
-    return runner.invoke(app, [*args, "--home", str(home)],
-                         )
+    return runner.invoke(app, [*args, "--home", str(home)])
 
 
 def _plan(home: Path) -> list[dict]:

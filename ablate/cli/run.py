@@ -256,7 +256,7 @@ def run(
                              wait=wait, append=append, progress_every_s=progress_every,
                              extra=tuple(extra or ()), device_memory=memory, **patience(store_patience))
         report = run_grid(grid, sets or [], options)
-        print_summary(report)
+        print_summary(report, idle_table=spec is None)
         return report.exit_code
 
     if spec is None:
