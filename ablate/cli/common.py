@@ -231,6 +231,15 @@ def print_wide(renderable: Any) -> None:
     stdout_console().print(renderable)
 
 
+def print_wrapped(renderable: Any, *, width: int = 100) -> None:
+    """Print a rich table whose long cells wrap: at a terminal its width, off one ``width`` columns (a pipe, a
+    file: readable as it is, nothing cut)."""
+    from rich.console import Console
+
+    console = Console()
+    (console if console.is_terminal else Console(width=width)).print(renderable)
+
+
 def echo_json(data: Any, *, flat_from: int | None = None) -> None:
     """``data`` as indented JSON on stdout; with ``flat_from``, the values that deep (0: ``data`` itself) each
     on one line: ``plan``'s 10,000 runs, one a line, take a tenth of the time of json's indenting encoder."""
