@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.grid import expand, load_grid
+from ablate.studies import FOLDER, shipped
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = sorted([*ROOT.glob("examples/*.yaml"), *ROOT.glob("grids/**/*.yaml")])
+SHIPPED = shipped()
 runner = CliRunner()
 
 
@@ -35,15 +35,21 @@ def write(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:
 # ---------------------------------------------------------------------------------------------------- shipped
 # grids
 def test_the_shipped_grids_are_there():
-    names = {p.relative_to(ROOT).as_posix() for p in SHIPPED}
-    assert "examples/quickstart.yaml" in names
+    files = {n: p.relative_to(FOLDER).as_posix() for n, p in SHIPPED.items()}
+    assert list(files)[0] == "quickstart" and files["quickstart"] == "quickstart.yaml"
+    assert {"lite", "sinks", "ladder-lite", "ladder-paper"} <= set(files)
     for n in range(1, 7):
-        assert f"grids/paper/table{n}.yaml" in names and f"grids/paper/table{n}-paper-scale.yaml" in names
+        assert files[f"table{n}"] == f"paper/table{n}.yaml"
+        assert files[f"table{n}-paper-scale"] == f"paper/table{n}-paper-scale.yaml"
+    names = [p.stem for p in FOLDER.rglob("*.yaml")]
+    assert sorted(names) == sorted(files)  # every file has a name of its own, and is listed
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.relative_to(ROOT).as_posix() for p in SHIPPED])
-def test_every_shipped_grid_plans(path, tmp_path):
-    result = plan(str(path), "--format", "json", home=tmp_path)
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_grid_plans_by_name(name, tmp_path, monkeypatch):
+    path = SHIPPED[name]
+    monkeypatch.chdir(tmp_path)  # by name, from a folder that holds no grid file
+    result = plan(name, "--format", "json", home=tmp_path)
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     grid = load_grid(path)
@@ -65,8 +71,7 @@ def test_every_shipped_grid_plans(path, tmp_path):
 
 
 def test_paper_scale_table1_reproduces_the_added_parameters(tmp_path):
-    out = json.loads(plan(str(ROOT / "grids/paper/table1-paper-scale.yaml"), "--format", "json",
-                          home=tmp_path).stdout)
+    out = json.loads(plan("table1-paper-scale", "--format", "json", home=tmp_path).stdout)
     added = {r["variant"]: r["added_params"] for r in out["runs"]}
     # paper Table 1's "Added Param" column, in millions
     for variant, millions in {"sdpa-elementwise": 201, "v-elementwise": 25, "k-elementwise": 25,
@@ -76,8 +81,7 @@ def test_paper_scale_table1_reproduces_the_added_parameters(tmp_path):
 
 
 def test_paper_scale_table2_matches_every_model_to_the_baseline(tmp_path):
-    out = json.loads(plan(str(ROOT / "grids/paper/table2-paper-scale.yaml"), "--format", "json",
-                          home=tmp_path).stdout)
+    out = json.loads(plan("table2-paper-scale", "--format", "json", home=tmp_path).stdout)
     assert len(out["runs"]) == 14
     for run in out["runs"]:
         assert abs(run["match_residual"]) < 1e-4

@@ -172,7 +172,15 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="override a field of the grid's base: K=V, dotted path, YAML scalar value"),
 ]
-GridArg = Annotated[Path, typer.Argument(help="grid file (YAML)", show_default=False)]
+def _grid_file(value: Path) -> Path:
+    from ablate.studies import resolve
+
+    return resolve(value)
+
+
+GridArg = Annotated[Path, typer.Argument(
+    help="grid file (YAML), or a study ablate ships by name (`ablate grids`: quickstart, lite, table1, ...)",
+    show_default=False, callback=_grid_file)]
 GridNameOpt = Annotated[str | None, typer.Option("--grid", help="only the runs of this grid (by its name)")]
 JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU: they split the cores) "
                                              "[default: 1 on CPU, one per GPU]")]

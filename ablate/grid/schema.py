@@ -365,7 +365,9 @@ def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError("no such grid file", where=source) from None
+        from ablate.studies import not_found_hint
+
+        raise ConfigError(f"no such grid file{not_found_hint(path)}", where=source) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the grid file: {exc}", where=source) from None
     grid = parse_grid(text, source=source, sets=sets)
