@@ -170,14 +170,17 @@ class GridDisplay:
         start-up plus their steps at that pace; the remaining work (queued runs, and what running runs have
         left) is shared by the workers.
         """
-        paced = [a for a in self.active.values() if a.step is not None and a.first_at is not None
-                 and now > a.first_at and a.step > (a.first_step or 0)]
-        rates = [(a.step - (a.first_step or 0)) / (now - a.first_at) for a in paced]  # type: ignore[operator]
+        # (steps measured, their seconds, the start-up before them) of each running run past its first step
+        paced = [(a.step - (a.first_step or 0), now - a.first_at, a.first_at - a.since)
+                 for a in self.active.values()
+                 if a.step is not None and a.first_at is not None and now > a.first_at
+                 and a.step > (a.first_step or 0)]
+        rates = [steps / seconds for steps, seconds, _ in paced]
         per_step = 1.0 / (sum(rates) / len(rates)) if rates else None
         if self.took:
             per_run = sum(self.took) / len(self.took)
         elif per_step is not None:
-            start_up = sum(a.first_at - a.since for a in paced) / len(paced)  # type: ignore[operator]
+            start_up = sum(s for _, _, s in paced) / len(paced)
             per_run = start_up + per_step * max((a.total for a in self.active.values()), default=0)
         else:
             return None

@@ -271,12 +271,12 @@ def _no_progress_bars() -> Iterator[None]:
 
     saved = model.tqdm, task.tqdm
     bars = datasets_logging.is_progress_bar_enabled()
-    model.tqdm = task.tqdm = silent  # type: ignore[assignment]
+    model.tqdm = task.tqdm = silent
     datasets_logging.disable_progress_bar()
     try:
         yield
     finally:
-        model.tqdm, task.tqdm = saved  # type: ignore[assignment]
+        model.tqdm, task.tqdm = saved
         if bars:
             datasets_logging.enable_progress_bar()
 
