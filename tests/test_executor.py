@@ -315,8 +315,14 @@ def test_bad_input_is_exit_2(tmp_path):
 
 
 def test_ui_runs_mlflow_on_localhost_over_the_homes_store(tmp_path, monkeypatch):
+    from ablate.errors import NoStoreError
     from ablate.execute.serve import ui_command
 
+    with pytest.raises(NoStoreError, match=r"no MLflow store at sqlite:///.*/home/mlflow.db: nothing has"):
+        ui_command(tmp_path / "home", port=5123)  # a home where nothing ran: nothing made
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "mlflow.db").touch()  # what the first `ablate run` makes
     cmd = ui_command(tmp_path / "home", port=5123)
     assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"]
     opts = dict(zip(cmd[4::2], cmd[5::2], strict=True))

@@ -384,6 +384,9 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_ui_stops_its_whole_process_group_within_5_s(tmp_path, env, sig):
+    from ablate.store.mlflow_mirror import open_client, tracking_uri
+
+    open_client(tracking_uri(tmp_path / "home")).create_experiment("g")  # what a first `ablate run` makes
     port = _free_port()
     proc = subprocess.Popen([ABLATE, "ui", "--port", str(port), "--home", str(tmp_path / "home")], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -214,6 +214,10 @@ def test_option_errors_exit_2_with_the_fix(tmp_path):
                            "--home", str(tmp_path / "h")])
     assert out.exit_code == 2 and "did you mean 'val_ppl'" in out.output
     out = cli.invoke(app, ["report", "lr", "--home", str(tmp_path / "h")])
+    assert out.exit_code == 1 and "no store at sqlite:///" in out.output  # nothing ran there: nothing made
+    assert not (tmp_path / "h").exists()
+    assert cli.invoke(app, ["db", "upgrade", "--home", str(tmp_path / "h")]).exit_code == 0
+    out = cli.invoke(app, ["report", "lr", "--home", str(tmp_path / "h")])
     assert out.exit_code == 2 and "no tuning studies" in out.output
 
 

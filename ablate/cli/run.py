@@ -296,5 +296,6 @@ def ui(
 
     cmd = ui_command(home_dir(home), port=port)
     page, name = grid_page(tracking_uri(home_dir(home)), grid)
-    typer.echo(f"MLflow UI on http://127.0.0.1:{port}/{page} (grid {name}'s runs; Ctrl-C stops it)", err=True)
+    shows = f"grid {name}'s runs" if name else "no grid's runs yet"
+    typer.echo(f"MLflow UI on http://127.0.0.1:{port}/{page} ({shows}; Ctrl-C stops it)", err=True)
     raise typer.Exit(serve(cmd))

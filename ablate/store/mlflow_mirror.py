@@ -131,24 +131,33 @@ def open_client(uri: str) -> Any:
         return _client(uri)
 
 
-def grid_page(uri: str, grid: str | None = None) -> tuple[str, str]:
+def grid_page(uri: str, grid: str | None = None) -> tuple[str, str | None]:
     """``(page, grid)``: the path of MLflow's UI page of a grid's runs (``#/experiments/<id>/runs``), for
-    ``grid`` or else the grid whose experiment changed last, its experiment tagged to open on its runs (one
-    made by an older ablate). A UserInputError names the grids there are when ``grid`` is not one, or there
-    are none."""
+    ``grid`` or else the grid whose experiment changed last; ``("", None)`` when the store holds no grid yet,
+    or is not a SQLite file (a UserInputError names the grids there are when ``grid`` is not one).
+
+    Read from the SQLite file as MLflow keeps it, read-only, without importing MLflow: ``ablate ui`` stays a
+    small process that stops at once. The experiments opening on their runs is the mirror's doing
+    (``KIND_TAG``, set when a grid's experiment is made or next mirrored into)."""
+    import sqlite3
+
     from ablate.errors import UserInputError, one_of
 
-    client = _client(uri)
-    grids = [e for e in client.search_experiments(order_by=["last_update_time DESC"])
-             if e.name != "Default"]
-    if not grids:
-        raise UserInputError(f"the MLflow store {uri} holds no grid's runs yet (`ablate run` mirrors them)")
-    chosen = grids[0] if grid is None else next((e for e in grids if e.name == grid), None)
+    if not uri.startswith("sqlite:///"):
+        return "", None
+    read_only = f"file:{uri.removeprefix('sqlite:///')}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(read_only, uri=True)) as db:
+            grids = db.execute("SELECT experiment_id, name FROM experiments WHERE lifecycle_stage = 'active' "
+                               "AND name != 'Default' ORDER BY last_update_time DESC").fetchall()
+    except sqlite3.Error:  # not MLflow's schema (another version's): the UI's own home page
+        return "", None
+    if not grids and grid is None:
+        return "", None
+    chosen = grids[0] if grid is None else next((g for g in grids if g[1] == grid), None)
     if chosen is None:
-        raise UserInputError(f"--grid: {one_of(grid, [e.name for e in grids], what='grid')}")
-    if KIND_TAG not in chosen.tags:
-        client.set_experiment_tag(chosen.experiment_id, KIND_TAG, KIND)
-    return f"#/experiments/{chosen.experiment_id}/runs", chosen.name
+        raise UserInputError(f"--grid: {one_of(grid, [name for _, name in grids], what='grid')}")
+    return f"#/experiments/{chosen[0]}/runs", str(chosen[1])
 
 
 def _log_batches(client: Any, rid: str, metrics: Sequence[Any], tags: Sequence[Any] = ()) -> None:
