@@ -360,7 +360,8 @@ def file_base(text: str) -> Any | None:
 
 
 def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:
-    """Read and check a grid file; ``sets`` are ``--set K=V`` overrides of its ``base``."""
+    """Read and check a grid file; ``sets`` are ``--set K=V`` overrides of its ``base``. A grid that lists
+    ``plugins:`` makes its folder importable for them (``ablate.ablations.plugins.beside``)."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")

@@ -61,6 +61,9 @@ def find(name: str) -> Path:
 
 
 def not_found_hint(grid: str | os.PathLike[str]) -> str:
-    """What to say of a grid file that is not there: the shipped study it may mean."""
+    """What to say of a grid file that is not there, named without a folder: the shipped study it may mean
+    (nothing for a path: it was not a study's name)."""
+    if Path(grid).parent != Path("."):
+        return ""
     near = did_you_mean(Path(grid).stem, shipped())
     return f"; nor a shipped study{near} (`ablate grids` lists them)"
