@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 quickstart: setup
-	$(BIN)/ablate run examples/quickstart.yaml --jobs 2
+	$(BIN)/ablate run quickstart --jobs 2  # the shipped study (ablate/studies/quickstart.yaml)
 	$(BIN)/ablate report table1 --grid quickstart
 
 test: setup

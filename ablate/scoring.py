@@ -46,12 +46,17 @@ class RunScores:
     error: str | None = None
 
 
+def require_choice(run_ids: Sequence[str], grid: str | None) -> None:
+    """Run ids or a grid, one of the two (a UserInputError otherwise): checked before the store is opened."""
+    if bool(run_ids) == bool(grid):
+        raise UserInputError("give run ids or --grid NAME (one of the two)")
+
+
 def select_runs(store: Store, run_ids: Sequence[str], grid: str | None, *, finished: Sequence[str] = FINISHED,
                 command: str = "`ablate eval` scores") -> list[str]:
     """The finished runs to score: ``run_ids`` (each must be known and ``finished``), else the ``finished``
     runs of ``grid``. A UserInputError says what is wrong."""
-    if bool(run_ids) == bool(grid):
-        raise UserInputError("give run ids or --grid NAME (one of the two)")
+    require_choice(run_ids, grid)
     if grid:
         if grid not in store.grids():
             raise UserInputError(f"no grid {grid!r} in the store{did_you_mean(grid, store.grids())}")

@@ -130,8 +130,7 @@ def test_one_seed_is_refused(tmp_path) -> None:
 
 # ---------------------------------------------------------------- through the CLI
 def _ablate(*args: str, home: Path):  # noqa: ANN202
-    return runner.invoke(app, [*args, "--home", str(home)],
-                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, "ABLATE_CACHE": None})
+    return runner.invoke(app, [*args, "--home", str(home)])
 
 
 def _fill(path: Path, home: Path, spec: UntilResolved, effect: dict[str, float]) -> int:
@@ -177,6 +176,7 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
     assert "sdpa-elementwise vs baseline: -1" in ran.stdout and "resolved at look 2, n=4 seeds" in ran.stdout
     assert "v-elementwise vs baseline" in ran.stdout and "unresolved at n=6 seeds" in ran.stdout
     assert "look 3 of 3 (n=6 seeds" in ran.output
+    assert "this run" not in ran.output  # every look found its runs finished: no table of zeros
 
     from ablate.store import Store
 
@@ -192,6 +192,7 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
 
     again = _ablate(*args, home=home)  # every run reused: the same looks, the same verdicts
     assert again.exit_code == 0 and " to run (" not in again.output, again.output
+    assert "this run" not in again.output and "skipped" not in again.output
     assert _verdicts(again.stdout) == _verdicts(ran.stdout) and len(_verdicts(ran.stdout)) == 3
 
 

@@ -52,9 +52,6 @@ def until_resolved_spec(metric: str, reference: str, compare: list[str] | None, 
                          max_seeds=max_seeds, round=round_)
 
 
-RICH_ROWS = 500  # a plan longer than this prints as plain columns (views.text_table)
-
-
 @app.command()
 @handles_errors
 def plan(
@@ -117,7 +114,9 @@ def plan(
     imported = plan_imports(runs)
     if imported:
         typer.echo(f"imports (plugin arms): {', '.join(imported)}")
-    if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns
+    from ablate.cli.views import RICH_ROWS
+
+    if len(runs) > RICH_ROWS:  # a large plan is printed as plain columns
         from ablate.cli.views import text_table
 
         typer.echo(text_table(*table))
@@ -127,22 +126,23 @@ def plan(
         print_wide(rich_table(*table))
     if most is not None:
         typer.echo(most)
-    if slots:
-        from ablate.execute.devices import crowding, describe, usable_cpus
+    from ablate.execute.devices import crowding, describe, usable_cpus
 
-        cpus = usable_cpus()
-        typer.echo(
-            f"ablate run here: {describe(slots)} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)"
-        )
-        if (crowded := crowding(slots, cpu_count=cpus)):
-            warn(crowded)
+    cpus = usable_cpus()
+    workers = describe(slots) if slots else f"no workers: nothing to train (every run {' or '.join(TRAINED)})"
+    typer.echo(f"ablate run here: {workers} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)")
+    if slots and (crowded := crowding(slots, cpu_count=cpus)):
+        warn(crowded)
+
+
+TRAINED = ("done", "diverged")  # what `ablate run` does not train again
 
 
 def _planned_workers(runs, status: dict[str, str], **how):
     """The local workers `ablate run` would start for the runs still to train (never more than them)."""
     from ablate.execute.devices import local_slots
 
-    todo = sum(status.get(r.run_id) not in ("done", "diverged") for r in runs)
+    todo = sum(status.get(r.run_id) not in TRAINED for r in runs)
     per_run = max((r.config.train.devices for r in runs), default=1)
     return local_slots(**how, per_run=per_run)[:todo] if todo else []
 
@@ -248,7 +248,7 @@ def run(
                          threads=threads, jobs_per_device=jobs_per_device, retry_failed=retry_failed,
                          mlflow=not no_mlflow, wait=wait or spec is not None, append=append,
                          progress_every_s=progress_every, device_memory=memory, own=own,
-                         **patience(store_patience))
+                         idle_table=spec is None, **patience(store_patience))
 
     def run_round(extra: list[dict] | None = None) -> int:
         return chosen.run(grid, sets or [], replace(options, extra=tuple(extra or ())))
@@ -283,12 +283,17 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
 @handles_errors
 def ui(
     port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
+    grid: Annotated[str | None, typer.Option(
+        "--grid", help="the grid whose runs the UI opens on [default: the one that changed last]")] = None,
     home: HomeOpt = None,
 ) -> None:
-    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its
-    workers)."""
+    """MLflow's UI over this home's tracking store, on 127.0.0.1, opened on a grid's runs (Ctrl-C or SIGTERM
+    stops it and its workers)."""
     from ablate.cli.serve import serve, ui_command
+    from ablate.store.mlflow_mirror import grid_page, tracking_uri
 
     cmd = ui_command(home_dir(home), port=port)
-    typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    page, name = grid_page(tracking_uri(home_dir(home)), grid)
+    shows = f"grid {name}'s runs" if name else "no grid's runs yet"
+    typer.echo(f"MLflow UI on http://127.0.0.1:{port}/{page} ({shows}; Ctrl-C stops it)", err=True)
     raise typer.Exit(serve(cmd))

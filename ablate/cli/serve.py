@@ -15,9 +15,10 @@ from pathlib import Path
 def ui_command(home: Path, *, port: int = 5000) -> list[str]:
     """The ``mlflow ui`` command line over this home's tracking store, listening on 127.0.0.1 only.
 
-    A ``MLFLOW_TRACKING_URI`` that is already a server has its own UI: that is a UserInputError naming it.
+    A ``MLFLOW_TRACKING_URI`` that is already a server has its own UI: that is a UserInputError naming it. A
+    home whose MLflow store is not there (nothing has run here) is a NoStoreError: nothing is made.
     """
-    from ablate.errors import UserInputError
+    from ablate.errors import NoStoreError, UserInputError
     from ablate.store.mlflow_mirror import artifact_root, tracking_uri
 
     uri = tracking_uri(home)
@@ -25,8 +26,9 @@ def ui_command(home: Path, *, port: int = 5000) -> list[str]:
         raise UserInputError(
             f"MLFLOW_TRACKING_URI is a tracking server ({uri}): open it in a browser instead"
         )
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise NoStoreError(f"no MLflow store at {uri}: nothing has run here "
+                           f"(ABLATE_HOME={Path(home).absolute()}; --home reads another)")
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
             "--default-artifact-root", artifact_root(home), "--host", "127.0.0.1", "--port", str(port)]
 

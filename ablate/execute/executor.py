@@ -74,6 +74,7 @@ class RunOptions:
     job_fn: str = TRAIN_JOB
     console: Console | None = None
     extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved)
+    idle_table: bool = True  # the summary table also when nothing trained (False: a look of --until-resolved)
     own: dict[str, Any] = field(default_factory=dict)  # the executor's own options, by name
 
 

@@ -121,7 +121,7 @@ def run_and_report(path: str | Path, sets: Sequence[str], options: RunOptions) -
     """``run_grid`` and its summary (``print_summary``): an executor's ``run`` when it trains in rounds
     (local, Ray); its exit status."""
     report = run_grid(path, sets, options)
-    print_summary(report)
+    print_summary(report, idle_table=options.idle_table)
     return report.exit_code
 
 
@@ -205,11 +205,13 @@ def _mirror(o: Opened, finished: list[str], will_train: bool) -> Any:
     return mirror
 
 
-def print_summary(report: GridReport, console: Console | None = None) -> None:
+def print_summary(report: GridReport, console: Console | None = None, *, idle_table: bool = True) -> None:
     """The end-of-run table; for each run that failed this time, its error's first line; hints and
-    warnings."""
+    warnings. ``idle_table=False``: no table when nothing was trained (a look of ``--until-resolved`` whose
+    runs were all done or found finished: a table of what was skipped says nothing its look line does not)."""
     console = console or stdout_console()  # off a terminal: nothing cut to '…'
-    console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
+    if idle_table or report.pool_started is not None:  # a worker pool started: something trained
+        console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
 
     # as it is, never read as markup
     def line(style: str, head: str, text: str, to: Console = console) -> None:

@@ -49,14 +49,19 @@ class Store:
 
     @classmethod
     def open(cls, url: str | None = None, *, home: str | os.PathLike[str] | None = None,
-             migrate: bool = True) -> Store:
+             migrate: bool = True, create: bool = True) -> Store:
         """Open (creating if needed) the store at ``url`` (default: ``ABLATE_STORE``, else
         ``sqlite:///$ABLATE_HOME/ablate.db``) and bring its schema up to date. A store that cannot be opened
-        (bad URL, missing driver, no answer, read-only file) is a StoreUnavailableError (exit 2)."""
+        (bad URL, missing driver, no answer, read-only file) is a StoreUnavailableError (exit 2). Without
+        ``create`` (a command that only reads) a store that is not there, or a database that holds none, is
+        a NoStoreError naming it, and nothing is made."""
         from sqlalchemy.exc import DBAPIError
 
+        given = url or os.environ.get("ABLATE_STORE")
         url = resolve_url(url, home=home)
-        engine, warnings = make_engine(url)
+        engine, warnings = make_engine(url, create=create)
+        if not create:
+            _require_store(engine, url, home=None if given else home)
         if migrate:
             try:
                 _retry(lambda: upgrade(engine))
@@ -316,6 +321,40 @@ class Store:
         stale)."""
         wanted = dict(stems)
         return self._read(lambda s: queries.same_stem(s, wanted)) if wanted else {}
+
+
+def _require_store(engine: Engine, url: str, *, home: str | os.PathLike[str] | None) -> None:
+    """Raise NoStoreError, without creating anything, unless the database at ``url`` holds a store (its
+    ``runs`` table). ``home``: the ABLATE_HOME whose default store this is (None for a URL given)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from ablate.errors import NoStoreError
+    from ablate.store.engine import home_dir, sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None and any(p.exists() and not p.is_dir() for p in path.parents):
+        engine.dispose()
+        raise StoreUnavailableError(f"cannot open the store {display_url(url)}: the store's folder "
+                                    f"{path.parent} is not a directory (a file is in its way)")
+    there = path is None or path.is_file()  # connecting to a SQLite file that is not there would make it
+    if there:
+        try:
+            conn = engine.execution_options(ablate_read_only=True).connect()
+        except DBAPIError as exc:  # a server that does not answer: as when a store is opened to write
+            engine.dispose()
+            raise StoreUnavailableError(f"cannot open the store {display_url(url)}: {_reason(exc)}") from None
+        with conn:
+            try:
+                conn.exec_driver_sql("SELECT 1 FROM runs WHERE 1 = 0").all()
+            except DBAPIError:  # no such table: an empty database
+                there = False
+    if not there:
+        engine.dispose()
+        if home is not None:
+            where = f"here (ABLATE_HOME={home_dir(home).absolute()}; --home or --store reads another)"
+        else:
+            where = "there (the URL of --store or ABLATE_STORE; `ablate run` makes it)"
+        raise NoStoreError(f"no store at {display_url(url)}: nothing has run {where}")
 
 
 def upgrade_store(url: str | None = None, *, home: str | os.PathLike[str] | None = None

@@ -123,6 +123,10 @@ def check_url(url: str) -> Path | None:
         backend = u.get_backend_name()
     except ArgumentError as exc:
         raise StoreUnavailableError(f"not a database URL: {shown!r} ({exc}); {EXAMPLES}") from None
+    if backend in ("postgres", "pgsql", "psql"):  # libpq's and Heroku's spelling: SQLAlchemy has no alias
+        fixed = display_url(u.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
+        raise StoreUnavailableError(f"unsupported store {shown!r}: write {fixed} (SQLAlchemy's name for "
+                                    "PostgreSQL, with the psycopg driver ablate installs)")
     if backend not in BACKENDS:
         raise StoreUnavailableError(f"unsupported store {shown!r}: ablate's store runs on "
                                     f"{' and '.join(BACKENDS)}; {EXAMPLES}")
@@ -145,14 +149,15 @@ def check_url(url: str) -> Path | None:
     return sqlite_path(url)
 
 
-def make_engine(url: str) -> tuple[Engine, list[str]]:
-    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
+def make_engine(url: str, *, create: bool = True) -> tuple[Engine, list[str]]:
+    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it.
+    ``create``: make a SQLite file's folder (a store that is only read is never made)."""
     from sqlalchemy import create_engine
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     warnings: list[str] = []
     path = check_url(url)
-    if path is not None:
+    if path is not None and create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
