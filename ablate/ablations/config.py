@@ -126,11 +126,11 @@ class ModelConfig(_Strict):
         "head, a per-token sigmoid lambda); forgetting (a forget gate's cumulative decay on the logits); "
         "selective (logits less what head 0 selected away)")
     diff_lambda_init: float | None = Field(
-        None, description="differential attention's lambda_init: None = the paper's 0.8 - 0.6 exp(-0.3 (l - 1)) "
-        "at layer l; else this constant, in [0, 1)")
+        None, description="differential attention's lambda_init (read by attn_weights: differential only): None = "
+        "the paper's 0.8 - 0.6 exp(-0.3 (l - 1)) at layer l; else this constant, in [0, 1)")
     forget_bias_init: float | None = Field(
-        0.0, description="forgetting attention's forget-gate bias b_f at initialisation (FoX: 0, f = 0.5); "
-        "None = no bias, refused")
+        0.0, description="forgetting attention's forget-gate bias b_f at initialisation (read by attn_weights: "
+        "forgetting only; FoX: 0, so f starts near 0.5); None = no bias, refused")
     rope: bool = Field(True, description="rotary position embedding on queries and keys (off: position only "
                        "through the causal mask, and forgetting attention's decay)")
     plugin: PluginArm | None = Field(None, description="an arm from the user's code (set by a grid's variant "
@@ -172,24 +172,18 @@ class ModelConfig(_Strict):
         return self
 
     def _check_arm_fields(self) -> None:
-        """The attention weights arms' own fields: in range, and set only for their arm."""
-        arm = self.attn_weights
-        if self.diff_lambda_init is not None:
-            if arm != "differential":
-                raise ValueError(f"diff_lambda_init is differential attention's; attn_weights is {arm!r}")
-            if not 0 <= self.diff_lambda_init < 1:
-                raise ValueError(f"diff_lambda_init ({self.diff_lambda_init}) must be in [0, 1): the output is "
-                                 "scaled by 1 - lambda_init and a negative one would add the second map")
-        if arm == "differential" and (self.n_heads % 2 or self.n_kv_heads % 2):
+        """The attention weights arms' own fields: in range (each is read only by its arm)."""
+        lam = self.diff_lambda_init
+        if lam is not None and not 0 <= lam < 1:
+            raise ValueError(f"diff_lambda_init ({lam}) must be in [0, 1): differential attention scales its "
+                             "output by 1 - lambda_init, and a negative one would add the second map")
+        if self.attn_weights == "differential" and (self.n_heads % 2 or self.n_kv_heads % 2):
             raise ValueError(f"differential attention pairs adjacent heads: n_heads ({self.n_heads}) and "
                              f"n_kv_heads ({self.n_kv_heads}) must be even")
-        if arm == "forgetting" and self.forget_bias_init is None:
+        if self.attn_weights == "forgetting" and self.forget_bias_init is None:
             raise ValueError("forget_bias_init is None: a forget gate without a bias is not Forgetting "
                              "attention's (f_t = sigmoid(w_f x_t + b_f), Lin et al. 2025); give b_f's initial "
                              "value (FoX: 0.0)")
-        if arm != "forgetting" and self.forget_bias_init != 0.0:
-            raise ValueError(f"forget_bias_init ({self.forget_bias_init}) is forgetting attention's; "
-                             f"attn_weights is {arm!r}")
 
     @property
     def is_moe(self) -> bool:

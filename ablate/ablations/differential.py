@@ -19,9 +19,10 @@
   ``y = y_{2i} - sigmoid(x W_λ)_i y_{2i+1}``, λ a logit per token and head from the block's input (``W_λ``
   without bias). No per-head norm, no λ_init; the output has the baseline's heads, so ``W_o`` is the baseline's.
 
-Training runs two (V2: one) fused SDPA calls and combines their outputs; the probe path computes the maps by
-hand and returns the signed weights ``A`` (``[B, q/2, T, T]`` for V1, ``[B, q, T, T]`` for V2, λ applied per
-query row), so F-Attn is the net weight on the first token: the first map's share less λ times the second's.
+Training runs fused SDPA calls (V1: four, one per map and value half; V2: one) and combines their outputs; the
+probe path computes the maps by hand and returns the signed weights ``A`` (``[B, q/2, T, T]`` for V1, ``[B, q,
+T, T]`` for V2, λ applied per query row), so F-Attn is the net weight on the first token: the first map's share
+less λ times the second's.
 """
 
 from __future__ import annotations
@@ -78,16 +79,20 @@ class Differential(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, H, T, dk = q.shape
         q1, q2, k1, k2 = q[:, 0::2], q[:, 1::2], k[:, 0::2], k[:, 1::2]  # (B, q/2 or k/2, T, dk)
-        v2 = torch.cat([v[:, 0::2], v[:, 1::2]], -1)  # (B, k/2, T, 2 dk): a pair's values side by side
+        halves = v[:, 0::2], v[:, 1::2]  # a pair's two values, side by side its V of 2 dk
         lam = self.weight()
         p = None
         if probe:
             p = causal_softmax(q1, k1) - lam * causal_softmax(q2, k2)  # (B, q/2, T, T)
-            y = (p @ repeat_kv(q1, v2).float()).to(q.dtype)
+            y = torch.cat([p @ repeat_kv(q1, h).float() for h in halves], -1).to(q.dtype)
         else:
-            a1 = F.scaled_dot_product_attention(q1, k1, v2, is_causal=True, enable_gqa=True)
-            a2 = F.scaled_dot_product_attention(q2, k2, v2, is_causal=True, enable_gqa=True)
-            y = a1 - lam.to(a2.dtype) * a2  # (B, q/2, T, 2 dk)
+            # one fused call per map and value half (dk each: the CPU's flash kernel needs the value's width to be
+            # the key's, and a T x T map is never kept)
+            def attend(qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:
+                return torch.cat([F.scaled_dot_product_attention(qi, ki, h, is_causal=True, enable_gqa=True)
+                                  for h in halves], -1)  # (B, q/2, T, 2 dk)
+
+            y = attend(q1, k1) - lam.to(q.dtype) * attend(q2, k2)
         y = self.norm(y) * (1 - self.lambda_init)
         # differential head i's 2 dk fill head slots 2i and 2i + 1
         return y.unflatten(-1, (2, dk)).transpose(2, 3).reshape(B, H, T, dk), p
