@@ -41,8 +41,8 @@ class GateSpec(_Strict):
     input: Literal["dependent", "independent"] = "dependent"
     bias: bool = False
     input_dims: int | None = Field(
-        None, ge=1, description="an input-dependent gate reads only the first k channels of the block's normed "
-        "input (modded-nanogpt's attention gate: k = 12); None = all d_model")
+        None, ge=1, description="an input-dependent gate reads only the first k channels of the block's "
+        "normed input (modded-nanogpt's attention gate: k = 12); None = all d_model")
 
 
 class SwitchSpec(_Strict):
@@ -122,15 +122,15 @@ class ModelConfig(_Strict):
     attn_weights: AttnWeights = Field(
         "softmax", description="how scores become attention weights: softmax; sink-learned (a learned "
         "per-head sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick; "
-        "differential (two maps per pair of heads, the second subtracted); diff-v2 (two query heads per output "
-        "head, a per-token sigmoid lambda); forgetting (a forget gate's cumulative decay on the logits); "
-        "selective (logits less what head 0 selected away)")
+        "differential (two maps per pair of heads, the second subtracted); diff-v2 (two query heads per "
+        "output head, a per-token sigmoid lambda); forgetting (a forget gate's cumulative decay on the "
+        "logits); selective (logits less what head 0 selected away)")
     diff_lambda_init: float | None = Field(
-        None, description="differential attention's lambda_init (read by attn_weights: differential only): None = "
-        "the paper's 0.8 - 0.6 exp(-0.3 (l - 1)) at layer l; else this constant, in [0, 1)")
+        None, description="differential attention's lambda_init (read by attn_weights: differential only): "
+        "None = the paper's 0.8 - 0.6 exp(-0.3 (l - 1)) at layer l; else this constant, in [0, 1)")
     forget_bias_init: float | None = Field(
-        0.0, description="forgetting attention's forget-gate bias b_f at initialisation (read by attn_weights: "
-        "forgetting only; FoX: 0, so f starts near 0.5); None = no bias, refused")
+        0.0, description="forgetting attention's forget-gate bias b_f at initialisation (read by "
+        "attn_weights: forgetting only; FoX: 0, so f starts near 0.5); None = no bias, refused")
     rope: bool = Field(True, description="rotary position embedding on queries and keys (off: position only "
                        "through the causal mask, and forgetting attention's decay)")
     plugin: PluginArm | None = Field(None, description="an arm from the user's code (set by a grid's variant "
@@ -167,7 +167,8 @@ class ModelConfig(_Strict):
                                  "an input-independent gate reads no input")
             if self.gate.input_dims > self.d_model:
                 raise ValueError(f"gate.input_dims (k={self.gate.input_dims}) must be at most d_model "
-                                 f"({self.d_model}): the gate reads the first k channels of the block's input")
+                                 f"({self.d_model}): the gate reads the first k channels of the block's "
+                                 "input")
         self._check_arm_fields()
         return self
 
@@ -182,8 +183,8 @@ class ModelConfig(_Strict):
                              f"n_kv_heads ({self.n_kv_heads}) must be even")
         if self.attn_weights == "forgetting" and self.forget_bias_init is None:
             raise ValueError("forget_bias_init is None: a forget gate without a bias is not Forgetting "
-                             "attention's (f_t = sigmoid(w_f x_t + b_f), Lin et al. 2025); give b_f's initial "
-                             "value (FoX: 0.0)")
+                             "attention's (f_t = sigmoid(w_f x_t + b_f), Lin et al. 2025); give b_f's "
+                             "initial value (FoX: 0.0)")
 
     @property
     def is_moe(self) -> bool:

@@ -1,20 +1,21 @@
-"""Softmax attention whose logits lose a cumulative sum over the sequence: what fades, or what was selected away.
+"""Softmax attention whose logits lose a cumulative sum over the sequence: what fades, or what was selected
+away.
 
 - ``Forgetting`` (Lin et al. 2025, "Forgetting Transformer: Softmax Attention with a Forget Gate", ICLR): per
   query head a forget gate ``f_t = sigmoid(w_fᵀ x_t + b_f)`` from the block's normed input, and the logit of
-  query i on key j gains ``D_ij = Σ_{l=j+1..i} log f_l``, computed as a difference of prefix sums ``c_i - c_j``
-  (``c_t = Σ_{l<=t} log f_l``). ``b_f`` starts at ``forget_bias_init`` (FoX: 0); it is a parameter of its own, not
-  the projection's bias, so the decoder's init (which zeroes a Linear's bias) leaves it. The paper trains it
-  without RoPE (``rope: false``); with RoPE is a catalogue arm too.
+  query i on key j gains ``D_ij = Σ_{l=j+1..i} log f_l``, computed as a difference of prefix sums ``c_i -
+  c_j`` (``c_t = Σ_{l<=t} log f_l``). ``b_f`` starts at ``forget_bias_init`` (FoX: 0); it is a parameter of
+  its own, not the projection's bias, so the decoder's init (which zeroes a Linear's bias) leaves it. The
+  paper trains it without RoPE (``rope: false``); with RoPE is a catalogue arm too.
 - ``Selective`` (Leviathan, Kalman, Matias 2025, "Selective Attention Improves Transformer", ICLR), parameter
   free: head 0's causal logits ``s``, through ReLU, with the first key (it is never selected away) and the
   diagonal (a token does not select itself) zeroed, are summed over the earlier queries, ``F_ij = Σ_{i'<i}
   ReLU(s_i'j)``; every head's logits subtract ``F`` before the softmax, so a token selected away stays masked
   for every later query.
 
-Both are softmax over biased logits, so training passes the bias to SDPA as a float mask (its gradient reaches
-the forget gate, and head 0's logits); the probe path computes the weights by hand. ``p`` is a share: F-Attn is
-the softmax's share on the first token, after the decay (forgetting) or the selection (selective).
+Both are softmax over biased logits, so training passes the bias to SDPA as a float mask (its gradient
+reaches the forget gate, and head 0's logits); the probe path computes the weights by hand. ``p`` is a share:
+F-Attn is the softmax's share on the first token, after the decay (forgetting) or the selection (selective).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from ablate.ablations.config import ModelConfig
 from ablate.ablations.weights import causal_scores, mix
 
 
-def softmax_with_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor,
-                      probe: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def softmax_with_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                      mask: torch.Tensor, probe: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(QKᵀ/√d + bias) over the visible keys (``mask [T, T]``), ``bias [B, q or 1, T, T]`` float32:
     the fused kernel with a float mask in training, by hand (returning ``p``) when probed."""
     bias = bias.masked_fill(~mask, float("-inf"))

@@ -7,22 +7,23 @@
       A = softmax(Q1 K1ᵀ / √dk) - λ softmax(Q2 K2ᵀ / √dk),  λ = exp(λq1·λk1) - exp(λq2·λk2) + λ_init
 
   (λq1, λk1, λq2, λk2 learned vectors of dk per layer, drawn from N(0, 0.1); λ_init = 0.8 - 0.6 exp(-0.3 (l -
-  1)) at layer l = 1..L, or ``diff_lambda_init``). The output A V (2 dk per differential head) goes through an
-  RMSNorm per head (one learned scale of 2 dk, shared by the heads) and is scaled by (1 - λ_init); it fills the
-  two heads' slots of ``[B, q, T, dk]``. So a model of q heads of dk has q/2 differential heads whose maps have
-  the baseline's dk and whose values are twice as wide: the paper's layout (h = d_model / 2d), with the
-  baseline's projections unchanged. A catalogue arm that doubles the heads and halves ``head_dim`` gives each of
-  the baseline's heads a differential head of its own (maps of dk/2).
+  1)) at layer l = 1..L, or ``diff_lambda_init``). The output A V (2 dk per differential head) goes through
+  an RMSNorm per head (one learned scale of 2 dk, shared by the heads) and is scaled by (1 - λ_init); it fills
+  the two heads' slots of ``[B, q, T, dk]``. So a model of q heads of dk has q/2 differential heads whose maps
+  have the baseline's dk and whose values are twice as wide: the paper's layout (h = d_model / 2d), with the
+  baseline's projections unchanged. A catalogue arm that doubles the heads and halves ``head_dim`` gives each
+  of the baseline's heads a differential head of its own (maps of dk/2).
 - ``DiffV2`` (Microsoft, "Differential Transformer V2", Hugging Face blog, 20 January 2026): the query
   projection makes two query heads per output head (``ModelConfig.query_heads``), the pair adjacent and in one
   GQA group, so they share their key and value; plain softmax attention over all of them, then per output head
   ``y = y_{2i} - sigmoid(x W_λ)_i y_{2i+1}``, λ a logit per token and head from the block's input (``W_λ``
-  without bias). No per-head norm, no λ_init; the output has the baseline's heads, so ``W_o`` is the baseline's.
+  without bias). No per-head norm, no λ_init; the output has the baseline's heads, so ``W_o`` is the
+  baseline's.
 
 Training runs fused SDPA calls (V1: four, one per map and value half; V2: one) and combines their outputs; the
-probe path computes the maps by hand and returns the signed weights ``A`` (``[B, q/2, T, T]`` for V1, ``[B, q,
-T, T]`` for V2, λ applied per query row), so F-Attn is the net weight on the first token: the first map's share
-less λ times the second's.
+probe path computes the maps by hand and returns the signed weights ``A`` (``[B, q/2, T, T]`` for V1, ``[B,
+q, T, T]`` for V2, λ applied per query row), so F-Attn is the net weight on the first token: the first map's
+share less λ times the second's.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ class Differential(nn.Module):
             p = causal_softmax(q1, k1) - lam * causal_softmax(q2, k2)  # (B, q/2, T, T)
             y = torch.cat([p @ repeat_kv(q1, h).float() for h in halves], -1).to(q.dtype)
         else:
-            # one fused call per map and value half (dk each: the CPU's flash kernel needs the value's width to be
-            # the key's, and a T x T map is never kept)
+            # one fused call per map and value half (dk each: the CPU's flash kernel needs the value's width
+            # to be the key's, and a T x T map is never kept)
             def attend(qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:
                 return torch.cat([F.scaled_dot_product_attention(qi, ki, h, is_causal=True, enable_gqa=True)
                                   for h in halves], -1)  # (B, q/2, T, 2 dk)

@@ -17,9 +17,9 @@ What a device holds (docs/scale.md itemises it with numbers):
   SDPA's output and log-sum-exp, the gate's logits, scores and product, the FFN's four intermediates), plus
   the head's logits (the model's dtype, an fp32 copy and ``log_softmax``'s fp32 output). An attention-weights
   arm other than softmax keeps fp32 ``T x T`` maps per head (``SCORE_MAPS``: the sink's probabilities, where
-  SDPA falls back to its math kernel for a float mask, as for forgetting and selective attention's; sigmoid's and
-  softpick's hand-computed intermediates); differential attention and DIFF V2 keep their fused calls' outputs
-  (``_arm_elements``).
+  SDPA falls back to its math kernel for a float mask, as for forgetting and selective attention's; sigmoid's
+  and softpick's hand-computed intermediates); differential attention and DIFF V2 keep their fused calls'
+  outputs (``_arm_elements``).
   A plugin arm's module is the user's code, so what it keeps is measured instead: one forward of it on the
   meta device under saved-tensor hooks, at the run's shapes (``plugins.saved_bytes``), in place of SDPA's
   output and log-sum-exp for a weights arm. With activation checkpointing only each block's input is kept and
@@ -107,11 +107,11 @@ SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "sof
               "differential": 0, "diff-v2": 0, "forgetting": 1.5, "selective": 1.25}
 
 
-def _arm_elements(cfg: ModelConfig, q: int) -> float:
+def _arm_elements(cfg: ModelConfig, q: int) -> int:
     """Elements per token an attention weights arm keeps beyond SDPA's output (``q`` wide), measured on CPU
-    with MemTracker (tests/test_memory.py): differential attention its two maps' outputs per value half, their
-    difference, the per-head norm and scale; DIFF V2 its lambda logits and scores; selective attention head 0's
-    running sum's rows."""
+    with MemTracker (tests/test_memory.py): differential attention its two maps' outputs per value half,
+    their difference, the per-head norm and scale; DIFF V2 its lambda logits and scores; selective attention
+    head 0's running sum's rows."""
     h = cfg.n_heads
     return {"differential": 5 * q + h, "diff-v2": 2 * h, "selective": 2 * q}.get(cfg.attn_weights, 0)
 
@@ -206,7 +206,8 @@ def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: 
 
     # norms' fp32 copies
     per_block = _block_elements(model) * act + (_norm_elements(model) * 4 if half else 0)
-    per_block += SCORE_MAPS[model.attn_weights] * model.query_heads * seq_len * 4  # per token: a row of each map
+    # per token: a row of each map
+    per_block += SCORE_MAPS[model.attn_weights] * model.query_heads * seq_len * 4
     per_block += plugins.saved_bytes(model, rows=rows, seq_len=seq_len, half=half) / tokens
     if checkpointing:  # each block's input kept; one block recomputed at a time
         blocks = model.n_layers * model.d_model * act + per_block

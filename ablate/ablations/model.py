@@ -39,10 +39,11 @@ class ModelOutput(NamedTuple):
 class Attention(nn.Module):
     """GQA with per-head q/k RMSNorm, RoPE, causal attention weights and the five gate slots G1..G5.
 
-    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE (``rope``: off for ``rope: false``) -> weights (SDPA)
-    -> SDPA norm/SiLU -> G1 -> W_o -> G5. The weights slot (``weights``, from ``attn_weights``; it also reads
-    the block's normed input ``x``, and ``layer``, 0-based) is softmax through SDPA unless an arm replaces it; a
-    plugin arm (``ablate.ablations.plugins``) fills the weights slot or one gate slot.
+    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE (``rope``: off for ``rope: false``) -> weights
+    (SDPA) -> SDPA norm/SiLU -> G1 -> W_o -> G5. The weights slot (``weights``, from ``attn_weights``; it also
+    reads the block's normed input ``x``, and is built for its ``layer``, 0-based) is softmax through SDPA
+    unless an arm replaces it; a plugin arm (``ablate.ablations.plugins``) fills the weights slot or one gate
+    slot.
     An input-dependent G1 gate's projection is fused into the query projection's weight (``fuse_g1``;
     Qwen3-Next's layout in export: see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function
     with a separate gate projection.

@@ -190,7 +190,8 @@ def build(cfg: ModelConfig) -> Any:
     is built as a subclass that leaves it out (its parameters' names unchanged)."""
     assert cfg.plugin is not None
     cls = load(cfg.plugin.arm)
-    if cls.slot == "weights" and "x" not in inspect.signature(cls.forward).parameters:
+    forward = getattr(cls, "forward")  # noqa: B009 - the Arm protocol declares no forward (nn.Module's)
+    if cls.slot == "weights" and "x" not in inspect.signature(forward).parameters:
         cls = _without_input(cls)
     return cls(arguments(cfg.plugin), cfg)
 
@@ -200,7 +201,7 @@ def _without_input(cls: type[Arm]) -> type[Arm]:
     """``cls`` whose ``forward(q, k, v, probe, x=None)`` calls the plugin's ``forward(q, k, v, probe)``."""
 
     def forward(self: Any, q: Any, k: Any, v: Any, probe: bool = False, x: Any = None) -> Any:
-        return cls.forward(self, q, k, v, probe)  # type: ignore[attr-defined]
+        return getattr(cls, "forward")(self, q, k, v, probe)  # noqa: B009 - Arm declares no forward
 
     return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__,
                                        "__qualname__": cls.__qualname__})

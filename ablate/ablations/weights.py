@@ -1,10 +1,10 @@
 """The attention weights slot: how a query's scores over the keys become the weights that mix the values.
 
 Every module here takes ``q [B, q, T, dk]`` and ``k``/``v`` ``[B, k, T, dk]`` (kv heads not yet repeated, for
-GQA), and the block's normed input ``x [B, T, d]`` (read by the arms whose weights depend on the token itself),
-and returns ``(y [B, q, T, dk], p)``: ``p [B, heads, T, T]`` the weights on the real keys when ``probe=True``
-(the explicit probe path, which F-Attn reads), else None. Causal everywhere. Which one a model holds is chosen
-at build time from ``ModelConfig.attn_weights`` (``weights_for``):
+GQA), and the block's normed input ``x [B, T, d]`` (read by the arms whose weights depend on the token
+itself), and returns ``(y [B, q, T, dk], p)``: ``p [B, heads, T, T]`` the weights on the real keys when
+``probe=True`` (the explicit probe path, which F-Attn reads), else None. Causal everywhere. Which one a model
+holds is chosen at build time from ``ModelConfig.attn_weights`` (``weights_for``):
 
 - ``softmax`` (the default, every paper arm): softmax(QKᵀ/√d + mask) through the fused SDPA kernel.
 - ``sink-learned``: a learned per-head logit in the softmax's denominator (gpt-oss; Xiao et al. 2023's sink).
@@ -144,4 +144,5 @@ def weights_for(cfg: ModelConfig, layer: int = 0) -> nn.Module:
         return Differential(cfg, layer)
     if kind in ("diff-v2", "forgetting"):
         return {"diff-v2": DiffV2, "forgetting": Forgetting}[kind](cfg)
-    return {"softmax": Softmax, "sigmoid": SigmoidWeights, "softpick": Softpick, "selective": Selective}[kind]()
+    plain = {"softmax": Softmax, "sigmoid": SigmoidWeights, "softpick": Softpick, "selective": Selective}
+    return plain[kind]()
