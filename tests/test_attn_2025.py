@@ -95,7 +95,8 @@ def test_differential_matches_the_papers_formula(layer: int, fixed: float | None
         assert p[0, t, : t + 1].tolist() == pytest.approx(a, rel=1e-5, abs=1e-6)
         assert p[0, t, t + 1:].tolist() == [0.0] * (3 - t)
         o = [sum(w * V[0][j][d] for j, w in enumerate(a)) for d in range(2)]
-        o += [sum(w * V[1][j][d] for j, w in enumerate(a)) for d in range(2)]  # the pair's values side by side
+        # the pair's values side by side
+        o += [sum(w * V[1][j][d] for j, w in enumerate(a)) for d in range(2)]
         rms = math.sqrt(sum(c * c for c in o) / 4 + 1e-6)
         y = [c / rms * g * (1 - lam_init) for c, g in zip(o, [1.0, 0.5, 2.0, 1.5], strict=True)]
         for path in (y_probe, y_train):
@@ -140,7 +141,7 @@ def test_forgetting_matches_the_papers_formula() -> None:
     for h in range(2):
         s = scores(h, 0)
         for t in range(4):
-            decay = [sum(log_f(h, l) for l in range(j + 1, t + 1)) for j in range(t + 1)]
+            decay = [sum(log_f(h, i) for i in range(j + 1, t + 1)) for j in range(t + 1)]
             row = softmax([s[t][j] + decay[j] for j in range(t + 1)])
             assert p[h, t, : t + 1].tolist() == pytest.approx(row, rel=1e-5, abs=1e-7)
             assert p[h, t, t + 1:].tolist() == [0.0] * (3 - t)
@@ -152,7 +153,8 @@ def test_forgetting_matches_the_papers_formula() -> None:
 def test_selective_matches_the_papers_formula() -> None:
     y_probe, y_train, p = both_paths(module("selective"), kv_heads=1)
     s0 = scores(0, 0)
-    # what head 0 selected away: F_tj = Σ_{j<i<t} ReLU(s0_ij) for keys j >= 1 (the first token is never masked)
+    # what head 0 selected away: F_tj = Σ_{j<i<t} ReLU(s0_ij) for keys j >= 1 (the first token is never
+    # masked)
     F = [[sum(max(s0[i][j], 0.0) for i in range(j + 1, t)) if j >= 1 else 0.0 for j in range(4)]
          for t in range(4)]
     assert F[3][1] == pytest.approx(max(s0[2][1], 0.0)) and F[3][1] > 0  # the tensors select something
@@ -215,8 +217,8 @@ def test_parameters_and_flops_are_counted(name: str) -> None:
     cfg = apply_variant(TINY, name)
     assert added_params(TINY, name) == 2 * PER_LAYER[name]
     assert count_params(cfg).total == sum(p.numel() for p in build_model(cfg).parameters())
-    matmuls = {"diff-v2": 64 * 64 + 64 * 4, "forgetting-attention": 64 * 4, "forgetting-attention-rope": 64 * 4,
-               SPARSE: 12 * 4}
+    matmuls = {"diff-v2": 64 * 64 + 64 * 4, "forgetting-attention": 64 * 4,
+               "forgetting-attention-rope": 64 * 4, SPARSE: 12 * 4}
     assert matmul_params(cfg) == matmul_params(TINY) + 2 * matmuls.get(name, 0)
 
 
@@ -234,18 +236,23 @@ def test_the_plan_shows_parameters_flops_and_memory(tmp_path, tmp_home) -> None:
     assert runs["diff-v2"]["flops"] > base["flops"] and runs["selective-attention"]["flops"] == base["flops"]
 
 
-# F-Attn on the hand-built decoders of test_probes: every query on the first token (sink heads), or zero queries
-# (uniform scores); each arm's own weights. Zeroed parameters: λ vectors 0 (λ = λ_init), W_λ 0 (sigmoid 0.5), the
-# forget gate at sigmoid(0) = 1/2 per step, head 0's logits all 0 or on the never-selected first key.
+# F-Attn on the hand-built decoders of test_probes: every query on the first token (sink heads), or zero
+# queries (uniform scores); each arm's own weights. Zeroed parameters: lambda vectors 0 (so lambda =
+# lambda_init), W_lambda 0 (sigmoid 0.5), the forget gate at sigmoid(0) = 1/2 per step, head 0's logits all 0
+# or on the never-selected first key.
 def forget_share(T: int) -> float:
     """Zero scores, f = 1/2: query t's share on key 0 is 2^-t / Σ_{m<=t} 2^-m; the mean over t = 1..T-1."""
     return float(sum(Fraction(1, 2**t) / (2 - Fraction(1, 2**t)) for t in range(1, T)) / (T - 1))
 
 
+def differential(layer: int) -> tuple[float, float]:
+    """Both maps alike, so A = (1 - λ_init) softmax: the share of either decoder, times 1 - λ_init."""
+    return 1 - lambda_init_at(layer), (1 - lambda_init_at(layer)) * uniform_share(T)
+
+
 F_ATTN = {  # (sink heads, uniform heads) per layer
-    "diff-attention": lambda layer: (1 - lambda_init_at(layer), (1 - lambda_init_at(layer)) * uniform_share(T)),
-    "diff-attention-matched": lambda layer: (1 - lambda_init_at(layer),
-                                             (1 - lambda_init_at(layer)) * uniform_share(T)),
+    "diff-attention": differential,
+    "diff-attention-matched": differential,
     "diff-v2": lambda layer: (0.5, 0.5 * uniform_share(T)),
     "forgetting-attention": lambda layer: (1.0, forget_share(T)),
     "forgetting-attention-rope": lambda layer: (1.0, forget_share(T)),

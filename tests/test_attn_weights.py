@@ -21,8 +21,8 @@ from ablate.ablations.weights import SOFTPICK_EPS, Softmax, weights_for
 from ablate.runner.evaluate import probe
 
 CPU = torch.device("cpu")
-# the catalogue's sink fixes that fill the weights slot, and the ModelConfig value each sets (the 2025-26 arms of
-# the same slot: tests/test_attn_2025.py)
+# the catalogue's sink fixes that fill the weights slot, and the ModelConfig value each sets (the 2025-26 arms
+# of the same slot: tests/test_attn_2025.py)
 SINK_FIXES = ("sink-learned", "softmax1", "sigmoid", "softpick")
 ARMS = {name: v.changes["attn_weights"] for name, v in VARIANTS.items()
         if v.changes.get("attn_weights") in SINK_FIXES}

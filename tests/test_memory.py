@@ -73,7 +73,7 @@ CASES = {
     # T x T maps: the attention weights arms
     **{f"tiny-{arm}": dict(preset="tiny", variant=arm, rows=8, seq_len=256)
        for arm in ("sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick")},
-    # the 2025-26 arms: fused calls (differential, DIFF V2), float masks (forgetting, selective), a sparse gate
+    # the 2025-26 arms: fused calls (differential, DIFF V2), float masks (forgetting, selective), sparse G1
     **{f"tiny-{arm}": dict(preset="tiny", variant=arm, rows=8, seq_len=256)
        for arm in ("diff-attention", "diff-attention-matched", "diff-v2", "forgetting-attention",
                    "selective-attention", "sdpa-headwise-sparse")},
