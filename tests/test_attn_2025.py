@@ -345,3 +345,43 @@ def test_arms_train_and_are_probed_and_stored_through_ablate_run(tmp_path, modul
         assert mine[("m_act", 0)] > 0
     gated = runs[runs["variant"] == SPARSE].iloc[0]
     assert 0 < gated["gate_score"] < 1
+
+
+def test_a_weights_plugin_gets_the_blocks_input_when_it_asks(tmp_path, monkeypatch, plugin_dir) -> None:
+    """The slot passes ``x`` to a plugin whose forward names it; one without keeps its (q, k, v, probe)."""
+    from ablate.ablations.config import PluginArm
+
+    (tmp_path / "xweights.py").write_text('''
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+
+class Reads(nn.Module):
+    slot = "weights"
+    seen: list = []
+
+    class Args(BaseModel):
+        pass
+
+    def __init__(self, args, cfg):
+        super().__init__()
+
+    def forward(self, q, k, v, probe=False, x=None):
+        Reads.seen.append(tuple(x.shape))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return y, None
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    idx = torch.randint(0, 320, (2, 12))
+    model = build_model(ModelConfig(preset="tiny", plugin=PluginArm(arm="xweights:Reads")))
+    with torch.no_grad():
+        model(idx)
+    assert __import__("xweights").Reads.seen == [(2, 12, 64)] * 2  # each layer's normed input
+    capped = build_model(ModelConfig(preset="tiny", plugin=PluginArm(arm="myattn:CappedSoftmax",
+                                                                     args={"cap": 5})))
+    weights = capped.blocks[0].attn.weights
+    assert isinstance(weights, __import__("myattn").CappedSoftmax)
+    assert "blocks.0.attn.weights.temperature" in capped.state_dict()  # its parameters' names unchanged
+    with torch.no_grad():
+        assert capped(idx).logits.shape == (2, 12, 320)
