@@ -385,3 +385,28 @@ class Reads(nn.Module):
     assert "blocks.0.attn.weights.temperature" in capped.state_dict()  # its parameters' names unchanged
     with torch.no_grad():
         assert capped(idx).logits.shape == (2, 12, 320)
+
+
+def test_the_study_shares_lites_and_the_quick_starts_runs() -> None:
+    """grids/attention-2025.yaml has lite's base and attention-2025-text.yaml the quick start's, unchanged, so
+    in one store their baseline and G1 runs are trained once; both hold the study's arms, seeds 0-2."""
+    from pathlib import Path
+
+    from ablate.grid import expand, load_grid
+
+    root = Path(__file__).resolve().parents[1]
+    arms = ["baseline", "sdpa-elementwise", "sdpa-headwise", "diff-attention-matched", "diff-v2",
+            "forgetting-attention", "forgetting-attention-rope", "selective-attention", SPARSE,
+            "sink-learned"]
+    for grid, other, lrs, shared in [
+        ("grids/attention-2025.yaml", "grids/paper/lite.yaml", {3e-2},
+         {(v, s, 3e-2) for v in arms[:3] for s in range(3)}),
+        ("grids/attention-2025-text.yaml", "examples/quickstart.yaml", {1.6e-2, 3.2e-2},
+         {(v, s, 1.6e-2) for v in arms[:3] for s in range(2)}),
+    ]:
+        runs = {r.run_id: r.config for r in expand(load_grid(root / grid))}
+        assert [v for v in arms if v in {c.variant for c in runs.values()}] == arms
+        assert {c.train.lr for c in runs.values()} == lrs and {c.seed for c in runs.values()} == {0, 1, 2}
+        assert len(runs) == len(arms) * len(lrs) * 3
+        theirs = {r.run_id for r in expand(load_grid(root / other))}
+        assert {(runs[i].variant, runs[i].seed, runs[i].train.lr) for i in runs if i in theirs} == shared
