@@ -20,6 +20,8 @@ from ablate.store import Store
 GRIDS = {"attention-2025": ("f_attn", "massive_ratio", "m_act", "val_ppl"),
          "attention-2025-text": ("val_ppl", "loss_spikes", "f_attn", "massive_ratio")}
 REFERENCES = ("baseline", "sdpa-elementwise")
+ORDER = ["baseline", "sdpa-elementwise", "sdpa-headwise", "sdpa-headwise-sparse", "diff-attention-matched",
+         "diff-v2", "forgetting-attention", "forgetting-attention-rope", "selective-attention", "sink-learned"]
 RAW = ["grid", "variant", "train.lr", "seed", "status", "params", "f_attn", "m_act", "massive_ratio",
        "massive_first", "val_ppl", "loss_spikes", "wall_s", "run_id"]
 
@@ -39,7 +41,7 @@ def per_seed(runs: pd.DataFrame, variant: str, metric: str) -> dict[int, float |
 
 
 def table(runs: pd.DataFrame, metric: str, digits: int) -> str:
-    arms = list(dict.fromkeys(runs["variant"]))
+    arms = sorted(set(runs["variant"]), key=lambda a: (ORDER.index(a) if a in ORDER else len(ORDER), a))
     rows = []
     deltas: dict[str, list[Delta]] = {ref: [] for ref in REFERENCES}
     for ref in REFERENCES:
@@ -64,9 +66,9 @@ def main() -> None:
     raw = []
     with Store.open() as store:
         for grid, metrics in GRIDS.items():
-            runs = store.runs_frame(grid=grid)
-            if runs.empty:
+            if grid not in store.grids():
                 continue
+            runs = store.runs_frame(grid=grid)
             raw.append(runs.assign(grid=grid))
             for lr, at in runs.groupby("train.lr"):
                 for metric in metrics:
