@@ -21,8 +21,8 @@ GRIDS = {"attention-2025": ("f_attn", "massive_ratio", "m_act", "val_ppl"),
          "attention-2025-text": ("val_ppl", "loss_spikes", "f_attn", "massive_ratio")}
 REFERENCES = ("baseline", "sdpa-elementwise")
 ORDER = ["baseline", "sdpa-elementwise", "sdpa-headwise", "sdpa-headwise-sparse", "diff-attention-matched",
-         "diff-v2", "forgetting-attention", "forgetting-attention-rope", "selective-attention",
-         "sink-learned"]
+         "diff-attention", "diff-v2", "forgetting-attention", "forgetting-attention-rope",
+         "selective-attention", "sink-learned"]
 RAW = ["grid", "variant", "train.lr", "seed", "status", "params", "f_attn", "m_act", "massive_ratio",
        "massive_first", "val_ppl", "loss_spikes", "wall_s", "run_id"]
 

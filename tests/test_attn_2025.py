@@ -395,8 +395,8 @@ def test_the_study_shares_lites_and_the_quick_starts_runs() -> None:
     from ablate.grid import expand, load_grid
 
     root = Path(__file__).resolve().parents[1]
-    arms = ["baseline", "sdpa-elementwise", "sdpa-headwise", "diff-attention-matched", "diff-v2",
-            "forgetting-attention", "forgetting-attention-rope", "selective-attention", SPARSE,
+    arms = ["baseline", "sdpa-elementwise", "sdpa-headwise", "diff-attention-matched", "diff-attention",
+            "diff-v2", "forgetting-attention", "forgetting-attention-rope", "selective-attention", SPARSE,
             "sink-learned"]
     for grid, other, lrs, shared in [
         ("grids/attention-2025.yaml", "grids/paper/lite.yaml", {3e-2},
