@@ -1,5 +1,6 @@
-"""Step time (forward + backward) of each main gated variant, and of each attention-weights arm (the other
-sink fixes), relative to the baseline, measured side by side.
+"""Step time (forward + backward) of each main gated variant, of each attention-weights arm (the other sink
+fixes; differential, forgetting and selective attention) and of the sparse G1 gate, relative to the baseline,
+measured side by side.
 
 Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs)
 hits all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
@@ -11,6 +12,9 @@ not: docs/results.md).
 
     .venv/bin/python bench/gate_step.py                       # small preset, CPU
     .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise   # a busy CPU machine
+    .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise sdpa-headwise \
+        diff-attention-matched diff-v2 forgetting-attention selective-attention sdpa-headwise-sparse \
+        sink-learned                                          # the arms of the attention-2025 study
     .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise sdpa-headwise --compile
     .venv/bin/python bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 --seq 2048  # a GPU
 """
@@ -33,6 +37,9 @@ MAIN_VARIANTS = [
     "sdpa-additive-silu", "dense-output", "sdpa-groupnorm", "switch-v-1top1",
     # the attention weights slot's arms
     "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick",
+    # the field's 2025-26 arms beside G1 (grids/attention-2025.yaml)
+    "diff-attention", "diff-attention-matched", "diff-v2", "forgetting-attention",
+    "forgetting-attention-rope", "selective-attention", "sdpa-headwise-sparse",
 ]
 
 

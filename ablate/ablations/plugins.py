@@ -7,7 +7,8 @@ The protocol (docs/internals.md, "plugins"): the class a ``PluginArm.arm`` names
 
   - ``"weights"``: the attention weights (``ablate.ablations.weights``), in place of softmax:
     ``forward(q, k, v, probe) -> (y, p | None)``, ``q [B, q, T, dk]``, ``k``/``v`` ``[B, k, T, dk]``, causal;
-    ``p [B, q, T, T]`` when ``probe`` (F-Attn reads it);
+    ``p [B, q, T, T]`` when ``probe`` (F-Attn reads it); a ``forward`` with a parameter ``x`` also gets the
+    block's normed input ``[B, T, d]`` (as the built-in arms whose weights depend on the token do);
   - ``"gate"``: a gate at one of the paper's positions, called as the catalogue's gates are
     (``ablate.ablations.gates.gate_for``): ``forward(y, x) -> (y', scores | None)``, ``x [B, T, d]`` the
     block's normed input and ``y`` the tensor gated: G1 the SDPA output ``[B, T, q, dk]``, G2 the values and
@@ -41,6 +42,7 @@ import functools
 import hashlib
 import importlib
 import importlib.metadata
+import inspect
 import logging
 import os
 import sys
@@ -221,9 +223,26 @@ def fill_version(spec: PluginArm, resolver: Any = None) -> dict[str, Any]:
 
 
 def build(cfg: ModelConfig) -> Any:
-    """The plugin's module for ``cfg``, for the slot ``slot(cfg)`` names (torch is the plugin's import)."""
+    """The plugin's module for ``cfg``, for the slot ``slot(cfg)`` names (torch is the plugin's import). The
+    decoder calls a weights module ``forward(q, k, v, probe, x=x)``: a plugin whose ``forward`` takes no ``x``
+    is built as a subclass that leaves it out (its parameters' names unchanged)."""
     assert cfg.plugin is not None
-    return load(cfg.plugin.arm)(arguments(cfg.plugin), cfg)
+    cls = load(cfg.plugin.arm)
+    forward = getattr(cls, "forward")  # noqa: B009 - the Arm protocol declares no forward (nn.Module's)
+    if cls.slot == "weights" and "x" not in inspect.signature(forward).parameters:
+        cls = _without_input(cls)
+    return cls(arguments(cfg.plugin), cfg)
+
+
+@functools.cache  # one subclass per plugin class, so the modules built from it share it
+def _without_input(cls: type[Arm]) -> type[Arm]:
+    """``cls`` whose ``forward(q, k, v, probe, x=None)`` calls the plugin's ``forward(q, k, v, probe)``."""
+
+    def forward(self: Any, q: Any, k: Any, v: Any, probe: bool = False, x: Any = None) -> Any:
+        return getattr(cls, "forward")(self, q, k, v, probe)  # noqa: B009 - Arm declares no forward
+
+    return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
 
 
 def saved_bytes(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False) -> int:
