@@ -13,8 +13,8 @@ import argparse
 import math
 
 import pandas as pd
-
 from ablate.reports.stats import Delta, correct, paired_delta
+
 from ablate.store import Store
 
 GRIDS = {"attention-2025": ("f_attn", "massive_ratio", "m_act", "val_ppl"),
