@@ -13,7 +13,7 @@ import argparse
 import math
 
 import pandas as pd
-from ablate.reports.stats import Delta, correct, paired_delta
+from ablate.stats import Delta, correct, paired_delta
 
 from ablate.store import Store
 
