@@ -10,11 +10,11 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -c constraints.txt -e '.[dev,dashboard]'
+	$(BIN)/pip install -c constraints.txt -e '.[dev,dashboard,ray]'
 	touch $@
 
 quickstart: setup
-	$(BIN)/ablate run examples/quickstart.yaml --jobs 2
+	$(BIN)/ablate run quickstart --jobs 2  # the shipped study (ablate/studies/quickstart.yaml)
 	$(BIN)/ablate report table1 --grid quickstart
 
 test: setup

@@ -46,6 +46,15 @@ def identity_field(filled_by: str, description: str) -> Any:
     return Field(None, description=description, json_schema_extra={"identity": True, "filled_by": filled_by})
 
 
+def shorthand(fn: Any) -> Any:
+    """Mark a ``before`` model validator that only spells a grid's shorthand out into the model's own fields
+    (a resolved config's dump passes through it unchanged): it fills no omitted field, so run ids
+    (``ablate.grid.ids``) compare the model's fields with their defaults instead of re-validating it without
+    each field, which for ``RunConfig`` would cost a validation of the whole run per field."""
+    fn.__ablate_shorthand__ = True
+    return fn
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -282,6 +291,7 @@ class RunConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
+    @shorthand
     def _plugin_variant(cls, data: Any) -> Any:
         # variant: {arm: module:Class, args: {...}} is the plugin arm: its label names the run, the model
         # carries it
@@ -426,7 +436,8 @@ def vocab_from_tokenizer(raw: Any) -> Any:
     model, data = raw.get("model", {}), raw.get("data", {})
     if not isinstance(model, Mapping) or not isinstance(data, Mapping) or "vocab_size" in model:
         return raw
-    preset = PRESETS.get(model.get("preset", "tiny"), {})
+    name = model.get("preset", "tiny")
+    preset = PRESETS.get(name, {}) if isinstance(name, str) else {}  # else validation says
     bpe = data.get("bpe_vocab_size", 0)
     # else validation says
     ids = tokenizer_ids(data.get("tokenizer", "byte"), bpe) if type(bpe) is int else None

@@ -46,6 +46,11 @@ class StoreUnavailableError(StoreError, UserInputError):
     that was open and then went away is a ``StoreUnavailable``.)"""
 
 
+class NoStoreError(StoreError):
+    """A command that reads the store found none where it looked: nothing has run there (or the home or store
+    named is not the one meant). Exit status 1, one line naming the store; nothing is created."""
+
+
 class StoreUnavailable(StoreError):
     """An open store went away: the request was fine, but the database cannot be reached or written now (a
     lost connection, a server that is down, a read-only or full disk), and may take it when it is back. The

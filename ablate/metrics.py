@@ -22,8 +22,11 @@ from typing import Literal
 @dataclass(frozen=True)
 class SummaryMetric:
     """One summary number of a run: ``name`` (a family when it ends in ``/``), its Python type, what it means,
-    who measures it, whether it is a column of the ``runs`` table, which way is better, and whether
-    ``result.json``'s ``summary`` carries it (``resumed_from`` is the result's own field)."""
+    who measures it, whether it is a column of the ``runs`` table, which way is better, whether
+    ``result.json``'s ``summary`` carries it (``resumed_from`` is the result's own field), and how two arms
+    are compared on it (``compare``: ``diff``, the paired difference; ``ratio``, the paired log ratio, for a
+    magnitude that differs by factors between arms; None: a count the config fixes or a bookkeeping number,
+    not an outcome to compare: ``ablate report compare`` and ``--until-resolved`` read it so)."""
 
     name: str
     kind: type[int] | type[float]
@@ -32,6 +35,7 @@ class SummaryMetric:
     column: bool = False
     better: Literal["lower", "higher"] | None = None
     in_summary: bool = True
+    compare: Literal["diff", "ratio"] | None = "diff"
 
     @property
     def family(self) -> bool:
@@ -51,13 +55,13 @@ class SummaryMetric:
 SUMMARY: tuple[SummaryMetric, ...] = (
     SummaryMetric("params", int,
                   "total parameters of the run's model (the variant applied; meta-device count)",
-                  "the grid when planned, the runner when trained", column=True),
+                  "the grid when planned, the runner when trained", column=True, compare=None),
     SummaryMetric("added_params", int, "parameters the variant adds over the same config without it",
-                  "the grid when planned, the runner when trained", column=True),
+                  "the grid when planned, the runner when trained", column=True, compare=None),
     SummaryMetric("steps", int, "optimizer steps trained (a pruned run: where it was stopped)",
-                  "runner (training loop)", column=True),
+                  "runner (training loop)", column=True, compare=None),
     SummaryMetric("tokens", int, "training tokens seen (batch_size x seq_len per step, over every stage)",
-                  "runner (training loop)", column=True),
+                  "runner (training loop)", column=True, compare=None),
     SummaryMetric("train_loss", float, "training loss at the last step", "runner (training loop)",
                   column=True, better="lower"),
     SummaryMetric("val_ppl", float, "held-out perplexity, the mean over the held-out sets",
@@ -69,7 +73,7 @@ SUMMARY: tuple[SummaryMetric, ...] = (
                   "runner (loss monitor)", column=True, better="lower"),
     SummaryMetric("resumed_from", int,
                   "the step at which the run last resumed from a checkpoint (null: never)",
-                  "runner (result.json's resumed_from)", column=True, in_summary=False),
+                  "runner (result.json's resumed_from)", column=True, in_summary=False, compare=None),
     SummaryMetric("gate_score", float, "mean gate score over layers, heads and tokens (paper Table 4; null "
                   "without a gate)", "runner (probes)", column=True),
     SummaryMetric("f_attn", float,
@@ -77,21 +81,21 @@ SUMMARY: tuple[SummaryMetric, ...] = (
                   "runner (probes)", column=True, better="lower"),
     SummaryMetric("m_act", float, "massive activation (Table 4's M-Act): each layer's largest hidden-state "
                   "magnitude, mean over layers",
-                  "runner (probes)", column=True, better="lower"),
+                  "runner (probes)", column=True, better="lower", compare="ratio"),
     SummaryMetric("massive_ratio", float, "Sun et al.'s (2024) massive activation: a layer's largest |hidden "
                   "state| over its median (per probe row, mean over rows), the largest over layers",
-                  "runner (probes)", better="lower"),
+                  "runner (probes)", better="lower", compare="ratio"),
     SummaryMetric("massive_first", float, "the share of probe rows whose largest |hidden state| sits on the "
                   "first token, at the layer of massive_ratio", "runner (probes)", better="lower"),
     SummaryMetric("bench/", float, "benchmark score in percent, bench/<task>[@<len>][/yarn]",
                   "runner (offline tasks), ablate eval (lm-eval)", better="higher"),
     SummaryMetric("flops", float, "training compute in FLOPs: per stage, its tokens x (6N + 12·L·H·Q·T) per "
                   "token, N the model's active matmul weights, gates included (ablate.ablations.flops)",
-                  "runner (training loop)"),
+                  "runner (training loop)", compare=None),
     SummaryMetric("tokens_per_s", float, "training throughput, the median over steps",
-                  "runner (training loop)", column=True, better="higher"),
+                  "runner (training loop)", column=True, better="higher", compare="ratio"),
     SummaryMetric("wall_s", float, "wall time of the run: data, training, evaluation and probes",
-                  "runner", column=True),
+                  "runner", column=True, compare=None),
 )
 
 BY_NAME: dict[str, SummaryMetric] = {m.name: m for m in SUMMARY}

@@ -1,8 +1,10 @@
-"""Step time (forward + backward) of each main gated variant, and of each attention-weights arm (the other
-sink fixes), relative to the baseline, measured side by side.
+"""Step time (forward + backward) of each main gated variant, of each attention-weights arm (the other sink
+fixes; differential, forgetting and selective attention) and of the sparse G1 gate, relative to the baseline,
+measured side by side.
 
 Every repetition times all variants once, in a shuffled order, so drift of the machine (thermal, other jobs)
-hits all of them alike; the figure is the median over repetitions of each variant's time over the baseline's.
+hits all of them alike; the figure is the median over repetitions of each variant's time over the baseline's,
+with the quartiles of that ratio beside it (their spread says whether more repetitions are needed).
 An input-dependent G1 gate's projection is fused into the query projection's weight (the fused form, as
 Qwen3-Next: ``gates.QueryGateProjection``); the G1 variants are also timed unfused (``name/unfused``: a
 separate gate projection), and the last line says what the fusion gives for the paper's best gate (issue #27's
@@ -11,6 +13,9 @@ not: docs/results.md).
 
     .venv/bin/python bench/gate_step.py                       # small preset, CPU
     .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise   # a busy CPU machine
+    .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise sdpa-headwise \
+        diff-attention-matched diff-v2 forgetting-attention selective-attention sdpa-headwise-sparse \
+        sink-learned                                          # the arms of the attention-2025 study
     .venv/bin/python bench/gate_step.py --threads 1 --variants sdpa-elementwise sdpa-headwise --compile
     .venv/bin/python bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 --seq 2048  # a GPU
 """
@@ -33,6 +38,9 @@ MAIN_VARIANTS = [
     "sdpa-additive-silu", "dense-output", "sdpa-groupnorm", "switch-v-1top1",
     # the attention weights slot's arms
     "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick",
+    # the field's 2025-26 arms beside G1 (the attention-2025 study)
+    "diff-attention", "diff-attention-matched", "diff-v2", "forgetting-attention",
+    "forgetting-attention-rope", "selective-attention", "sdpa-headwise-sparse",
 ]
 
 
@@ -68,6 +76,15 @@ def step_fn(label: str, args: argparse.Namespace):
         return time.perf_counter() - t0
 
     return step, count_params(cfg).total
+
+
+def quartiles(values: list[float]) -> str:
+    """The first and third quartiles of the per-repetition ratios: how far one repetition strays, so how many
+    repetitions a difference between two medians needs."""
+    if len(values) < 2:
+        return "-"
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return f"{q1:.3f}-{q3:.3f}"
 
 
 def main() -> None:
@@ -108,13 +125,14 @@ def main() -> None:
           f"{args.device}, {'compiled, ' if args.compile else ''}{torch.get_num_threads()} threads, "
           f"{args.reps} interleaved reps, load {os.getloadavg()[0]:.2f}; baseline step "
           f"{statistics.median(base_s) * 1e3:.1f} ms (median)")
-    print(f"{'variant':<30} {'params':>12} {'step / baseline':>16} {'fused / unfused':>16}")
+    print(f"{'variant':<30} {'params':>12} {'step / baseline':>16} {'quartiles':>14} {'fused / unfused':>16}")
     for n in names:
         rel = ""
         if n + UNFUSED in names:  # per repetition, so drift between the two cancels
             pairs = zip(ratios[n], ratios[n + UNFUSED], strict=True)
             rel = f"{statistics.median(a / b for a, b in pairs):>16.3f}"
-        print(f"{n:<30} {params[n]:>12,} {statistics.median(ratios[n]):>16.3f} {rel}")
+        median = statistics.median(ratios[n])
+        print(f"{n:<30} {params[n]:>12,} {median:>16.3f} {quartiles(ratios[n]):>14} {rel}")
     if G1 in names:
         unfused = f", unfused {statistics.median(ratios[G1 + UNFUSED]):.3f}x" if G1 + UNFUSED in names else ""
         print(f"fused G1 ({G1}) step / baseline: {statistics.median(ratios[G1]):.3f}x{unfused}; "

@@ -10,19 +10,23 @@
 #   3. bench/gate_step.py: the fused G1 gate's step time (one matmul, query rows then gate rows), elementwise and
 #      headwise, over the baseline's (and unfused) on 4 layers of the paper's dense 1.7B model, batch 8 x 2048
 #      (the paper: < 2% wall time).
+# With --arms instead (about 3 minutes): the CUDA tests, then 4. alone: the step time of the attention weights
+# slot's arms (the sink fixes and the attention-2025 study's arms, which write their attention weights out
+# rather than calling a fused kernel) over the baseline's, same model and batch as 3.
 #
 # It runs on the machine as it is lent: with no .venv there, it takes that machine's python3 and torch (whatever
 # CUDA build it holds), installs the wheels that bench/gpu_wheels.sh downloaded into .whl/ (pip --no-index
 # --no-deps --target, a folder under /tmp) and imports ablate from this tree. Nothing of the store or MLflow runs.
 #
-# Usage: bench/gpu_check.sh [--cpu] [gpu_check.py options, e.g. --out figures.json --only mfu,memory]
+# Usage: bench/gpu_check.sh [--cpu | --arms] [gpu_check.py options, e.g. --out figures.json --only mfu,memory]
 #   --cpu: the same steps on CPU at tiny sizes (CUDA tests skipped): proves the bootstrap without a GPU
 #   PYTHON=...: the interpreter (default: .venv/bin/python if there, else python3); WHEELS=DIR: the wheels (.whl)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-cpu=0
+cpu=0 arms=0
 if [ "${1:-}" = "--cpu" ]; then cpu=1; shift; export CUDA_VISIBLE_DEVICES=; fi
+if [ "${1:-}" = "--arms" ]; then arms=1; shift; fi
 py=${PYTHON:-}
 [ -z "$py" ] && { [ -x "$here/.venv/bin/python" ] && py=$here/.venv/bin/python || py=python3; }
 wheels=${WHEELS:-$here/.whl}
@@ -55,7 +59,13 @@ part() {  # part NAME SECONDS CMD...: run one part under its time limit, note a 
 }
 # the CUDA tests' file alone: collecting the whole suite would import the store and MLflow
 part "CUDA tests" 60 "$py" -m pytest -m cuda -q -p no:cacheprovider tests/test_cuda.py
-if [ $cpu = 0 ]; then
+ARMS="sdpa-elementwise sink-learned softmax-off-by-one softpick diff-attention diff-attention-matched diff-v2
+  forgetting-attention forgetting-attention-rope selective-attention sdpa-headwise-sparse"
+if [ $arms = 1 ]; then
+  # shellcheck disable=SC2086  # one word per arm
+  part "attention weights arms' step time" 240 "$py" bench/gate_step.py --device cuda --preset paper-dense-1.7b \
+    --layers 4 --batch 8 --seq 2048 --reps 6 --warmup 2 --variants $ARMS
+elif [ $cpu = 0 ]; then
   part "training: MFU, memory, FSDP" 450 "$py" bench/gpu_check.py "$@"
   part "fused G1 step overhead" 60 "$py" bench/gate_step.py --device cuda --preset paper-dense-1.7b --layers 4 \
     --batch 8 --seq 2048 --reps 10 --warmup 3 --variants sdpa-elementwise sdpa-headwise

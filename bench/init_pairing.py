@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ablate.reports.stats import needs_text, seeds_needed
+from ablate import studies
+from ablate.stats import needs_text, seeds_needed
 from ablate.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,24 +51,24 @@ class Setting:
     """A study's setting: its grid file (whose ``base`` is used unchanged), the arms trained, and the
     comparisons read (an arm against the baseline on a metric)."""
 
-    source: str
+    source: str  # a shipped study's name
     arms: tuple[str, ...]
     comparisons: tuple[tuple[str, str], ...]  # (arm, metric)
 
 
 SETTINGS = {
-    "quickstart": Setting("examples/quickstart.yaml", (REFERENCE, "sdpa-elementwise"),
+    "quickstart": Setting("quickstart", (REFERENCE, "sdpa-elementwise"),
                           (("sdpa-elementwise", "val_ppl"),)),
-    "lite": Setting("grids/paper/lite.yaml", (REFERENCE, "sdpa-elementwise"),
+    "lite": Setting("lite", (REFERENCE, "sdpa-elementwise"),
                     (("sdpa-elementwise", "f_attn"),)),
     # sinks.yaml's base is lite.yaml's: its baseline and G1 runs are lite's, trained once in one store
-    "sinks": Setting("grids/sinks.yaml", (REFERENCE, "sdpa-elementwise", "softmax-off-by-one"),
+    "sinks": Setting("sinks", (REFERENCE, "sdpa-elementwise", "softmax-off-by-one"),
                      (("sdpa-elementwise", "m_act"), ("softmax-off-by-one", "f_attn"))),
 }
 
 
 def base_of(setting: Setting) -> dict:
-    return yaml.safe_load((ROOT / setting.source).read_text())["base"]
+    return yaml.safe_load(studies.find(setting.source).read_text())["base"]
 
 
 def write_grid(path: Path, name: str, base: dict, axes: dict) -> Path:
@@ -200,7 +201,7 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(SETTINGS))
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--table-only", action="store_true", help="train nothing: the table from the store")
+    ap.add_argument("--table-only", action="store_true", help="train nothing (nor --until-resolved): the table from the store")
     ap.add_argument("--no-until-resolved", action="store_true", help="skip the --until-resolved runs")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                     help="ablate run's --set on every grid (a smoke test: --set train.steps=10)")
@@ -213,7 +214,7 @@ def main() -> None:
         if not args.table_only:
             train(name, SETTINGS[name], args.seeds, work, args.home, args.jobs, log, args.sets)
             print(f"{name}: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        if not args.no_until_resolved:
+        if not (args.no_until_resolved or args.table_only):
             said = until_resolved(name, SETTINGS[name], args.seeds, work, args.home, log, args.sets)
             resolved.update({(name, *k): v for k, v in said.items()})
     with Store.open(home=args.home) as store:

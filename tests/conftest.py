@@ -8,6 +8,8 @@ sets ``search_path``), which to the store is a new, empty database. If no
 server can be started (no PostgreSQL and no way to install it), the postgres cases are skipped with the
 reason; with ``ABLATE_TEST_PG_URL`` set they never are. ``own_postgres`` is a server of one test's own, for
 the tests that stop and restart it.
+
+The caller's environment is set or cleared here, once, before any test: ``isolate_environment``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -24,6 +27,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# What a researcher's shell may hold that would reach the tests (and the workers, Slurm tasks and subprocesses
+# they start, which inherit os.environ): their own store, home, caches and tracking server, a Ray cluster, a
+# Slurm allocation, a launcher's ranks, thread settings. The suite relies on none of them.
+CLEARED = ("RAY_ADDRESS", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+           "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "OPENBLAS_NUM_THREADS",
+           "CUDA_LAUNCH_BLOCKING")
+CLEARED_PREFIXES = ("ABLATE_", "MLFLOW_", "RAY_", "SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "OMP_", "GOMP_",
+                    "KMP_", "MKL_", "PL_")
+KEPT = ("ABLATE_TEST_",)  # the suite's own: ABLATE_TEST_PG_URL, a PostgreSQL server to test against
+# ... and what it relies on: nothing is downloaded (Hugging Face's hub and datasets read the local cache only)
+SET = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def isolate_environment(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    """Clear from ``environ`` what the suite must not inherit and set what it relies on; the names cleared."""
+    cleared = sorted(k for k in environ
+                     if not k.startswith(KEPT) and (k in CLEARED or k.startswith(CLEARED_PREFIXES)))
+    for key in cleared:
+        del environ[key]
+    environ.update(SET)
+    return cleared
+
+
+isolate_environment(os.environ)  # at import: before any test, fixture or doctest of this session
 
 
 def _free_port() -> int:
@@ -132,13 +160,11 @@ def store(store_url: str) -> Iterator:
 
 @pytest.fixture
 def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """ABLATE_HOME set to a fresh directory; ABLATE_STORE and MLFLOW_TRACKING_URI unset (so they default
-    there)."""
+    """ABLATE_HOME set to a fresh directory (the store and MLflow's default there: the suite clears
+    ABLATE_STORE and MLFLOW_TRACKING_URI)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("ABLATE_HOME", str(home))
-    monkeypatch.delenv("ABLATE_STORE", raising=False)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return home
 
 
@@ -151,6 +177,14 @@ def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.delitem(__import__("sys").modules, "myattn", raising=False)
     return root
+
+
+@pytest.fixture(autouse=True)
+def _plugin_path_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid that lists plugins makes its folder importable for the rest of its process
+    (``ablate.ablations.plugins.beside``): in the suite, for the rest of its test only."""
+    monkeypatch.delenv("ABLATE_PLUGIN_PATH", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
 
 
 @pytest.fixture(scope="module")

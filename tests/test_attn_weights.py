@@ -21,8 +21,11 @@ from ablate.ablations.weights import SOFTPICK_EPS, Softmax, weights_for
 from ablate.runner.evaluate import probe
 
 CPU = torch.device("cpu")
-# the catalogue arms that fill the weights slot, and the ModelConfig value each sets
-ARMS = {name: v.changes["attn_weights"] for name, v in VARIANTS.items() if "attn_weights" in v.changes}
+# the catalogue's sink fixes that fill the weights slot, and the ModelConfig value each sets (the 2025-26 arms
+# of the same slot: tests/test_attn_2025.py)
+SINK_FIXES = ("sink-learned", "softmax1", "sigmoid", "softpick")
+ARMS = {name: v.changes["attn_weights"] for name, v in VARIANTS.items()
+        if v.changes.get("attn_weights") in SINK_FIXES}
 SINKS = [0.7, -1.5]  # the learned sink's hand-set logits, per query head
 
 
@@ -48,6 +51,12 @@ V = [[1.0, 0.0], [0.0, 1.0], [2.0, -3.0]]
 SCORES = [[[Q[h][t][0] * K[j][0] for j in range(3)] for t in range(3)] for h in range(2)]  # (heads, T, T)
 
 
+def weights_module(kind: str, **fields) -> torch.nn.Module:
+    """The weights module of ``kind`` for the hand-set tensors' shapes (2 query heads, 1 kv head, dk 2)."""
+    cfg = ModelConfig(preset="tiny", n_heads=2, n_kv_heads=1, head_dim=2, attn_weights=kind, **fields)
+    return weights_for(cfg)
+
+
 def hand_set() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     q = torch.tensor(Q).unsqueeze(0) * math.sqrt(2)  # (1, 2, 3, 2)
     return q, torch.tensor(K)[None, None], torch.tensor(V)[None, None]  # (1, 1, 3, 2)
@@ -55,7 +64,7 @@ def hand_set() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("kind", ["softmax", *ARMS.values()], ids=["softmax", *ARMS])
 def test_weights_match_the_papers_formula_on_hand_set_tensors(kind: str) -> None:
-    module = weights_for(kind, 2)
+    module = weights_module(kind)
     if kind == "sink-learned":
         with torch.no_grad():
             module.sink.copy_(torch.tensor(SINKS))
@@ -75,7 +84,7 @@ def test_weights_match_the_papers_formula_on_hand_set_tensors(kind: str) -> None
 
 def test_softpick_is_stable_where_exp_overflows() -> None:
     q, k, v = hand_set()
-    _, p = weights_for("softpick", 2)(q * 200, k, v, probe=True)  # e^320 is inf in float32
+    _, p = weights_module("softpick")(q * 200, k, v, probe=True)  # e^320 is inf in float32
     assert torch.isfinite(p).all()
     # scores 160, -480, 320: e^-160 ~ 0
     assert p[0, 0, 2].tolist() == pytest.approx([0.0, 0.0, 1.0], abs=1e-6)

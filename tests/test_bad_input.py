@@ -25,7 +25,7 @@ GOOD = tiny_grid("bad-input", steps=2)
 def run(*args: str, home: Path, store: str | None = None, env: dict[str, str | None] | None = None):  # noqa: ANN201
     extra = ["--store", store] if store else []
     return runner.invoke(app, ["run", *args, "--home", str(home), "--no-mlflow", *extra],
-                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, **(env or {})})
+                         env=env)
 
 
 def assert_refused(result, pattern: str) -> None:  # noqa: ANN001
@@ -136,7 +136,7 @@ def test_a_tokenizer_that_cannot_work_is_refused_by_plan_too(case: str, tmp_path
     path = tmp_path / "grid.yaml"
     path.write_text(CORPUS[case][0])
     home = tmp_path / "home"
-    result = runner.invoke(app, ["plan", str(path), "--home", str(home)], env={"ABLATE_STORE": None})
+    result = runner.invoke(app, ["plan", str(path), "--home", str(home)])
     # a cluster's grid plans where its tokenizer is not: the line as a warning
     if case == "hf-tokenizer-not-here":
         assert result.exit_code == 0 and re.search(CORPUS[case][1], result.stderr)
@@ -176,7 +176,7 @@ def test_data_too_short_for_seq_len_is_found_before_training(tmp_path: Path) -> 
                                               r"more data")
     assert_nothing_recorded(home)
     # plan says the same, as a warning: planning a cluster's grid where its data is not is fine
-    out = runner.invoke(app, ["plan", str(grid), "--home", str(home)], env={"ABLATE_STORE": None})
+    out = runner.invoke(app, ["plan", str(grid), "--home", str(home)])
     assert out.exit_code == 0 and "holds 21 tokens" in out.stderr and "`ablate run` stops here" in out.stderr
 
 
@@ -243,8 +243,8 @@ def test_a_home_that_is_a_file(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.write_text("not a directory")
     assert_refused(run(str(grid), home=home), r"ABLATE_HOME .*home is a file, not a directory")
-    out = runner.invoke(app, ["runs", "--home", str(home)], env={"ABLATE_STORE": None})
-    assert_refused(out, r"cannot create the store's folder .*home")
+    out = runner.invoke(app, ["runs", "--home", str(home)])
+    assert_refused(out, r"cannot open the store .*: the store's folder .*home is not a directory")
     assert home.read_text() == "not a directory"
 
 
@@ -294,8 +294,11 @@ def test_a_read_only_home_with_a_writable_store(read_only_dir: Path, tmp_path: P
                                                         r"postgresql\+psycopg://.*:9/ablate: "
                                                         r".*(refused|connect)"),
     ("not a url", r"not a database URL: 'not a url'"),
+    ("postgres://me:pw@db.lab/runs", r"unsupported store 'postgres://me:\*\*\*@db.lab/runs': write "
+                                     r"postgresql\+psycopg://me:\*\*\*@db.lab/runs \(SQLAlchemy's name for "
+                                     r"PostgreSQL"),
 ], ids=["mysql", "missing-driver", "unknown-driver", "unknown-sqlite-driver", "sqlite-with-a-host",
-        "unreachable", "not-a-url"])
+        "unreachable", "not-a-url", "postgres-scheme"])
 def test_a_store_that_cannot_be_opened(url: str, pattern: str, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """Every command refuses it in one line; nothing is left behind: no home, no runs folder, no store folder
     (``sqlite://tmp/x/y.db`` once made ./x/, a bad driver name an empty $ABLATE_HOME/runs/)."""
@@ -317,8 +320,7 @@ def test_set_on_a_grid_axis_is_an_error(tmp_path: Path) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(GOOD)
     for cmd in ("run", "plan"):
-        out = runner.invoke(app, [cmd, str(grid), "--set", "variant=baseline", "--home", str(tmp_path / "h")],
-                            env={"ABLATE_STORE": None})
+        out = runner.invoke(app, [cmd, str(grid), "--set", "variant=baseline", "--home", str(tmp_path / "h")])
         assert_refused(out, r"--set: variant is a grid axis \(in grid of .*grid.yaml\), so --set "
                             r"variant=\.\.\. would change nothing; use --where or edit the grid")
     assert not (tmp_path / "h").exists()

@@ -22,7 +22,10 @@ from ablate.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
-VARIANTS = ["baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise"]
+# the paper's arms, the attention weights slot's sink fixes and the field's 2025-26 arms (the attention-2025 study)
+VARIANTS = ["baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise", "sink-learned", "softmax-off-by-one",
+            "softpick", "diff-attention", "diff-attention-matched", "diff-v2", "forgetting-attention",
+            "forgetting-attention-rope", "selective-attention", "sdpa-headwise-sparse"]
 
 
 @pytest.mark.cuda
@@ -46,6 +49,30 @@ def test_forward_and_backward_on_cuda_match_the_cpu(variant, monkeypatch):
     assert grads["cuda"][0] == pytest.approx(grads["cpu"][0], rel=1e-4)
     for name, g in grads["cpu"][1].items():
         torch.testing.assert_close(grads["cuda"][1][name], g, rtol=1e-3, atol=1e-5, msg=name)
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANTS)
+def test_the_probe_path_on_cuda_matches_the_cpu(variant, monkeypatch):
+    """The probe path (explicit attention weights, the F-Attn and activation probes) gives the CPU's tensors."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    cfg = apply_variant(ModelConfig(preset="tiny"), variant)
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    tokens = torch.randint(0, cfg.vocab_size, (2, 24))
+    outs = {}
+    with torch.no_grad():
+        for device in ("cpu", "cuda"):
+            out = model.to(device)(tokens.to(device), probe=True)
+            outs[device] = (out.logits.cpu(), [{k: v.detach().float().cpu() for k, v in layer.items()
+                                                if isinstance(v, torch.Tensor)} for layer in out.probes])
+    torch.testing.assert_close(outs["cuda"][0], outs["cpu"][0], rtol=1e-3, atol=1e-4)
+    assert len(outs["cuda"][1]) == cfg.n_layers
+    for layer, (gpu, cpu) in enumerate(zip(outs["cuda"][1], outs["cpu"][1], strict=True)):
+        assert gpu.keys() == cpu.keys()
+        for key, t in cpu.items():
+            torch.testing.assert_close(gpu[key], t, rtol=1e-3, atol=1e-4, msg=f"layer {layer} {key}")
 
 
 @pytest.mark.cuda

@@ -65,8 +65,7 @@ class Server:
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("ABLATE_STORE", "MLFLOW_TRACKING_URI")}
-    return {**env, "ABLATE_HOME": str(home)}
+    return {**os.environ, "ABLATE_HOME": str(home)}
 
 
 def test_tune_dashboard_serves_the_stores_studies(tmp_path):
@@ -101,8 +100,8 @@ def test_ui_shows_a_live_run_and_its_growing_history(tmp_path, monkeypatch):
 
     home = tmp_path / "home"
     home.mkdir()
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's own store, as `ablate ui` opens it
     client = MlflowClient(tracking_uri(home))
+    client.create_experiment("older")
     experiment = client.create_experiment("live")
     run = client.create_run(experiment).info.run_id  # RUNNING until it is ended
     for step in range(3):
@@ -110,6 +109,9 @@ def test_ui_shows_a_live_run_and_its_growing_history(tmp_path, monkeypatch):
     port = _free_port()
     server = Server(["ui", "--port", str(port), "--home", str(home)], port, _env(home))
     try:
+        # it opens on the runs of the grid that changed last, which MLflow shows as training runs
+        assert server.proc.stderr.readline() == (f"MLflow UI on http://127.0.0.1:{port}/#/experiments/"
+                                                 f"{experiment}/runs (grid live's runs; Ctrl-C stops it)\n")
         found = server.wait("/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment]})["runs"]
         assert [(r["info"]["run_id"], r["info"]["status"]) for r in found] == [(run, "RUNNING")]
         client.log_metric(run, "loss", 1.5, step=3)  # the run goes on while the UI reads

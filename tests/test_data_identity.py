@@ -49,8 +49,7 @@ def _folder(root: Path, words: str) -> Path:
 
 
 def ablate(*args: str, home: Path):  # noqa: ANN201
-    return runner.invoke(app, [*args, "--home", str(home)],
-                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, "ABLATE_CACHE": None})
+    return runner.invoke(app, [*args, "--home", str(home)])
 
 
 def _plan(home: Path) -> list[dict]:

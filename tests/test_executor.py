@@ -37,18 +37,12 @@ def grid_text(name: str, seeds: list[int], extra: str = "") -> str:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict[str, str]:
-    """Subprocess environment: a shared token cache, MLflow in each home (not an inherited URI)."""
-    cache = tmp_path_factory.mktemp("cache")
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
-                                                          "ABLATE_STORE")}
-    e["ABLATE_CACHE"] = str(cache)
-    return e
+    """Subprocess environment: a shared token cache (MLflow in each home: the suite clears the caller's)."""
+    return {**os.environ, "ABLATE_CACHE": str(tmp_path_factory.mktemp("cache"))}
 
 
 @pytest.fixture(autouse=True)
-def _isolated(env, monkeypatch):
-    for key in ("MLFLOW_TRACKING_URI", "ABLATE_HOME", "ABLATE_STORE"):
-        monkeypatch.delenv(key, raising=False)
+def _shared_cache(env, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", env["ABLATE_CACHE"])
 
 
@@ -126,8 +120,12 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
         )
     shown = invoke("show", runs.index[0], "--home", str(home))
     assert shown.exit_code == 0 and "provenance" in shown.stdout and commit in shown.stdout, shown.output
-    workers = "".join(p.read_text() for p in sorted((home / "logs").glob("worker-*.log")))
-    assert workers.count("ready on cpu") == 2 and all(f"run {rid}: ended" in workers for rid in runs.index)
+    logs = [p.read_text() for p in sorted((home / "logs").glob("worker-*.log"))]
+    workers = "".join(logs)
+    # a worker still importing torch when every run has ended is stopped before it is ready (a loaded machine)
+    took = sum(": ended" in log for log in logs)
+    assert 1 <= took <= workers.count("ready on cpu") <= 2 and len(logs) == 2
+    assert all(f"run {rid}: ended" in workers for rid in runs.index)
 
     from mlflow import MlflowClient
 
@@ -321,8 +319,14 @@ def test_bad_input_is_exit_2(tmp_path):
 
 
 def test_ui_runs_mlflow_on_localhost_over_the_homes_store(tmp_path, monkeypatch):
-    from ablate.execute.serve import ui_command
+    from ablate.cli.serve import ui_command
+    from ablate.errors import NoStoreError
 
+    with pytest.raises(NoStoreError, match=r"no MLflow store at sqlite:///.*/home/mlflow.db: nothing has"):
+        ui_command(tmp_path / "home", port=5123)  # a home where nothing ran: nothing made
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "mlflow.db").touch()  # what the first `ablate run` makes
     cmd = ui_command(tmp_path / "home", port=5123)
     assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"]
     opts = dict(zip(cmd[4::2], cmd[5::2], strict=True))

@@ -29,10 +29,7 @@ STEPS = 300  # ~30 s on a quiet machine (0.1 s a step): 3x what the looks below 
 
 @pytest.fixture
 def env(tmp_path, module_cache):
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
-                                                          "ABLATE_STORE")}
-    e["ABLATE_CACHE"] = str(module_cache)
-    return e
+    return {**os.environ, "ABLATE_CACHE": str(module_cache)}
 
 
 def invoke(*args: str):
@@ -49,7 +46,6 @@ def _nested(client, experiment: str) -> list:
 def test_a_300_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env, monkeypatch):
     from mlflow import MlflowClient
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     # 16 x 128 tokens a step: long enough (tens of seconds) to be seen training by several looks 1 s apart
     path.write_text(tiny_grid("watched", variants=["baseline"], steps=STEPS, checkpoint_every=10_000)

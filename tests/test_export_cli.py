@@ -40,7 +40,6 @@ def _hf_tokenizer_dir(tmp_path):
 @pytest.mark.parametrize("variant,tokenizer", [("baseline", "byte"), ("sdpa-elementwise", "bpe"),
                                                ("sdpa-headwise", "hf")])
 def test_export_loads_with_the_runs_logits_and_tokenizer(tmp_path, monkeypatch, variant: str, tokenizer: str):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ablate.runner.checkpoints import load_run_model

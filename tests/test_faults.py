@@ -36,10 +36,7 @@ ABLATE = str(Path(sys.executable).parent / "ablate")
 
 @pytest.fixture
 def env(module_cache):
-    e = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_HOME",
-                                                          "ABLATE_STORE")}
-    e["ABLATE_CACHE"] = str(module_cache)
-    return e
+    return {**os.environ, "ABLATE_CACHE": str(module_cache)}
 
 
 def _free_port() -> int:
@@ -387,6 +384,9 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_ui_stops_its_whole_process_group_within_5_s(tmp_path, env, sig):
+    from ablate.store.mlflow_mirror import open_client, tracking_uri
+
+    open_client(tracking_uri(tmp_path / "home")).create_experiment("g")  # what a first `ablate run` makes
     port = _free_port()
     proc = subprocess.Popen([ABLATE, "ui", "--port", str(port), "--home", str(tmp_path / "home")], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -66,7 +66,8 @@ def test_split_linear_gradients_are_the_linear_layers(used: tuple[int, ...]) -> 
     assert all(b.is_contiguous() for b in blocks)
     # a matmul split into blocks of rows need not round like the whole one (BLAS kernels differ between CPUs):
     # equal within float64's rounding, not bitwise
-    torch.testing.assert_close(torch.cat(blocks, -1), torch.nn.functional.linear(x, w), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.cat(blocks, -1), torch.nn.functional.linear(x, w),
+                               rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(lambda x, w: tuple(SplitLinear.apply(x, w, (6, 3))[i] for i in used),
                                     (x, w))
 

@@ -82,6 +82,19 @@ def test_set_overrides_base_by_dotted_path_with_yaml_values():
     assert run.config.eval.benchmarks == ["niah"]
 
 
+@pytest.mark.parametrize(("written", "value"), [
+    ("1e-2", 0.01), ("1.0e-2", 0.01), ("1E3", 1000.0), ("1.0e2", 100.0), ("-2.5e-1", -0.25), (".5", 0.5),
+    ("0.5e+3", 500.0), ("7", 7), ("010", 10), ("0o17", 15), ("0x1F", 31), ("1_000", "1_000"), ("1e", "1e"),
+])
+def test_numbers_are_read_as_yaml_1_2_reads_them(written, value):
+    # PyYAML alone reads YAML 1.1: 1e-2 and 1.0e2 are strings there, and 010 is 8
+    grid = parse_grid(f"name: n\nbase: {{eval: {{benchmarks: [{written}]}}}}\ngrid: {{seed: [0]}}",
+                      sets=[f"stages=[{{train.lr: {written}}}]"])
+    (read,) = grid.base["eval"]["benchmarks"]
+    assert read == value and type(read) is type(value)
+    assert grid.base["stages"] == [{"train.lr": value}]
+
+
 def test_params_and_added_params_come_from_the_meta_device_count():
     runs = expand(parse_grid("name: p\ngrid: {variant: [baseline, sdpa-elementwise, kv-heads-x2]}"))
     base = RunConfig().model

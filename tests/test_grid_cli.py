@@ -4,24 +4,26 @@ never gives a traceback; statuses come from the store when there is one, and pla
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.grid import expand, load_grid
+from ablate.studies import FOLDER, shipped
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = sorted([*ROOT.glob("examples/*.yaml"), *ROOT.glob("grids/**/*.yaml")])
+SHIPPED = shipped()
 runner = CliRunner()
 
 
 def plan(*args: str, home: Path):
-    return runner.invoke(app, ["plan", *args, "--home", str(home)], env={"ABLATE_STORE": None})
+    return runner.invoke(app, ["plan", *args, "--home", str(home)])
 
 
 def write(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:
@@ -33,15 +35,21 @@ def write(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:
 # ---------------------------------------------------------------------------------------------------- shipped
 # grids
 def test_the_shipped_grids_are_there():
-    names = {p.relative_to(ROOT).as_posix() for p in SHIPPED}
-    assert "examples/quickstart.yaml" in names
+    files = {n: p.relative_to(FOLDER).as_posix() for n, p in SHIPPED.items()}
+    assert list(files)[0] == "quickstart" and files["quickstart"] == "quickstart.yaml"
+    assert {"lite", "sinks", "ladder-lite", "ladder-paper"} <= set(files)
     for n in range(1, 7):
-        assert f"grids/paper/table{n}.yaml" in names and f"grids/paper/table{n}-paper-scale.yaml" in names
+        assert files[f"table{n}"] == f"paper/table{n}.yaml"
+        assert files[f"table{n}-paper-scale"] == f"paper/table{n}-paper-scale.yaml"
+    names = [p.stem for p in FOLDER.rglob("*.yaml")]
+    assert sorted(names) == sorted(files)  # every file has a name of its own, and is listed
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.relative_to(ROOT).as_posix() for p in SHIPPED])
-def test_every_shipped_grid_plans(path, tmp_path):
-    result = plan(str(path), "--format", "json", home=tmp_path)
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_grid_plans_by_name(name, tmp_path, monkeypatch):
+    path = SHIPPED[name]
+    monkeypatch.chdir(tmp_path)  # by name, from a folder that holds no grid file
+    result = plan(name, "--format", "json", home=tmp_path)
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     grid = load_grid(path)
@@ -63,8 +71,7 @@ def test_every_shipped_grid_plans(path, tmp_path):
 
 
 def test_paper_scale_table1_reproduces_the_added_parameters(tmp_path):
-    out = json.loads(plan(str(ROOT / "grids/paper/table1-paper-scale.yaml"), "--format", "json",
-                          home=tmp_path).stdout)
+    out = json.loads(plan("table1-paper-scale", "--format", "json", home=tmp_path).stdout)
     added = {r["variant"]: r["added_params"] for r in out["runs"]}
     # paper Table 1's "Added Param" column, in millions
     for variant, millions in {"sdpa-elementwise": 201, "v-elementwise": 25, "k-elementwise": 25,
@@ -74,8 +81,7 @@ def test_paper_scale_table1_reproduces_the_added_parameters(tmp_path):
 
 
 def test_paper_scale_table2_matches_every_model_to_the_baseline(tmp_path):
-    out = json.loads(plan(str(ROOT / "grids/paper/table2-paper-scale.yaml"), "--format", "json",
-                          home=tmp_path).stdout)
+    out = json.loads(plan("table2-paper-scale", "--format", "json", home=tmp_path).stdout)
     assert len(out["runs"]) == 14
     for run in out["runs"]:
         assert abs(run["match_residual"]) < 1e-4
@@ -108,6 +114,40 @@ def test_plan_shows_the_workers_and_threads_ablate_run_would_start(tmp_path, mon
     assert json.loads(two.stdout)["workers"] == [{"device": "cpu", "threads": 2}] * 2
     many = plan(str(grid), "--jobs", "8", "--threads", "3", home=tmp_path)  # never more workers than runs
     assert "3 workers on cpu, 3 threads each" in many.stdout
+
+
+def test_a_grid_runs_the_same_with_either_spelling_of_its_numbers(tmp_path):
+    home = tmp_path / "home"
+    grid = write(tmp_path, tiny_grid("spelled", variants=["baseline"], steps=2,
+                                     train_extra=", lr: 1.0e-2").replace("batch_size: 4", "batch_size: 2"))
+    first = runner.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])
+    assert first.exit_code == 0, first.output
+    grid.write_text(grid.read_text().replace("lr: 1.0e-2", "lr: 1e-2"))  # YAML 1.1 would read a string
+    again = runner.invoke(app, ["run", str(grid), "--home", str(home), "--no-mlflow"])
+    assert again.exit_code == 0, again.output  # the same study: the same base, the same run, done
+    assert re.search(r"skipped\W+1\b", again.output), again.output
+    out = json.loads(plan(str(grid), "--set", "train.steps=2.0e0", "--format", "json", home=home).stdout)
+    assert [r["status"] for r in out["runs"]] == ["done"] and out["runs"][0]["config"]["train"]["lr"] == 0.01
+
+
+def test_plan_says_what_ablate_run_would_start_when_every_run_is_done(tmp_path):
+    from ablate.result import RunResult
+    from ablate.store import Store
+
+    grid = write(tmp_path, "name: s\ngrid: {seed: [0, 1]}")
+    runs = expand(load_grid(grid))
+    with Store.open(f"sqlite:///{tmp_path / 'ablate.db'}") as store:
+        store.register_grid(name="s", text=grid.read_text(), runs=runs)
+        for run in runs:
+            store.ingest(RunResult(run_id=run.run_id, config=run.config.model_dump(mode="json"),
+                                   status="done", summary={"steps": 5}))
+    out = plan(str(grid), home=tmp_path)
+    assert out.exit_code == 0, out.output
+    *table, last = out.stdout.splitlines()
+    assert sum(" done" in line for line in table) == 2
+    assert last.startswith(
+        "ablate run here: no workers: nothing to train (every run done or diverged) (")
+    assert json.loads(plan(str(grid), "--format", "json", home=tmp_path).stdout)["workers"] == []
 
 
 def test_statuses_come_from_an_existing_store(tmp_path):
@@ -174,6 +214,12 @@ ERRORS = {
     "zip-unequal": ("name: x\nzip: [{train.lr: [1.0e-3, 2.0e-3], train.steps: [5]}]\n", (),
                     r"zip\[0\]: the lists of a zip group must have equal length: train.lr has 2, train.steps "
                     r"has 1"),
+    "seed-twice": ("name: x\ngrid: {seed: [0, 1, 1]}\n", (),
+                   r"grid.yaml: grid: seed lists 1 twice \(\[0, 1, 1\]\): each value once"),
+    "value-twice-by-value": ("name: x\ngrid: {train.lr: [1e-3, 0.001]}\n", (),
+                             r"grid: train.lr lists 0.001 twice"),
+    "zip-row-twice": ("name: x\nzip: [{seed: [0, 0], train.lr: [1.0e-3, 1.0e-3]}]\n", (),
+                      r"zip\[0\]: \(seed, train.lr\) lists \(0, 0.001\) twice"),
     "axis-twice": ("name: x\ngrid: {seed: [0]}\nzip: [{seed: [1]}]\n", (),
                    r"'seed' is varied twice, in grid and in zip\[0\]"),
     "unknown-variant": ("name: x\ngrid: {variant: [baseline, sdpa-elementwize]}\n", (),

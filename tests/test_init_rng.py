@@ -42,8 +42,9 @@ def test_every_variant_shares_every_common_weight_with_the_baseline(name: str) -
     shared = _shared(base, arm)
     assert "embed.weight" in shared and "blocks.1.ffn_norm.weight" in shared
     assert [k for k in shared if not torch.equal(base[k], arm[k])] == []
-    # a weight whose shape differs between the arms (more heads, experts) has a stream of its own
-    for k in (k for k in arm if k in base and arm[k].shape != base[k].shape):
+    # a drawn weight whose shape differs between the arms (more heads, experts) has a stream of its own (a norm's
+    # ones of another width are ones still)
+    for k in (k for k in arm if k in base and arm[k].shape != base[k].shape and base[k].std() > 0):
         assert not torch.equal(arm[k].flatten()[:8], base[k].flatten()[:8]), k
 
 
@@ -118,9 +119,9 @@ def test_the_field_at_its_default_changes_no_run_id_and_per_parameter_is_a_new_r
 
 
 def test_the_lite_studys_run_ids_are_unchanged(tmp_path) -> None:
-    """Ids read from `ablate plan grids/paper/lite.yaml` before init_rng existed (its data is synthetic: the
+    """Ids read from `ablate plan lite` before init_rng existed (its data is synthetic: the
     ids are the same on every machine)."""
-    out = CliRunner().invoke(app, ["plan", "grids/paper/lite.yaml", "--format", "json", "--home",
+    out = CliRunner().invoke(app, ["plan", "lite", "--format", "json", "--home",
                                    str(tmp_path)])
     assert out.exit_code == 0, out.output
     ids = [(r["variant"], r["seed"], r["run_id"]) for r in json.loads(out.output)["runs"]]
@@ -129,11 +130,12 @@ def test_the_lite_studys_run_ids_are_unchanged(tmp_path) -> None:
 
 
 def test_an_unknown_init_rng_is_one_line_and_exit_2(tmp_path) -> None:
-    out = CliRunner().invoke(app, ["plan", "examples/quickstart.yaml", "--set", "model.init_rng=shuffled",
+    out = CliRunner().invoke(app, ["plan", "quickstart", "--set", "model.init_rng=shuffled",
                                    "--home", str(tmp_path)])
     assert out.exit_code == 2 and "Traceback" not in out.output
-    assert out.output.strip() == ("error: examples/quickstart.yaml: --set: model.init_rng: Input should be "
-                                  "'sequential' or 'per-parameter', got 'shuffled'")
+    assert out.output.startswith("error: ") and out.output.count("\n") == 1
+    assert out.output.strip().endswith("quickstart.yaml: --set: model.init_rng: Input should be 'sequential' or "
+                                       "'per-parameter', got 'shuffled'")
 
 
 def test_a_per_parameter_g1_model_exports_to_qwen3_next_with_equal_logits(tmp_path, monkeypatch) -> None:

@@ -168,7 +168,8 @@ def test_liveness_lock_pid_this_host_other_hosts_and_slurm(tmp_path):
         rows = [{"run_id": r, "host": h, "stale": s} for r, h, s in (
             ("held", HOST, False), ("cut", HOST, False), ("far", "node7", False), ("quiet", "node7", True),
             ("job", HOST, False), ("ended", HOST, False))]
-        live = Liveness(tmp_path, rows, slurm_jobs={"job": "12_3", "lost": "12_4"}, live_jobs={"12_3"})
+        live = Liveness(tmp_path, rows, jobs={"job": ("slurm", "12_3"), "lost": ("slurm", "12_4")},
+                        live={"slurm": {"12_3"}}, names={"job": "Slurm job 12_3"})
         assert live.holder("held") == Holder(HOST, holder.pid)
         assert str(live.holder("held")) == f"pid {holder.pid}"
         assert live.holder("cut") is None  # this host, lock free: its process is gone, at once
@@ -380,17 +381,22 @@ def test_the_recorder_keeps_writes_while_the_store_is_away_and_says_so_once_each
 
 
 @pytest.mark.parametrize(("wording", "expected"), [
-    ("LOCAL", "the store {where} is full (no space left on its disk): training goes on, results are kept and "
-              "recorded when it is back (stopping after 0 s)"),
-    ("SLURM_WAIT", "the store {where} is full (no space left on its disk): the Slurm tasks train on and "
-                   "record their runs when it is back; waiting for it (up to 0 s)"),
-    ("SLURM_TASK", "the store {where} is full (no space left on its disk): training goes on, the result is "
-                   "kept in the run directory"),
+    ("recorder.LOCAL", "the store {where} is full (no space left on its disk): training goes on, results "
+                       "are kept and recorded when it is back (stopping after 0 s)"),
+    ("slurm.submit.WAIT", "the store {where} is full (no space left on its disk): the Slurm tasks train on "
+                          "and record their runs when it is back; waiting for it (up to 0 s)"),
+    ("recorder.TASK", "the store {where} is full (no space left on its disk): training goes on, the result "
+                      "is kept in the run directory"),
 ])
 def test_every_executor_says_a_full_store_is_full(tmp_path, wording, expected):
+    import importlib
+
     from ablate.errors import StoreUnavailable
     from ablate.execute import recorder as rec
     from ablate.store import Store
+
+    module, _, name = wording.rpartition(".")
+    said_as = getattr(importlib.import_module(f"ablate.execute.{module}"), name)
 
     store = Store.open(f"sqlite:///{tmp_path / 'ablate.db'}")
     recorder = rec.Recorder(store, home=tmp_path, patience_s=0.0)
@@ -400,9 +406,9 @@ def test_every_executor_says_a_full_store_is_full(tmp_path, wording, expected):
 
     assert recorder.attempt(full) is None
     said: list[str] = []
-    recorder.watch(lambda _, text: said.append(text), getattr(rec, wording).filled(array="7"))
+    recorder.watch(lambda _, text: said.append(text), said_as.filled(array="7"))
     assert said[0] == expected.format(where=recorder.where)
-    if getattr(rec, wording).gave_up:  # past the patience (a Slurm task has none)
+    if said_as.gave_up:  # past the patience (a task has none)
         assert said[1].startswith(
             f"the store {recorder.where} has been full (no space left on its disk) for "
         )
@@ -416,7 +422,7 @@ def test_slurms_signal_records_a_run_that_just_finished_and_requeues_one_that_di
     a run still training is put back in the queue. Both hand back the same task to requeue."""
     from submitit.helpers import DelayedSubmission
 
-    from ablate.execute.slurm_task import SlurmTask
+    from ablate.execute.slurm.task import SlurmTask
     from ablate.store import Store
 
     home, url = tmp_path / "home", f"sqlite:///{tmp_path / 'ablate.db'}"

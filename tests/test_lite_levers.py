@@ -1,4 +1,4 @@
-"""The levers the attention-sink study (grids/paper/lite.yaml) turns, and a few steps of that study itself."""
+"""The levers the attention-sink study (the shipped `lite`) turns, and a few steps of that study itself."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 from ablate.ablations import ModelConfig, build_model
 from ablate.config import TrainConfig
 from ablate.runner.module import LitDecoder, param_groups
+from ablate.studies import shipped
 
 
 @pytest.mark.parametrize("decay_embeddings", [False, True])
@@ -44,14 +45,12 @@ def test_a_decayed_embedding_shrinks_without_gradient():
 
 
 def test_a_few_steps_of_the_lite_study(tmp_path, module_cache):
-    """grids/paper/lite.yaml expands to its 27 runs, every row starting at BOS; one G1 run trains a few steps
-    and reports its probes per layer (the study itself takes ~40 minutes: it is not a test)."""
-    from pathlib import Path
-
+    """The shipped `lite` study expands to its 27 runs, every row starting at BOS; one G1 run trains a few
+    steps and reports its probes per layer (the study itself takes ~40 minutes: it is not a test)."""
     from ablate.grid import expand, load_grid
     from ablate.runner import run_one
 
-    path = Path(__file__).resolve().parents[1] / "grids" / "paper" / "lite.yaml"
+    path = shipped()["lite"]
     small = ["train.steps=6", "eval.heldout_tokens=128", "eval.probe_tokens=64", "data.stream_tokens=20000"]
     runs = expand(load_grid(path, sets=small))
     assert len(runs) == 27 and {r.config.data.row_start for r in runs} == {"bos"}
@@ -65,21 +64,17 @@ def test_a_few_steps_of_the_lite_study(tmp_path, module_cache):
 
 
 def test_the_sinks_study_shares_the_lite_studys_baseline_and_g1_runs():
-    """grids/sinks.yaml: lite's base unchanged, so its baseline and G1 runs are lite's (one store trains them
-    once), beside the four sink arms, lr 3e-2 only, seeds 0-2."""
-    from pathlib import Path
-
+    """The shipped `sinks` study: lite's base unchanged, so its baseline and G1 runs are lite's (one store
+    trains them once), beside the four sink arms, lr 3e-2 only, seeds 0-2."""
     import yaml
 
     from ablate.ablations.variants import VARIANTS
     from ablate.grid import expand, load_grid
 
-    grids = Path(__file__).resolve().parents[1] / "grids"
-    sinks, lite = (yaml.safe_load(p.read_text()) for p in (grids / "sinks.yaml",
-                                                           grids / "paper" / "lite.yaml"))
+    sinks, lite = (yaml.safe_load(shipped()[name].read_text()) for name in ("sinks", "lite"))
     assert sinks["base"] == lite["base"]
-    runs = {r.run_id: r.config for r in expand(load_grid(grids / "sinks.yaml"))}
-    lite_ids = {r.run_id for r in expand(load_grid(grids / "paper" / "lite.yaml"))}
+    runs = {r.run_id: r.config for r in expand(load_grid(shipped()["sinks"]))}
+    lite_ids = {r.run_id for r in expand(load_grid(shipped()["lite"]))}
     arms = ["baseline", "sdpa-elementwise", "sdpa-headwise",
             "sink-learned", "softmax-off-by-one", "sigmoid-attention", "softpick"]
     assert sorted({c.variant for c in runs.values()}) == sorted(arms) and set(arms) <= set(VARIANTS)

@@ -78,8 +78,6 @@ def test_loglikelihoods_equal_direct_forward(setup):
 
 
 def test_simple_evaluate_over_local_yaml(setup, monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from ablate.runner.lm_eval_adapter import evaluate_lm_eval
 
     tmp, model, tok = setup

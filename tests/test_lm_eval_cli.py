@@ -65,7 +65,6 @@ def _runs(home, url) -> dict[str, dict]:
 
 
 def test_eval_stores_lm_eval_scores_and_resumes(home_with_grid, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     home, url, models = home_with_grid
     from ablate.runner.lm_eval_tasks import utils
 
@@ -115,14 +114,16 @@ def test_eval_stores_lm_eval_scores_and_resumes(home_with_grid, tmp_path, monkey
 
 def test_a_run_that_cannot_be_scored_is_its_own_failure(home_with_grid, tmp_path, monkeypatch, capfd):
     """Also: runs named by their first characters; outside a git repository no stray ``fatal:`` line of git's
-    (lm-eval asks git for the working directory's commit)."""
+    (lm-eval asks git for the working directory's commit), and none of lm-eval's progress bars."""
     home, url, models = home_with_grid
     broken, fine = sorted(models)
     (home / "runs" / broken / "checkpoints" / "last.ckpt").unlink()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repository above it either
     res, out = _eval(home, url, broken[:6], fine[:6], "--tasks", "ablate_mqar", "--limit", "2")
-    assert "fatal" not in capfd.readouterr().err
+    leaked = capfd.readouterr().err + res.stderr
+    assert "fatal" not in leaked
+    assert "%|" not in leaked and "it/s]" not in leaked, leaked  # no lm-eval progress bar: a line per run
     assert res.exit_code == 1
     by_id = {r["run_id"]: r for r in out}
     assert "no checkpoint" in by_id[broken]["error"] and by_id[fine]["error"] is None

@@ -18,8 +18,6 @@ def _samples(res: dict) -> dict[tuple[str, int], list]:
 
 @pytest.mark.parametrize("variant", ["sdpa-headwise"])
 def test_lm_eval_hf_model_on_the_export_equals_the_adapter(tmp_path, monkeypatch, variant: str):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     import lm_eval
 
     from ablate.layout import run_dir

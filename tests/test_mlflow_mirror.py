@@ -16,12 +16,6 @@ from ablate.result import RunResult
 from ablate.store.mlflow_mirror import MlflowMirror, mlflow_params, tracking_uri
 
 
-@pytest.fixture(autouse=True)
-def _home_tracking_store(monkeypatch):
-    """Every mirror here uses its home's tracking store, whatever the environment says."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-
-
 def _result(run_id: str, seed: int, status: str = "done") -> RunResult:
     cfg = RunConfig(variant="sdpa-elementwise", seed=seed).model_dump(mode="json")
     return RunResult(
@@ -43,14 +37,12 @@ def test_flatten_uses_the_configs_dotted_paths():
 
 
 def test_default_tracking_store_is_in_home(tmp_path, monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     assert tracking_uri(tmp_path) == "http://127.0.0.1:5000"
 
 
 def test_nested_runs_with_params_metrics_tags_and_artifacts(tmp_path, monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     home = tmp_path / "home"
     thread = MirrorThread(home=home, grid="g1")
@@ -63,6 +55,9 @@ def test_nested_runs_with_params_metrics_tags_and_artifacts(tmp_path, monkeypatc
 
     mirror = MlflowMirror(home=home, grid="g1")
     client = mirror.client
+    # MLflow's UI opens the grid's experiment on its runs, not on its GenAI overview
+    tags = client.get_experiment(mirror.experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
     runs = client.search_runs([mirror.experiment_id], filter_string="tags.`ablate.role` = 'run'")
     assert sorted(r.data.tags["run_id"] for r in runs) == ["aaa", "bbb"]  # one nested run per run
     by_id = {r.data.tags["run_id"]: r for r in runs}
@@ -185,7 +180,6 @@ def test_processes_opening_a_new_tracking_store_together_all_log(tmp_path, monke
     """MLflow's first-time schema migration raced when two `ablate run` started on a new home; a file lock now
     serializes the creation (without it, some of these processes fail: 'table _alembic_tmp_latest_metrics
     already exists', 'duplicate column name: step', 'Online migration expected to match one row')."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(3)
     procs = [ctx.Process(target=_first_mirror,

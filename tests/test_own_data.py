@@ -23,10 +23,10 @@ def test_the_own_data_example_trains_on_jsonl_with_a_bpe_and_scores_its_heldout_
     home = tmp_path / "home"
     out = CliRunner().invoke(app, ["run", "own-data.yaml", "--home", str(home), "--no-mlflow", "--jobs", "2",
                                    "--set", "train.steps=4", "--set", "eval.heldout_tokens=256",
-                                   "--set", "eval.probe_tokens=64"], env={"ABLATE_STORE": None})
+                                   "--set", "eval.probe_tokens=64"])
     assert out.exit_code == 0, out.output
     runs = json.loads(CliRunner().invoke(app, ["runs", "--home", str(home), "--format", "json",
-                                               "--grid", "own-data"], env={"ABLATE_STORE": None}).stdout)
+                                               "--grid", "own-data"]).stdout)
     assert len(runs) == 4 and {r["status"] for r in runs} == {"done"}
     assert {(r["variant"], r["seed"]) for r in runs} == {(v, s) for v in ("baseline", "sdpa-elementwise")
                                                           for s in (0, 1)}

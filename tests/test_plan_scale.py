@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ablate.ablations.meta_counts import counts_file
 from ablate.cli import app
-from ablate.cli.run import RICH_ROWS
+from ablate.cli.views import RICH_ROWS
 
 PLAN = ("import atexit, sys; atexit.register(lambda: print('torch imported:', 'torch' in sys.modules, "
         "file=sys.stderr)); sys.argv = ['ablate', 'plan', sys.argv[1], '--format', 'json']; "

@@ -44,8 +44,16 @@ def plan(path: Path, home: Path):
     ("[]", json.dumps(ARM), r"plugin arm 'myattn:CappedSoftmax' is from module 'myattn', which the grid does "
                             r"not list: add `plugins: \[myattn\]`"),
     ("[nothere]", '{arm: "nothere:X"}', r"cannot import plugin module 'nothere': ModuleNotFoundError: No "
-                                        r"module named 'nothere'"),
-    ("[myattn]", '{arm: "myattn:Missing"}', r"plugin module 'myattn' has no 'Missing'"),
+                                        r"module named 'nothere' \(looked on PYTHONPATH and beside the grid "
+                                        r"file \(/.*\): put the module beside the grid file, or add its "
+                                        r"folder to PYTHONPATH\)"),
+    ("[myattn]", '{arm: "myattn:Missing"}', r"plugin module 'myattn' has no 'Missing'; its arms: "
+                                            r"CappedSoftmax, HeadGate, LayerScale$"),
+    ("[myattn]", '{arm: "myattn:CapedSoftmax"}',
+     r"plugin module 'myattn' has no 'CapedSoftmax' \(did you mean 'CappedSoftmax'\?\); its arms: "
+     r"CappedSoftmax, HeadGate"),
+    ("[myattn]", '{arm: "myatn:CappedSoftmax"}',
+     r"is from module 'myatn' \(did you mean 'myattn'\?\), which the grid does not list"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: -1}}',
      r"model.plugin.args.cap: myattn:CappedSoftmax: Input should be greater than 0 \(got -1\)"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: 5, width: 2}}',
@@ -147,6 +155,91 @@ def test_an_entry_point_arm_is_listed_and_usable_without_plugins(plugin_dir, tmp
     out = json.loads(result.output)
     assert out["imports"] == ["myattn"]
     assert [r["variant"] for r in out["runs"]] == ["baseline", "capped(cap=2)"]
+
+
+def _beside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int = 10) -> Path:
+    """A grid file with the example's module beside it, neither on the import path, from another folder."""
+    import shutil
+    import sys
+
+    folder = tmp_path / "study"
+    shutil.copytree(EXAMPLE / "myattn", folder / "myattn")
+    path = grid_file(folder, steps=steps)
+    monkeypatch.delitem(sys.modules, "myattn", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert not any(Path(p, "myattn").exists() for p in sys.path if p)
+    return path
+
+
+def test_a_plugin_module_beside_its_grid_file_is_found(tmp_path, monkeypatch) -> None:
+    out = plan(_beside(tmp_path, monkeypatch), tmp_path / "home")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["imports"] == ["myattn"]
+    import myattn  # found where the grid is: at the end of the import path
+
+    assert Path(myattn.__file__).parent == tmp_path / "study" / "myattn"
+
+
+@pytest.mark.slow
+def test_a_plugin_module_beside_its_grid_file_trains_in_the_workers(tmp_path, monkeypatch,
+                                                                    module_cache) -> None:
+    path = _beside(tmp_path, monkeypatch, steps=2)
+    home = tmp_path / "home"
+    out = CliRunner().invoke(app, ["run", str(path), "--home", str(home), "--no-mlflow"])
+    assert out.exit_code == 0, out.output
+    from ablate.store import Store
+
+    with Store.open(home=home) as store:
+        runs = store.runs_frame(grid="plug")
+    assert sorted(runs["status"]) == ["done", "done"]
+    assert "myattn:CappedSoftmax(cap=5)" in set(runs["variant"])
+
+
+BAD_INIT = """
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+
+class ItemScale(nn.Module):
+    slot = "attn_out"
+
+    class Args(BaseModel):
+        pass
+
+    def __init__(self, args, cfg):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(cfg.d_model))
+        self.start = float(self.scale.mean().item())  # reads a value: not on the meta device
+
+    def forward(self, a, x):
+        return a * self.scale, None
+
+
+class Broken(ItemScale):
+    def __init__(self, args, cfg):
+        raise KeyError("oops")
+"""
+
+
+@pytest.mark.parametrize(("arm", "message"), [
+    ("badinit:ItemScale", r"plugin arm 'badinit:ItemScale' cannot be built on the meta device, where "
+                          r"ablate counts a model's parameters without allocating them \(RuntimeError: "
+                          r".*meta.*\): its __init__ must not read a tensor's values "
+                          r"\(.item\(\), .tolist\(\),"),
+    ("badinit:Broken", r"plugin arm 'badinit:Broken' failed while the model was built to count its "
+                       r"parameters \(KeyError: 'oops'\)"),
+])
+def test_a_plugin_that_cannot_be_built_on_the_meta_device_is_one_line_naming_it(tmp_path, monkeypatch, arm,
+                                                                                 message) -> None:
+    import sys
+
+    (tmp_path / "badinit.py").write_text(BAD_INIT)
+    monkeypatch.delitem(sys.modules, "badinit", raising=False)
+    result = plan(grid_file(tmp_path, plugins="[badinit]", arm=f'{{arm: "{arm}"}}'), tmp_path / "home")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert re.search(message, result.output), result.output
 
 
 def test_the_example_grid_plans_with_the_example_on_the_path(plugin_dir, tmp_path) -> None:

@@ -223,7 +223,7 @@ def test_table5_retrieval_per_length_with_the_papers_beside(data: Any) -> None:
 
 
 # ---------------------------------------------------------------- formats
-def test_latex_is_a_balanced_booktabs_table_with_the_best_in_bold(data: Any) -> None:
+def test_latex_is_a_balanced_booktabs_table_with_only_significant_deltas_in_bold(data: Any) -> None:
     t = table(data, 1)
     tex = render(t, "latex")
     assert tex.count("{") == tex.count("}")
@@ -234,7 +234,11 @@ def test_latex_is_a_balanced_booktabs_table_with_the_best_in_bold(data: Any) -> 
     rows = [ln for ln in body.splitlines() if ln.endswith(r"\\") and not ln.startswith(r"\multicolumn")]
     assert len(rows) == 1 + len(t.rows)  # header + one line per row
     assert all(ln.count("&") == len(t.columns) for ln in rows)
-    assert r"\textbf{5.79 (n=1)}" in tex  # v headwise G2 has the lowest Avg PPL
+    # v headwise G2 has the lowest Avg PPL, and that is not what bold means: only a significant delta is
+    assert r"\textbf{5.79" not in tex and r"\textbf{-0.20 [-0.20, -0.20]}" in tex
+    bolded = re.findall(r"\\textbf\{([^}]*)\}", tex)
+    sig = [c.text for r in t.rows for c in r.cells.values() if c.significant]
+    assert sorted(bolded) == sorted(sig) and sig
     assert r"5.83 $\pm$ 0.02" in tex and r"95\% CI" in tex
     if shutil.which("pdflatex"):
         doc = "\\documentclass{article}\\usepackage{booktabs}\\usepackage[utf8]{inputenc}\\begin{document}\n"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ablate.reports.cells import summary_cell
-from ablate.reports.stats import bootstrap_ci, paired_delta, summarize
+from ablate.stats import bootstrap_ci, paired_delta, summarize
 
 LOW_LR, HIGH_LR = 3e-3, 2e-2
 

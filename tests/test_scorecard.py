@@ -76,7 +76,8 @@ def test_stability_counts_spikes_and_divergence():
     # one baseline seed spiked but survived: 2 of 3 pairs differ (+1, 0, +1); the t interval crosses 0, and an
     # effect of 0.67 with a spread of 0.58 needs 9 seeds for 80% power
     assert survived.detail == ("at lr 0.03: sdpa-elementwise survived 3/3, baseline 1/3; the CI crosses 0; "
-                               "not enough evidence: needs ≈ 9 seeds")
+                               "not enough evidence: needs ≈ 9 seeds (Holm over 1 comparison in this "
+                               "scorecard)")
     assert survived.verdict == UNCLEAR and survived.needs == 9
     quiet = evaluate_claim(claim("stable_lr"), frame(calm), CAT)
     assert quiet.verdict == UNCLEAR and "raise the learning rate" in quiet.detail
@@ -151,7 +152,7 @@ def test_report_scorecard_json_csv_markdown(store_url):
     assert [r["key"] for r in table] == list(rows) and table[0]["ci_lo"] == str(rows["sink"]["ci"][0])
 
     res = cli.invoke(app, ["report", "scorecard", "--grid", "sink", "--store", store_url])
-    assert res.stdout.startswith("| Claim | Effect | 95% CI | n | Verdict | Detail | Paper |")
+    assert res.stdout.startswith("| Claim | Effect | 95% CI | n | Verdict | Detail | Pairing | Paper |")
     assert "| G1 leaves at most 1/3 of the baseline's F-Attn | F-Attn ratio 0.07 |" in res.stdout
 
     res = cli.invoke(app,

@@ -42,10 +42,15 @@ def test_show_a_finished_run(filled: Store) -> None:
 
 def test_show_a_running_run_from_its_live_metrics(filled: Store) -> None:
     filled.mark_running(run_id="run001", host="node1", device="cpu")
-    filled.record_progress({"run001": [{"step": s, "loss": 5.0 - 0.1 * s, "lr": 3e-3} for s in range(12)]})
+    filled.record_progress({"run001": [{"step": s, "loss": 5.0 - 0.1 * s, "lr": 3e-3,
+                                        "tokens_per_s": 1000.0 if s else 10.0} for s in range(12)]})
     view = show(filled, "run001")
     assert view["status"] == "running" and view["host"] == "node1"
     assert view["progress"]["step"] == 12 and view["progress"]["total"] == 40
+    train, data = (filled.run_config("run001")[k] for k in ("train", "data"))
+    # at the last step's pace (the first step's start-up is not the run's pace), as `ablate status` says
+    tokens = train["batch_size"] * data["seq_len"]
+    assert view["progress"]["eta_s"] == pytest.approx(28 * tokens / 1000, abs=0.1)
     assert len(view["curve"]["points"]) == 12 and view["curve"]["points"][-1] == (11, pytest.approx(3.9))
     out = runner.invoke(app, ["show", "run001", "--store", filled.url])
     assert out.exit_code == 0, out.output

@@ -24,7 +24,7 @@ from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.execute.slurm_queue import ALIVE
+from ablate.execute.slurm.queue import ALIVE
 from ablate.store import Store
 
 pytestmark = pytest.mark.slow
@@ -91,7 +91,7 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
     assert set(frame["status"]) == {"done"} and len(frame) == 2
     array = result.stdout.strip().splitlines()[-1]
     assert array.isdigit(), result.output
-    assert sorted(frame["slurm_job_id"]) == [f"{array}_0", f"{array}_1"]
+    assert sorted(frame["job_id"]) == [f"{array}_0", f"{array}_1"]
     assert (frame["steps"] == STEPS).all() and frame["resumed_from"].isna().all()
     assert all(math.isfinite(v) and v < 5.0 for v in frame["train_loss"])
     for run_id in frame.index:
@@ -147,7 +147,7 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
         wait_until(lambda: squeue().get(job, ("", ""))[0] == "PENDING", 120, "the job to be requeued")
         assert store.statuses(run_ids=[run_id])[run_id] == "queued"
         status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)
-        assert [(r["run_id"], r["slurm_job_id"], r["slurm_state"]) for r in status["slurm"]] == \
+        assert [(r["run_id"], r["job_id"], r["state"]) for r in status["jobs"]] == \
             [(run_id, job, "PENDING")]
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
         wait_until(lambda: store.statuses(run_ids=[run_id])[run_id] in ("done", "failed"), 300,
@@ -190,20 +190,20 @@ def test_status_shows_the_jobs_and_cancel_puts_the_runs_back_in_the_queue(slurm_
     assert result.exit_code == 0, result.output
     array = result.stdout.strip().splitlines()[-1]
     table = invoke("status", "--home", str(home))
-    assert "in Slurm" in table.stdout and f"{array}_0" in table.stdout and "PENDING" in table.stdout
+    assert "in executors' jobs" in table.stdout and f"{array}_0" in table.stdout and "PENDING" in table.stdout
     status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)
-    assert sorted(r["slurm_job_id"] for r in status["slurm"]) == [f"{array}_0", f"{array}_1"]
-    assert {r["slurm_state"] for r in status["slurm"]} == {"PENDING"}
+    assert sorted(r["job_id"] for r in status["jobs"]) == [f"{array}_0", f"{array}_1"]
+    assert {(r["executor"], r["state"]) for r in status["jobs"]} == {("slurm", "PENDING")}
 
     result = invoke("cancel", str(path), "--home", str(home))
     assert result.exit_code == 0, result.output
     assert f"cancelled Slurm job(s) {array} of grid can" in result.stdout
     assert "2 run(s) of can back in the queue" in result.stdout
     frame = runs(home, "can")
-    assert set(frame["status"]) == {"queued"} and frame["slurm_job_id"].isna().all()
+    assert set(frame["status"]) == {"queued"} and frame["job_id"].isna().all()
     assert all(state not in ("PENDING", "RUNNING") for job, (state, _) in squeue().items()
                if job.startswith(f"{array}_"))
-    assert json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)["slurm"] == []
+    assert json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)["jobs"] == []
     # cancelling again finds nothing to cancel; an unknown grid is the user's mistake
     again = invoke("cancel", "can", "--home", str(home))
     assert again.exit_code == 0 and "0 run(s) of can back in the queue" in again.stdout
@@ -354,10 +354,10 @@ def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tm
     """The file's seeds are finished already (their ``result.json`` files, ingested); the seed
     ``--until-resolved`` adds to both cells of the open comparison trains on Slurm, waited for, and the second
     look reads it."""
-    from ablate.execute.until_resolved import UntilResolved, plan_until_resolved
     from ablate.grid import expand, load_grid
     from ablate.layout import run_dir
     from ablate.result import RunResult, write_result
+    from ablate.until_resolved import UntilResolved, plan_until_resolved
 
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("seq", seeds=[0, 1], steps=8, checkpoint_every=1000))
@@ -377,5 +377,5 @@ def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tm
     assert "look 2 of 2 (n=3 seeds" in result.output and "sdpa-elementwise vs baseline: " in result.stdout
     frame = runs(home, "seq")
     assert set(frame["status"]) == {"done"} and len(frame) == 6
-    trained = frame[frame["slurm_job_id"].notna()]
+    trained = frame[frame["job_id"].notna()]
     assert sorted(trained.index) == added and set(trained["seed"]) == {2} and (trained["steps"] == 8).all()

@@ -30,8 +30,7 @@ def _grid(name: str, lr: float) -> str:
 
 
 def _ablate(*args: str, home: Path):  # noqa: ANN202
-    return runner.invoke(app, [*args, "--home", str(home)],
-                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, "ABLATE_CACHE": None})
+    return runner.invoke(app, [*args, "--home", str(home)])
 
 
 def _fill(path: Path, home: Path, rng: np.random.Generator) -> None:

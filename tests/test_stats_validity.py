@@ -15,7 +15,7 @@ from scipy import stats as ss
 
 from ablate.errors import UserInputError
 from ablate.reports.cells import delta_cell
-from ablate.reports.stats import (
+from ablate.stats import (
     BOOTSTRAP_MIN_N,
     Stats,
     adjust,
@@ -121,6 +121,110 @@ def test_power_grows_with_n_as_the_formula_says() -> None:
     assert power(0.7, 1.0, n) >= 0.8 > power(0.7, 1.0, n - 1)
 
 
+# ---------------------------------------------------------------- pairing: any correlation, the sign included
+RHOS = (-0.8, -0.4, 0.0, 0.4, 0.8)
+
+
+def _correlated(rng: np.random.Generator, rho: float,
+                shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Two arms of unit spread whose values at one seed correlate ``rho`` (no true difference)."""
+    z1, z2 = rng.standard_normal(shape), rng.standard_normal(shape)
+    return z1, rho * z1 + math.sqrt(1 - rho ** 2) * z2
+
+
+def _welch(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The unpaired (Welch) 95% interval of mean(a) - mean(b) along the last axis, and its p."""
+    n = a.shape[-1]
+    va, vb = a.var(axis=-1, ddof=1) / n, b.var(axis=-1, ddof=1) / n
+    df = (va + vb) ** 2 / (va ** 2 / (n - 1) + vb ** 2 / (n - 1))
+    diff, se = a.mean(axis=-1) - b.mean(axis=-1), np.sqrt(va + vb)
+    half = ss.t.ppf(0.975, df) * se
+    return diff - half, diff + half, 2 * ss.t.sf(np.abs(diff) / se, df)
+
+
+@pytest.mark.parametrize("rho", RHOS)
+@pytest.mark.parametrize("n", (3, 5, 10))
+def test_the_paired_interval_covers_at_any_correlation_between_the_arms(n: int, rho: float) -> None:
+    """Pairing by seed is valid whatever the arms' correlation, negative too: a negative one widens the
+    interval (the pairing costs) but never breaks its coverage, so the reports keep the paired t."""
+    a, b = _correlated(np.random.default_rng(int(100 * (rho + 1)) + n), rho, (DRAWS, n))
+    lo, hi = t_interval(a - b)
+    coverage = float(np.mean((lo <= 0) & (0 <= hi)))
+    assert 0.93 <= coverage <= 0.97, f"n={n} rho={rho}: coverage {coverage:.3f}"
+    assert float(np.mean(t_pvalue(a - b) < 0.05)) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / DRAWS)
+
+
+@pytest.mark.parametrize("n", (3, 5, 10))
+def test_an_unpaired_reading_of_seed_paired_runs_undercovers_when_the_correlation_is_negative(n: int) -> None:
+    """Why a negative correlation is not read unpaired: Welch's interval assumes independent arms, and
+    with rho = -0.8 it is too narrow (the paired difference's variance is 1.8x the sum it assumes)."""
+    rng = np.random.default_rng(40 + n)
+    for rho, low, high in ((-0.8, 0.0, 0.91), (0.0, 0.93, 0.98)):
+        a, b = _correlated(rng, rho, (DRAWS, n))
+        lo, hi, _ = _welch(a, b)
+        coverage = float(np.mean((lo <= 0) & (0 <= hi)))
+        assert low <= coverage <= high, f"n={n} rho={rho}: Welch coverage {coverage:.3f}"
+
+
+def test_going_unpaired_when_the_measured_correlation_is_negative_inflates_false_positives() -> None:
+    """The tempting rule (paired when r > 0, else unpaired, to dodge the cost) rejects a true null too
+    often when the arms really are anti-correlated; always reading the paired t keeps 5%."""
+    rng = np.random.default_rng(77)
+    draws, n = 20000, 8
+    a, b = _correlated(rng, -0.6, (draws, n))
+    paired = t_pvalue(a - b)
+    r = np.array([np.corrcoef(x, y)[0, 1] for x, y in zip(a, b, strict=True)])
+    switched = np.where(r < 0, _welch(a, b)[2], paired)
+    mc = 2 * math.sqrt(0.05 * 0.95 / draws)
+    assert float(np.mean(paired < 0.05)) <= 0.05 + mc
+    assert float(np.mean(switched < 0.05)) > 0.05 + 2 * mc
+
+
+@pytest.mark.parametrize("rho", (-0.5, 0.5))
+def test_worth_is_the_unpaired_seeds_with_the_same_precision(rho: float) -> None:
+    """``Pairing.worth``: n pairs at correlation rho are as precise as n / (1 - rho) unpaired seeds per arm
+    (equal spreads). Simulated: the paired mean difference's variance at n = 6 equals the variance of two
+    independent means of that many seeds; and the estimate converges to it."""
+    from ablate.pairing import pairing
+
+    rng = np.random.default_rng(5)
+    n, worth = 6, 6 / (1 - rho)
+    a, b = _correlated(rng, rho, (40000, n))
+    paired_var = float(np.var((a - b).mean(axis=1)))
+    k = round(worth)  # 12 seeds per arm at rho 0.5, 4 at rho -0.5
+    ua, ub = rng.standard_normal((40000, k)), rng.standard_normal((40000, k))
+    unpaired_var = float(np.var(ua.mean(axis=1) - ub.mean(axis=1)))
+    assert paired_var == pytest.approx(2 * (1 - rho) / n, rel=0.03)
+    assert paired_var == pytest.approx(unpaired_var, rel=0.04)
+    big = pairing(list(zip(*_correlated(rng, rho, (50000,)), strict=True)))
+    assert big.r == pytest.approx(rho, abs=0.01)
+    assert big.worth / big.n == pytest.approx(1 / (1 - rho), rel=0.03)
+    assert ("worth ≈" in big.text()) == (rho > 0) and ("pairing costs" in big.text()) == (rho < 0)
+
+
+def test_a_paired_difference_of_exactly_zero_reads_identical_without_a_division() -> None:
+    import warnings
+
+    from ablate.pairing import pairing
+    from ablate.stats import needs, needs_text
+
+    values = [(5.0, 5.0), (6.1, 6.1), (5.7, 5.7)]
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        d = paired_delta({i: a for i, (a, _) in enumerate(values)}, {i: b for i, (_, b) in enumerate(values)})
+        p = pairing(values)
+        assert d.identical and (d.mean, d.lo, d.hi, d.p, d.n) == (0.0, 0.0, 0.0, 1.0, 3) and not d.resolved
+        assert needs(d) is None and needs_text(needs(d), d) == ("identical at every seed: no difference for "
+                                                                 "more seeds to find")
+        assert p.r == pytest.approx(1.0) and p.worth is None and p.sd_d == 0.0
+        ratio = paired_ratio({i: a for i, (a, _) in enumerate(values)},
+                             {i: b for i, (_, b) in enumerate(values)})
+        assert ratio.identical and ratio.mean == 1.0 and ratio.p == 1.0
+        assert "identical at every seed" in unresolved_line("x vs baseline", d, 2)
+    shifted = paired_delta({0: 5.0, 1: 6.0, 2: 7.0}, {0: 4.5, 1: 5.5, 2: 6.5})  # one constant, not zero
+    assert not shifted.identical and shifted.p == 0.0 and shifted.pairing.worth is None
+
+
 # ---------------------------------------------------------------- closed forms
 TREAT = [5.10, 5.32, 4.95, 5.40, 5.05]
 REF = [5.40, 5.35, 5.30, 5.61, 5.20]
@@ -186,12 +290,13 @@ def test_the_family_is_corrected_and_the_footer_says_how() -> None:
     assert method_note(fam) == ("Δ: paired Student t 95% CI (n=1/3 seeds, n-1 df); n=1: no interval; "
                                 "significant (bold) after Holm over 3 comparisons at alpha=0.05")
     line = unresolved_line("x vs baseline", fam[1], 2, m=3)
-    assert line.startswith("x vs baseline: +0.05 ± 0.37, needs ≈ ") and line.endswith(" seeds")
+    assert line.startswith("x vs baseline: +0.05 ± 0.37, needs ≈ ")
+    assert line.endswith(" seeds (Holm over 3 comparisons in this table)")  # the family it was worked out for
 
 
 # ---------------------------------------------------------------- looking again
 def test_looking_again_with_alpha_spending_keeps_the_false_positive_rate_over_all_looks() -> None:
-    from ablate.reports.stats import look_levels, looks
+    from ablate.sequential import look_levels, looks
 
     plan = looks(3, 2, 12)
     assert plan == [3, 5, 7, 9, 11, 12]

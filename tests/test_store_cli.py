@@ -101,9 +101,9 @@ def test_status(filled: str) -> None:
 
 def test_ingest_and_db_upgrade(store_url: str, tmp_path) -> None:  # noqa: ANN001
     out = invoke("db", "upgrade", "--store", store_url)
-    assert out.exit_code == 0 and "schema upgraded from empty to 0006" in out.stdout
+    assert out.exit_code == 0 and "schema upgraded from empty to 0008" in out.stdout
     out = invoke("db", "upgrade", "--store", store_url)
-    assert out.exit_code == 0 and "schema already at 0006" in out.stdout
+    assert out.exit_code == 0 and "schema already at 0008" in out.stdout
     runs = tmp_path / "runs"
     for i in range(3):
         write_result(result(i), runs / planned(i).run_id)
@@ -123,10 +123,55 @@ def test_ingest_and_db_upgrade(store_url: str, tmp_path) -> None:  # noqa: ANN00
 
 
 def test_default_store_lives_in_home(tmp_home) -> None:  # noqa: ANN001
+    assert invoke("db", "upgrade").exit_code == 0  # what makes a store: run, ingest, db upgrade
+    assert (tmp_home / "ablate.db").is_file()
     out = invoke("status", "--format", "json")
     assert out.exit_code == 0 and json.loads(out.stdout) == {"grids": [], "running": [], "stale": [],
-                                                             "slurm": []}
-    assert (tmp_home / "ablate.db").is_file()
+                                                             "jobs": []}
+
+
+READ_ONLY = [["status"], ["status", "--format", "json"], ["runs"], ["runs", "--format", "csv"],
+             ["runs", "--where", "seed == 0"], ["report", "table1"], ["report", "scorecard"],
+             ["report", "ladder"], ["show", "abc123"], ["diff", "abc", "def"], ["cancel", "g"],
+             ["eval", "--grid", "g", "--tasks", "ablate"], ["probe", "--grid", "g"],
+             ["db", "rehash", "--dry-run"]]
+
+
+@pytest.mark.parametrize("args", READ_ONLY, ids=[" ".join(a) for a in READ_ONLY])
+def test_a_command_that_reads_where_nothing_ran_names_the_store_and_makes_nothing(args, tmp_path,
+                                                                                  monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the default home: ./ablate-runs
+    out = invoke(*args)
+    home = tmp_path / "ablate-runs"
+    assert out.exit_code == 1, out.output
+    assert out.stderr == (f"error: no store at sqlite:///{home}/ablate.db: nothing has run here (ABLATE_HOME="
+                          f"{home}; --home or --store reads another)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ui_where_nothing_ran_names_the_tracking_store_and_makes_nothing(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = invoke("ui")
+    home = tmp_path / "ablate-runs"
+    assert out.exit_code == 1, out.output
+    assert out.stderr == (f"error: no MLflow store at sqlite:///{home}/mlflow.db: nothing has run here "
+                          f"(ABLATE_HOME={home}; --home reads another)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mistyped_home_or_store_is_named_and_made_nowhere(store_url: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "typo" / "home"))
+    out = invoke("runs", "--format", "json")
+    assert out.exit_code == 1 and f"no store at sqlite:///{tmp_path}/typo/home/ablate.db" in out.stderr
+    assert f"(ABLATE_HOME={tmp_path}/typo/home;" in out.stderr and not (tmp_path / "typo").exists()
+    # a URL: a SQLite file that is not there, or a PostgreSQL database that holds no store
+    monkeypatch.setenv("ABLATE_STORE", store_url)
+    out = invoke("status")
+    assert out.exit_code == 1 and out.stdout == "", out.output
+    assert out.stderr.startswith("error: no store at ") and out.stderr.endswith(
+        ": nothing has run there (the URL of --store or ABLATE_STORE; `ablate run` makes it)\n")
+    assert not (tmp_path / "store").exists()
+    assert invoke("db", "upgrade").exit_code == 0 and invoke("status").exit_code == 0  # made: read
 
 
 def test_a_relative_sqlite_store_says_where_it_resolves(tmp_path, monkeypatch) -> None:  # noqa: ANN001

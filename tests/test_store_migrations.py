@@ -14,7 +14,7 @@ from ablate.store.migrate import current_revision, head_revision, upgrade
 from ablate.store.schema import Base
 
 TABLES = {"grids", "grid_runs", "runs", "scores", "metrics", "probes", "histograms", "events",
-          "alembic_version"}
+          "sequential_decisions", "alembic_version"}
 
 
 def _schema_diff(engine) -> list:  # noqa: ANN001
@@ -30,10 +30,10 @@ def test_empty_database_upgrades_to_head(store_url: str) -> None:
     try:
         assert set(inspect(engine).get_table_names()) == set()
         assert upgrade(engine) == (None, head_revision())
-        assert head_revision() == "0006"
+        assert head_revision() == "0008"
         assert set(inspect(engine).get_table_names()) == TABLES
         assert _schema_diff(engine) == []  # migrations and schema.py agree
-        assert upgrade(engine) == ("0006", "0006")  # again: nothing to do
+        assert upgrade(engine) == ("0008", "0008")  # again: nothing to do
     finally:
         engine.dispose()
 
@@ -56,7 +56,7 @@ def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
         engine.dispose()
     with Store.open(store_url) as store:  # opening applies the rest
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0006"
+            assert current_revision(conn) == "0008"
         assert "ix_runs_status_heartbeat" in {ix["name"] for ix in inspect(store.engine).get_indexes("runs")}
         assert store.statuses(run_ids=["old1"]) == {"old1": "done"}
         frame = store.runs_frame()
@@ -99,7 +99,7 @@ def test_store_from_a_newer_ablate_is_a_clear_error(store_url: str) -> None:
         upgrade(engine)
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-        with pytest.raises(StoreError, match="from schema revision 0099 to 0006.*another ablate version"):
+        with pytest.raises(StoreError, match="from schema revision 0099 to 0008.*another ablate version"):
             Store.open(store_url)
     finally:
         engine.dispose()
@@ -137,6 +137,37 @@ def test_pruned_runs_stored_as_failed_become_pruned(store_url: str) -> None:
         # the enum is enforced
         with pytest.raises(Exception, match="(?i)check"), store.engine.begin() as conn:
             conn.execute(text("UPDATE runs SET status = 'finished' WHERE run_id = 'f1'"))
+
+
+def test_a_slurm_job_becomes_the_runs_executor_job_and_goes_back_on_downgrade(store_url: str) -> None:
+    """Migration 0008: ``slurm_job_id`` -> ``executor`` + ``job_id``; a row Slurm held keeps its job, one
+    without a job has neither, every other value stays; downgrading gives Slurm's job back."""
+    from alembic import command
+
+    from ablate.store.migrate import _sqlite_foreign_keys_off, alembic_config
+
+    engine, _ = make_engine(store_url)
+    try:
+        upgrade(engine, "0007")
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO runs (run_id, config, variant, seed, status, created, slurm_job_id, host) "
+                "VALUES ('s1', '{}', 'baseline', 0, 'running', '2024-05-01 12:00:00', '1234_5', 'node7'), "
+                "('l1', '{}', 'baseline', 1, 'done', '2024-05-01 12:00:00', NULL, 'here')"))
+    finally:
+        engine.dispose()
+    with Store.open(store_url) as store:
+        frame = store.runs_frame().set_index("run_id")
+        assert frame.loc["s1", ["executor", "job_id", "host", "status"]].tolist() == ["slurm", "1234_5",
+                                                                                      "node7", "running"]
+        assert frame.loc["l1", ["executor", "job_id"]].isna().all() and frame.loc["l1", "host"] == "here"
+        assert "slurm_job_id" not in {c["name"] for c in inspect(store.engine).get_columns("runs")}
+        assert _schema_diff(store.engine) == []
+        with store.engine.connect() as conn, _sqlite_foreign_keys_off(conn), conn.begin():
+            command.downgrade(alembic_config(conn), "0007")
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT run_id, slurm_job_id FROM runs ORDER BY run_id")).all() == [
+                ("l1", None), ("s1", "1234_5")]
 
 
 def test_the_head_read_from_the_scripts_is_alembics() -> None:

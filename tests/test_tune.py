@@ -83,8 +83,6 @@ def tuned(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("tune")
     mp.setenv("ABLATE_CACHE", str(root / "cache"))
-    for key in ("ABLATE_HOME", "ABLATE_STORE", "MLFLOW_TRACKING_URI"):
-        mp.delenv(key, raising=False)
     path, home = root / "g.yaml", root / "home"
     path.write_text(GRID)
     name = enqueue(home, path, 1e-2, 1e-6)
@@ -215,6 +213,10 @@ def test_option_errors_exit_2_with_the_fix(tmp_path):
     out = cli.invoke(app, ["tune", str(path), "--low", "1e-4", "--high", "1e-2", "--metric", "val_pll",
                            "--home", str(tmp_path / "h")])
     assert out.exit_code == 2 and "did you mean 'val_ppl'" in out.output
+    out = cli.invoke(app, ["report", "lr", "--home", str(tmp_path / "h")])
+    assert out.exit_code == 1 and "no store at sqlite:///" in out.output  # nothing ran there: nothing made
+    assert not (tmp_path / "h").exists()
+    assert cli.invoke(app, ["db", "upgrade", "--home", str(tmp_path / "h")]).exit_code == 0
     out = cli.invoke(app, ["report", "lr", "--home", str(tmp_path / "h")])
     assert out.exit_code == 2 and "no tuning studies" in out.output
 

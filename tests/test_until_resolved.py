@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import UserInputError
-from ablate.execute.until_resolved import UntilResolved, plan_until_resolved, run_looks, verdict_lines
+from ablate.until_resolved import UntilResolved, plan_until_resolved, run_looks, verdict_lines
 
 runner = CliRunner()
 ARMS = ("baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise")
@@ -63,7 +63,7 @@ def test_looking_again_keeps_the_family_wise_false_positive_rate_at_5_percent(tm
 
 
 def test_a_true_effect_resolves_with_power_that_grows_with_the_seeds(tmp_path) -> None:
-    from ablate.reports.stats import power
+    from ablate.stats import power
 
     spec = UntilResolved(max_seeds=8, round=2)
     planner, ids = plan_until_resolved(_grid(tmp_path, arms=ARMS[:2]), (), spec, home=tmp_path / "home")
@@ -105,6 +105,24 @@ def test_bad_until_resolved_settings_are_one_line(tmp_path, kwargs, text) -> Non
         plan_until_resolved(_grid(tmp_path), (), UntilResolved(**kwargs), home=tmp_path / "home")
 
 
+def test_a_plugin_arms_added_seeds_are_written_as_the_grid_writes_them(tmp_path, plugin_dir) -> None:
+    """A plugin arm's runs are named by its label (``myattn:CappedSoftmax(cap=5)``), which no grid accepts
+    as a variant: its added seeds' include entries carry the arm as written, and expand to its own runs."""
+    path = tmp_path / "plug.yaml"
+    path.write_text("name: plug\nplugins: [myattn]\nbase:\n  model: {preset: tiny}\n  train: {steps: 2}\n"
+                    "grid:\n  variant: [baseline, {arm: 'myattn:CappedSoftmax', args: {cap: 5}}]\n"
+                    "  seed: [0, 1]\n")
+    label = "myattn:CappedSoftmax(cap=5)"
+    spec = UntilResolved(max_seeds=4, compare=(label,))
+    planner, ids = plan_until_resolved(path, (), spec, home=tmp_path / "home")
+    (comp,) = planner.comps
+    assert comp.label == f"{label} vs baseline"
+    added = [e for e in planner.most() if isinstance(e["variant"], dict)]
+    assert sorted(e["seed"] for e in added) == [2, 3]
+    assert all(e["variant"] == {"arm": "myattn:CappedSoftmax", "args": {"cap": 5}} for e in added)
+    assert sorted(ids[comp.cell]) == [0, 1, 2, 3] and sorted(ids[comp.reference]) == [0, 1, 2, 3]
+
+
 def test_one_seed_is_refused(tmp_path) -> None:
     with pytest.raises(UserInputError, match="needs at least 2 seeds that every compared pair has"):
         plan_until_resolved(_grid(tmp_path, seeds=1), (), UntilResolved(), home=tmp_path / "home")
@@ -112,8 +130,7 @@ def test_one_seed_is_refused(tmp_path) -> None:
 
 # ---------------------------------------------------------------- through the CLI
 def _ablate(*args: str, home: Path):  # noqa: ANN202
-    return runner.invoke(app, [*args, "--home", str(home)],
-                         env={"ABLATE_STORE": None, "MLFLOW_TRACKING_URI": None, "ABLATE_CACHE": None})
+    return runner.invoke(app, [*args, "--home", str(home)])
 
 
 def _fill(path: Path, home: Path, spec: UntilResolved, effect: dict[str, float]) -> int:
@@ -159,6 +176,7 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
     assert "sdpa-elementwise vs baseline: -1" in ran.stdout and "resolved at look 2, n=4 seeds" in ran.stdout
     assert "v-elementwise vs baseline" in ran.stdout and "unresolved at n=6 seeds" in ran.stdout
     assert "look 3 of 3 (n=6 seeds" in ran.output
+    assert "this run" not in ran.output  # every look found its runs finished: no table of zeros
 
     from ablate.store import Store
 
@@ -170,9 +188,11 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
                      "v-elementwise": [0, 1, 2, 3, 4, 5]}
     table = _ablate("report", "table1", "--grid", "seq", "--format", "csv", home=home)
     assert table.exit_code == 0, table.output
+    _every_report_reads_the_looks(home)
 
     again = _ablate(*args, home=home)  # every run reused: the same looks, the same verdicts
     assert again.exit_code == 0 and " to run (" not in again.output, again.output
+    assert "this run" not in again.output and "skipped" not in again.output
     assert _verdicts(again.stdout) == _verdicts(ran.stdout) and len(_verdicts(ran.stdout)) == 3
 
 
@@ -189,3 +209,32 @@ def test_a_bad_until_resolved_option_is_one_line_exit_2_and_writes_nothing(tmp_p
     )
     assert len(out.output.strip().splitlines()) == 1 and "Traceback" not in out.output
     assert not home.exists()
+
+
+def _every_report_reads_the_looks(home: Path) -> None:
+    """What the looks decided is stored, and every report reads it at the look that decided it: G1 resolved
+    at look 2 on 4 seeds (though the baseline has 6), G2 open after the last look."""
+    import json
+
+    from ablate.store import Store
+
+    with Store.open(None, home=home) as store:
+        decided = {d.treatment: d for d in store.decisions("seq")}
+    assert set(decided) == {"sdpa-elementwise", "v-elementwise"}
+    g1, g2 = decided["sdpa-elementwise"], decided["v-elementwise"]
+    assert (g1.look, g1.n, len(g1.runs), g1.plan, g1.family) == (2, 4, 8, (2, 4, 6), 2)
+    assert [h.n for h in g1.history] == [2, 4] and g1.p_adj is not None and g1.p_adj < g1.level
+    assert (g2.look, g2.n, len(g2.runs), len(g2.history)) == (None, 6, 12, 3)
+
+    t1 = _ablate("report", "table1", "--grid", "seq", home=home).stdout
+    row = next(ln for ln in t1.splitlines() if ln.startswith("| SDPA Elementwise G1 |"))
+    assert "**-1.0" in row and "(n=4, look 2 of 3)**" in row
+    assert "v Elementwise G2 vs baseline (val_ppl): " in t1 and "unresolved after 3 looks, n=6 seeds" in t1
+    assert "resolved at look 2 of 3, n=4 seeds" in t1
+    compare = _ablate("report", "compare", "--grid", "seq", "--metric", "val_ppl", home=home).stdout
+    assert "| **-1.0" in compare and "resolved at look 2 of 3, n=4 seeds: lower, better" in compare
+    assert "unresolved after 3 looks, n=6 seeds; needs " in compare
+    card = json.loads(_ablate("report", "scorecard", "--grid", "seq", "--format", "json", home=home).stdout)
+    beats = next(r for r in card if r["key"] == "g1_beats_baseline")
+    assert beats["verdict"] == "holds" and "resolved at look 2 of 3, n=4 seeds" in beats["detail"]
+    assert beats["resolved_at_look"] == 2

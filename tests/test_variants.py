@@ -109,8 +109,19 @@ def test_cli_variants_table_and_bad_format() -> None:
     from ablate.cli import app
 
     runner = CliRunner()
-    table = runner.invoke(app, ["variants"], env={"COLUMNS": "200"})
+    table = runner.invoke(app, ["variants"])  # piped: wrapped to 100 columns, nothing cut
     assert table.exit_code == 0 and "sdpa-elementwise" in table.output and "table1:5" in table.output
+    assert max(len(line) for line in table.stdout.splitlines()) <= 100 and "…" not in table.stdout
+    lines = table.stdout.splitlines()
+    start = next(line for line in lines if "description" in line).index("description")
+    column = " ".join(" ".join(line[start:].split()) for line in lines[4:])  # the descriptions, unwrapped
+    for row in json.loads(runner.invoke(app, ["variants", "--format", "json"]).stdout):
+        assert row["name"] in table.stdout.split()
+        assert " ".join(row["description"].split()) in column  # every word, in order
+    assert "Miller 2023" in table.stdout  # an arm from another paper: its source where paper rows would be
+    wide = runner.invoke(app, ["variants", "--wide", "--preset", "tiny"])
+    assert wide.exit_code == 0 and "score shape" in wide.stdout and "added @ tiny" in wide.stdout
+    assert any(len(line) > 200 for line in wide.stdout.splitlines())  # one line a variant, whole
     bad = runner.invoke(app, ["variants", "--format", "xml"])
     assert bad.exit_code == 2
     assert "unknown format 'xml'" in bad.output

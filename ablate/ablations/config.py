@@ -15,7 +15,8 @@ from ablate.ablations.presets import PRESETS
 
 GatePosition = Literal["G1", "G2", "G3", "G4", "G5"]
 InitRng = Literal["sequential", "per-parameter"]
-AttnWeights = Literal["softmax", "sink-learned", "softmax1", "sigmoid", "softpick"]
+AttnWeights = Literal["softmax", "sink-learned", "softmax1", "sigmoid", "softpick", "differential", "diff-v2",
+                      "forgetting", "selective"]
 
 
 class _Strict(BaseModel):
@@ -40,6 +41,9 @@ class GateSpec(_Strict):
     activation: Literal["sigmoid", "silu", "ns_sigmoid", "identity"] = "sigmoid"
     input: Literal["dependent", "independent"] = "dependent"
     bias: bool = False
+    input_dims: int | None = Field(
+        None, ge=1, description="an input-dependent gate reads only the first k channels of the block's "
+        "normed input (modded-nanogpt's attention gate: k = 12); None = all d_model")
 
 
 class SwitchSpec(_Strict):
@@ -119,10 +123,21 @@ class ModelConfig(_Strict):
     sandwich_norm: bool = Field(False, description="RMSNorm on attention and FFN outputs before the residual")
     output_clip: float | None = Field(None, gt=0, description="clip attention/FFN outputs to (-c, c) (A.5)")
     switch: SwitchSpec | None = None
-    # the field's other sink fixes (ablate/ablations/weights.py)
+    # the attention weights slot (ablate/ablations/weights.py): the field's sink fixes and other 2025-26 arms
     attn_weights: AttnWeights = Field(
         "softmax", description="how scores become attention weights: softmax; sink-learned (a learned "
-        "per-head sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick")
+        "per-head sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick; "
+        "differential (two maps per pair of heads, the second subtracted); diff-v2 (two query heads per "
+        "output head, a per-token sigmoid lambda); forgetting (a forget gate's cumulative decay on the "
+        "logits); selective (logits less what head 0 selected away)")
+    diff_lambda_init: float | None = Field(
+        None, description="differential attention's lambda_init (read by attn_weights: differential only): "
+        "None = the paper's 0.8 - 0.6 exp(-0.3 (l - 1)) at layer l; else this constant, in [0, 1)")
+    forget_bias_init: float | None = Field(
+        0.0, description="forgetting attention's forget-gate bias b_f at initialisation (read by "
+        "attn_weights: forgetting only; FoX: 0, so f starts near 0.5); None = no bias, refused")
+    rope: bool = Field(True, description="rotary position embedding on queries and keys (off: position only "
+                       "through the causal mask, and forgetting attention's decay)")
     plugin: PluginArm | None = Field(None, description="an arm from the user's code (set by a grid's variant "
                                      "{arm: module:Class, args: {...}}): the attention weights (replacing "
                                      "attn_weights), a gate at G1-G5 or the block's attention output "
@@ -151,8 +166,37 @@ class ModelConfig(_Strict):
                 raise ValueError(f"moe_top_k ({self.moe_top_k}) must be in 1..n_experts ({self.n_experts})")
             if self.expert_dim < 1:
                 raise ValueError("expert_dim must be >= 1 when n_experts > 0")
+        if self.gate is not None and self.gate.input_dims is not None:
+            if self.gate.input == "independent":
+                raise ValueError(f"gate.input_dims ({self.gate.input_dims}) is for an input-dependent gate; "
+                                 "an input-independent gate reads no input")
+            if self.gate.input_dims > self.d_model:
+                raise ValueError(f"gate.input_dims (k={self.gate.input_dims}) must be at most d_model "
+                                 f"({self.d_model}): the gate reads the first k channels of the block's "
+                                 "input")
+        self._check_arm_fields()
         return self
+
+    def _check_arm_fields(self) -> None:
+        """The attention weights arms' own fields: in range (each is read only by its arm)."""
+        lam = self.diff_lambda_init
+        if lam is not None and not 0 <= lam < 1:
+            raise ValueError(f"diff_lambda_init ({lam}) must be in [0, 1): differential attention scales its "
+                             "output by 1 - lambda_init, and a negative one would add the second map")
+        if self.attn_weights == "differential" and (self.n_heads % 2 or self.n_kv_heads % 2):
+            raise ValueError(f"differential attention pairs adjacent heads: n_heads ({self.n_heads}) and "
+                             f"n_kv_heads ({self.n_kv_heads}) must be even")
+        if self.attn_weights == "forgetting" and self.forget_bias_init is None:
+            raise ValueError("forget_bias_init is None: a forget gate without a bias is not Forgetting "
+                             "attention's (f_t = sigmoid(w_f x_t + b_f), Lin et al. 2025); give b_f's "
+                             "initial value (FoX: 0.0)")
 
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
+
+    @property
+    def query_heads(self) -> int:
+        """The query projection's heads: two per output head for DIFF V2 (subtracted in pairs), else
+        ``n_heads``."""
+        return 2 * self.n_heads if self.attn_weights == "diff-v2" else self.n_heads

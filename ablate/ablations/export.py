@@ -13,9 +13,10 @@ The target class follows from the config's fields, never from the variant's name
   repeat within each head; a head-shared gate one whose rows are the heads' mean (its logits are averaged
   before the sigmoid).
 
-Everything else (gates at G2-G5, other activations, additive gates, input-independent gates, SDPA norm or
-SiLU, sandwich norm, clipping, switch heads, no q/k norm, attention weights other than softmax, plugin arms)
-has no transformers class and is refused with a ConfigError naming the field, before anything is written.
+Everything else (gates at G2-G5, other activations, additive gates, input-independent gates, a gate reading
+part of its input, SDPA norm or SiLU, sandwich norm, clipping, switch heads, no q/k norm, no RoPE, attention
+weights other than softmax, plugin arms) has no transformers class and is refused with a ConfigError naming
+the field, before anything is written.
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ _NO_CLASS: dict[str, tuple[Any, str]] = {
     "sandwich_norm": (False, "Qwen3 and Qwen3-Next have no norm after attention and FFN (sandwich norm)"),
     "output_clip": (None, "no transformers decoder clips its attention/FFN outputs"),
     "qk_norm": (True, "Qwen3 and Qwen3-Next always normalize queries and keys per head"),
-    "attn_weights": ("softmax",
-                     "Qwen3 and Qwen3-Next attend with a plain softmax (no sink, sigmoid or softpick)"),
+    "attn_weights": ("softmax", "Qwen3 and Qwen3-Next attend with a plain softmax (no sink, sigmoid, "
+                     "softpick, differential map, forget gate or selection)"),
+    "rope": (True, "Qwen3 and Qwen3-Next always rotate queries and keys (RoPE)"),
     "plugin": (None, "a plugin arm is the user's code, which no transformers class holds"),
 }
 # G1 gate fields Qwen3-Next fixes: sigmoid(x W) times the SDPA output, W without bias.
 _QWEN3_NEXT_GATE: dict[str, Any] = dict(position="G1", combine="multiplicative", activation="sigmoid",
-                                        input="dependent", bias=False)
+                                        input="dependent", bias=False, input_dims=None)
 
 
 def hf_target(cfg: ModelConfig) -> str:

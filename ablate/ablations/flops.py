@@ -14,7 +14,11 @@ Per token of training (forward and backward, PaLM's appendix B convention)::
   more).
 - ``12 * L * H * Q * T``: the attention scores and the weighted sum (``QK^T`` and ``PV``, forward and
   backward) for ``L`` layers of ``H`` query heads of dimension ``Q`` over a context of ``T`` tokens, counted
-  over the full ``T x T`` square as PaLM does (causal masking is not subtracted).
+  over the full ``T x T`` square as PaLM does (causal masking is not subtracted). ``H`` is the heads the query
+  projection makes (``ModelConfig.query_heads``: DIFF V2 attends with two per output head). Differential
+  attention's two half maps per pair of heads cost one map's scores and one weighted sum of the pair's values:
+  the same term. Elementwise work on the ``T x T`` maps (a forget gate's decay, selective attention's running
+  sum, softmax itself) is not a matmul and is not counted.
 
 Counting walks the model built on the meta device, so it follows the model as built (a fused projection, a new
 gate) without a second description of its shapes; tests/test_flops.py checks it against torch's
@@ -66,7 +70,7 @@ def matmul_params(cfg: ModelConfig) -> int:
 
 def attention_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     """The attention term ``12 * L * H * Q * T`` (scores and weighted sum, forward and backward)."""
-    return 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len
+    return 12 * cfg.n_layers * cfg.query_heads * cfg.head_dim * seq_len
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> int:

@@ -53,6 +53,14 @@ class HeadLinear(nn.Linear):
         return super().forward(x).unflatten(-1, self.heads)
 
 
+class PrefixHeadLinear(HeadLinear):
+    """``HeadLinear`` reading only the first ``k`` channels of the input (``GateSpec.input_dims``): a cheap
+    gate, as modded-nanogpt's attention gate (k = 12), ``k x H w`` weights instead of ``d_model x H w``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x[..., : self.in_features])
+
+
 class IndependentScore(nn.Module):
     """Input-independent gate logits: a learned ``[H, w]`` parameter, zero-initialised (Table 4 row 6)."""
 
@@ -99,6 +107,8 @@ class Gate(nn.Module):
         self.per_head = width if spec.granularity == "elementwise" else 1
         if fused:
             self.proj: nn.Module = FusedLogits(n_heads, self.per_head, spec.bias)
+        elif spec.input == "dependent" and spec.input_dims is not None:
+            self.proj = PrefixHeadLinear(spec.input_dims, n_heads, self.per_head, spec.bias)
         elif spec.input == "dependent":
             self.proj = HeadLinear(d_model, n_heads, self.per_head, spec.bias)
         else:
@@ -128,8 +138,10 @@ class FlatGate(nn.Module):
 
 def fuses_g1(spec: GateSpec | None) -> bool:
     """Is ``spec`` a G1 gate whose projection is fused into the query projection's weight? Every
-    input-dependent G1 gate is."""
-    return spec is not None and spec.position == "G1" and spec.input == "dependent"
+    input-dependent G1 gate that reads the whole input is (one reading its first ``input_dims`` channels is
+    not)."""
+    return (spec is not None and spec.position == "G1" and spec.input == "dependent"
+            and spec.input_dims is None)
 
 
 def gate_width(spec: GateSpec, head_dim: int) -> int:

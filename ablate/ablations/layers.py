@@ -80,6 +80,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
 
+class Rope(nn.Module):
+    """``apply_rope`` as a module: the attention's position slot when ``ModelConfig.rope`` is on."""
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return apply_rope(x, cos, sin)
+
+
+class NoRope(nn.Module):
+    """The position slot off (``rope: false``): queries and keys unrotated."""
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return x
+
+
 class SwiGLU(nn.Module):
     """Dense FFN: down(silu(gate(x)) * up(x))."""
 

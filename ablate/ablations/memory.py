@@ -17,7 +17,9 @@ What a device holds (docs/scale.md itemises it with numbers):
   SDPA's output and log-sum-exp, the gate's logits, scores and product, the FFN's four intermediates), plus
   the head's logits (the model's dtype, an fp32 copy and ``log_softmax``'s fp32 output). An attention-weights
   arm other than softmax keeps fp32 ``T x T`` maps per head (``SCORE_MAPS``: the sink's probabilities, where
-  SDPA falls back to its math kernel for a float mask; sigmoid's and softpick's hand-computed intermediates).
+  SDPA falls back to its math kernel for a float mask, as for forgetting and selective attention's; sigmoid's
+  and softpick's hand-computed intermediates); differential attention and DIFF V2 keep their fused calls'
+  outputs (``_arm_elements``).
   A plugin arm's module is the user's code, so what it keeps is measured instead: one forward of it on the
   meta device under saved-tensor hooks, at the run's shapes (``plugins.saved_bytes``), in place of SDPA's
   output and log-sum-exp for a weights arm. With activation checkpointing only each block's input is kept and
@@ -99,24 +101,38 @@ def parse_memory(text: str, *, where: str = "--device-memory") -> float:
 # fp32 T x T maps per head that one block keeps for the backward pass, by ``ModelConfig.attn_weights``:
 # counted on CPU with MemTracker (tests/test_memory.py); a GPU's fused kernel with a float mask keeps fewer
 # for the sinks.
-SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "softpick": 6}
+# Forgetting and selective attention pass a float mask to SDPA too (its math kernel keeps the weights and the
+# mask's gradient); differential attention's fused calls keep none.
+SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "softpick": 6,
+              "differential": 0, "diff-v2": 0, "forgetting": 1.5, "selective": 1.25}
+
+
+def _arm_elements(cfg: ModelConfig, q: int) -> int:
+    """Elements per token an attention weights arm keeps beyond SDPA's output (``q`` wide), measured on CPU
+    with MemTracker (tests/test_memory.py): differential attention its two maps' outputs per value half,
+    their difference, the per-head norm and scale; DIFF V2 its lambda logits and scores; selective attention
+    head 0's running sum's rows."""
+    h = cfg.n_heads
+    return {"differential": 5 * q + h, "diff-v2": 2 * h, "selective": 2 * q}.get(cfg.attn_weights, 0)
 
 
 def _block_elements(cfg: ModelConfig) -> float:
     """Elements per token that one decoder block saves for its backward pass (in the activation dtype)."""
-    d, h, hk, dk = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    d, h, hk, dk, hq = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.query_heads
     q, kv = h * dk, hk * dk
+    qi = hq * dk  # the query projection's width (DIFF V2: twice the output's)
     norm = 2  # an RMSNorm keeps its normalised input and its output, each of its width
     n = norm * d  # attention's pre-norm
-    n += q + kv + kv  # the projections' outputs
-    n += (norm * q + norm * kv) if cfg.qk_norm else 0
-    n += q + kv  # RoPE's rotated q and k
+    n += qi + kv + kv  # the projections' outputs
+    n += (norm * qi + norm * kv) if cfg.qk_norm else 0
+    n += (qi + kv) if cfg.rope else 0  # RoPE's rotated q and k
     if plugins.slot(cfg) != "weights":  # a weights plugin's own tensors are measured (plugins.saved_bytes)
-        n += q + h  # SDPA's output and log-sum-exp (fused attention: no T x T probabilities)
+        n += qi + hq  # SDPA's output and log-sum-exp (fused attention: no T x T probabilities)
+    n += _arm_elements(cfg, q)
     n += q  # the heads' output made contiguous for W_o
     g = cfg.gate
     if g is not None:
-        heads, width = {"G1": (h, dk), "G2": (hk, dk), "G3": (hk, dk), "G4": (h, dk),
+        heads, width = {"G1": (h, dk), "G2": (hk, dk), "G3": (hk, dk), "G4": (hq, dk),
                         "G5": (1, d)}[g.position]
         w = width if g.granularity == "elementwise" else 1
         # logits, scores, product
@@ -143,7 +159,7 @@ def _block_elements(cfg: ModelConfig) -> float:
 
 def _norm_elements(cfg: ModelConfig) -> float:
     """Elements per token of the RMSNorms of one block (their fp32 copies under bf16 autocast)."""
-    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    q, kv = cfg.query_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     return (
         2 * cfg.d_model * (1 + cfg.sandwich_norm)
         + (q + kv if cfg.qk_norm else 0)
@@ -190,7 +206,8 @@ def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: 
 
     # norms' fp32 copies
     per_block = _block_elements(model) * act + (_norm_elements(model) * 4 if half else 0)
-    per_block += SCORE_MAPS[model.attn_weights] * model.n_heads * seq_len * 4  # per token: a row of each map
+    # per token: a row of each map
+    per_block += SCORE_MAPS[model.attn_weights] * model.query_heads * seq_len * 4
     per_block += plugins.saved_bytes(model, rows=rows, seq_len=seq_len, half=half) / tokens
     if checkpointing:  # each block's input kept; one block recomputed at a time
         blocks = model.n_layers * model.d_model * act + per_block

@@ -22,7 +22,7 @@ from ablate.ablations.gates import (
     sdpa_post_for,
 )
 from ablate.ablations.init_rng import Parts, init_per_parameter, init_sequential
-from ablate.ablations.layers import Clip, MoE, RMSNorm, Rotary, SwiGLU, apply_rope
+from ablate.ablations.layers import Clip, MoE, NoRope, RMSNorm, Rope, Rotary, SwiGLU
 from ablate.ablations.plugins import build as build_plugin
 from ablate.ablations.plugins import slot as plugin_slot
 from ablate.ablations.weights import weights_for
@@ -40,29 +40,34 @@ class ModelOutput(NamedTuple):
 class Attention(nn.Module):
     """GQA with per-head q/k RMSNorm, RoPE, causal attention weights and the five gate slots G1..G5.
 
-    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE -> weights (SDPA) -> SDPA norm/SiLU -> G1 -> W_o ->
-    G5. The weights slot (``weights``, from ``attn_weights``) is softmax through SDPA unless an arm replaces
-    it; a plugin arm (``ablate.ablations.plugins``) fills the weights slot or one gate slot.
+    Order: project -> q/k norm -> G4/G3/G2 gates -> RoPE (``rope``: off for ``rope: false``) -> weights
+    (SDPA) -> SDPA norm/SiLU -> G1 -> W_o -> G5. The weights slot (``weights``, from ``attn_weights``; it also
+    reads the block's normed input ``x``, and is built for its ``layer``, 0-based) is softmax through SDPA
+    unless an arm replaces it; a plugin arm (``ablate.ablations.plugins``) fills the weights slot or one gate
+    slot.
     An input-dependent G1 gate's projection is fused into the query projection's weight (``fuse_g1``;
     Qwen3-Next's layout in export: see ``QueryGateProjection``); ``fuse_g1=False`` builds the same function
     with a separate gate projection.
     """
 
-    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
+    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True, layer: int = 0):
         super().__init__()
         d, nq, nk, dk = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.n_heads, self.n_kv_heads, self.head_dim = nq, nk, dk
-        self.q_proj = query_projection(cfg.gate, d, nq, dk, fuse=fuse_g1)
+        # DIFF V2 projects two query heads per output head: its G1 gate is not fused into them
+        nq_in = cfg.query_heads
+        self.q_proj = query_projection(cfg.gate, d, nq_in, dk, fuse=fuse_g1 and nq_in == nq)
         fused = isinstance(self.q_proj, QueryGateProjection)
         self.kv = kv_for(cfg.switch, d, nk, dk)
         self.o_proj = nn.Linear(nq * dk, d, bias=False)
         self.q_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(dk, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
-        self.gate_q = gate_for(cfg, "G4", nq, dk)
+        self.gate_q = gate_for(cfg, "G4", nq_in, dk)
         self.gate_k = gate_for(cfg, "G3", nk, dk)
         self.gate_v = gate_for(cfg, "G2", nk, dk)
+        self.rope = Rope() if cfg.rope else NoRope()
         plugged = plugin_slot(cfg) == "weights"
-        self.weights = build_plugin(cfg) if plugged else weights_for(cfg.attn_weights, nq)
+        self.weights = build_plugin(cfg) if plugged else weights_for(cfg, layer)
         self.sdpa_post = sdpa_post_for(cfg.sdpa_norm, cfg.sdpa_silu, nq, dk, cfg.norm_eps)
         self.gate_sdpa = gate_for(cfg, "G1", nq, dk, fused=fused)
         self.gate_out = gate_for(cfg, "G5", 1, d)
@@ -97,9 +102,9 @@ class Attention(nn.Module):
         q, g4 = self.gate_q(q, x)
         k, g3 = self.gate_k(k, x)
         v, g2 = self.gate_v(v, x)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, dk)
-        y, attn = self.weights(q, k, v, probe)  # (B, q, T, dk); attn (B, q, T, T) when probed
+        y, attn = self.weights(q, k, v, probe, x=x)  # (B, q, T, dk); attn (B, heads, T, T) when probed
         y_pre = y.transpose(1, 2)  # (B, T, q, dk)
         y, g1 = self.gate_sdpa(self.sdpa_post(y_pre), g1_in)
         out, g5 = self.gate_out(self.o_proj(y.flatten(-2)), x)  # (B, T, d)
@@ -116,11 +121,11 @@ class Block(nn.Module):
     arm fills it (``(a, norm(x)) -> (a', scores)``, a G5 gate's signature); its scores are the layer's gate
     statistics where the attention has no gate of its own."""
 
-    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True):
+    def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True, layer: int = 0):
         super().__init__()
         d, eps = cfg.d_model, cfg.norm_eps
         self.attn_norm = RMSNorm(d, eps)
-        self.attn = Attention(cfg, fuse_g1=fuse_g1)
+        self.attn = Attention(cfg, fuse_g1=fuse_g1, layer=layer)
         self.attn_out_norm = RMSNorm(d, eps) if cfg.sandwich_norm else nn.Identity()
         self.attn_out = gate_for(cfg, "attn_out", 1, d)
         self.ffn_norm = RMSNorm(d, eps)
@@ -152,7 +157,7 @@ class Decoder(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model,
                                   _weight=torch.empty(cfg.vocab_size, cfg.d_model))
         self.rotary = Rotary(cfg)
-        self.blocks = nn.ModuleList(Block(cfg, fuse_g1=fuse_g1) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, fuse_g1=fuse_g1, layer=i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.init_rng == "sequential":  # drawn before tying: the untied head's draw is part of the stream

@@ -7,7 +7,8 @@ The protocol (docs/internals.md, "plugins"): the class a ``PluginArm.arm`` names
 
   - ``"weights"``: the attention weights (``ablate.ablations.weights``), in place of softmax:
     ``forward(q, k, v, probe) -> (y, p | None)``, ``q [B, q, T, dk]``, ``k``/``v`` ``[B, k, T, dk]``, causal;
-    ``p [B, q, T, T]`` when ``probe`` (F-Attn reads it);
+    ``p [B, q, T, T]`` when ``probe`` (F-Attn reads it); a ``forward`` with a parameter ``x`` also gets the
+    block's normed input ``[B, T, d]`` (as the built-in arms whose weights depend on the token do);
   - ``"gate"``: a gate at one of the paper's positions, called as the catalogue's gates are
     (``ablate.ablations.gates.gate_for``): ``forward(y, x) -> (y', scores | None)``, ``x [B, T, d]`` the
     block's normed input and ``y`` the tensor gated: G1 the SDPA output ``[B, T, q, dk]``, G2 the values and
@@ -28,9 +29,11 @@ cannot sit where the config's own gate (``model.gate``) does.
 
 Safety: only modules a grid lists in ``plugins:``, or that an installed package registers under the
 ``ablate.arms`` entry points (``name = "module:Class"``, after which ``arm: name`` works too), are imported
-(``check``). Identity: the arm's ``version`` is filled when the grid is loaded (``fill_version``): its
-distribution's version when the module comes from an installed package, else ``sha256:`` of its source files,
-so a changed plugin changes the run id. Importing this module never imports torch or any plugin.
+(``check``). They are found on the import path (``PYTHONPATH``) and beside the grid file (``beside``: its
+folder goes at the end of the import path, so a file there never shadows an installed module). Identity: the
+arm's ``version`` is filled when the grid is loaded (``fill_version``): its distribution's version when the
+module comes from an installed package, else ``sha256:`` of its source files, so a changed plugin changes the
+run id. Importing this module never imports torch or any plugin.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ import functools
 import hashlib
 import importlib
 import importlib.metadata
+import inspect
 import logging
+import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, get_args
@@ -47,11 +53,13 @@ from typing import Any, ClassVar, Protocol, get_args
 from pydantic import BaseModel, ValidationError
 
 from ablate.ablations.config import GatePosition, ModelConfig, PluginArm
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, did_you_mean
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINTS = "ablate.arms"
+# the folders of the grid files loaded here, for this process and the ones it starts (workers, Slurm tasks)
+PLUGIN_PATH = "ABLATE_PLUGIN_PATH"
 SLOTS = ("weights", "gate", "attn_out")
 POSITIONS: tuple[str, ...] = get_args(GatePosition)
 
@@ -92,23 +100,54 @@ class Arm(Protocol):
     def __init__(self, args: BaseModel, cfg: ModelConfig) -> None: ...
 
 
+def beside(grid_file: str | os.PathLike[str]) -> None:
+    """Make the plugin modules beside a grid file importable, as a script's own modules are: its folder is
+    added to ``ABLATE_PLUGIN_PATH``, which this process and the ones it starts put at the end of their import
+    path before they import an arm (``load``)."""
+    folder = str(Path(grid_file).resolve().parent)
+    known = [p for p in os.environ.get(PLUGIN_PATH, "").split(os.pathsep) if p]
+    if folder not in known:
+        os.environ[PLUGIN_PATH] = os.pathsep.join([*known, folder])
+
+
+def _searched() -> list[str]:
+    """The grids' folders (``beside``), put at the end of the import path: never before an installed
+    module."""
+    folders = [p for p in os.environ.get(PLUGIN_PATH, "").split(os.pathsep) if p]
+    added = [p for p in folders if p not in sys.path]
+    if added:
+        sys.path.extend(added)
+        importlib.invalidate_caches()
+    return folders
+
+
 def load(arm: str) -> type[Arm]:
     """The class ``arm`` names; a ConfigError naming the module and the exception when it cannot be
-    imported."""
+    imported (and, when it is not found, where ablate looked)."""
     module, _, name = target(arm).partition(":")
     if not name:
         raise ConfigError(f"plugin arm {arm!r} is neither module:Class nor a name registered under the "
                           f"{ENTRY_POINTS!r} entry points "
                           f"({', '.join(sorted(registered())) or 'none installed'})",
                           where="model.plugin.arm")
+    folders = _searched()
     try:
         mod = importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
-        raise ConfigError(f"cannot import plugin module {module!r}: {type(exc).__name__}: {exc}",
+        looked = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module.partition(".")[0]:
+            where = f"beside the grid file ({', '.join(folders)})" if folders else "beside the grid file"
+            looked = (f" (looked on PYTHONPATH and {where}: put the module beside the grid file, or add its "
+                      "folder to PYTHONPATH)")
+        raise ConfigError(f"cannot import plugin module {module!r}: {type(exc).__name__}: {exc}{looked}",
                           where="model.plugin.arm") from None
     cls = getattr(mod, name, None)
     if cls is None:
-        raise ConfigError(f"plugin module {module!r} has no {name!r}", where="model.plugin.arm")
+        arms = sorted(k for k, v in vars(mod).items()
+                      if isinstance(v, type) and getattr(v, "slot", None) in SLOTS)
+        listed = f"; its arms: {', '.join(arms)}" if arms else ""
+        raise ConfigError(f"plugin module {module!r} has no {name!r}{did_you_mean(name, arms)}{listed}",
+                          where="model.plugin.arm")
     slot, args = getattr(cls, "slot", None), getattr(cls, "Args", None)
     if slot not in SLOTS or not (isinstance(args, type) and issubclass(args, BaseModel)):
         raise ConfigError(f"plugin arm {arm!r} must declare slot = one of {list(SLOTS)} (has {slot!r}) and "
@@ -133,9 +172,10 @@ def check(spec: PluginArm, listed: Iterable[str], model: ModelConfig | None = No
     allowed = set(listed) | {module_of(v) for v in registered().values()}
     module = module_of(spec.arm)
     if module not in allowed:
-        raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}, which the grid does not list: "
-                          f"add `plugins: [{module}]` (only listed modules and installed {ENTRY_POINTS!r} "
-                          "entry points are imported)", where="model.plugin.arm")
+        near = did_you_mean(module, allowed)
+        raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}{near}, which the grid does not "
+                          f"list: add `plugins: [{module}]` (only listed modules and installed "
+                          f"{ENTRY_POINTS!r} entry points are imported)", where="model.plugin.arm")
     arguments(spec)
     if model is not None:
         slot(model)
@@ -183,9 +223,26 @@ def fill_version(spec: PluginArm, resolver: Any = None) -> dict[str, Any]:
 
 
 def build(cfg: ModelConfig) -> Any:
-    """The plugin's module for ``cfg``, for the slot ``slot(cfg)`` names (torch is the plugin's import)."""
+    """The plugin's module for ``cfg``, for the slot ``slot(cfg)`` names (torch is the plugin's import). The
+    decoder calls a weights module ``forward(q, k, v, probe, x=x)``: a plugin whose ``forward`` takes no ``x``
+    is built as a subclass that leaves it out (its parameters' names unchanged)."""
     assert cfg.plugin is not None
-    return load(cfg.plugin.arm)(arguments(cfg.plugin), cfg)
+    cls = load(cfg.plugin.arm)
+    forward = getattr(cls, "forward")  # noqa: B009 - the Arm protocol declares no forward (nn.Module's)
+    if cls.slot == "weights" and "x" not in inspect.signature(forward).parameters:
+        cls = _without_input(cls)
+    return cls(arguments(cfg.plugin), cfg)
+
+
+@functools.cache  # one subclass per plugin class, so the modules built from it share it
+def _without_input(cls: type[Arm]) -> type[Arm]:
+    """``cls`` whose ``forward(q, k, v, probe, x=None)`` calls the plugin's ``forward(q, k, v, probe)``."""
+
+    def forward(self: Any, q: Any, k: Any, v: Any, probe: bool = False, x: Any = None) -> Any:
+        return getattr(cls, "forward")(self, q, k, v, probe)  # noqa: B009 - Arm declares no forward
+
+    return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
 
 
 def saved_bytes(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False) -> int:

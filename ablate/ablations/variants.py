@@ -72,6 +72,9 @@ def _gate(position: str = "G1", **spec: Any) -> dict[str, Any]:
 
 
 _ELEM, _HEAD = {"granularity": "elementwise"}, {"granularity": "headwise"}
+_DIFF = "Ye et al. 2025, Differential Transformer (ICLR 2025; arXiv 2410.05258)"
+_FOX = ("Lin et al. 2025, Forgetting Transformer: Softmax Attention with a Forget Gate (ICLR 2025; arXiv "
+        "2503.02130)")
 _T2_BASELINE = ("table2:1", "table2:3", "table2:5", "table2:6", "table2:11", "table2:12")
 _T2_ELEMENTWISE = ("table2:2", "table2:4", "table2:8", "table2:10", "table2:13", "table2:14")
 
@@ -184,6 +187,41 @@ _CATALOGUE: list[Variant] = [
             (), {"attn_weights": "softpick"}, act_func="softpick",
             source="Zuhri et al. 2025, Softpick: No Attention Sink, No Massive Activations (arXiv "
                    "2504.20966)"),
+    # ---- the field's 2025-26 changes to softmax attention beside G1 (differential.py, cumulative.py)
+    Variant("diff-attention",
+            "differential attention on the baseline's heads: each head's query and key split in two (two "
+            "maps of head_dim/2, the second subtracted with a learned lambda), its value whole; per-head "
+            "RMSNorm",
+            (), {"attn_weights": "differential", "n_heads": Rel("x", 2), "n_kv_heads": Rel("x", 2),
+                 "head_dim": Rel("x", 0.5)}, act_func="softmax-λsoftmax", score_shape="q",
+            source=_DIFF),
+    Variant("diff-attention-matched",
+            "differential attention in the paper's layout: half the heads, each two maps of the baseline's "
+            "head_dim and a value twice as wide (the baseline's projections)", (),
+            {"attn_weights": "differential"}, act_func="softmax-λsoftmax", score_shape="q/2", source=_DIFF),
+    Variant("diff-v2",
+            "DIFF V2: two query heads per output head in one GQA group, y1 - sigmoid(x W) y2, lambda per "
+            "token and head; no norm", (), {"attn_weights": "diff-v2"}, act_func="softmax-σ(λ)softmax",
+            score_shape="n x q",
+            source="Ye, Dong, Sun, Wei 2026, Differential Transformer V2 (Microsoft, Hugging Face blog, 20 "
+                   "January 2026; code: microsoft/unilm Diff-Transformer-V2)"),
+    Variant("forgetting-attention",
+            "softmax logits plus a per-head forget gate's cumulative log decay, sum of log f over j+1..i; no "
+            "RoPE (as the paper trains it)", (), {"attn_weights": "forgetting", "rope": False},
+            act_func="softmax+decay", score_shape="n x q", source=_FOX),
+    Variant("forgetting-attention-rope", "forgetting attention with RoPE kept", (),
+            {"attn_weights": "forgetting"}, act_func="softmax+decay", score_shape="n x q", source=_FOX),
+    Variant("selective-attention",
+            "every head's logits less what head 0 selected away (its ReLU logits summed over earlier "
+            "queries); parameter-free", (), {"attn_weights": "selective"}, act_func="softmax-F",
+            source="Leviathan, Kalman, Matias 2025, Selective Attention Improves Transformer (ICLR 2025; "
+                   "arXiv 2410.02703)"),
+    Variant("sdpa-headwise-sparse",
+            "G1 headwise gate reading only the first 12 channels of the block's input (a fraction of "
+            "sdpa-headwise's parameters)", (), _gate("G1", **_HEAD, input_dims=12), act_func="sigmoid",
+            score_shape="n x q",
+            source="modded-nanogpt (Jordan et al. 2024-25), its attention gate; G1 headwise of "
+                   + GATED_ATTENTION),
 ]
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in _CATALOGUE}

@@ -1,15 +1,20 @@
 """The attention weights slot: how a query's scores over the keys become the weights that mix the values.
 
 Every module here takes ``q [B, q, T, dk]`` and ``k``/``v`` ``[B, k, T, dk]`` (kv heads not yet repeated, for
-GQA) and returns ``(y [B, q, T, dk], p)``: ``p [B, q, T, T]`` the weights on the real keys when ``probe=True``
-(the explicit probe path, which F-Attn reads), else None. Causal everywhere. Which one a model holds is chosen
-at build time from ``ModelConfig.attn_weights`` (``weights_for``):
+GQA), and the block's normed input ``x [B, T, d]`` (read by the arms whose weights depend on the token
+itself), and returns ``(y [B, q, T, dk], p)``: ``p [B, heads, T, T]`` the weights on the real keys when
+``probe=True`` (the explicit probe path, which F-Attn reads), else None. Causal everywhere. Which one a model
+holds is chosen at build time from ``ModelConfig.attn_weights`` (``weights_for``):
 
 - ``softmax`` (the default, every paper arm): softmax(QKᵀ/√d + mask) through the fused SDPA kernel.
 - ``sink-learned``: a learned per-head logit in the softmax's denominator (gpt-oss; Xiao et al. 2023's sink).
 - ``softmax1``: softmax with an extra zero logit, "softmax off by one" (Miller 2023): a sink fixed at 0.
 - ``sigmoid``: sigmoid(QKᵀ/√d + b), b = -log(T), no normalisation across keys (Ramapuram et al. 2024).
 - ``softpick``: ReLU(eˣ - 1) / (Σ|eˣ - 1| + ε) over the visible keys (Zuhri et al. 2025).
+- ``differential``, ``diff-v2``: two softmax maps, the second subtracted (Ye et al. 2025; DIFF V2, 2026):
+  ``ablate/ablations/differential.py``.
+- ``forgetting``, ``selective``: softmax over logits less a cumulative sum, a forget gate's decay (Lin et al.
+  2025) or what head 0 selected away (Leviathan et al. 2025): ``ablate/ablations/cumulative.py``.
 
 A sink is one extra key column with a zero key and a zero value, its logit added by the float mask, so the two
 sink arms reuse SDPA; sigmoid and softpick have no fused kernel and compute their weights by hand.
@@ -22,6 +27,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ablate.ablations.config import ModelConfig
 
 SOFTPICK_EPS = 1e-6
 
@@ -55,7 +62,8 @@ class Softmax(nn.Module):
     """softmax(QKᵀ/√d + mask): the fused kernel in training, by hand when probed (the same numbers)."""
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False,
+        x: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if probe:
             return explicit_attention(q, k, v)
@@ -77,7 +85,8 @@ class SinkSoftmax(nn.Module):
             self.register_buffer("sink", torch.zeros(n_heads), persistent=False)
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False,
+        x: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, H, T, dk = q.shape
         if probe:
@@ -99,7 +108,8 @@ class SigmoidWeights(nn.Module):
     """sigmoid(QKᵀ/√d - log T) on the visible keys, 0 elsewhere; no normalisation (Ramapuram et al. 2024)."""
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False,
+        x: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         scores, mask = causal_scores(q, k)
         p = torch.sigmoid(scores - math.log(q.shape[-2])).masked_fill(~mask, 0.0)
@@ -111,7 +121,8 @@ class Softpick(nn.Module):
     scaled by e^-m, m = max(0, the row's largest visible score), so nothing overflows."""
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False,
+        x: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         scores, mask = causal_scores(q, k)
         m = scores.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True).clamp(min=0)  # (B, q, T, 1)
@@ -120,8 +131,18 @@ class Softpick(nn.Module):
         return mix(p, q, v), (p if probe else None)
 
 
-def weights_for(kind: str, n_heads: int) -> nn.Module:
-    """The weights module of ``ModelConfig.attn_weights`` (validated there)."""
+def weights_for(cfg: ModelConfig, layer: int = 0) -> nn.Module:
+    """The weights module of ``cfg.attn_weights`` (validated there) for the decoder's ``layer`` (0-based:
+    differential attention's lambda_init depends on it)."""
+    from ablate.ablations.cumulative import Forgetting, Selective
+    from ablate.ablations.differential import Differential, DiffV2
+
+    kind = cfg.attn_weights
     if kind in ("sink-learned", "softmax1"):
-        return SinkSoftmax(n_heads, learned=kind == "sink-learned")
-    return {"softmax": Softmax, "sigmoid": SigmoidWeights, "softpick": Softpick}[kind]()
+        return SinkSoftmax(cfg.n_heads, learned=kind == "sink-learned")
+    if kind == "differential":
+        return Differential(cfg, layer)
+    if kind in ("diff-v2", "forgetting"):
+        return {"diff-v2": DiffV2, "forgetting": Forgetting}[kind](cfg)
+    plain = {"softmax": Softmax, "sigmoid": SigmoidWeights, "softpick": Softpick, "selective": Selective}
+    return plain[kind]()

@@ -14,7 +14,7 @@ import typer
 from ablate import __version__
 
 # isort: off
-from ablate.cli import model, run, store, inspect, report, evaluate, tune, slurm  # noqa: F401 - registers the commands, in --help's order
+from ablate.cli import model, run, store, inspect, report, evaluate, tune, cancel, studies  # noqa: F401 - registers the commands, in --help's order
 # isort: on
 from ablate.cli.common import app, fail, handles_errors, home_dir
 

@@ -172,7 +172,15 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="override a field of the grid's base: K=V, dotted path, YAML scalar value"),
 ]
-GridArg = Annotated[Path, typer.Argument(help="grid file (YAML)", show_default=False)]
+def _grid_file(value: Path) -> Path:
+    from ablate.studies import resolve
+
+    return resolve(value)
+
+
+GridArg = Annotated[Path, typer.Argument(
+    help="grid file (YAML), or a study ablate ships by name (`ablate grids`: quickstart, lite, table1, ...)",
+    show_default=False, callback=_grid_file)]
 GridNameOpt = Annotated[str | None, typer.Option("--grid", help="only the runs of this grid (by its name)")]
 JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU: they split the cores) "
                                              "[default: 1 on CPU, one per GPU]")]
@@ -185,6 +193,11 @@ DeviceMemoryOpt = Annotated[str | None, typer.Option(
     "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything "
                             "starts if a run's estimated peak does not fit, naming the cheapest fix [run, on "
                             "a GPU: its memory]")]
+ExecutorOpt = Annotated[str, typer.Option("--executor", help="where the runs train: local (a pool of workers "
+                                          "here), slurm (one job array) or ray (one Ray task per run)")]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    "--ray-address", help="ray: the cluster to join (host:port) [default: $RAY_ADDRESS, else a Ray instance "
+                          "started here for this command]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 StorePatienceOpt = Annotated[float | None, typer.Option(
     "--store-patience", min=0, show_default=False,
@@ -207,11 +220,13 @@ def home_dir(home: Path | None) -> Path:
     return Path(home or os.environ.get("ABLATE_HOME") or "ablate-runs")
 
 
-def open_store(home: Path | None, store: str | None) -> Any:
-    """Open the store, printing its warnings (e.g. SQLite on a network file system) on stderr."""
+def open_store(home: Path | None, store: str | None, *, create: bool = False) -> Any:
+    """Open the store, printing its warnings (e.g. SQLite on a network file system) on stderr. A command
+    that only reads (the default) makes nothing: no store there is one line naming it, exit 1
+    (``NoStoreError``); ``create`` for one that records runs (``ablate ingest``)."""
     from ablate.store import Store
 
-    opened = Store.open(store, home=home_dir(home))
+    opened = Store.open(store, home=home_dir(home), create=create)
     for warning in opened.warnings:
         warn(warning)
     return opened
@@ -227,6 +242,15 @@ def print_wide(renderable: Any) -> None:
     from ablate.execute.display import stdout_console
 
     stdout_console().print(renderable)
+
+
+def print_wrapped(renderable: Any, *, width: int = 100) -> None:
+    """Print a rich table whose long cells wrap: at a terminal its width, off one ``width`` columns (a pipe, a
+    file: readable as it is, nothing cut)."""
+    from rich.console import Console
+
+    console = Console()
+    (console if console.is_terminal else Console(width=width)).print(renderable)
 
 
 def echo_json(data: Any, *, flat_from: int | None = None) -> None:

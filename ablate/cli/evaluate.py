@@ -44,7 +44,7 @@ def eval_cmd(
 ) -> None:
     """Score finished runs with lm-evaluation-harness and store the scores as bench/<task> columns (`ablate
     runs`, the reports). A rerun scores only what is missing; exit 1 if a run could not be scored."""
-    from ablate.execute.evaluate import RunScores, evaluate_runs, select_runs
+    from ablate.scoring import RunScores, evaluate_runs, require_choice, select_runs
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notes; failures still show
     names = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -54,6 +54,7 @@ def eval_cmd(
             f"scored {', '.join(res.scored)}" if res.scored else "already scored")
         typer.echo(f"{res.run_id}: {what}", err=True)
 
+    require_choice(run_ids or [], grid)  # before the store: a usage error wins over a missing store
     with open_store(home, store) as opened:
         chosen = select_runs(opened, run_ids or [], grid)
         results = evaluate_runs(opened, home_dir(home), chosen, names, limit=limit,
@@ -104,13 +105,14 @@ def probe_cmd(
     """Probe done runs again from their last checkpoint, on the windows they probed, and store the probes (a
     probe added since a run trained, such as massive_ratio, without training it again); exit 1 if a run
     failed."""
-    from ablate.execute.evaluate import RunProbes, probe_runs, select_runs
+    from ablate.scoring import RunProbes, probe_runs, require_choice, select_runs
 
     def report(res: RunProbes) -> None:
         typer.echo(f"{res.run_id}: {'failed: ' + res.error if res.error else 'probed'}", err=True)
         if res.warning:
             typer.echo(f"warning: {res.warning}", err=True)
 
+    require_choice(run_ids or [], grid)
     with open_store(home, store) as opened:
         chosen = select_runs(opened, run_ids or [], grid, finished=("done",), command="`ablate probe` probes")
         results = probe_runs(opened, home_dir(home), chosen, device=device, on_run=report)

@@ -71,7 +71,7 @@ def _show_parts(view: dict[str, Any]) -> list[Any]:
     from rich.table import Table
 
     head = {k: view[k] for k in ("status", "grid", "variant", "seed", "host", "device", "started", "finished",
-                                 "resumed_from", "mlflow_run_id", "slurm_job_id",
+                                 "resumed_from", "mlflow_run_id", "executor", "job_id",
                                  "error") if view.get(k) is not None}
     if "progress" in view:
         p = view["progress"]

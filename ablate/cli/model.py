@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from ablate.cli.common import HomeOpt, app, echo_json, handles_errors, home_dir, print_wide
+from ablate.cli.common import HomeOpt, app, echo_json, handles_errors, home_dir, print_wide, print_wrapped
 
 
 @app.command()
@@ -17,16 +17,21 @@ def variants(
     preset: Annotated[
         str | None, typer.Option("--preset", help="also show the parameters each variant adds at this preset")
     ] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="every field (activation, score shape, the source "
+                                       "paper in full), one line per variant")] = False,
 ) -> None:
-    """The variant catalogue: names, what each changes, and the paper rows it reproduces."""
+    """The variant catalogue: names, the paper rows each reproduces, what each changes (wrapped to the
+    terminal, or 100 columns off one; --wide: every field)."""
     from ablate.ablations.variants import catalogue_rows
     from ablate.cli.views import variants_table
 
     rows = catalogue_rows(preset)
     if fmt == "json":
         echo_json(rows)
+    elif wide:
+        print_wide(variants_table(rows, preset, wide=True))
     else:
-        print_wide(variants_table(rows, preset))
+        print_wrapped(variants_table(rows, preset))
 
 
 @app.command()

@@ -28,7 +28,8 @@ def report_cmd(
                      typer.Option("--paper", help="add the paper's own number beside each measured one")]
     = False,
     fmt: Annotated[Literal["markdown", "latex", "csv", "html", "json"], typer.Option(
-        "--format", help="markdown, latex, csv or html (tables); markdown, json, csv or html (scorecard)")]
+        "--format", help="markdown, latex, csv or html (tables); markdown, latex, csv, json or html "
+                         "(compare); markdown, json, csv or html (scorecard)")]
     = "markdown",
     out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
                                              "directory for figures/all (if not given: ./report) and for "
@@ -42,6 +43,12 @@ def report_cmd(
     ladder_target: Annotated[str, typer.Option("--target", help="ladder: where to predict: paper (1.7B dense "
                                                "at 400B and 3.5T tokens, 15B-A2.5B MoE at 3.5T) or FLOPs, "
                                                "comma-separated")] = "paper",
+    reference: Annotated[str | None, typer.Option(
+        "--reference", help="compare, all: the arm every other arm is compared with (default: baseline)")]
+    = None,
+    metrics: Annotated[list[str] | None, typer.Option(
+        "--metric", help="compare, all: a metric to show (repeat for more; default: every outcome metric "
+                         "the runs have, as ablate.metrics declares them)")] = None,
     interval: Annotated[Literal["t", "bootstrap"], typer.Option(
         "--interval", help="the deltas' 95% CI: t (paired Student t, n-1 df) or bootstrap (BCa, only from 20 "
                            "seeds; below that t, and the table says so)")] = "t",
@@ -55,13 +62,20 @@ def report_cmd(
     """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, paired deltas with t
     CIs and p-values corrected per table); ends with one line per unresolved comparison and the seeds it
     needs."""
+    from ablate.errors import UserInputError
     from ablate.reports.registry import Request
-    from ablate.reports.stats import Stats
+    from ablate.stats import Stats
 
+    name = str(target.value)
+    for given, option in ((reference, "--reference"), (metrics, "--metric")):
+        if given and name not in ("compare", "all"):
+            raise UserInputError(f"option {option} is for `ablate report compare` and `ablate report all`, "
+                                 f"not {name}")
     request = Request(grid=grid, paper=paper, fmt=fmt, out=out, where=where, warn=warn,
-                      stats=Stats(interval, correction), target=ladder_target)
+                      stats=Stats(interval, correction), target=ladder_target, reference=reference,
+                      metrics=tuple(metrics or ()))
     with open_store(home, store) as opened:
-        output = REPORTS[str(target.value)].make(opened, request)
+        output = REPORTS[name].make(opened, request)
     if output.note:
         typer.echo(output.note, err=output.note_err)
     if output.text is None:

@@ -1,5 +1,5 @@
-"""Planning and running grids: ``ablate plan``, ``ablate schema`` (what a grid can set), ``ablate run`` (local
-pool or Slurm) and ``ablate ui``."""
+"""Planning and running grids: ``ablate plan``, ``ablate schema`` (what a grid can set), ``ablate run`` (on
+the executor ``--executor`` names: the local pool, Slurm, Ray) and ``ablate ui``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import typer
 from ablate.cli.common import (
     DeviceMemoryOpt,
     DevicesOpt,
+    ExecutorOpt,
     GridArg,
     HomeOpt,
     JobsOpt,
     NoMlflowOpt,
+    RayAddressOpt,
     SetOpt,
     StoreOpt,
     StorePatienceOpt,
@@ -44,13 +46,10 @@ CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until
 
 
 def until_resolved_spec(metric: str, reference: str, compare: list[str] | None, max_seeds: int, round_: int):
-    from ablate.execute.until_resolved import UntilResolved
+    from ablate.until_resolved import UntilResolved
 
     return UntilResolved(metric=metric, reference=reference, compare=tuple(compare or ()),
                          max_seeds=max_seeds, round=round_)
-
-
-RICH_ROWS = 500  # a plan longer than this prints as plain columns (views.text_table)
 
 
 @app.command()
@@ -102,7 +101,7 @@ def plan(
     slots = _planned_workers(runs, status, jobs=jobs, devices=devices, threads=threads)
     most = None  # --until-resolved's looks and the most runs it can add: checked before anything is printed
     if until_resolved:
-        from ablate.execute.until_resolved import most_line, plan_until_resolved
+        from ablate.until_resolved import most_line, plan_until_resolved
 
         spec_u = until_resolved_spec(metric, reference, compare, max_seeds, round_)
         most = most_line(plan_until_resolved(grid, sets or (), spec_u, home=home_dir(home))[0])
@@ -115,7 +114,9 @@ def plan(
     imported = plan_imports(runs)
     if imported:
         typer.echo(f"imports (plugin arms): {', '.join(imported)}")
-    if len(runs) > RICH_ROWS:  # rich lays out ~1,000 rows a second: a large plan is printed as plain columns
+    from ablate.cli.views import RICH_ROWS
+
+    if len(runs) > RICH_ROWS:  # a large plan is printed as plain columns
         from ablate.cli.views import text_table
 
         typer.echo(text_table(*table))
@@ -125,22 +126,23 @@ def plan(
         print_wide(rich_table(*table))
     if most is not None:
         typer.echo(most)
-    if slots:
-        from ablate.execute.devices import crowding, describe, usable_cpus
+    from ablate.execute.devices import crowding, describe, usable_cpus
 
-        cpus = usable_cpus()
-        typer.echo(
-            f"ablate run here: {describe(slots)} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)"
-        )
-        if (crowded := crowding(slots, cpu_count=cpus)):
-            warn(crowded)
+    cpus = usable_cpus()
+    workers = describe(slots) if slots else f"no workers: nothing to train (every run {' or '.join(TRAINED)})"
+    typer.echo(f"ablate run here: {workers} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)")
+    if slots and (crowded := crowding(slots, cpu_count=cpus)):
+        warn(crowded)
+
+
+TRAINED = ("done", "diverged")  # what `ablate run` does not train again
 
 
 def _planned_workers(runs, status: dict[str, str], **how):
     """The local workers `ablate run` would start for the runs still to train (never more than them)."""
     from ablate.execute.devices import local_slots
 
-    todo = sum(status.get(r.run_id) not in ("done", "diverged") for r in runs)
+    todo = sum(status.get(r.run_id) not in TRAINED for r in runs)
     per_run = max((r.config.train.devices for r in runs), default=1)
     return local_slots(**how, per_run=per_run)[:todo] if todo else []
 
@@ -193,15 +195,15 @@ def run(
     no_mlflow: NoMlflowOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
-    executor: Annotated[Literal["local", "slurm"], typer.Option("--executor", help="local (worker pool here) "
-                                                               "or slurm (one job array)")] = "local",
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     partition: Annotated[str | None, typer.Option("--partition", help="slurm: the partition")] = None,
     gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="slurm: GPUs per run (= "
                                                      "train.devices; 0 = CPU) [default: train.devices if "
                                                      "GPUs here, else 0]")] = None,
-    time_limit: Annotated[str, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, "
-                                            "D-HH:MM:SS); a task out of time checkpoints and is "
-                                            "requeued")] = "1-00:00:00",
+    time_limit: Annotated[str | None, typer.Option("--time", help="slurm: time limit per task (MM, HH:MM:SS, "
+                                                   "D-HH:MM:SS); a task out of time checkpoints and is "
+                                                   "requeued [default: 1-00:00:00]")] = None,
     array_parallelism: Annotated[int | None,
                                  typer.Option("--array-parallelism", help="slurm: tasks at a time")]
     = None,
@@ -228,36 +230,28 @@ def run(
 ) -> None:
     """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once).
     With --until-resolved: then more seeds where a comparison is still unresolved (docs/CLI.md)."""
-    if executor == "local" and (nodes is not None or gpus_per_node is not None):
-        from ablate.errors import ConfigError
+    from dataclasses import replace
 
-        flag = "--nodes" if nodes is not None else "--gpus-per-node"
-        raise ConfigError("only the Slurm executor spans nodes; add --executor slurm (a local run uses "
-                          "train.devices processes on this machine)", where=flag)
-    spec = until_resolved_spec(metric, reference, compare, max_seeds, round_) if until_resolved else None
     from ablate.ablations.memory import parse_memory
+    from ablate.execute.executor import RunOptions, check_flags
+    from ablate.execute.executor import executor as chosen_executor
 
+    chosen = chosen_executor(executor)  # a misspelled name: one line, before anything else
+    own = {k: v for k, v in {"partition": partition, "gpus_per_job": gpus_per_job, "time": time_limit,
+                             "array_parallelism": array_parallelism, "slurm_opts": slurm_opts, "nodes": nodes,
+                             "gpus_per_node": gpus_per_node, "ray_address": ray_address}.items()
+           if v is not None and v != []}
+    check_flags(chosen, own)
+    spec = until_resolved_spec(metric, reference, compare, max_seeds, round_) if until_resolved else None
     memory = parse_memory(device_memory) if device_memory is not None else None
+    options = RunOptions(home=home_dir(home), store=store, executor=executor, jobs=jobs, devices=devices,
+                         threads=threads, jobs_per_device=jobs_per_device, retry_failed=retry_failed,
+                         mlflow=not no_mlflow, wait=wait or spec is not None, append=append,
+                         progress_every_s=progress_every, device_memory=memory, own=own,
+                         idle_table=spec is None, **patience(store_patience))
 
     def run_round(extra: list[dict] | None = None) -> int:
-        if executor == "slurm":
-            from ablate.cli.slurm import run_slurm
-
-            return run_slurm(grid, sets, home=home, store=store, partition=partition,
-                             gpus_per_job=gpus_per_job, time_limit=time_limit, wait=wait or spec is not None,
-                             array_parallelism=array_parallelism, slurm_opts=slurm_opts,
-                             retry_failed=retry_failed, mlflow=not no_mlflow, nodes=nodes or 1,
-                             gpus_per_node=gpus_per_node, store_patience=store_patience, append=append,
-                             extra=extra or (), device_memory=memory)
-        from ablate.execute import RunOptions, print_summary, run_grid
-
-        options = RunOptions(home=home_dir(home), store=store, jobs=jobs, devices=devices, threads=threads,
-                             jobs_per_device=jobs_per_device, retry_failed=retry_failed, mlflow=not no_mlflow,
-                             wait=wait, append=append, progress_every_s=progress_every,
-                             extra=tuple(extra or ()), device_memory=memory, **patience(store_patience))
-        report = run_grid(grid, sets or [], options)
-        print_summary(report)
-        return report.exit_code
+        return chosen.run(grid, sets or [], replace(options, extra=tuple(extra or ())))
 
     if spec is None:
         raise typer.Exit(run_round())
@@ -268,7 +262,7 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
     """``ablate run --until-resolved``: rounds of ``run_round`` until the comparisons resolve; the
     verdicts."""
     from ablate.cli.common import open_store
-    from ablate.execute.until_resolved import metric_values, until_resolved, verdict_lines
+    from ablate.until_resolved import decisions, metric_values, until_resolved, verdict_lines
 
     def read(run_ids):
         with open_store(home, store) as opened:
@@ -276,6 +270,10 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
 
     outcome = until_resolved(grid, sets, spec, home=home_dir(home), read=read, run_round=run_round,
                              say=lambda line: typer.echo(line, err=True))
+    decided = decisions(outcome, spec)
+    if decided:  # every report reads these comparisons at the look that decided them
+        with open_store(home, store) as opened:
+            opened.record_decisions(grid=outcome.grid, decisions=decided)
     for line in verdict_lines(outcome, spec):
         typer.echo(line)
     return outcome.exit_code
@@ -285,12 +283,17 @@ def _run_until_resolved(grid: Path, sets: list[str], spec, run_round, *, home, s
 @handles_errors
 def ui(
     port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
+    grid: Annotated[str | None, typer.Option(
+        "--grid", help="the grid whose runs the UI opens on [default: the one that changed last]")] = None,
     home: HomeOpt = None,
 ) -> None:
-    """MLflow's UI over this home's tracking store, on 127.0.0.1 (Ctrl-C or SIGTERM stops it and its
-    workers)."""
-    from ablate.execute.serve import serve, ui_command
+    """MLflow's UI over this home's tracking store, on 127.0.0.1, opened on a grid's runs (Ctrl-C or SIGTERM
+    stops it and its workers)."""
+    from ablate.cli.serve import serve, ui_command
+    from ablate.store.mlflow_mirror import grid_page, tracking_uri
 
     cmd = ui_command(home_dir(home), port=port)
-    typer.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)", err=True)
+    page, name = grid_page(tracking_uri(home_dir(home)), grid)
+    shows = f"grid {name}'s runs" if name else "no grid's runs yet"
+    typer.echo(f"MLflow UI on http://127.0.0.1:{port}/{page} ({shows}; Ctrl-C stops it)", err=True)
     raise typer.Exit(serve(cmd))

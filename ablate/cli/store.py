@@ -21,6 +21,7 @@ from ablate.cli.common import (
     print_wide,
     warn,
 )
+from ablate.cli.views import RICH_ROWS
 
 WHERE_HELP = (
     "keep the runs for which this is true: comparisons (== != < <= > >= in, not in, is None) joined by "
@@ -67,18 +68,23 @@ def runs_cmd(
     else:
         cols = render.summary_columns(frame)
     frame = frame[cols]
+    title = f"runs{f' of {grid}' if grid else ''}: {len(frame)}"
     if fmt == "json":
         typer.echo(render.to_json(frame))
     elif fmt == "csv":
         typer.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "markdown":
         typer.echo(render.to_markdown(frame))
+    elif len(frame) > RICH_ROWS:  # as a long plan: plain columns, the same cells
+        from ablate.cli.views import runs_cells, text_table
+
+        typer.echo(text_table(title, *runs_cells(frame, cols)))
     else:
         from rich.console import Console
 
         from ablate.cli.views import runs_table
 
-        table, width = runs_table(frame, f"runs{f' of {grid}' if grid else ''}: {len(frame)}", cols)
+        table, width = runs_table(frame, title, cols)
         # never squeeze columns into '…': a wide table is wider than the terminal (pipe it to `less -S`)
         Console(width=max(Console().width, width)).print(table)
 
@@ -134,7 +140,7 @@ def ingest_cmd(
     from ablate.result import result_paths
 
     failed = 0
-    with open_store(home, store) as opened:
+    with open_store(home, store, create=True) as opened:
         for path in result_paths(run_dirs):
             try:
                 run_id = opened.ingest(path)

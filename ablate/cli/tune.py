@@ -10,11 +10,14 @@ import typer
 from ablate.cli.common import (
     DeviceMemoryOpt,
     DevicesOpt,
+    ExecutorOpt,
     HomeOpt,
     JobsOpt,
+    RayAddressOpt,
     SetOpt,
     StoreOpt,
     StorePatienceOpt,
+    ThreadsOpt,
     app,
     handles_errors,
     home_dir,
@@ -55,8 +58,11 @@ def tune_cmd(
                                             "127.0.0.1 instead of tuning (needs optuna-dashboard)")] = False,
     port: Annotated[int, typer.Option("--port", help="the dashboard's port on 127.0.0.1")] = 8080,
     sets: SetOpt = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
+    threads: ThreadsOpt = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror the trials and --then-run "
                                             "runs into MLflow")]
     = False,
@@ -84,13 +90,18 @@ def tune_cmd(
     if grid is None:
         raise ConfigError("give the grid file to tune (or --dashboard)", where="GRID")
     from ablate.ablations.memory import parse_memory
+    from ablate.execute.executor import executor as chosen_executor
     from ablate.tune.search import TuneOptions, tune
+
+    chosen_executor(executor)  # a misspelled name: one line, before anything else
     from ablate.tune.summary import print_summary
 
     options = TuneOptions(param=param, low=low, high=high, log=log, trials=trials, metric=metric,
                           pruner=pruner, tolerance=tolerance, then_run=then_run,
                           find_max_stable=find_max_stable, stable_steps=stable_steps, home=home_dir(home),
-                          store=store, jobs=jobs, devices=devices, mlflow=not no_mlflow,
+                          store=store, executor=executor, jobs=jobs, devices=devices, threads=threads,
+                          own={"ray_address": ray_address} if ray_address is not None else {},
+                          mlflow=not no_mlflow,
                           **patience(store_patience),
                           device_memory=None if device_memory is None else parse_memory(device_memory))
     report = tune(grid, sets or [], options)

@@ -4,15 +4,52 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+RICH_ROWS = 500  # a longer table prints as plain columns (text_table): rich lays out ~1,000 rows a second
+
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
 
 
-def variants_table(rows: list[dict[str, Any]], preset: str | None) -> Table:
-    """``ablate variants``: one row per catalogue entry (and the parameters it adds at ``preset``)."""
+def paper_cell(paper: list[str], source: str) -> str:
+    """A variant's paper rows grouped by table (``table2:2,4,8``), else the short name of the paper it comes
+    from (its authors and year).
+
+    >>> paper_cell(["table1:5", "table3:2", "table2:2", "table2:4"], "Qiu et al. 2025, Gated Attention")
+    'table1:5 table2:2,4 table3:2'
+    >>> paper_cell([], "Miller 2023, Attention Is Off By One (blog post)")
+    'Miller 2023'
+    """
+    tables: dict[str, list[str]] = {}
+    for ref in paper:
+        name, _, row = ref.partition(":")
+        tables.setdefault(name, []).append(row)
+    if not tables:
+        return source.split(",")[0] or "-"
+    return " ".join(f"{name}:{','.join(rows)}" for name, rows in sorted(tables.items()))
+
+
+def variants_table(rows: list[dict[str, Any]], preset: str | None, *, wide: bool = False) -> Table:
+    """``ablate variants``: one row per catalogue entry (and the parameters it adds at ``preset``). By
+    default the name, the paper rows and the description (wrapped: readable at 100 columns); ``wide``: every
+    field, on one line each."""
+    from rich import box
     from rich.table import Table
 
+    if not wide:
+        table = Table(title="ablate variants (--wide: activation, score shape, source)", box=box.SIMPLE_HEAD,
+                      title_justify="left")
+        table.add_column("variant", no_wrap=True, style="bold")
+        table.add_column("paper rows (or source)", overflow="fold", max_width=22)
+        table.add_column("description", overflow="fold", ratio=1)
+        if preset is not None:
+            table.add_column(f"added @ {preset}", justify="right", no_wrap=True)
+        for row in rows:
+            cells = [row["name"], paper_cell(row["paper"], row["source"]), row["description"]]
+            if preset is not None:
+                cells.append("-" if row["added_params"] is None else f"{row['added_params'] / 1e6:,.2f}M")
+            table.add_row(*cells)
+        return table
     table = Table(title="ablate variants")
     table.add_column("variant", no_wrap=True, style="bold")
     for col in ("paper rows", "act", "score shape", "description", "source"):
@@ -62,17 +99,24 @@ def text_table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]
     return "\n".join([title, line(names), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
-def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table, int]:
-    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole."""
+def runs_cells(frame: pd.DataFrame, cols: list[str]) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """``ablate runs``' columns of ``frame`` as text: (name, ``left``/``right``), one row of cells per run."""
     from pandas.api.types import is_numeric_dtype
-    from rich.table import Table
 
     from ablate.store import render
 
-    cells = [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
+    columns = [(c, "right" if is_numeric_dtype(frame[c]) else "left") for c in cols]
+    return columns, [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
+
+
+def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table, int]:
+    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole."""
+    from rich.table import Table
+
+    columns, cells = runs_cells(frame, cols)
     table = Table(title=title)
-    for c in cols:
-        table.add_column(c, no_wrap=True, justify="right" if is_numeric_dtype(frame[c]) else "left")
+    for c, justify in columns:
+        table.add_column(c, no_wrap=True, justify=justify)  # type: ignore[arg-type]
     for row in cells:
         table.add_row(*row)
     width = sum(max([len(c), *(len(r[i]) for r in cells)]) + 3 for i, c in enumerate(cols)) + 1
@@ -107,12 +151,12 @@ def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Ta
                           step, "-" if loss is None else f"{loss:.4f}", "-" if tps is None else f"{tps:,.0f}",
                           "-" if eta is None or r["stale"] or r.get("ended") else duration(eta), age)
         out.append(table)
-    if summary.get("slurm"):
-        table = Table(title="in Slurm")
-        for col in ("run_id", "grid", "variant", "seed", "status", "slurm job", "slurm state"):
+    if summary.get("jobs"):
+        table = Table(title="in executors' jobs")
+        for col in ("run_id", "grid", "variant", "seed", "status", "executor", "job", "state"):
             table.add_column(col)
-        for r in summary["slurm"]:
+        for r in summary["jobs"]:
             table.add_row(r["run_id"], r["grid"] or "-", r["variant"], str(r["seed"]), r["status"],
-                          r["slurm_job_id"], r["slurm_state"] or "-")
+                          r["executor"], r["job"], r["state"] or "-")
         out.append(table)
     return out

@@ -8,8 +8,9 @@ every ``every_s`` seconds one plain progress line: runs ended / total, each runn
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -62,14 +63,16 @@ class _Active:
     tokens_per_s: float | None = None
     since: float = field(default_factory=time.monotonic)
     first_step: int | None = None  # the first step it reported (a resumed run starts mid-way)
+    first_at: float | None = None  # when: its pace is measured from there, not from its start-up
 
 
 class GridDisplay:
     """Live progress of one ``ablate run``; a context manager (the live area exists while inside)."""
 
     def __init__(self, grid: str, total: int, console: Console | None = None, *, workers: int = 1,
-                 every_s: float | None = None):
+                 every_s: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.console = console or Console(stderr=True)
+        self.clock = clock
         self.grid, self.total, self.workers = grid, total, max(1, workers)
         self.every_s = PROGRESS_EVERY_S if every_s is None else every_s
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -78,7 +81,7 @@ class GridDisplay:
         self.active: dict[str, _Active] = {}
         self.ended_n = 0
         self.took: list[float] = []  # seconds of each run that ended after training here
-        self._last_line = time.monotonic()
+        self._last_line = clock()
         self._live = Live(console=self.console, refresh_per_second=4, transient=True,
                           get_renderable=self._render, redirect_stdout=False, redirect_stderr=False)
 
@@ -109,21 +112,21 @@ class GridDisplay:
 
     def started(self, run_id: str, *, variant: str, seed: int, device: str, total_steps: int) -> None:
         """A job started training (or resuming)."""
-        self.active[run_id] = _Active(f"{variant} {seed}", device, total_steps)
+        self.active[run_id] = _Active(f"{variant} {seed}", device, total_steps, since=self.clock())
 
     def step(self, run_id: str, data: dict[str, Any]) -> None:
         """A job reported progress (its latest step's row)."""
         if (a := self.active.get(run_id)) is not None and data:
             a.step, a.loss, a.tokens_per_s = data.get("step"), data.get("loss"), data.get("tokens_per_s")
             if a.first_step is None:
-                a.first_step = a.step
+                a.first_step, a.first_at = a.step, self.clock()
 
     def ended(self, run_id: str, outcome: str, note: str = "") -> None:
         """A job ended: one line above the live area (variant, seed, time), and the bar moves on."""
         a = self.active.pop(run_id, None)
         line = Text.assemble(styled(outcome, f"{LABEL.get(outcome, outcome):>11}"), f" {run_id}")
         if a is not None:
-            took = time.monotonic() - a.since
+            took = self.clock() - a.since
             if outcome in ("done", "diverged"):
                 self.took.append(took)
             line.append(f" {a.label} in {duration(took)}")
@@ -139,16 +142,16 @@ class GridDisplay:
 
     def tick(self) -> None:
         """Without a terminal, every ``every_s`` seconds: one plain progress line (``progress_line``)."""
-        if self.console.is_terminal or time.monotonic() - self._last_line < self.every_s:
+        if self.console.is_terminal or self.clock() - self._last_line < self.every_s:
             return
-        self._last_line = time.monotonic()
+        self._last_line = self.clock()
         # one line in a log
         self.console.print(self.progress_line(), highlight=False, markup=False, soft_wrap=True)
 
     def progress_line(self) -> str:
         """``progress: 3/12 ended; running: baseline 0 step 40/60, ...; ETA 2m10s`` (or "starting
         workers")."""
-        now = time.monotonic()
+        now = self.clock()
         parts = [f"progress {self.grid}: {self.ended_n}/{self.total} ended"]
         running = [f"{a.label} step {a.step}/{a.total}" if a.step is not None else f"{a.label} starting"
                    for a in self.active.values()]
@@ -159,19 +162,26 @@ class GridDisplay:
         return "; ".join(parts)
 
     def eta(self, now: float) -> float | None:
-        """Seconds until every expected job has ended, from the runs' pace so far (None before any pace is
-        known).
+        """Seconds until every expected job has ended, from the steps measured so far (None before two steps
+        of a run are).
 
-        A run's time: the mean of those that ended, else what the running ones' steps per second predict; the
-        remaining work (queued runs, and what running runs have left) is shared by the workers.
+        A run's pace is its steps per second since its first reported step (its start-up, data and first
+        step, is not a step's time); a run's time is the mean of those that ended, else the running ones'
+        start-up plus their steps at that pace; the remaining work (queued runs, and what running runs have
+        left) is shared by the workers.
         """
-        rates = [((a.step or 0) - (a.first_step or 0)) / (now - a.since) for a in self.active.values()
-                 if a.step is not None and now > a.since and (a.step or 0) > (a.first_step or 0)]
+        # (steps measured, their seconds, the start-up before them) of each running run past its first step
+        paced = [(a.step - (a.first_step or 0), now - a.first_at, a.first_at - a.since)
+                 for a in self.active.values()
+                 if a.step is not None and a.first_at is not None and now > a.first_at
+                 and a.step > (a.first_step or 0)]
+        rates = [steps / seconds for steps, seconds, _ in paced]
         per_step = 1.0 / (sum(rates) / len(rates)) if rates else None
         if self.took:
             per_run = sum(self.took) / len(self.took)
         elif per_step is not None:
-            per_run = per_step * max((a.total for a in self.active.values()), default=0)
+            start_up = sum(s for _, _, s in paced) / len(paced)
+            per_run = start_up + per_step * max((a.total for a in self.active.values()), default=0)
         else:
             return None
         left = 0.0
@@ -182,6 +192,45 @@ class GridDisplay:
                 left += per_run
         queued = max(0, self.total - self.ended_n - len(self.active))
         return (left + queued * per_run) / self.workers
+
+
+class ShownRounds:
+    """What every runner of rounds shares (``executor.Runner``): its lifecycle's run directories and its live
+    display, made at the first ``expect``; a context manager (``close`` stops the display). A subclass sets
+    ``lifecycle``, ``title``, ``console``, ``progress_every_s`` and ``width``."""
+
+    lifecycle: Any
+    title: str
+    console: Console
+    progress_every_s: float | None
+    display: GridDisplay | None = None
+
+    @property
+    def width(self) -> int:
+        raise NotImplementedError
+
+    def run_dir(self, run_id: str) -> Any:
+        """A run's directory in the lifecycle's home."""
+        return self.lifecycle.run_dir(run_id)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the live display."""
+        if self.display is not None:
+            self.display.__exit__(None, None, None)
+            self.display = None
+
+    def expect(self, n: int) -> None:
+        """Tell the progress display ``n`` more jobs are coming."""
+        if self.display is None:
+            self.display = GridDisplay(self.title, 0, self.console, workers=self.width,
+                                       every_s=self.progress_every_s).__enter__()
+        self.display.expect(n)
 
 
 def summary_table(grid: str, counts: dict[str, int], totals: dict[str, int], wall_s: float) -> Table:

@@ -1,13 +1,16 @@
-"""``ablate run``: a grid from its file to every run recorded, on the local worker pool.
+"""``ablate run``: a grid from its file to every run recorded, on an executor that trains in rounds (the local
+worker pool, Ray tasks).
 
-1. The memory check (``fit.require_fit``): a run that cannot fit in a device's memory is refused before
-   anything starts. The grid is expanded once (``opening.expand_grid``), for it, the worker count and the
-   opening.
+1. The grid is expanded once (``opening.expand_grid``), and the executor's session made ready
+   (``Executor.session``): the checks it can make before anything starts (a run that cannot fit in a
+   device's memory, one asking for more GPUs than a Ray node has: one line, exit 2), the workers or the
+   cluster.
 2. The opening every executor shares (``opening.open_grid``): expand the grid, look every run up in the store,
    register the grid, decide (``triage``) what trains; runs another process is training are skipped (one line
    says which), or waited for with ``wait``.
-3. The pool (``local.LocalRunner``): one worker per slot, the jobs dealt out, resumed ones first; every event
-   goes through the run lifecycle (``lifecycle.Lifecycle``), which records it in the store and MLflow.
+3. The session's runner: the jobs, resumed ones first; every run's life goes through the run lifecycle
+   (``lifecycle.Lifecycle``), which records it in the store and MLflow, in this process or in the task that
+   trains it.
 4. The summary: counts by outcome and by status, and an exit code (0 all done/diverged/pruned, 1 some failed
    or the store went away, 130 when interrupted).
 """
@@ -25,43 +28,15 @@ from rich.console import Console
 from rich.text import Text
 
 from ablate import layout
-from ablate.execute.devices import crowding, describe, local_slots, usable_cpus
 from ablate.execute.display import LABEL, stdout_console, summary_table
-from ablate.execute.fit import require_fit
+from ablate.execute.executor import RunOptions, Session, check_flags, executor
 from ablate.execute.lifecycle import Lifecycle, unmirrored
-from ablate.execute.local import TRAIN_JOB, LocalRunner
 from ablate.execute.messages import Job
-from ablate.execute.opening import Liveness, Opened, expand_grid, open_grid
-from ablate.execute.recorder import STORE_PATIENCE_S
+from ablate.execute.opening import Opened, expand_grid, job_liveness, open_grid
 
 log = logging.getLogger(__name__)
 
 WAIT_POLL_S = 2.0
-
-
-@dataclass
-class RunOptions:
-    """How ``run_grid`` runs: where (home, store), on what (devices, workers) and what it retries."""
-
-    home: Path = Path("ablate-runs")
-    store: str | None = None
-    jobs: int | None = None
-    devices: str | None = None
-    jobs_per_device: int = 1
-    threads: int | None = None  # torch threads per worker (--threads); default: the usable CPUs // workers
-    retry_failed: bool = False
-    mlflow: bool = True
-    wait: bool = False  # wait for runs another process is training, then run what they left
-    append: bool = False  # a grid whose name the store holds with another base: the same study grown
-    # bytes per device every run to train must fit (default: a local GPU's)
-    device_memory: float | None = None
-    stale_after_s: float = 300.0  # a run on another host with no heartbeat for this long is taken as dead
-    store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long stops the grid cleanly
-    progress_every_s: float | None = None  # without a terminal: a progress line this often (default 30 s)
-    job_fn: str = TRAIN_JOB
-    console: Console | None = None
-    # runs beyond the file's, as include entries (--until-resolved's seeds)
-    extra: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -113,38 +88,46 @@ class GridReport:
 
 
 def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | None = None) -> GridReport:
-    """Run the grid at ``path`` (with ``--set`` overrides): train what is new or cut off, skip what is done.
-    Runs that cannot fit in ``options.device_memory`` (else a local GPU's memory) are refused first (exit
-    2)."""
+    """Run the grid at ``path`` (with ``--set`` overrides) on ``options.executor``: train what is new or cut
+    off, skip what is done. What the executor can check before anything starts (runs that cannot fit in
+    ``options.device_memory``, else a local GPU's memory; a Ray cluster that cannot be reached) is refused
+    first (exit 2)."""
     opts = options or RunOptions()
+    chosen = executor(opts.executor)
+    check_flags(chosen, opts.own)
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    # once: the check, workers, openings
+    # once: the checks, the session, the openings
     expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)
-    require_fit(expanded.planned, opts.device_memory, local=True, home=Path(opts.home), store=opts.store)
-    # each worker gets that many GPUs
-    per_run = max((p.config.train.devices for p in expanded.planned), default=1)
-    slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device,
-                        threads=opts.threads, per_run=per_run)
     report: GridReport | None = None
-    while True:
-        with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                       stale_after_s=opts.stale_after_s, append=opts.append) as opened:
-            report = _run_opened(opened, slots, opts, console, report)
-            waiting = opts.wait and opened.held and not report.interrupted and report.store_error is None
-            if waiting:
-                console.print(f"ablate run {opened.name}: waiting for {len(opened.held)} run(s) another "
-                              "process is training", highlight=False)
-                _wait_for(opened)
-        if not waiting:
-            break
+    with chosen.session(expanded, opts) as session:
+        while True:
+            with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
+                           stale_after_s=opts.stale_after_s, append=opts.append,
+                           remote=session.remote) as opened:
+                report = _run_opened(opened, session, opts, console, report)
+                waiting = opts.wait and opened.held and not report.interrupted and report.store_error is None
+                if waiting:
+                    console.print(f"ablate run {opened.name}: waiting for {len(opened.held)} run(s) another "
+                                  "process is training", highlight=False)
+                    _wait_for(opened)
+            if not waiting:
+                break
     report.wall_s = time.monotonic() - t0
     return report
 
 
-def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console, report: GridReport | None
+def run_and_report(path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
+    """``run_grid`` and its summary (``print_summary``): an executor's ``run`` when it trains in rounds
+    (local, Ray); its exit status."""
+    report = run_grid(path, sets, options)
+    print_summary(report, idle_table=options.idle_table)
+    return report.exit_code
+
+
+def _run_opened(o: Opened, session: Session, opts: RunOptions, console: Console, report: GridReport | None
                 ) -> GridReport:
-    """One pass over an opened grid: train its ``todo`` on the pool, then read the statuses back."""
+    """One pass over an opened grid: train its ``todo`` on the executor, then read the statuses back."""
     report = report or GridReport(grid=o.name, home=o.home)
     for rid, status in o.reused.items():
         report.outcomes[rid] = status
@@ -160,7 +143,7 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
     lifecycle = Lifecycle(o.store, home=o.home, mirror=mirror, patience_s=opts.store_patience_s)
     try:
         if o.todo:
-            _run_pool(o, lifecycle, slots, opts, console, report)
+            _run_jobs(o, lifecycle, session, opts, console, report)
     finally:
         # after a second Ctrl-C do not wait long: the next `ablate run` mirrors what is left
         lifecycle.close(mirror_s=5.0 if report.interrupted else 300.0)
@@ -171,18 +154,18 @@ def _run_opened(o: Opened, slots: list[Any], opts: RunOptions, console: Console,
     return report
 
 
-def _run_pool(o: Opened, lifecycle: Lifecycle, slots: list[Any], opts: RunOptions, console: Console,
+def _run_jobs(o: Opened, lifecycle: Lifecycle, session: Session, opts: RunOptions, console: Console,
               report: GridReport) -> None:
     jobs = [Job(d.run_id, str(lifecycle.run_dir(d.run_id)),
                 d.run.config.model_dump(mode="json")) for d in o.todo]
-    used = slots[:len(jobs)]  # never more workers than jobs
+    where, warning = session.describe(len(jobs))
     console.print(f"ablate run {o.name}: {len(jobs)} to run ({sum(d.action == 'resume' for d in o.todo)} "
-                  f"resuming), {len(o.planned) - len(jobs)} skipped; {describe(used)}", highlight=False,
+                  f"resuming), {len(o.planned) - len(jobs)} skipped; {where}", highlight=False,
                   soft_wrap=True)  # one line, however narrow the console: logs and `head -1` read it
-    if (crowded := crowding(used, cpu_count=usable_cpus(), jobs_per_device=opts.jobs_per_device)):
-        console.print(Text.assemble(("warning:", "yellow"), f" {crowded}"), highlight=False, soft_wrap=True)
-    with LocalRunner(used, lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
-                     progress_every_s=opts.progress_every_s) as runner:
+    if warning:
+        console.print(Text.assemble(("warning:", "yellow"), f" {warning}"), highlight=False, soft_wrap=True)
+    with session.runner(lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
+                        progress_every_s=opts.progress_every_s, jobs=len(jobs)) as runner:
         ended = runner.run(jobs)
     for rid, e in ended.items():
         report.outcomes[rid] = LABEL.get(e.kind, e.kind)
@@ -203,7 +186,7 @@ def _wait_for(o: Opened) -> None:
     while held:
         time.sleep(WAIT_POLL_S)
         running = o.store.status_summary()["running"]
-        liveness = Liveness(o.home, running)
+        liveness = job_liveness(o.store, o.home, running, held)
         held = {rid for rid in held if liveness.is_alive(rid)}
 
 
@@ -222,11 +205,13 @@ def _mirror(o: Opened, finished: list[str], will_train: bool) -> Any:
     return mirror
 
 
-def print_summary(report: GridReport, console: Console | None = None) -> None:
+def print_summary(report: GridReport, console: Console | None = None, *, idle_table: bool = True) -> None:
     """The end-of-run table; for each run that failed this time, its error's first line; hints and
-    warnings."""
+    warnings. ``idle_table=False``: no table when nothing was trained (a look of ``--until-resolved`` whose
+    runs were all done or found finished: a table of what was skipped says nothing its look line does not)."""
     console = console or stdout_console()  # off a terminal: nothing cut to '…'
-    console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
+    if idle_table or report.pool_started is not None:  # a worker pool started: something trained
+        console.print(summary_table(report.grid, report.counts(), report.totals(), report.wall_s))
 
     # as it is, never read as markup
     def line(style: str, head: str, text: str, to: Console = console) -> None:

@@ -1,28 +1,32 @@
-"""The training job a pool worker runs: one run of a grid, from its config to its ``result.json``.
+"""The training job: one run of a grid, from its config to its ``result.json``, wherever it runs (a local
+pool worker, a Slurm task, a Ray task).
 
-Imported once per worker (``prepare`` pays for torch and Lightning up front, then job after job reuses them).
-The job never touches the store or MLflow: it reports to the pool (``Started``, its step metrics in batches,
-its ``JobOutcome``) and the pool's process records them through the run lifecycle. What it leaves is its run
-directory: checkpoints, ``result.json``, ``train.log`` and, when it crashes, ``error.txt``.
+A job function is ``fn(job, ctx: JobContext) -> JobOutcome``; ``train`` is ``ablate run``'s (tune's
+``train_trial`` adds its pruning). A pool worker imports it once (``prepare`` pays for torch and Lightning up
+front, then job after job reuses them). The job never touches the store or MLflow: it reports through its
+``JobContext`` (``Started``, its step metrics in batches) and returns its ``JobOutcome``; whoever runs it
+records them through the run lifecycle (the pool's process, or the Slurm or Ray task itself). What it leaves
+is its run directory: checkpoints, ``result.json``, ``train.log`` and, when it crashes, ``error.txt``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ablate import layout
 from ablate.execute.devices import Slot
 from ablate.execute.locks import RunLock
-from ablate.execute.messages import Job, JobOutcome
-from ablate.execute.worker import JobContext, JobInterrupted
+from ablate.execute.messages import Failed, Finished, Interrupted, Job, JobOutcome, Progress, Started
 from ablate.layout import CHECKPOINT
 from ablate.result import RESULT_FILE, read_result
 
@@ -30,6 +34,58 @@ log = logging.getLogger(__name__)
 
 ERROR_FILE = "error.txt"  # a crashed run's traceback, in its run directory
 STEP_EVERY_S = 0.5  # how often a batch of step metrics goes to the pool's process (display, store, MLflow)
+
+
+class JobInterrupted(Exception):
+    """Raised by a job function that stopped because it was asked to (its progress is saved)."""
+
+
+@dataclass
+class JobContext:
+    """What a job function gets besides its job: its run, where it runs, a stop flag and a way to report."""
+
+    run_id: str
+    slot: Slot
+    stop: threading.Event
+    send: Callable[[Any], None]
+
+    def started(self, *, resuming: bool = False) -> None:
+        """The job took its run and starts training."""
+        self.send(Started(self.run_id, pid=os.getpid(), device=self.slot.label, resuming=resuming))
+
+    def progress(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Step metrics since the last call (never blocks)."""
+        rows = tuple(rows)
+        if rows:
+            self.send(Progress(self.run_id, rows))
+
+
+def load_job(job_fn: str) -> tuple[Callable[..., Any], Callable[[Slot], None] | None]:
+    """``"package.module:function"`` -> the function, and the module's optional ``prepare(slot)`` hook."""
+    module_name, _, fn_name = job_fn.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, fn_name), getattr(module, "prepare", None)
+
+
+def run_job(fn: Callable[..., Any], job: Any, ctx: JobContext, send: Callable[[Any], None]) -> None:
+    """One job: ``fn(job, ctx)``, reported to ``send`` as how it ended (``Finished``, ``Failed``,
+    ``Interrupted``); never raises (a failure belongs to its run)."""
+    if ctx.stop.is_set():
+        send(Interrupted(job.run_id, started=False))
+        return
+    log.info("run %s: started", job.run_id)
+    try:
+        outcome = fn(job, ctx)
+    except JobInterrupted as exc:
+        log.info("run %s: interrupted (%s)", job.run_id, exc)
+        send(Interrupted(job.run_id, started=True, message=str(exc)))
+    except BaseException as exc:  # noqa: BLE001 - a failure belongs to its run; the worker goes on
+        log.info("run %s: failed: %s: %s (its train.log has the traceback)", job.run_id, type(exc).__name__,
+                 exc)
+        send(Failed(job.run_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    else:
+        log.info("run %s: ended: %s", job.run_id, outcome)
+        send(Finished(job.run_id, outcome))
 
 
 def prepare(slot: Slot) -> None:

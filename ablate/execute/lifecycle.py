@@ -1,5 +1,5 @@
-"""The run lifecycle: the one place where a run's life is recorded, for every executor (local pool, tune,
-Slurm).
+"""The run lifecycle: the one place where a run's life is recorded, for every executor (the local pool, a
+Slurm task, a Ray task) and tune's trials.
 
     claim ──> progress ... ──> finished (result.json -> store, MLflow) | failed | died | pruned
                            └─> interrupted (back to ``queued``; the next run resumes it) | busy (held
@@ -8,7 +8,8 @@ Slurm).
 ``Lifecycle(store, home=, mirror=, metric=, ...)`` is that record (``expect(job)`` first, for each run it will
 see):
 
-- ``claim(run_id, device=, config=)``: ``running`` on this host, its MLflow run opened (RUNNING, params,
+- ``claim(run_id, device=, config=, job=)``: ``running`` on this host (in ``job``: its executor's name and
+  job id, when a job holds it), its MLflow run opened (RUNNING, params,
   tags); its heartbeat and step metrics then go to the store (``ablate.execute.live``) and to MLflow
   (``ablate.execute.mirror.MirrorThread``) from background threads, never from the training step.
 - ``progress(run_id, rows)``: step metrics (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
@@ -76,9 +77,10 @@ class Lifecycle:
 
     def __init__(self, store: Store, *, home: Path, mirror: Any = None, metric: str = "val_ppl",
                  host: str | None = None, live_every_s: float | None = None,
-                 patience_s: float | None = STORE_PATIENCE_S):
+                 patience_s: float | None = STORE_PATIENCE_S, job: tuple[str, str] | None = None):
         self.store, self.home, self.metric = store, Path(home), metric
         self.host = host or socket.gethostname()
+        self.job = job  # (executor, job id) of the job this process trains in: what ``record`` claims with
         self.recorder = Recorder(store, home=self.home, mirror=mirror, live_every_s=live_every_s,
                                  patience_s=patience_s)
         self.where, self.mirror, self.live = self.recorder.where, self.recorder.mirror, self.recorder.live
@@ -89,19 +91,19 @@ class Lifecycle:
 
     # ------------------------------------------------------------ the run starts
     def claim(self, run_id: str, *, device: str, config: Mapping[str, Any] | None = None,
-              slurm_job_id: str | None = None) -> None:
-        """The run starts training here: ``running`` with this host and device (and its Slurm job); heartbeats
-        and step metrics from now on."""
+              job: tuple[str, str] | None = None) -> None:
+        """The run starts training here: ``running`` with this host and device, and the executor's job that
+        holds it (``(executor, job id)``; None: this process alone); heartbeats and step metrics from now
+        on."""
         if config is not None:
             self.expect(Job(run_id, str(self.run_dir(run_id)), dict(config)))
+        executor, job_id = job or (None, None)
         self.recorder.write(f"mark {run_id} running",
-                    lambda s: s.mark_running(run_id=run_id, host=self.host, device=device))
-        if slurm_job_id is not None:
-            self.recorder.write(f"record {run_id}'s Slurm job",
-                        lambda s: s.set_slurm_job_id(run_id=run_id, slurm_job_id=slurm_job_id))
+                            lambda s: s.mark_running(run_id=run_id, host=self.host, device=device,
+                                                     executor=executor, job_id=job_id))
         self.live.begin(run_id)
-        if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
-            self.mirror.start(run_id, job.config, **_nesting(job))
+        if self.mirror is not None and (expected := self._jobs.get(run_id)) is not None:
+            self.mirror.start(run_id, expected.config, **_nesting(expected))
 
     def progress(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Step metrics of a running run (thread-safe; never waits for the store or MLflow)."""
@@ -175,7 +177,7 @@ class Lifecycle:
         ``Ended``)."""
         rid = event.run_id
         if isinstance(event, Started):
-            self.claim(rid, device=event.device)
+            self.claim(rid, device=event.device, job=self.job)
             return None
         if isinstance(event, Progress):
             self.progress(rid, event.rows)

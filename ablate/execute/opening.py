@@ -2,7 +2,7 @@
 expanded, the store opened, the grid registered, and each run triaged (``ablate.execute.triage``) with the one
 liveness rule.
 
-``open_grid(path, sets, home=, store=, retry_failed=, stale_after_s=, slurm=)`` -> ``Opened`` (a context
+``open_grid(path, sets, home=, store=, retry_failed=, stale_after_s=, remote=)`` -> ``Opened`` (a context
 manager that closes the store): the runs ``todo`` (resumed ones first), what was skipped and why, and who
 holds the runs that another process is training. ``path`` may be the grid already expanded (``expand_grid``),
 so that a caller which reads the runs first (the memory check, the worker count) expands it once. A run that
@@ -12,7 +12,8 @@ again.
 
 Liveness (``Liveness``), the one rule for "is a ``running`` run's process alive", used by the triage and by
 ``ablate status``: a run whose directory lock is held on this machine is alive (the lock file names its pid);
-one held by a Slurm job that squeue still lists is alive (one whose job squeue no longer lists is gone); one
+one held by an executor's job (a Slurm array task, a Ray task) is alive while its executor lists the job as
+alive, and gone once it does not (an executor that cannot tell from here leaves it to the rules below); one
 recorded on this host whose lock file is there but free was cut off (the kernel dropped the lock with its
 process, however it died); any other is alive until its heartbeat is ``stale_after_s`` old (another host, or
 another home). A run whose process is gone but whose ``result.json`` is complete ended; it was not cut off
@@ -43,16 +44,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Holder:
-    """Who trains a run now: a process on this machine (``pid``), a Slurm job, or a process on another
-    host."""
+    """Who trains a run now: a process on this machine (``pid``), an executor's job (``job``: its name in
+    the executor's words, ``Slurm job 12_3``), or a process on another host."""
 
     host: str | None = None
     pid: int | None = None
-    slurm_job: str | None = None
+    job: str | None = None
 
     def __str__(self) -> str:
-        if self.slurm_job:
-            return f"Slurm job {self.slurm_job}"
+        if self.job:
+            return self.job
         if self.pid:
             return f"pid {self.pid}"
         return f"host {self.host}" if self.host else "another process"
@@ -62,29 +63,32 @@ class Liveness:
     """Whether the process of a ``running`` run is alive (see the module docstring).
 
     ``running``: the store's running rows (``status_summary()["running"]``: ``run_id``, ``host``, ``stale``);
-    ``slurm_jobs``: ``{run_id: job id}`` of runs submitted to Slurm, ``live_jobs`` the ids squeue lists as
-    alive.
+    ``jobs``: ``{run_id: (executor, job id)}`` of runs an executor's job holds; ``live``: ``{executor: the job
+    ids it lists as alive}``, or None for an executor that cannot tell from here; ``names``: ``{run_id: its
+    job in the executor's words}``.
     """
 
     def __init__(self, home: Path, running: Iterable[Mapping[str, Any]] = (), *, host: str | None = None,
-                 slurm_jobs: Mapping[str, str] | None = None, live_jobs: Iterable[str] = ()):
+                 jobs: Mapping[str, tuple[str, str]] | None = None,
+                 live: Mapping[str, set[str] | None] | None = None, names: Mapping[str, str] | None = None):
         self.home = Path(home)
         self.host = host or socket.gethostname()
         self.running = {r["run_id"]: r for r in running}
-        self.slurm_jobs = dict(slurm_jobs or {})
-        self.live_jobs = set(live_jobs)
+        self.jobs = dict(jobs or {})
+        self.live = dict(live or {})
+        self.names = dict(names or {})
 
     def holder(self, run_id: str) -> Holder | None:
         """Who holds ``run_id`` now, or None when nobody does (a ``running`` record of it was cut off)."""
         run_dir = layout.run_dir(self.home, run_id)
         if is_locked(run_dir):
             return Holder(self.host, holder_pid(run_dir))
-        job = self.slurm_jobs.get(run_id)
-        if job is not None and job in self.live_jobs:
-            return Holder(slurm_job=job)
+        if (held := self.jobs.get(run_id)) is not None and (live := self.live.get(held[0])) is not None:
+            # its executor can tell: alive while it lists the job
+            return Holder(job=self.names.get(run_id, held[1])) if held[1] in live else None
         row = self.running.get(run_id)
-        if row is None or job is not None:
-            return None  # not running, or its Slurm job is no longer in squeue
+        if row is None:
+            return None  # not running
         if row.get("host") == self.host and (run_dir / LOCK_FILE).exists():
             return None  # on this host a free lock means its process is gone, however it died
         return None if row.get("stale") else Holder(row.get("host"))
@@ -95,11 +99,11 @@ class Liveness:
 
     def mark(self, running: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process
-        is known to be gone at once, on this host or from squeue, not just quiet; ``ended``: True where it is
-        gone because the run finished: its complete ``result.json`` waits to be recorded, by its own ``ablate
-        run`` a moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was cut off;
-        ``failed``: True where it crashed while the store could not be told: its ``error.txt`` says how, and
-        the next ``ablate run`` records it failed)."""
+        is known to be gone at once, on this host or from its executor, not just quiet; ``ended``: True where
+        it is gone because the run finished: its complete ``result.json`` waits to be recorded, by its own
+        ``ablate run`` a moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was
+        cut off; ``failed``: True where it crashed while the store could not be told: its ``error.txt`` says
+        how, and the next ``ablate run`` records it failed)."""
         from ablate.execute.job import crashed, finished_result
 
         for row in running:
@@ -112,16 +116,28 @@ class Liveness:
         return running
 
 
-def slurm_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]],
-                   run_ids: Iterable[str] | None = None
-                   ) -> Liveness:
-    """The liveness rule with the Slurm jobs of ``run_ids`` (all runs when None) asked of squeue."""
-    from ablate.execute.slurm_queue import alive, grid_slurm_runs
+def job_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]],
+                 run_ids: Iterable[str] | None = None) -> Liveness:
+    """The liveness rule with the jobs holding the unfinished runs among ``run_ids`` (all runs when None)
+    asked of their executors (``squeue``, Ray's state API)."""
+    from ablate.execute.executor import executors
+    from ablate.execute.jobs import grid_jobs
 
     wanted = None if run_ids is None else set(run_ids)
-    jobs = {r["run_id"]: r["slurm_job_id"] for r in grid_slurm_runs(store)
-            if wanted is None or r["run_id"] in wanted}
-    return Liveness(home, running, slurm_jobs=jobs, live_jobs=alive(jobs.values()))
+    rows = [r for r in grid_jobs(store, unfinished=True) if wanted is None or r["run_id"] in wanted]
+    live = {ex.name: ex.alive([r["job_id"] for r in rows if r["executor"] == ex.name])
+            for ex in executors({r["executor"] for r in rows})}
+    names = {r["run_id"]: executor_name(r["executor"], r["job_id"]) for r in rows}
+    return Liveness(home, running, jobs={r["run_id"]: (r["executor"], r["job_id"]) for r in rows}, live=live,
+                    names=names)
+
+
+def executor_name(name: str, job_id: str) -> str:
+    """A job in its executor's words (``Slurm job 12_3``); an executor this ablate does not know: as
+    stored."""
+    from ablate.execute.executor import EXECUTORS, executor
+
+    return executor(name).job_name(job_id) if name in EXECUTORS else f"{name} job {job_id}"
 
 
 @dataclass
@@ -189,7 +205,7 @@ def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path,
 
 
 def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Path, store: str | None,
-              retry_failed: bool, stale_after_s: float, slurm: bool = False, append: bool = False,
+              retry_failed: bool, stale_after_s: float, remote: bool = False, append: bool = False,
               extra: Sequence[Mapping[str, Any]] = ()) -> Opened:
     """Load, expand, open the store, register the grid and triage its runs (see the module docstring).
     ``path`` may be the grid already expanded (``expand_grid``, with its own ``sets`` and ``extra``), so that
@@ -200,7 +216,9 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
 
     A grid whose name the store holds with another ``base`` is refused unless ``append`` (the same study
     grown: its runs so far stay in it). The runs planned from the file alone (no ``sets``) are the grid's
-    current configuration, its other runs kept as older ones; with ``--set`` they join the current runs."""
+    current configuration, its other runs kept as older ones; with ``--set`` they join the current runs.
+    ``remote``: the runs train in processes elsewhere (Slurm tasks, Ray tasks), which see the home by its
+    absolute path."""
     from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
     from ablate.store import Store
 
@@ -209,7 +227,7 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     provenance.announce(expanded.path)  # the grid's commit, for the workers this process starts
     check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit the model
     check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
-    home = layout.usable_home(Path(home).absolute() if slurm else Path(home))  # checked; nothing made yet
+    home = layout.usable_home(Path(home).absolute() if remote else Path(home))  # checked; nothing made yet
     opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made
     try:
         layout.runs_dir(home).mkdir(parents=True, exist_ok=True)
@@ -258,8 +276,8 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
     running = (
         store.status_summary(stale_after_s=stale_after_s)["running"] if "running" in before.values() else []
     )
-    if before:  # a run held by a live Slurm job is never trained here, whichever executor asks
-        o.liveness = slurm_liveness(store, o.home, running, ids)
+    if before:  # a run held by a live job of any executor is never trained here, whichever executor asks
+        o.liveness = job_liveness(store, o.home, running, ids)
     else:
         o.liveness = Liveness(o.home, running)
     for rid, status in before.items():  # crashed while the store was away: failed, as it happened
@@ -272,9 +290,9 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
     todo = []
     for d in o.decisions:
         holder = o.liveness.holder(d.run_id) if d.action != "skip" or d.status == "running" else None
-        if holder is not None:  # training (or queued in a Slurm job) elsewhere, whatever the store says
+        if holder is not None:  # training (or queued in an executor's job) elsewhere, whatever the store says
             o.held[d.run_id] = holder
-            o.skipped[d.run_id] = f"queued in {holder}" if holder.slurm_job else "running in another process"
+            o.skipped[d.run_id] = f"queued in {holder}" if holder.job else "running in another process"
             continue
         if d.action == "skip":
             o.skipped[d.run_id] = d.reason

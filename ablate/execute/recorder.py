@@ -11,8 +11,8 @@ mirror=, patience_s=)``:
 - ``attempt(fn)``: a read, or a look, that a command can do without (None while the store is away).
 - ``watch(say, wording)``: says once that the store went away, once that it is back, and once that it stayed
   away past ``patience_s`` (``gave_up`` then holds that line, and the executor stops cleanly). ``Wording``
-  holds what each executor says: the local pool (``LOCAL``), a Slurm wait (``SLURM_WAIT``), a Slurm task's log
-  (``SLURM_TASK``).
+  holds what an executor says: a pool that records its workers' runs (``LOCAL``), a task that records its own
+  run, in its log (``TASK``: a Slurm or Ray task); an executor words its own waits (Slurm's ``--wait``).
 - the background writers: the live writer (``live``) and MLflow's mirror thread (``mirror``,
   ``ablate.execute.mirror.MirrorThread``), closed by ``close``.
 
@@ -74,14 +74,7 @@ LOCAL = Wording(
          "(stopping after {patience:.0f} s)",
     back="the store {where} is back",
     gave_up="the store {where} has been {away} for {down:.0f} s: stopping (running jobs save a checkpoint)")
-SLURM_WAIT = Wording(
-    away="the store {where} is {away}: the Slurm tasks train on and record their runs when it is back; "
-         "waiting for it (up to {patience:.0f} s)",
-    back="the store {where} is back after {down:.0f} s",
-    gave_up="the store {where} has been {away} for {down:.0f} s: stopped waiting; array {array} goes "
-            "on, and its runs are recorded when the store is back (by their tasks, or by the next "
-            "`ablate run` for a task that ended meanwhile)")
-SLURM_TASK = Wording(
+TASK = Wording(
     away="the store {where} is {away}: training goes on, the result is kept in the run directory",
     back="the store {where} is back")
 

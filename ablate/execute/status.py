@@ -1,10 +1,11 @@
 """``ablate status``: what the store says of each grid, what runs now, and which ``running`` runs' processes
-are gone, by the one liveness rule of ``ablate run`` (``opening.Liveness``, with the Slurm jobs squeue lists).
+are gone, by the one liveness rule of ``ablate run`` (``opening.Liveness``, with the executors' jobs their
+executors list as alive).
 
 ``grid_status(store, home, grid, stale_after_s=, older=)`` -> the summary (``Store.status_summary``'s
 ``grids``, ``running`` and ``stale``, each running row marked ``gone``/``ended``/``failed``/``stale``, and
-``slurm``: the runs in Slurm jobs with squeue's state); ``status_warnings(summary, ...)`` -> the lines that
-say what to do about them.
+``jobs``: the unfinished runs an executor's job holds, with the job's state as its executor says it);
+``status_warnings(summary, ...)`` -> the lines that say what to do about them.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ if TYPE_CHECKING:
 def grid_status(store: Store, home: Path, grid: str | None = None, *, stale_after_s: float = 300.0,
                 older: bool = False) -> dict[str, Any]:
     """Runs by status per grid (its current configuration; ``older``: its older ones too), the running runs
-    with how their processes are (``Liveness.mark``), the stale ones' ids, and the runs in Slurm jobs."""
-    from ablate.execute.opening import slurm_liveness
-    from ablate.execute.slurm_queue import slurm_rows  # runs in Slurm jobs, with squeue's state
+    with how their processes are (``Liveness.mark``), the stale ones' ids, and the runs in executors' jobs."""
+    from ablate.execute.jobs import job_rows
+    from ablate.execute.opening import job_liveness
 
     summary = store.status_summary(grid, stale_after_s=stale_after_s, older=older)
-    summary["slurm"] = slurm_rows(store, grid)
+    summary["jobs"] = job_rows(store, grid)  # runs in executors' jobs, with the jobs' states
     if summary["running"]:  # the one liveness rule of `ablate run`
-        slurm_liveness(store, home, summary["running"]).mark(summary["running"])
+        job_liveness(store, home, summary["running"]).mark(summary["running"])
         summary["stale"] = [r["run_id"] for r in summary["running"] if r["stale"]]
     return summary
 

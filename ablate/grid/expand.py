@@ -13,6 +13,7 @@ files' fingerprints, one hash per distinct file, cached).
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -83,29 +84,74 @@ def _resolve(grid: Grid, values: dict[str, Any], origins: dict[str, str], *, che
     return config
 
 
-class _Identified:
-    """Each run's identity fields filled (``identity.fill``), each distinct config section once: a grid's runs
-    share a few data sections."""
+@dataclass(frozen=True)
+class _Model:
+    """A run's model as planned: after ``match_params``, its dump, its parameters (with its variant), those of
+    the same model without its variant, and the residual of the match."""
 
-    def __init__(self, resolver: Any):
+    config: ModelConfig
+    dump: dict[str, Any]
+    params: int
+    reference: int
+    residual: float | None
+
+
+class _Sections:
+    """What a run's sections need, worked out once per distinct section and shared by the runs that hold it (a
+    grid's 10,000 runs share a few): the model's plugin check, parameter counts and ``match_params``
+    (``model``), and each section's identity fields filled (``identified``: ``identity.fill``). The keys are
+    the sections' JSON, taken from the run's one dump."""
+
+    def __init__(self, grid: Grid, resolver: Any):
+        self.grid = grid
         self.resolver = resolver
-        self.sections = [n for n, f in RunConfig.model_fields.items()
-                         if n != "stages" and identity.holds_identity(f.annotation)]
+        self.names = [n for n, f in RunConfig.model_fields.items()
+                      if n != "stages" and identity.holds_identity(f.annotation)]
         self.whole = bool(identity.identity_fields(RunConfig))  # fields of the run itself: fill it whole
-        self.done: dict[tuple[str, str], Any] = {}
+        self.models: dict[tuple[str, str], _Model] = {}
+        self.filled: dict[tuple[str, str], tuple[Any, Any]] = {}
 
-    def __call__(self, config: RunConfig) -> RunConfig:
+    def model(self, config: RunConfig, dump: dict[str, Any], where: str) -> _Model:
+        key = (json.dumps(dump, ensure_ascii=False), config.variant)
+        if (found := self.models.get(key)) is None:
+            found = self.models[key] = self._model(config.model, config.variant, dump, where)
+        return found
+
+    def _model(self, model: ModelConfig, variant: str, dump: dict[str, Any], where: str) -> _Model:
+        grid = self.grid
+        if model.plugin is not None:  # before anything imports it: only listed modules
+            from ablate.ablations.plugins import check as check_plugin
+
+            try:
+                check_plugin(model.plugin, grid.plugins, model)
+            except ConfigError as exc:
+                raise _reraise(exc, where) from None
+        reference = _count(without_variant(model, variant), where)
+        residual = None
+        if grid.match_params is not None:
+            matched, residual = _match(model, variant, grid.match_params, where, grid.source)
+            if matched is not model:
+                model, dump = matched, matched.model_dump(mode="json")
+        params = _count(_effective(model, variant, where), where)
+        return _Model(model, dump, params, reference, residual)
+
+    def identified(self, config: RunConfig, dump: dict[str, Any],
+                   model: _Model) -> tuple[RunConfig, dict[str, Any]]:
+        """``config`` with its planned model and its identity fields filled, and its dump."""
         if config.stages or self.whole:
-            return identity.fill(config, self.resolver)
-        updates = {}
-        for name in self.sections:
-            section = getattr(config, name)
-            key = (name, section.model_dump_json())
-            if key not in self.done:
-                self.done[key] = identity.fill(section, self.resolver)
-            if self.done[key] is not section:
-                updates[name] = self.done[key]
-        return config.model_copy(update=updates) if updates else config
+            config = identity.fill(config.model_copy(update={"model": model.config}), self.resolver)
+            return config, config.model_dump(mode="json")
+        updates: dict[str, Any] = {"model": model.config}
+        final = {**dump, "model": model.dump}
+        for name in self.names:
+            key = (name, json.dumps(final[name], ensure_ascii=False))
+            if (found := self.filled.get(key)) is None:
+                section = updates.get(name, getattr(config, name))
+                filled = identity.fill(section, self.resolver)
+                found = self.filled[key] = (filled, final[name] if filled is section
+                                            else filled.model_dump(mode="json"))
+            updates[name], final[name] = found
+        return config.model_copy(update=updates), final
 
 
 def _reraise(exc: ConfigError, where: str, field: str | None = None) -> ConfigError:
@@ -130,39 +176,56 @@ def _count(model: ModelConfig, where: str) -> int:
 
     try:
         return count_params(model).total
-    except (RuntimeError, ValueError, OverflowError, MemoryError) as exc:
-        raise ConfigError(f"cannot build this model to count its parameters: {exc}", where=where) from None
+    except Exception as exc:  # noqa: BLE001 - a plugin's __init__ is the user's code: any failure is one line
+        plugin = model.plugin is not None
+        if not plugin and not isinstance(exc, (RuntimeError, ValueError, OverflowError, MemoryError)):
+            raise
+        raise ConfigError(_count_failure(model, exc), where=where) from None
 
 
-def _effective(config: RunConfig, variant: str, where: str, field: str | None = None) -> ModelConfig:
+def _count_failure(model: ModelConfig, exc: Exception) -> str:
+    """Why a model could not be built on the meta device (where parameters are counted without memory)."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if model.plugin is None:
+        return f"cannot build this model to count its parameters: {exc}"
+    arm = model.plugin.arm
+    if "meta" in text:
+        return (f"plugin arm {arm!r} cannot be built on the meta device, where ablate counts a model's "
+                f"parameters without allocating them ({text}): its __init__ must not read a tensor's values "
+                "(.item(), .tolist(), a shape or branch that depends on them); compute those from its Args "
+                "and cfg, or in forward")
+    return f"plugin arm {arm!r} failed while the model was built to count its parameters ({text})"
+
+
+def _effective(model: ModelConfig, variant: str, where: str, field: str | None = None) -> ModelConfig:
     from ablate.ablations.variants import apply_variant
 
     try:
-        return apply_variant(config.model, variant)
+        return apply_variant(model, variant)
     except ConfigError as exc:
         raise _reraise(exc, where, field) from None
 
 
-def _match(config: RunConfig, target_variant: str, where: str, source: str) -> tuple[RunConfig, float]:
-    """``config`` with its FFN re-widened so its total equals ``target_variant``'s under the same config (less
-    the run's plugin arm, which the target does not carry)."""
+def _match(model: ModelConfig, variant: str, target_variant: str, where: str,
+           source: str) -> tuple[ModelConfig, float]:
+    """``model`` with its FFN re-widened so its total under ``variant`` equals ``target_variant``'s on the
+    same model (less the run's plugin arm, which the target does not carry)."""
     from ablate.ablations.params import match_ffn
 
-    reference = config.model_copy(update={"model": without_variant(config.model, config.variant)})
+    reference = without_variant(model, variant)
     target = _count(_effective(reference, target_variant, source, field="match_params"), where)
-    effective = _effective(config, config.variant, where)
+    effective = _effective(model, variant, where)
     if _count(effective, where) == target:
-        return config, 0.0
+        return model, 0.0
     try:
         matched, residual = match_ffn(effective, target)
     except ConfigError as exc:
         raise _reraise(exc, where) from None
     widths = {"ffn_dim": matched.ffn_dim, "expert_dim": matched.expert_dim}
-    model = ModelConfig.model_validate({**config.model.model_dump(), **widths})
-    new = config.model_copy(update={"model": model})
-    if _count(_effective(new, new.variant, where), where) != _count(matched, where):
+    new = ModelConfig.model_validate({**model.model_dump(), **widths})
+    if _count(_effective(new, variant, where), where) != _count(matched, where):
         raise ConfigError(
-            f"match_params: variant {config.variant!r} sets the FFN width itself, so it cannot be re-widened",
+            f"match_params: variant {variant!r} sets the FFN width itself, so it cannot be re-widened",
             where=where,
         )
     return new, residual
@@ -180,7 +243,7 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
         from ablate.runner.fingerprints import Fingerprints
 
         fingerprints = Fingerprints()
-    identified = _Identified(fingerprints)
+    sections = _Sections(grid, fingerprints)
     runs: dict[str, PlannedRun] = {}
     excluded = 0
     check = identity.mentions([grid.base, grid.include, *(  # does the grid set an identity field anywhere?
@@ -191,29 +254,17 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
             from ablate.grid.ladder import budget_steps
 
             config = budget_steps(config, grid.ladder, f"{grid.source}: ladder")
-        if from_product and grid.exclude and any(_matches(config.model_dump(mode="json"), entry)
-                                                  for entry in grid.exclude):
+        dump = config.model_dump(mode="json")  # the run's one dump: its sections' keys, its id
+        if from_product and grid.exclude and any(_matches(dump, entry) for entry in grid.exclude):
             excluded += 1
             continue
-        where = f"{grid.source}: {_blame('variant', origins, grid)}"
-        if config.model.plugin is not None:  # before anything imports it: only listed modules
-            from ablate.ablations.plugins import check as check_plugin
-
-            try:
-                check_plugin(config.model.plugin, grid.plugins, config.model)
-            except ConfigError as exc:
-                raise _reraise(exc, where) from None
-        reference = _count(without_variant(config.model, config.variant), where)
-        residual = None
-        if grid.match_params is not None:
-            config, residual = _match(config, grid.match_params, where, grid.source)
-        params = _count(_effective(config, config.variant, where), where)
-        config = identified(config)
-        final = config.model_dump(mode="json")
+        model = sections.model(config, dump["model"], f"{grid.source}: {_blame('variant', origins, grid)}")
+        config, final = sections.identified(config, dump, model)
         rid, stem = run_and_stem_ids(config, final)
         if rid not in runs:
             axes = {path: get_path(final, path)[1] for path in values}
-            runs[rid] = PlannedRun(rid, config, axes, params, params - reference, residual, stem)
+            runs[rid] = PlannedRun(rid, config, axes, model.params, model.params - model.reference,
+                                   model.residual, stem)
     if not runs and excluded:
         raise ConfigError(f"exclude removes every run of the grid (all {excluded}); nothing would run: "
                           "narrow the exclude entries", where=f"{grid.source}: exclude")

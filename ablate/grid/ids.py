@@ -80,9 +80,11 @@ def _fast_key(value: Any) -> str:
 @cache
 def _fills_omitted(cls: type[BaseModel]) -> bool:
     """Does ``cls`` have a ``before``/``wrap`` model validator (which may fill an omitted field from
-    others)?"""
+    others), other than one that only spells out a shorthand (``ablate.config.shorthand``)?"""
     validators = cls.__pydantic_decorators__.model_validators.values()
-    return any(v.info.mode in ("before", "wrap") for v in validators)
+    return any(v.info.mode in ("before", "wrap")
+               and not getattr(getattr(v.func, "__func__", v.func), "__ablate_shorthand__", False)
+               for v in validators)
 
 
 @cache

@@ -125,9 +125,11 @@ class Grid:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last). Merge
-    keys (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written beside a merge overrides
-    the merged one, and only the keys written in the mapping itself are checked for repeats."""
+    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last) and
+    reads numbers as YAML 1.2 does (``_yaml_12_numbers``: ``1e-2`` is a float, as every other YAML reader of
+    today has it). Merge keys (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written
+    beside a merge overrides the merged one, and only the keys written in the mapping itself are checked for
+    repeats."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -147,6 +149,38 @@ class _StrictLoader(yaml.SafeLoader):
                     None, None, f"key {key!r} appears twice", key_node.start_mark
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+# Numbers as YAML 1.2 reads them (PyYAML reads YAML 1.1, where `1e-2` and `1.0e2` are strings, `010` is 8):
+# an int is decimal, 0o octal or 0x hex; a float has a point or an exponent (with or without its sign)
+_INT_12 = r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"
+_FLOAT_12 = (r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+             r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _yaml_12_numbers(loader: type[yaml.SafeLoader]) -> None:
+    """Make ``loader`` resolve plain scalars to ints and floats as YAML 1.2's core schema does."""
+    import re
+
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBER_TAGS]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    # ints first: the float pattern also matches a plain integer
+    loader.add_implicit_resolver(_NUMBER_TAGS[0], re.compile(_INT_12), list("-+0123456789"))
+    loader.add_implicit_resolver(_NUMBER_TAGS[1], re.compile(_FLOAT_12), list("-+0123456789."))
+    loader.add_constructor(_NUMBER_TAGS[0], _int_12)
+
+
+def _int_12(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    text = str(loader.construct_scalar(node))  # type: ignore[arg-type]
+    body = text.lstrip("+-")
+    base = {"0o": 8, "0x": 16}.get(body[:2], 10)
+    value = int(body[2:] if base != 10 else body, base)
+    return -value if text.startswith("-") else value
+
+
+_yaml_12_numbers(_StrictLoader)
 
 
 def _yaml(text: str, where: str) -> Any:
@@ -238,7 +272,7 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
     grid_axes: list[Axis] = []
     for key, values in spec.grid.items():
         _check_entry({key: None}, where=f"{source}: grid")
-        grid_axes.append(Axis((key,), tuple((v,) for v in values), "grid"))
+        grid_axes.append(_once(Axis((key,), tuple((v,) for v in values), "grid"), source))
     zip_axes: list[Axis] = []
     for i, group in enumerate(spec.zip):
         where = f"{source}: zip[{i}]"
@@ -247,7 +281,8 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
         if len(set(lengths.values())) > 1:
             sizes = ", ".join(f"{k} has {n}" for k, n in lengths.items())
             raise ConfigError(f"the lists of a zip group must have equal length: {sizes}", where=where)
-        zip_axes.append(Axis(tuple(group), tuple(zip(*group.values(), strict=True)), f"zip[{i}]"))
+        zip_axes.append(_once(Axis(tuple(group), tuple(zip(*group.values(), strict=True)), f"zip[{i}]"),
+                              source))
     # the sections' axes in the order the file writes them: the first axis varies slowest
     zip_first = "zip" in raw and "grid" in raw and list(raw).index("zip") < list(raw).index("grid")
     axes = zip_axes + grid_axes if zip_first else grid_axes + zip_axes
@@ -267,6 +302,24 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
         match_params=spec.match_params, source=source, text=text, base_origins=origins, ladder=spec.ladder,
         plugins=tuple(spec.plugins),
     )
+
+
+def _once(axis: Axis, source: str) -> Axis:
+    """``axis``, unless it lists a value twice (by value: ``1e-3`` and ``0.001`` are one): a repeated seed
+    would silently be one run, so it is an error naming the value."""
+    import json
+
+    seen: set[str] = set()
+    for row in axis.rows:
+        key = json.dumps(canonical(list(row)), sort_keys=True, default=str)
+        if key in seen:
+            what = axis.paths[0] if len(axis.paths) == 1 else f"({', '.join(axis.paths)})"
+            value = row[0] if len(row) == 1 else tuple(row)
+            listed = [r[0] for r in axis.rows] if len(axis.paths) == 1 else [tuple(r) for r in axis.rows]
+            raise ConfigError(f"{what} lists {value!r} twice ({listed}): each value once (a repeat is the "
+                              "same run)", where=f"{source}: {axis.origin}")
+        seen.add(key)
+    return axis
 
 
 def _no_repeated_paths(axes: Iterable[Axis], source: str) -> None:
@@ -307,12 +360,20 @@ def file_base(text: str) -> Any | None:
 
 
 def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:
-    """Read and check a grid file; ``sets`` are ``--set K=V`` overrides of its ``base``."""
+    """Read and check a grid file; ``sets`` are ``--set K=V`` overrides of its ``base``. A grid that lists
+    ``plugins:`` makes its folder importable for them (``ablate.ablations.plugins.beside``)."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError("no such grid file", where=source) from None
+        from ablate.studies import not_found_hint
+
+        raise ConfigError(f"no such grid file{not_found_hint(path)}", where=source) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the grid file: {exc}", where=source) from None
-    return parse_grid(text, source=source, sets=sets)
+    grid = parse_grid(text, source=source, sets=sets)
+    if grid.plugins:  # its plugin modules are found beside it
+        from ablate.ablations.plugins import beside
+
+        beside(path)
+    return grid

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ablate.reports.stats import Delta, Summary
+from ablate.stats import Delta, Summary
 
 Kind = Literal["descriptor", "measured", "paper", "delta"]
 
@@ -33,19 +33,18 @@ class Column:
     key: str
     label: str
     kind: Kind
-    better: str | None = None  # "lower" / "higher": which value is best (bold in LaTeX and HTML)
     metric: str | None = None
     paper: str | None = None
 
     @classmethod
-    def measured(cls, metric: str, label: str, better: str | None = None) -> Column:
+    def measured(cls, metric: str, label: str) -> Column:
         """The mean over seeds of the runs-table column ``metric``."""
-        return cls(metric, label, "measured", better, metric=metric)
+        return cls(metric, label, "measured", metric=metric)
 
     @classmethod
-    def of_paper(cls, paper: str, label: str, better: str | None = None) -> Column:
+    def of_paper(cls, paper: str, label: str) -> Column:
         """The paper's number from column ``paper`` of its CSV."""
-        return cls(f"paper:{paper}", label, "paper", better, paper=paper)
+        return cls(f"paper:{paper}", label, "paper", paper=paper)
 
     @classmethod
     def delta(cls, metric: str, label: str) -> Column:
@@ -78,18 +77,24 @@ class Row:
 
 @dataclass
 class Table:
-    number: int
+    """A report table: the paper's Table ``number``, or (``number`` None) another report's, named ``slug``
+    (``compare``). ``row_header`` heads the rows' labels. Bold, in every format, is a delta cell's
+    ``significant`` and nothing else."""
+
+    number: int | None
     title: str
     grid: str
     columns: list[Column]
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
-    # "G1 vs baseline (val_ppl): -0.05 ± 0.08, needs ≈ 9 seeds"
+    # "G1 vs baseline (val_ppl): -0.05 ± 0.08, needs ≈ 9 seeds (Holm over 4 comparisons in this table)"
     unresolved: list[str] = field(default_factory=list)
+    slug: str = ""
+    row_header: str = "Method"
 
     @property
     def name(self) -> str:
-        return f"table{self.number}"
+        return self.slug or f"table{self.number}"
 
     def cell(self, label: str, key: str, *, group: str | None = None) -> Cell:
         """The cell of the first row labelled ``label`` (in ``group`` when given) and column ``key``."""
@@ -97,17 +102,6 @@ class Table:
             if row.label == label and (group is None or row.group == group):
                 return row.cells.get(key, Cell())
         raise KeyError(f"no row {label!r} in {self.name}")
-
-    def best(self, key: str) -> float | None:
-        """The best value of a column (per its ``better``), over cells with a number."""
-        col = next((c for c in self.columns if c.key == key), None)
-        if col is None or col.better is None:
-            return None
-        values = [v for r in self.rows if key in r.cells
-                  if isinstance(v := r.cells[key].value, float | int) and math.isfinite(v)]
-        if not values:
-            return None
-        return min(values) if col.better == "lower" else max(values)
 
 
 def fmt_num(x: float, d: int) -> str:
@@ -164,14 +158,28 @@ def summary_cell(s: Summary, d: int, usual_n: int) -> Cell:
 
 
 def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
-    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its 95% CI; ``(n=1)`` with one pair (no
-    interval); significant when the delta is resolved after its family's correction (``stats.correct``)."""
+    """``-0.12 [-0.15, -0.09]``: the paired mean difference and its 95% CI (a ratio: ``×0.52 [0.40, 0.67]``,
+    the geometric mean of the paired ratios); ``(n=1)`` with one pair (no interval); significant when the
+    delta is resolved after its family's correction (``stats.correct``) or at the look that decided it."""
     if delta.mean is None:
         return Cell()
-    text = f"{delta.mean:+.{d}f}"
-    if delta.lo is not None:
-        text += f" [{delta.lo:+.{d}f}, {delta.hi:+.{d}f}]"
+    if delta.scale == "log":
+        d = 3  # a ratio reads the same whatever its metric's unit
+        text = f"×{delta.mean:.{d}f}"
+        if delta.lo is not None and delta.hi is not None:
+            text += f" [{delta.lo:.{d}f}, {delta.hi:.{d}f}]"
+    else:
+        text = f"{delta.mean:+.{d}f}"
+        if delta.lo is not None:
+            text += f" [{delta.lo:+.{d}f}, {delta.hi:+.{d}f}]"
+    said = []
     if delta.n == 1 or delta.n != usual_n:
-        text += f" (n={delta.n})"
+        said.append(f"n={delta.n}")
+    if delta.decision is not None:  # --until-resolved decided it: read at that look
+        said.append(f"look {delta.decision.last_look} of {len(delta.decision.plan)}")
+    if delta.identical:
+        said.append("identical")
+    if said:
+        text += f" ({', '.join(said)})"
     return Cell(text, delta.mean, None, delta.n, 0, delta.lo, delta.hi, delta.p, delta.p_adj,
                 delta.p_adj is not None and delta.resolved)

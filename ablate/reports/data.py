@@ -18,6 +18,7 @@ from ablate.reports.rows import RESULT_STATUSES, context_key
 from ablate.reports.spec import VariantInfo, catalogue_info
 
 if TYPE_CHECKING:
+    from ablate.sequential import Decision
     from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class GridData:
     """A grid's runs (CLI.md's columns; every status) and, for its finished runs, curves, probes, histograms,
-    events; the variant catalogue; and ``added_params(variant)`` at the grid's scale."""
+    events; the variant catalogue; ``added_params(variant)`` at the grid's scale; the config paths the grid
+    varies (``axes``); and what ``ablate run --until-resolved`` decided for its comparisons (``decisions``,
+    read by every report at the look that decided them)."""
 
     grid: str
     runs: Any
@@ -36,6 +39,8 @@ class GridData:
     events: Any
     catalogue: Mapping[str, VariantInfo] = field(default_factory=dict)
     added_params: Callable[[str], int | None] | None = None
+    axes: list[str] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
 
     @property
     def finished(self) -> Any:
@@ -70,8 +75,8 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
     from ablate.reports.configs import one_configuration
 
     name = resolve_grid(list(store.grids()), grid)
-    runs, left_out = one_configuration(current_runs(store, name, where=where, warn=warn),
-                                       store.grid_axes(name), grid=name)
+    axes = store.grid_axes(name)
+    runs, left_out = one_configuration(current_runs(store, name, where=where, warn=warn), axes, grid=name)
     if left_out is not None:
         log.info(left_out)
         if warn is not None:
@@ -81,7 +86,8 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
         grid=name, runs=runs,
         curves=store.curves(run_ids=done, metrics=["loss"]),
         probes=store.probes(run_ids=done), histograms=store.histograms(run_ids=done),
-        events=store.events(run_ids=done), catalogue=catalogue_info(),
+        events=store.events(run_ids=done), catalogue=catalogue_info(), axes=list(axes),
+        decisions=store.decisions(name),
     )
     data.added_params = _added_params_at_scale(runs)
     log.info("grid %s: %d runs (%d finished)", name, len(runs), len(done))

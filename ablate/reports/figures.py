@@ -2,7 +2,9 @@
 
 Each figure is written even when the grid lacks its data (then it says so on the canvas), so a report always
 has the same seven files. Per-layer values are means over the seeds of a variant, at the grid's most common
-configuration; Figure 1 uses the largest learning rate both arms ran at.
+configuration; Figure 1 uses the largest learning rate its arms ran at. An arm the catalogue does not know (a
+plugin arm: the researcher's own) is drawn beside the paper's first two, never cut for want of room, and has
+its loss curve in Figure 1 beside the baseline's and G1's.
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ def _plt() -> Any:
 
 
 def _ordered_variants(data: GridData, variants: list[str]) -> list[str]:
-    def rank(v: str) -> tuple[int, str]:
-        refs = data.catalogue[v].paper if v in data.catalogue else ()
-        hits = [PRIORITY.index(r) for r in refs if r in PRIORITY]
+    def rank(v: str) -> tuple[float, str]:
+        if v not in data.catalogue:  # the researcher's own arm: right after the baseline and G1
+            return (1.5, v)
+        hits = [PRIORITY.index(r) for r in data.catalogue[v].paper if r in PRIORITY]
         return (min(hits) if hits else len(PRIORITY), v)
 
     return sorted(set(variants), key=rank)
+
+
+def own_arms(data: GridData, runs: Any) -> list[str]:
+    """The arms of ``runs`` the catalogue does not know (plugin arms), by name."""
+    return sorted({str(v) for v in runs["variant"]} - set(data.catalogue)) if len(runs) else []
 
 
 def _modal_runs(data: GridData) -> Any:
@@ -107,8 +115,9 @@ def _integer_ticks(axis: Any) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
+def _save(fig: Any, path: Path, *, layout: bool = True) -> Path:
+    if layout:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     _plt().close(fig)
     return path
@@ -126,17 +135,18 @@ def ema(values: list[float], coeff: float = EMA) -> list[float]:
     return out
 
 
-def fig1(data: GridData, path: Path) -> Path:
-    """Training loss, baseline vs SDPA-gated (EMA 0.9), loss spikes marked; at the largest LR both ran."""
+def draw_fig1(data: GridData) -> Any:
+    """Training loss, baseline vs SDPA-gated and any plugin arm (EMA 0.9), loss spikes marked; at the largest
+    LR that most of these arms ran. A matplotlib Figure."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     runs = data.finished
     base, gated = _variant_of(data, "table1:1"), _variant_of(data, "table1:5")
-    pick = runs[runs["variant"].isin([base, gated])] if len(runs) else runs
+    shown = [base, gated, *own_arms(data, runs)]
+    pick = runs[runs["variant"].isin(shown)] if len(runs) else runs
     if len(pick) and "train.lr" in pick:
-        both = pick.groupby("train.lr")["variant"].nunique()
-        lrs = both[both == 2].index if (both == 2).any() else both.index
-        pick = pick[pick["train.lr"] == max(lrs)]
+        arms = pick.groupby("train.lr")["variant"].nunique()
+        pick = pick[pick["train.lr"] == max(arms.index, key=lambda lr: (arms[lr], lr))]
     c = data.curves
     curves = c[c["run_id"].isin(set(pick["run_id"])) & (c["metric"] == "loss")] if len(c) else c
     if not len(curves):
@@ -144,7 +154,8 @@ def fig1(data: GridData, path: Path) -> Path:
     else:
         ev = data.events
         spikes = ev[ev["kind"] == "loss_spike"] if len(ev) else ev
-        colors = {base: "tab:blue", gated: "tab:orange"}
+        colors = {base: "tab:blue", gated: "tab:orange"} | {
+            v: f"C{i + 2}" for i, v in enumerate(own_arms(data, pick))}
         seen: set[str] = set()
         for _, r in pick.sort_values(["variant", "seed"]).iterrows():
             cur = curves[curves["run_id"] == r["run_id"]].sort_values("step")
@@ -169,7 +180,12 @@ def fig1(data: GridData, path: Path) -> Path:
         ax.grid(alpha=0.3)
     if not len(curves):
         ax.set_title(f"Training loss (EMA {EMA})")
-    return _save(fig, path)
+    return fig
+
+
+def fig1(data: GridData, path: Path) -> Path:
+    """Figure 1 (``draw_fig1``) as a PNG file."""
+    return _save(draw_fig1(data), path)
 
 
 def fig2(data: GridData, path: Path) -> Path:
@@ -235,36 +251,88 @@ def fig4(data: GridData, path: Path) -> Path:
     return _save(fig, path)
 
 
-def fig5(data: GridData, path: Path) -> Path:
-    """Share of SDPA output values below 1e-2 and 1e-3 after the gate, with the mean-score control."""
+def draw_fig5(data: GridData) -> Any:
+    """Figure 5 as a matplotlib Figure: its one legend below both panels, off the data."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
     for ax, t in zip(axes, ("1e-2", "1e-3"), strict=True):
         post = per_layer(data, f"frac_below_{t}_post", gated_only=True, limit=MAX_PANELS)
         scaled = per_layer(data, f"frac_below_{t}_scaled", gated_only=True, limit=MAX_PANELS)
         _lines(ax, post, ylabel=f"share of |Y'| < {t}", what=f"frac_below_{t} probe values", suffix=" gated")
         for v, s in scaled.items():
             ax.plot(s.index, s.values, ":", label=f"{v} mean-score control")
-        if scaled:
-            ax.legend(fontsize=7)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
         ax.set_title(f"SDPA output below {t}")
+    found: dict[str, Any] = {}  # label -> handle, over both panels
+    for a in axes:
+        for h, label in zip(*a.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, h)
+    labels, handles = list(found), list(found.values())
+    bottom = 0.0
+    if handles:
+        rows = -(-len(handles) // 2)
+        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
+        bottom = 0.05 + 0.045 * rows
     fig.suptitle("Sparsity of the gated SDPA output (control: pre-gate values x mean gate score)")
-    return _save(fig, path)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return fig
 
 
-def fig6(data: GridData, path: Path) -> Path:
-    """M-Act (max |hidden state|) and F-Attn per layer across configurations."""
+def fig5(data: GridData, path: Path) -> Path:
+    """Share of SDPA output values below 1e-2 and 1e-3 after the gate, with the mean-score control."""
+    return _save(draw_fig5(data), path, layout=False)
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Round values to label a log axis between ``lo`` and ``hi`` (> 0): 1, 2 and 5 times the powers of ten
+    in the range, or, where fewer than three fall in it, four points spaced evenly on the log scale, rounded
+    to two significant digits. Matplotlib's own labels only powers of ten, which a range inside one decade
+    never reaches.
+
+    >>> log_ticks(40, 160), log_ticks(3, 700)
+    ([50.0, 100.0], [5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0])
+    """
+    import math
+
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    if len(ticks) >= 2 or hi <= lo:
+        return ticks
+    step = (math.log10(hi) - math.log10(lo)) / 3
+    return [float(f"{10 ** (math.log10(lo) + i * step):.2g}") for i in range(4)]
+
+
+def _label_log_axis(ax: Any, series: dict[str, Any]) -> None:
+    """A log y axis whose labelled ticks sit where the lines are (``log_ticks``)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    values = [float(v) for s in series.values() for v in s.values if v > 0]
+    if not values:
+        return
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(FixedLocator(log_ticks(min(values), max(values))))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def draw_fig6(data: GridData) -> Any:
+    """Figure 6 as a matplotlib Figure."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     m = per_layer(data, "m_act")
-    _lines(axes[0], m, ylabel="max |hidden state|", what="M-Act probe values")
-    if m:
-        axes[0].set_yscale("log")
+    _lines(axes[0], m, ylabel="max |hidden state| (log scale)", what="M-Act probe values")
+    _label_log_axis(axes[0], m)
     axes[0].set_title("Massive activations: M-Act per layer")
     _lines(axes[1], per_layer(data, "f_attn"), ylabel="attention on the first token",
            what="F-Attn probe values")
     axes[1].set_title("Attention sink: F-Attn per layer")
-    return _save(fig, path)
+    return fig
+
+
+def fig6(data: GridData, path: Path) -> Path:
+    """M-Act (max |hidden state|) and F-Attn per layer across configurations."""
+    return _save(draw_fig6(data), path)
 
 
 def fig7(data: GridData, path: Path) -> Path:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.reports.stats import BOOTSTRAP_SEED, CI_LEVEL
+from ablate.stats import BOOTSTRAP_SEED, CI_LEVEL
 
 DRAWS = 1000
 MIN_RUNGS = 4  # three parameters, and one rung to spare to see whether the curve bends the way the law says

@@ -256,7 +256,7 @@ def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", gri
 
 def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[Target],
                  top: float) -> dict[str, Any]:
-    from ablate.reports.stats import paired_delta
+    from ablate.stats import paired_delta
 
     law, fits, reliable = s["law"], s["fits"], not s["problems"]
     enough = len(s["seeds"]) >= MIN_SEEDS

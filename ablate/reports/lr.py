@@ -122,8 +122,8 @@ def lr_table(studies: list[StudyLR], grid: str) -> LRTable:
     metric = studies[0].metric if studies else "val_ppl"
     param = studies[0].param if studies else "train.lr"
     columns = [Column("best", f"best {param}", "measured"),
-               Column(metric, f"{metric} at best", "measured", better="lower"),
-               Column("max_stable", "largest stable", "measured", better="higher"),
+               Column(metric, f"{metric} at best", "measured"),
+               Column("max_stable", "largest stable", "measured"),
                Column("first_unstable", "first unstable", "measured"),
                Column("trials", "trials", "descriptor")]
     rows = []

@@ -14,7 +14,7 @@ from ablate.reports.cells import Table
 from ablate.reports.figures import FIGURES
 from ablate.reports.render import html_document, to_html
 from ablate.reports.scorecard import Verdict, scorecard_html
-from ablate.reports.stats import DEFAULT, Stats
+from ablate.stats import DEFAULT, Stats
 
 FIGURE_CAPTIONS = {
     1: "Figure 1: training loss, baseline vs SDPA-gated (EMA 0.9), loss spikes marked",
@@ -34,9 +34,10 @@ def _img(path: Path) -> str:
 
 def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdicts: list[Verdict], *,
                 counts: dict[str, int] | None = None, sections: Sequence[str] = (),
-                stats: Stats = DEFAULT) -> str:
-    """The whole report as one HTML document; figures are read from ``figures`` and embedded. ``sections``:
-    extra HTML sections appended at the end (``ablate tune``'s learning-rate report)."""
+                stats: Stats = DEFAULT, compare: Table | str | None = None) -> str:
+    """The whole report as one HTML document; figures are read from ``figures`` and embedded. ``compare``:
+    every arm against the reference (``report compare``'s table), or the line saying why there is none.
+    ``sections``: extra HTML sections appended at the end (``ablate tune``'s learning-rate report)."""
     e = html.escape
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     status = ", ".join(f"{n} {s}" for s, n in sorted((counts or {}).items()))
@@ -45,7 +46,11 @@ def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdic
         f'<p class="note">ablate {e(__version__)}, {e(when)}. Runs: {e(status or "none")}. Cells: mean ± std '
         "over seeds (n where it differs); '-' = diverged; Δ = paired difference to the baseline "
         "(same config and seed) with its 95% CI (the method, n and family correction are under each "
-        "table; bold: significant after the correction).</p>",
+        "table; bold: significant after the correction, or at the --until-resolved look that decided it, "
+        "and nothing else).</p>",
+        '<section id="compare-section"><h2>Every arm against the reference</h2>',
+        to_html(compare) if isinstance(compare, Table) else f'<p class="note">{e(compare or "")}</p>',
+        "</section>",
         '<section id="scorecard-section"><h2>Scorecard</h2>',
         scorecard_html(verdicts, stats),
         "</section>",

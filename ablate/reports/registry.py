@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.reports.spec import TABLES
-from ablate.reports.stats import DEFAULT, Stats
+from ablate.stats import DEFAULT, Stats
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -34,6 +34,8 @@ class Request:
     warn: Callable[[str], None] | None = None
     stats: Stats = DEFAULT
     target: str = "paper"  # ladder: where to predict
+    reference: str | None = None  # compare (and all's compare table): the reference arm; None: baseline
+    metrics: tuple[str, ...] = ()  # compare: the metrics shown; empty: every one the runs have
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,13 @@ def _scorecard(store: Store, r: Request) -> Output:
     return Output(report_scorecard(store, grid=r.grid, fmt=r.fmt, where=r.where, warn=r.warn, stats=r.stats))
 
 
+def _compare(store: Store, r: Request) -> Output:
+    from ablate.reports.api import report_compare
+
+    return Output(report_compare(store, grid=r.grid, reference=r.reference, metrics=r.metrics, fmt=r.fmt,
+                                 where=r.where, warn=r.warn, stats=r.stats))
+
+
 def _ladder(store: Store, r: Request) -> Output:
     from ablate.reports.ladder import report_ladder
 
@@ -100,11 +109,14 @@ def _all(store: Store, r: Request) -> Output:
     from ablate.reports.api import PAGE, report_all
 
     out = r.out or DEFAULT_DIR
-    written = report_all(store, out, grid=r.grid, paper=r.paper, where=r.where, warn=r.warn, stats=r.stats)
+    written = report_all(store, out, grid=r.grid, paper=r.paper, where=r.where, warn=r.warn, stats=r.stats,
+                         reference=r.reference, metrics=r.metrics)
     return Output(note=f"wrote {len(written)} files to {out}: {out / PAGE}")
 
 
 REPORTS: dict[str, Report] = {
+    "compare": Report("compare", "every arm of the grid (plugin arms too) against a reference, per cell and "
+                      "metric: paired Δ, corrected p, n, seeds needed, the pairing's correlation", _compare),
     **{f"table{n}": Report(f"table{n}", f"the paper's Table {n}", _table(n), table=n) for n in TABLES},
     "lr": Report("lr", "ablate tune's table: best and largest stable learning rate per arm", _lr),
     "scorecard": Report("scorecard", "the paper's claims: verdicts with CIs, corrected together", _scorecard),

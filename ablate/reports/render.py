@@ -1,8 +1,13 @@
-"""A Table as markdown, LaTeX (booktabs, best per column in bold), CSV (unformatted numbers) or HTML.
+"""A Table as markdown, LaTeX (booktabs), CSV (unformatted numbers) or HTML.
 
-A delta is bold in every format only when it is significant after the table's family correction; the notes
-under the table say which method, n and correction, then one line per unresolved delta with the seeds it
-needs.
+Bold means one thing in every format: a delta that is significant after the table's family correction (or
+at the ``--until-resolved`` look that decided it). No other number is ever bold, the best of a column
+included: on a grid where nothing is significant, nothing is bold. The notes under the table say which
+method, n and correction, then one line per unresolved delta with the seeds it needs and the family it was
+worked out for.
+
+HTML tables wrap rather than run off the page: text cells wrap at spaces, and a number cell breaks only
+between its parts (the mean, its interval, its notes), never inside a number.
 
 Renderers only read the Table; every number was formatted (or kept raw, for CSV) by the builder.
 """
@@ -36,7 +41,8 @@ def render(table: Table, fmt: str = "markdown") -> str:
 
 
 def caption(table: Table) -> str:
-    return f"Table {table.number}: {table.title}" + (f", grid '{table.grid}'" if table.grid else "")
+    head = f"Table {table.number}: {table.title}" if table.number is not None else table.title
+    return head + (f", grid '{table.grid}'" if table.grid else "")
 
 
 def _segments(table: Table) -> Iterator[str | Row]:
@@ -49,12 +55,9 @@ def _segments(table: Table) -> Iterator[str | Row]:
         yield row
 
 
-def _is_best(table: Table, col: Column, cell: Cell, best: dict[str, float | None]) -> bool:
-    if col.kind == "delta":
-        return cell.significant
-    b = best.get(col.key)
-    return (b is not None and col.kind in ("measured", "paper") and isinstance(cell.value, float | int)
-            and math.isclose(float(cell.value), b))
+def bold(col: Column, cell: Cell) -> bool:
+    """What is bold, in every format: a delta that is significant after its correction, nothing else."""
+    return col.kind == "delta" and cell.significant and bool(cell.text)
 
 
 # ---------------------------------------------------------------- markdown
@@ -66,15 +69,14 @@ def to_markdown(table: Table) -> str:
     """A pipe table: group headers as bold rows, notes under it."""
     cols = table.columns
     lines = [f"**{_md(caption(table))}**", "",
-             "| " + " | ".join(["Method", *(_md(c.label) for c in cols)]) + " |",
+             "| " + " | ".join([table.row_header, *(_md(c.label) for c in cols)]) + " |",
              "| " + " | ".join(["---"] + ["---:" if c.kind != "descriptor" else "---" for c in cols]) + " |"]
     for row in _segments(table):
         if isinstance(row, str):  # a group header
             lines.append("| " + " | ".join([f"**{_md(row)}**"] + [""] * len(cols)) + " |")
         else:
             texts = [_md(row.cells[c.key].text) for c in cols]
-            texts = [f"**{t}**" if t and c.kind == "delta" and row.cells[c.key].significant else t
-                     for c, t in zip(cols, texts, strict=True)]
+            texts = [f"**{t}**" if bold(c, row.cells[c.key]) else t for c, t in zip(cols, texts, strict=True)]
             lines.append("| " + " | ".join([_md(row.label), *texts]) + " |")
     lines += [""] + [f"*{_md(n)}*" for n in [*table.notes, *table.unresolved]]
     return "\n".join(lines).rstrip() + "\n"
@@ -91,14 +93,14 @@ def tex_escape(text: str) -> str:
 
 
 def to_latex(table: Table) -> str:
-    """A booktabs ``table`` float (needs ``\\usepackage{booktabs}``), best value per column in bold."""
+    """A booktabs ``table`` float (needs ``\\usepackage{booktabs}``), significant deltas in bold."""
     cols = table.columns
-    best = {c.key: table.best(c.key) for c in cols}
     spec = "l" + "".join("l" if c.kind == "descriptor" else "r" for c in cols)
     out = [f"% ablate {table.name}" + (f", grid {table.grid}" if table.grid else ""), r"\begin{table}[t]",
            r"\centering", r"\small", f"\\caption{{{tex_escape(caption(table))}}}",
            f"\\label{{tab:ablate-{table.name}}}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
-           " & ".join(["Method", *(tex_escape(c.label) for c in cols)]) + r" \\", r"\midrule"]
+           " & ".join([tex_escape(table.row_header), *(tex_escape(c.label) for c in cols)]) + r" \\",
+           r"\midrule"]
     first = True
     for row in _segments(table):
         if isinstance(row, str):  # a group header
@@ -110,7 +112,7 @@ def to_latex(table: Table) -> str:
             for c in cols:
                 cell = row.cells[c.key]
                 text = tex_escape(cell.text)
-                cells.append(f"\\textbf{{{text}}}" if text and _is_best(table, c, cell, best) else text)
+                cells.append(f"\\textbf{{{text}}}" if bold(c, cell) else text)
             out.append(" & ".join([tex_escape(row.label), *cells]) + r" \\")
         first = False
     out += [r"\bottomrule", r"\end{tabular}"]
@@ -164,13 +166,16 @@ def to_csv(table: Table) -> str:
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1300px;color:#222;
   padding:0 1rem}
-table.ablate{border-collapse:collapse;margin:1rem 0;font-size:.9rem}
+table.ablate{border-collapse:collapse;margin:1rem 0;font-size:.9rem;max-width:100%}
 table.ablate caption{text-align:left;font-weight:600;padding:.3rem 0}
 table.ablate th,table.ablate td{padding:.25rem .6rem;border-bottom:1px solid #ddd;text-align:right;
-  white-space:nowrap}
+  vertical-align:top;overflow-wrap:break-word}
+table.ablate .nw{white-space:nowrap}
 table.ablate td.descriptor,table.ablate th.method,table.ablate td.method{text-align:left}
+table.ablate td.method{min-width:9rem}
+table.ablate th.descriptor{text-align:left}
 table.ablate thead th{border-bottom:2px solid #333}
-table.ablate tr.group th{text-align:left;font-style:italic;background:#f4f4f4}
+table.ablate tr.group th{text-align:left;font-style:italic;font-weight:normal;background:#f4f4f4}
 table.ablate td.paper{color:#777}
 p.note{color:#666;font-size:.85rem}
 .holds{color:#1a7f37;font-weight:600}.contradicted{color:#b42318;font-weight:600}.unclear{color:#9a6700;font-weight:600}
@@ -178,14 +183,28 @@ div.table-wrap{overflow-x:auto}figure{margin:1.5rem 0}figure img{max-width:100%}
 """
 
 
+def wrappable(text: str) -> str:
+    """A number cell's text as HTML that breaks only between its parts: before an interval ``[..]``, a
+    spread ``± ..`` or a note ``(..)``, never inside a number.
+
+    >>> wrappable("-0.20 [-0.25, -0.15] (n=4)")
+    '<span class="nw">-0.20</span> <span class="nw">[-0.25, -0.15]</span> <span class="nw">(n=4)</span>'
+    """
+    import re
+
+    parts = [p for p in re.split(r" (?=[\[(±])", text) if p]
+    return " ".join(f'<span class="nw">{html.escape(p)}</span>' for p in parts)
+
+
 def to_html(table: Table) -> str:
-    """An HTML ``<table class="ablate" id="tableN">`` fragment (best value per column in <strong>)."""
+    """An HTML ``<table class="ablate" id="...">`` fragment (significant deltas in <strong>)."""
     cols = table.columns
-    best = {c.key: table.best(c.key) for c in cols}
     e = html.escape
+    number = f' data-table="{table.number}"' if table.number is not None else ""
     out = ['<div class="table-wrap">',
-           f'<table class="ablate" id="{table.name}" data-table="{table.number}">',
-           f"<caption>{e(caption(table))}</caption>", "<thead><tr>", '<th class="method">Method</th>']
+           f'<table class="ablate" id="{table.name}"{number}>',
+           f"<caption>{e(caption(table))}</caption>", "<thead><tr>",
+           f'<th class="method">{e(table.row_header)}</th>']
     out += [f'<th class="{c.kind}">{e(c.label)}</th>' for c in cols]
     out += ["</tr></thead>", "<tbody>"]
     for row in _segments(table):
@@ -195,8 +214,8 @@ def to_html(table: Table) -> str:
         tds = []
         for c in cols:
             cell = row.cells[c.key]
-            text = e(cell.text)
-            if text and _is_best(table, c, cell, best):
+            text = e(cell.text) if c.kind == "descriptor" else wrappable(cell.text)
+            if bold(c, cell):
                 text = f"<strong>{text}</strong>"
             tds.append(f'<td class="{c.kind}">{text}</td>')
         out.append(f'<tr><td class="method">{e(row.label)}</td>{"".join(tds)}</tr>')

@@ -200,14 +200,20 @@ def _setting_of(r: Any) -> tuple:
     return tuple(_hashable(r.get(c)) for c in SETTING_FIELDS)
 
 
-def _setting_label(setting: tuple, runs: Any) -> str:
+def _setting_label(setting: tuple, runs: Any, reference: list[str]) -> str:
+    """A setting's group header: its depth, the reference arm's parameters (the baseline's, not a median
+    over arms that add parameters; any run's when the setting has no reference run), tokens, batch size."""
     s = dict(zip(SETTING_FIELDS, setting, strict=True))
     tokens = None
     if "tokens" in runs and runs["tokens"].notna().any():
         tokens = float(runs["tokens"].max())
     elif None not in (s["train.steps"], s["train.batch_size"], s["data.seq_len"]):
         tokens = float(s["train.steps"]) * float(s["train.batch_size"]) * float(s["data.seq_len"])
-    params = float(runs["params"].median()) if "params" in runs and runs["params"].notna().any() else None
+    params = None
+    if "params" in runs:
+        own = runs.loc[runs["variant"].isin(reference), "params"].dropna()
+        counted = own if len(own) else runs["params"].dropna()
+        params = float(counted.mode().iloc[0]) if len(counted) else None
     parts = [f"{s['model.n_layers']} Layer" if s["model.n_layers"] is not None else None,
              f"{fmt_count(params)} Parameters" if params else None,
              f"{fmt_count(tokens)} Tokens" if tokens else None,
@@ -234,7 +240,8 @@ def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
     for gi in range(max(len(paper_settings), len(ordered))):
         grid_setting = ordered[gi] if gi < len(ordered) else None
         sruns = runs[runs["run_id"].isin(settings[grid_setting])] if grid_setting else runs.iloc[0:0]
-        label = _setting_label(grid_setting, sruns) if grid_setting else paper_settings[gi]
+        label = (_setting_label(grid_setting, sruns, method_variants[methods[0]]) if grid_setting
+                 else paper_settings[gi])
         grid_lrs = sorted({float(x) for x in sruns.get("train.lr", [])})
         in_paper = [p for p in prows if gi < len(paper_settings) and p["setting"] == paper_settings[gi]]
         paper_lrs = sorted({lr for p in in_paper if (lr := paper_number(p["max_lr"])) is not None})  # all are

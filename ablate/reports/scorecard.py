@@ -12,39 +12,44 @@ A claim names the arms it is about by their catalogue refs (``tableN:R``) and is
 - ``stability``: at the configurations (learning rates) where some run of either arm diverged (``survival``)
   or diverged or recorded a loss spike (``trouble``), the paired share of runs that trained through.
 
-Every claim is read by ``stats.py``, the machinery the tables use: paired t p-values, corrected over the
-scorecard's claims together (Holm by default). A claim *holds* when its corrected p is below 0.05 on the side
-the paper reports, is *contradicted* when it is below 0.05 on the other side. Anything else is *not enough
-evidence*, and the detail says why: an arm missing, one pair only, or the seeds too few for the effect
-observed ("needs ≈ N seeds"). Only done runs are measured; a diverged run counts in the stability claims only.
-The probe claims (F-Attn, M-Act, gate scores: the paper's Table 4, measured at one training setting) read the
-grid's most common configuration, as Table 4 does, so a high-learning-rate arm added for the stability claims
-does not mix in; the PPL claims pair runs at every configuration.
+Every claim is read by ``ablate.stats``, the machinery the tables use: paired t p-values, corrected over
+the scorecard's claims together (Holm by default); a claim whose pairs ``ablate run --until-resolved``
+decided is read at the look that decided it (``reports.verdict``). Each paired claim also says what the
+pairing did: the arms' correlation across seeds and how many unpaired seeds it was worth. A claim *holds*
+when its corrected p is below 0.05 on the side the paper reports, is *contradicted* when it is below 0.05 on
+the other side. Anything else is *not enough evidence*, and the detail says why: an arm missing, one pair
+only, or the seeds too few for the effect observed ("needs ≈ N seeds", and the family it was worked out
+for). Only done runs are measured; a diverged run counts in the stability claims only. The probe claims
+(F-Attn, M-Act, gate scores: the paper's Table 4, measured at one training setting) read the grid's most
+common configuration, as Table 4 does, so a high-learning-rate arm added for the stability claims does not
+mix in; the PPL claims pair runs at every configuration.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ablate.reports.render import wrappable
 from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
-from ablate.reports.stats import (
-    CORRECTION_NAMES,
+from ablate.reports.verdict import paired
+from ablate.sequential import Decision
+from ablate.stats import (
     DEFAULT,
     EMPTY,
     Delta,
     Stats,
     correct,
+    family_of,
     family_size,
     level,
     method_note,
     needs,
     needs_text,
     paired_delta,
-    paired_ratio,
 )
 
 HOLDS, CONTRADICTED, UNCLEAR = "holds", "contradicted", "not enough evidence"
@@ -137,6 +142,7 @@ class Verdict:
     basis: str = ""  # what was measured (the detail before the verdict's reason)
     where: str = ""  # the configuration a probe claim was read at
     needs: int | None = None  # seeds to resolve the observed effect, for a claim without enough evidence
+    family: str = ""  # what its p was corrected over: "Holm over 12 comparisons in this scorecard"
 
     def _fmt(self, x: float) -> str:
         digits = 2 if self.claim.kind == "ratio" else _DIGITS.get(self.claim.metric, 3)
@@ -157,16 +163,27 @@ class Verdict:
         d = self.delta
         return "" if d.lo is None or d.hi is None else f"[{self._fmt(d.lo)}, {self._fmt(d.hi)}]"
 
+    @property
+    def pairing(self) -> str:
+        """What pairing by seed did: the arms' correlation and the unpaired seeds it was worth (paired
+        claims with 3 pairs or more)."""
+        p = self.delta.pairing
+        return p.text() if p is not None and self.claim.kind in ("delta", "ratio") else ""
+
     def as_dict(self) -> dict[str, Any]:
         """The JSON row: ``claim`` (its text), ``effect`` (a number or None), ``ci`` ([lo, hi] or None),
         ``n``, ``verdict``, ``detail``, plus the claim's ``key``, ``kind``, ``metric`` and the ``paper``'s
         numbers."""
         d = self.delta
+        paired_ = d.pairing if self.pairing else None
         return {"key": self.claim.key, "claim": self.claim.text, "effect": d.mean,
                 "ci": None if d.lo is None else [d.lo, d.hi], "n": d.n, "verdict": self.verdict,
                 "detail": self.detail, "kind": self.claim.kind, "metric": self.claim.metric,
                 "paper": self.claim.paper, "p": d.p, "p_adj": d.p_adj, "p_perm": d.p_perm, "method": d.method,
-                "needs_seeds": self.needs}
+                "needs_seeds": self.needs, "family": self.family,
+                "correlation": paired_.r if paired_ else None,
+                "worth_unpaired_seeds": paired_.worth if paired_ else None,
+                "resolved_at_look": d.decision.look if d.decision else None}
 
 
 def _variant(catalogue: Mapping[str, VariantInfo], ref: str) -> str | None:
@@ -193,21 +210,23 @@ def decide(v: Verdict, stats: Stats = DEFAULT, m: int = 1) -> Verdict:
     d, where, n = v.delta, f" (at {v.where})" if v.where else "", None
     if not v.basis:  # an arm or the pairs are missing: the detail says which
         return v
+    family = family_of(d, stats, m, "in this scorecard") if d.p is not None else ""
+    decided = f"; {d.decision.reading()}" if d.decision is not None else ""
     if d.resolved and d.sign == _expected_side(v.claim):
-        verdict, reason = HOLDS, ""
+        verdict, reason = HOLDS, decided
     elif d.resolved and d.sign == -_expected_side(v.claim):
-        verdict, reason = CONTRADICTED, ""
+        verdict, reason = CONTRADICTED, decided
     elif d.n < 2:
         verdict, reason = UNCLEAR, "; n=1: a confidence interval needs at least two"
     else:
         n = needs(d, stats, m)
-        n = max(n, d.n + 1) if n is not None else None
         line = _line_value(v.claim)
         no_ci_or_crosses = d.lo is None or d.hi is None or d.lo <= line <= d.hi  # lo and hi: both or neither
         crosses = (f"the CI crosses {_line(v.claim)}" if no_ci_or_crosses else
-                   f"not significant after {CORRECTION_NAMES[stats.correction]} over {m} claims")
-        verdict, reason = UNCLEAR, f"; {crosses}; not enough evidence: {needs_text(n)}"
-    return replace(v, verdict=verdict, detail=f"{v.basis}{reason}{where}", needs=n)
+                   f"not significant after {family}")
+        verdict, reason = UNCLEAR, (f"{decided}; {crosses}; not enough evidence: {needs_text(n, d)} "
+                                    f"({family})")
+    return replace(v, verdict=verdict, detail=f"{v.basis}{reason}{where}", needs=n, family=family)
 
 
 def _line_value(claim: Claim) -> float:
@@ -231,20 +250,20 @@ def can_be_tested(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo])
 
 
 def evaluate_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo], *,
-                   stats: Stats = DEFAULT) -> Verdict:
+                   stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> Verdict:
     """One claim's verdict over the runs frame (every status; done runs are measured, diverged ones count in
     the stability claims), as a family of one; ``scorecard`` corrects the claims together."""
-    return decide(measure_claim(claim, runs, catalogue, stats=stats), stats)
+    return decide(measure_claim(claim, runs, catalogue, stats=stats, decisions=decisions), stats)
 
 
 def measure_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo], *,
-                  stats: Stats = DEFAULT) -> Verdict:
+                  stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> Verdict:
     """A claim measured, before its verdict (``decide`` gives it, from the family's corrected p)."""
     treat_v, ref_v = arms(claim, catalogue)
     where = ""
     if claim.modal:
         runs, _, where = modal_context(runs)
-    return replace(_evaluate(claim, runs, treat_v, ref_v, stats), where=where)
+    return replace(_evaluate(claim, runs, treat_v, ref_v, stats, decisions), where=where)
 
 
 def _missing(claim: Claim, treat_v: str | None, ref_v: str | None, detail: str) -> Verdict:
@@ -255,7 +274,8 @@ def _measured(claim: Claim, treat_v: str | None, ref_v: str | None, delta: Delta
     return Verdict(claim, treat_v, ref_v, delta, UNCLEAR, basis, basis)
 
 
-def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None, stats: Stats) -> Verdict:
+def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None, stats: Stats,
+              decisions: Sequence[Decision]) -> Verdict:
     runs = runs[runs["status"].isin(RESULT_STATUSES)] if len(runs) else runs
     treat = runs[runs["variant"] == treat_v] if len(runs) else runs
     ref = runs[runs["variant"] == ref_v] if len(runs) else runs
@@ -266,13 +286,12 @@ def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None, s
         return _missing(claim, treat_v, ref_v, f"the grid has no finished runs of {' and '.join(missing)}")
     if claim.kind == "stability":
         return _stability(claim, treat, ref, treat_v, ref_v, stats)
-    t = {pair_key(r): cell_value(r, claim.metric) for _, r in treat.iterrows() if r["status"] == "done"}
     if claim.kind == "level":
+        t = {pair_key(r): cell_value(r, claim.metric) for _, r in treat.iterrows() if r["status"] == "done"}
         return _level(claim, t, treat_v, stats)
-    b = {pair_key(r): cell_value(r, claim.metric) for _, r in ref.iterrows() if r["status"] == "done"}
     if claim.kind == "ratio":
-        return _ratio(claim, t, b, treat_v, ref_v, stats)
-    delta = paired_delta(t, b, stats=stats)
+        return _ratio(claim, treat, ref, treat_v, ref_v, stats, decisions)
+    delta = paired(treat, ref, claim.metric, stats=stats, decisions=decisions)
     if delta.n == 0:
         return _missing(claim, treat_v, ref_v,
                         f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
@@ -287,10 +306,10 @@ def _level(claim: Claim, values: Mapping[Any, float | None], variant: str | None
     return _measured(claim, variant, None, delta, f"{variant}, mean of {delta.n} run(s) against {bound:g}")
 
 
-def _ratio(claim: Claim, t: Mapping[Any, float | None], b: Mapping[Any, float | None], treat_v: str | None,
-           ref_v: str | None, stats: Stats) -> Verdict:
+def _ratio(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: str | None, stats: Stats,
+           decisions: Sequence[Decision]) -> Verdict:
     bound = claim.bound if claim.bound is not None else 1.0
-    delta = paired_ratio(t, b, bound=bound, stats=stats)
+    delta = paired(treat, ref, claim.metric, stats=stats, decisions=decisions, ratio=True, bound=bound)
     if delta.n == 0:
         return _missing(claim, treat_v, ref_v,
                         f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
@@ -327,11 +346,12 @@ def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: s
 
 
 def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: bool = False,
-              stats: Stats = DEFAULT) -> list[Verdict]:
+              stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> list[Verdict]:
     """The claims of CLAIMS that the grid can test (both arms ran; ``every_claim``: all of them), measured on
     ``runs`` (the store's runs frame of one grid), their p-values corrected together
-    (``stats.correction``)."""
-    measured = [measure_claim(c, runs, catalogue, stats=stats) for c in CLAIMS
+    (``stats.correction``); a claim whose pairs ``--until-resolved`` decided (``decisions``) is read at
+    its look instead."""
+    measured = [measure_claim(c, runs, catalogue, stats=stats, decisions=decisions) for c in CLAIMS
                 if every_claim or can_be_tested(c, runs, catalogue)]
     deltas = correct([v.delta for v in measured], stats)
     m = family_size(deltas)
@@ -345,8 +365,8 @@ def scorecard_note(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
 
 def unresolved_lines(verdicts: list[Verdict]) -> list[str]:
     """One line per claim without enough evidence that more seeds could resolve."""
-    return [f"{v.claim.text}: {v.effect} {v.ci}, {needs_text(v.needs)}" for v in verdicts
-            if v.verdict == UNCLEAR and v.delta.n >= 2]
+    return [f"{v.claim.text}: {v.effect} {v.ci}, {needs_text(v.needs, v.delta)} ({v.family})"
+            for v in verdicts if v.verdict == UNCLEAR and v.delta.n >= 2]
 
 
 def _css(verdict: str) -> str:
@@ -360,14 +380,16 @@ def scorecard_html(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
            '(paired by config and seed; 95% paired t CI)</caption>',
            "<thead><tr><th class=\"method\">Claim</th><th>Effect</th><th>95% "
            "CI</th><th>n</th><th>Verdict</th>"
-           '<th class="method">Detail</th><th class="method">Paper</th></tr></thead><tbody>']
+           '<th class="method">Detail</th><th class="method">Pairing</th><th class="method">Paper</th>'
+           "</tr></thead><tbody>"]
     for v in verdicts:
-        out.append(f'<tr><td class="method">{e(v.claim.text)}</td><td>{e(v.effect)}</td><td>{e(v.ci)}</td>'
-                   f'<td>{v.delta.n}</td><td class="{_css(v.verdict)}">{e(v.verdict)}</td>'
-                   f'<td class="method">{e(v.detail)}</td><td class="method">{e(v.claim.paper)}</td></tr>')
+        out.append(f'<tr><td class="method">{e(v.claim.text)}</td><td>{wrappable(v.effect)}</td>'
+                   f'<td>{wrappable(v.ci)}</td><td>{v.delta.n}</td>'
+                   f'<td class="{_css(v.verdict)}">{e(v.verdict)}</td><td class="method">{e(v.detail)}</td>'
+                   f'<td class="method">{e(v.pairing)}</td><td class="method">{e(v.claim.paper)}</td></tr>')
     if not verdicts:
         out.append(
-            '<tr><td class="method" colspan="7">the grid runs no pair of arms that a claim compares</td></tr>'
+            '<tr><td class="method" colspan="8">the grid runs no pair of arms that a claim compares</td></tr>'
         )
     out.append("</tbody></table>")
     out += [f'<p class="note">{e(line)}</p>' for line in _footer(verdicts, stats)]
@@ -380,11 +402,11 @@ def _footer(verdicts: list[Verdict], stats: Stats) -> list[str]:
 
 def scorecard_markdown(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     """The scorecard as a markdown table."""
-    lines = ["| Claim | Effect | 95% CI | n | Verdict | Detail | Paper |",
-             "| --- | ---: | ---: | ---: | --- | --- | --- |"]
+    lines = ["| Claim | Effect | 95% CI | n | Verdict | Detail | Pairing | Paper |",
+             "| --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
     for v in verdicts:
         lines.append(f"| {v.claim.text} | {v.effect} | {v.ci} | {v.delta.n} | {v.verdict} | {v.detail} | "
-                     f"{v.claim.paper} |")
+                     f"{v.pairing} | {v.claim.paper} |")
     footer = _footer(verdicts, stats)
     lines += [""] + [f"*{line}*" for line in footer] if footer else []
     return "\n".join(lines) + "\n"
@@ -397,7 +419,8 @@ def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
 
     buf = io.StringIO()
     fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "n", "verdict", "detail", "kind", "metric", "paper",
-              "p", "p_adj", "p_perm", "method", "needs_seeds"]
+              "p", "p_adj", "p_perm", "method", "needs_seeds", "family", "correlation",
+              "worth_unpaired_seeds", "resolved_at_look"]
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for v in verdicts:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Literal
 
-from ablate.metrics import metric
-
 TABLES = (1, 2, 3, 4, 5, 6)
 
 
@@ -89,24 +87,11 @@ LABELS = {
 }
 PAPER_DESCRIPTOR = {"act_func": "act_func", "score_shape": "score_shape", "added_params": "added_param_m",
                     "max_lr": "max_lr"}
-# the paper's columns named by the metric they report (which way is better is the metric's: ablate.metrics)
-PAPER_METRIC = {"avg_ppl": "val_ppl", "ppl": "val_ppl"}
-DIGITS = {"gate_score": 3, "f_attn": 3, "m_act": 1, "val_ppl": 2}
+DIGITS = {"gate_score": 3, "f_attn": 3, "m_act": 1, "val_ppl": 2, "train_loss": 3, "loss_spikes": 1,
+          "massive_ratio": 1, "massive_first": 2, "tokens_per_s": 0}
 # Paper benchmark column -> its display name.
 BENCH_NAMES = {"hellaswag": "HellaSwag", "mmlu": "MMLU", "gsm8k": "GSM8k", "ceval": "C-eval",
                "humaneval": "HumanEval", "cmmlu": "CMMLU"}
-
-
-def better(key: str) -> str | None:
-    """``lower``/``higher``/None for a measured column key, as ``ablate.metrics`` declares its metric (for
-    bold in LaTeX/HTML and for the scorecard); ``len/<n>``, Table 5's retrieval score at a length, is a
-    benchmark score.
-
-    >>> better("ppl/code"), better("avg_ppl"), better("bench/arith"), better("len/4096"), better("gate_score")
-    ('lower', 'lower', 'higher', 'higher', None)
-    """
-    declared = metric("bench/arith" if key.startswith("len/") else PAPER_METRIC.get(key, key))
-    return declared.better if declared is not None else None
 
 
 def digits(key: str) -> int:

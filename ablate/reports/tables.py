@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from ablate.reports.cells import (
     fmt_lr,
     summary_cell,
 )
-from ablate.reports.rows import RowPlan, cell_value, finished, pair_key, plan_rows, trained_len
+from ablate.reports.rows import RowPlan, cell_value, finished, plan_rows, trained_len
 from ablate.reports.spec import (
     BENCH_NAMES,
     LABELS,
@@ -36,21 +36,21 @@ from ablate.reports.spec import (
     SPECS,
     TableSpec,
     VariantInfo,
-    better,
     digits,
     paper_label,
     paper_length,
     paper_number,
     paper_rows,
 )
-from ablate.reports.stats import (
+from ablate.reports.verdict import paired
+from ablate.sequential import Decision
+from ablate.stats import (
     DEFAULT,
     Delta,
     Stats,
     correct,
     family_size,
     method_note,
-    paired_delta,
     summarize,
     unresolved_line,
 )
@@ -61,6 +61,7 @@ LEN_COLUMN = re.compile(r"^bench/(?P<task>.+)@(?P<len>\d+)(?P<yarn>/yarn)?$")  #
 LEN = "len/"  # Table 5's columns: the mean retrieval score at one length (with_length_columns)
 # Paper columns that are not measurements.
 _NOT_MEASURED = {"row", "group", "method", "setting", "act_func", "score_shape", "added_param_m", "max_lr"}
+SPREAD_NOTE = "cells: mean ± standard deviation over seeds (sample std, n-1); '-': every seed diverged"
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,13 @@ def length_measure(length: int, yarn: bool = False) -> Measure:
 
 def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *, grid: str = "",
                 paper: bool = False, added_params: Callable[[str], int | None] | None = None,
-                stats: Stats = DEFAULT) -> Table:
+                stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> Table:
     """The paper's table ``number`` rebuilt from ``runs`` (a DataFrame with CLI.md's ``runs`` columns).
 
     ``catalogue`` maps variant names to VariantInfo (their ``tableN:R`` refs); ``added_params(variant)`` gives
     the added parameter count of a variant at the grid's scale for rows with no runs. Only ``done`` and
-    ``diverged`` runs count. Rows keep the paper's order; a row with no runs stays, empty.
+    ``diverged`` runs count. Rows keep the paper's order; a row with no runs stays, empty. A delta that
+    ``ablate run --until-resolved`` decided (``decisions``) is read at the look that decided it.
     """
     spec = SPECS[number]
     prows = paper_rows(number)
@@ -111,7 +113,8 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
     columns = _columns(spec, prows, measured, paper, plans)
     usual_n = _usual_n(plans)
     ref_plans = [p for p in plans if p.is_reference]
-    deltas = {col.key: correct([_delta(col.metric or "", p, ref_plans, runs, stats) for p in plans], stats)
+    deltas = {col.key: correct([_delta(col.metric or "", p, ref_plans, runs, stats, decisions)
+                                for p in plans], stats)
               for col in columns if col.kind == "delta"}
     rows = []
     for i, plan in enumerate(plans):
@@ -123,16 +126,33 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
         rows.append(row)
     if spec.layout == "lengths" and not measured:
         notes.append("no retrieval scores at lengths (bench/<task>@<len>) in this grid yet")
+    if measured:
+        notes.append(SPREAD_NOTE)
+    notes += _not_in_paper(runs, plans)
     unresolved = []
+    labels = Counter(p.label for p in plans)
     for key, family in deltas.items():
-        if family_size(family):
+        if family_size(family) or any(d.decision is not None for d in family):
             notes.append(method_note(family, stats))
         metric = key.removeprefix("delta:")
-        labels = Counter(p.label for p in plans)
-        unresolved += [unresolved_line(f"{_name(p, labels)} vs baseline ({metric})", d, digits(metric), stats,
-                                       family_size(family))
-                       for p, d in zip(plans, family, strict=True) if d.mean is not None and not d.resolved]
+        for p, d in zip(plans, family, strict=True):
+            name = f"{_name(p, labels)} vs baseline ({metric})"
+            if d.mean is not None and not d.resolved:
+                unresolved.append(unresolved_line(name, d, digits(metric), stats, family_size(family)))
+            elif d.decision is not None:
+                notes.append(f"{name}: {d.decision.reading()} ({d.decision.family_text()})")
     return Table(number, spec.title, grid, columns, rows, notes, unresolved)
+
+
+def _not_in_paper(runs: Any, plans: list[RowPlan]) -> list[str]:
+    """A note naming the grid's arms that no row of the table shows (a plugin arm, an arm of another
+    table)."""
+    shown = {v for p in plans for v in p.variants}
+    left = sorted({str(v) for v in runs["variant"]} - shown) if len(runs) else []
+    if not left:
+        return []
+    return [f"arms this table has no row for: {', '.join(left)} (`ablate report compare` shows every arm "
+            "against the baseline)"]
 
 
 def _name(plan: RowPlan, labels: Counter[str]) -> str:
@@ -231,20 +251,20 @@ def _columns(spec: TableSpec, prows: list[dict[str, str]], measured: list[Measur
     for key in spec.descriptors:
         cols.append(Column(key, LABELS[key], "descriptor"))
         if paper and key in ("added_params", "max_lr"):
-            cols.append(Column.of_paper(PAPER_DESCRIPTOR[key], f"{LABELS[key]} (paper)"))
+            unit = ", M" if key == "added_params" else ""  # the paper counts added parameters in millions
+            cols.append(Column.of_paper(PAPER_DESCRIPTOR[key], f"{LABELS[key]} (paper{unit})"))
     trained = _trained_len(plans) if spec.layout == "lengths" else None
     for m in measured:
-        cols.append(Column.measured(m.key, _label(spec, m, trained), better(m.key)))
+        cols.append(Column.measured(m.key, _label(spec, m, trained)))
         twin = _paper_counterpart(spec, m, paper_cols, plans)
         if paper and twin and twin not in used:
             used.add(twin)
             plabel = paper_label(twin) if paper_length(twin) is not None else _label(spec, m)
-            cols.append(Column.of_paper(twin, f"{plabel} (paper)", better(m.key)))
+            cols.append(Column.of_paper(twin, f"{plabel} (paper)"))
     if paper:
         for c in paper_cols:
             if c not in used:
-                cols.append(Column.of_paper(c, f"{paper_label(c)} (paper)",
-                                            better(c if c != "ppl" else "val_ppl")))
+                cols.append(Column.of_paper(c, f"{paper_label(c)} (paper)"))
     if spec.primary and any(p.is_reference for p in plans):
         label = _label(spec, measure(spec.primary))
         cols.append(Column.delta(spec.primary, f"Δ {label} vs baseline [95% CI]"))
@@ -295,14 +315,12 @@ def _descriptor(key: str, plan: RowPlan, catalogue: Mapping[str, VariantInfo],
     return Cell(fmt_count(n), n)
 
 
-def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: Any, stats: Stats) -> Delta:
+def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: Any, stats: Stats,
+           decisions: Sequence[Decision]) -> Delta:
     """The paired delta of a row to the table's reference rows (empty for a reference row, a row with no
     runs)."""
     if plan.is_reference or not len(plan.runs):
         return Delta(None, None, None, 0)
     ref_variants = {v for r in refs for v in r.variants}
     reference = runs[runs["variant"].isin(ref_variants)] if len(runs) else runs
-    ref_map = {pair_key(r): cell_value(r,
-                                       metric) for _, r in reference.iterrows() if r.get("status") == "done"}
-    treat = {pair_key(r): cell_value(r, metric) for _, r in plan.runs.iterrows() if r.get("status") == "done"}
-    return paired_delta(treat, ref_map, stats=stats)
+    return paired(plan.runs, reference, metric, stats=stats, decisions=decisions)

@@ -225,7 +225,7 @@ def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
     import lm_eval
 
     lm = make_lm(model, tokenizer, device=device, batch_size=batch_size, max_length=max_length)
-    with _quiet_git_hash():
+    with _quiet_git_hash(), _no_progress_bars():
         res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, num_fewshot=num_fewshot,
                                       task_manager=task_manager(tasks, include_path), log_samples=log_samples,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
@@ -255,6 +255,30 @@ def _quiet_git_hash() -> Iterator[None]:
         yield
     finally:
         evaluator.get_git_commit_hash = saved
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """lm-eval draws a tqdm bar for each task's requests and their tokenizing, and datasets one for each split
+    it reads: on ``ablate eval``'s screen they interleave with its one line per run, and in a log they are
+    carriage-return noise. Off while lm-eval runs (ablate's lines say what it scored)."""
+    from datasets.utils import logging as datasets_logging
+    from lm_eval.api import model, task
+    from tqdm import tqdm
+
+    def silent(*args: Any, **kwargs: Any) -> Any:
+        return tqdm(*args, **{**kwargs, "disable": True})
+
+    saved = model.tqdm, task.tqdm
+    bars = datasets_logging.is_progress_bar_enabled()
+    model.tqdm = task.tqdm = silent
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        model.tqdm, task.tqdm = saved
+        if bars:
+            datasets_logging.enable_progress_bar()
 
 
 def flat_metrics(res: dict[str, Any]) -> dict[str, float]:

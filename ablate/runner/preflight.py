@@ -15,7 +15,7 @@ A failure is one ``ConfigError``: the grid file, the source's field path, the va
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,15 +36,26 @@ def check_data(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = N
 
     Each distinct data config is checked once, so a 10,000-run grid costs what its few data configs cost.
     """
+    for i, data in _distinct_data(runs):
+        _check(data, where=f"{source}: " if source else "", stage=i)
+
+
+def _distinct_data(runs: Iterable[Any]) -> Iterator[tuple[int, DataConfig]]:
+    """``(stage, data)`` of each distinct data config of ``runs`` (each stage's too), the first time it comes.
+    A planned grid's runs share their data sections' objects (``ablate.grid.expand``), so a run is dumped
+    only when it holds one not seen before."""
+    seen_objects: dict[int, DataConfig] = {}  # holding each one: an id is not reused while it is here
     seen: set[str] = set()
     for run in runs:
         config: RunConfig = getattr(run, "config", run)
         for i, stage in enumerate(stage_configs(config) if config.stages else [config]):
-            key = stage.data.model_dump_json()
-            if key in seen:
+            if id(stage.data) in seen_objects:
                 continue
-            seen.add(key)
-            _check(stage.data, where=f"{source}: " if source else "", stage=i)
+            seen_objects[id(stage.data)] = stage.data
+            key = stage.data.model_dump_json()
+            if key not in seen:
+                seen.add(key)
+                yield i, stage.data
 
 
 def check_tokenizers(runs: Iterable[Any], *, source: str | os.PathLike[str] | None = None) -> None:
@@ -160,16 +171,9 @@ def heldout_warnings(runs: Iterable[Any], *, source: str | os.PathLike[str] | No
     """One line for each held-out set of ``runs`` that reads a training source's files (only built-in corpora
     are split into train and held-out: a user's file is read whole by every split that names it), and for a
     saved dataset with no held-out split named by both. Each distinct data config is looked at once."""
-    seen: set[str] = set()
     out: list[str] = []
-    for run in runs:
-        config: RunConfig = getattr(run, "config", run)
-        for stage in stage_configs(config):
-            key = stage.data.model_dump_json()
-            if key not in seen:
-                seen.add(key)
-                out += [line for line in _overlaps(stage.data,
-                                                   f"{source}: " if source else "") if line not in out]
+    for _, data in _distinct_data(runs):
+        out += [line for line in _overlaps(data, f"{source}: " if source else "") if line not in out]
     return out
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from ablate.runner.fingerprints import Fingerprints
+    from ablate.sequential import Decision
     from ablate.store.rehash import Move, RehashPlan
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,19 @@ class Store:
 
     @classmethod
     def open(cls, url: str | None = None, *, home: str | os.PathLike[str] | None = None,
-             migrate: bool = True) -> Store:
+             migrate: bool = True, create: bool = True) -> Store:
         """Open (creating if needed) the store at ``url`` (default: ``ABLATE_STORE``, else
         ``sqlite:///$ABLATE_HOME/ablate.db``) and bring its schema up to date. A store that cannot be opened
-        (bad URL, missing driver, no answer, read-only file) is a StoreUnavailableError (exit 2)."""
+        (bad URL, missing driver, no answer, read-only file) is a StoreUnavailableError (exit 2). Without
+        ``create`` (a command that only reads) a store that is not there, or a database that holds none, is
+        a NoStoreError naming it, and nothing is made."""
         from sqlalchemy.exc import DBAPIError
 
+        given = url or os.environ.get("ABLATE_STORE")
         url = resolve_url(url, home=home)
-        engine, warnings = make_engine(url)
+        engine, warnings = make_engine(url, create=create)
+        if not create:
+            _require_store(engine, url, home=None if given else home)
         if migrate:
             try:
                 _retry(lambda: upgrade(engine))
@@ -122,9 +128,11 @@ class Store:
         """The text a grid was last registered with; None for a grid the store does not hold."""
         return self._read(lambda s: queries.grid_text(s, name))
 
-    def mark_running(self, *, run_id: str, host: str | None = None, device: str | None = None) -> None:
-        """The run started on ``host``/``device``."""
-        self._write(lambda s: records.mark_running(s, run_id=run_id, host=host, device=device))
+    def mark_running(self, *, run_id: str, host: str | None = None, device: str | None = None,
+                     executor: str | None = None, job_id: str | None = None) -> None:
+        """The run started on ``host``/``device``, in ``executor``'s job ``job_id`` (None: no job)."""
+        self._write(lambda s: records.mark_running(s, run_id=run_id, host=host, device=device,
+                                                   executor=executor, job_id=job_id))
 
     def heartbeat(self, *, run_id: str, step: int | None = None) -> None:
         """The run is alive at ``step``."""
@@ -154,9 +162,9 @@ class Store:
         """Remember the MLflow run mirroring this run."""
         self._write(lambda s: records.set_mlflow_run_id(s, run_id=run_id, mlflow_run_id=mlflow_run_id))
 
-    def set_slurm_job_id(self, *, run_id: str, slurm_job_id: str | None) -> None:
-        """Remember the Slurm job running this run."""
-        self._write(lambda s: records.set_slurm_job_id(s, run_id=run_id, slurm_job_id=slurm_job_id))
+    def set_job(self, *, run_id: str, executor: str | None, job_id: str | None) -> None:
+        """Remember the job (of ``executor``) that trains this run; a ``job_id`` of None forgets it."""
+        self._write(lambda s: records.set_job(s, run_id=run_id, executor=executor, job_id=job_id))
 
     def set_scores(self, *, run_id: str, scores: Mapping[str, float | None]) -> None:
         """Set named scores of a run (``bench/<task>`` from ``ablate eval``); its other scores are kept."""
@@ -179,6 +187,14 @@ class Store:
         from ablate.store import rehash
 
         return self._write(lambda s: rehash.move_rows(s, move))
+
+    def record_decisions(self, *, grid: str, decisions: Sequence[Decision]) -> int:
+        """Keep what ``ablate run --until-resolved`` decided for grid ``grid``'s comparisons, with their looks
+        (each replaces an earlier decision of the same comparison); returns how many."""
+        from ablate.store import decisions as stored
+
+        rows = list(decisions)
+        return self._write(lambda s: stored.record_decisions(s, grid=grid, decisions=rows))
 
     def mark_ids_current(self, stems: Mapping[str, str]) -> None:
         """Record that these runs' ids are today's (``runs.config_version``), with their stem ids."""
@@ -237,6 +253,13 @@ class Store:
     def provenance(self, run_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
         """``{run_id: provenance}``: the software, device and grid commit that produced each run."""
         return self._read(lambda s: queries.provenance(s, run_ids))
+
+    def decisions(self, grid: str) -> list[Decision]:
+        """What ``ablate run --until-resolved`` decided for grid ``grid``'s comparisons
+        (``ablate.sequential.Decision``); empty when it never ran on it."""
+        from ablate.store import decisions as stored
+
+        return self._read(lambda s: stored.decisions(s, grid))
 
     def grid_axes(self, grid: str) -> list[str]:
         """The config paths ``grid`` varies on purpose (its runs' axes)."""
@@ -298,6 +321,40 @@ class Store:
         stale)."""
         wanted = dict(stems)
         return self._read(lambda s: queries.same_stem(s, wanted)) if wanted else {}
+
+
+def _require_store(engine: Engine, url: str, *, home: str | os.PathLike[str] | None) -> None:
+    """Raise NoStoreError, without creating anything, unless the database at ``url`` holds a store (its
+    ``runs`` table). ``home``: the ABLATE_HOME whose default store this is (None for a URL given)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from ablate.errors import NoStoreError
+    from ablate.store.engine import home_dir, sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None and any(p.exists() and not p.is_dir() for p in path.parents):
+        engine.dispose()
+        raise StoreUnavailableError(f"cannot open the store {display_url(url)}: the store's folder "
+                                    f"{path.parent} is not a directory (a file is in its way)")
+    there = path is None or path.is_file()  # connecting to a SQLite file that is not there would make it
+    if there:
+        try:
+            conn = engine.execution_options(ablate_read_only=True).connect()
+        except DBAPIError as exc:  # a server that does not answer: as when a store is opened to write
+            engine.dispose()
+            raise StoreUnavailableError(f"cannot open the store {display_url(url)}: {_reason(exc)}") from None
+        with conn:
+            try:
+                conn.exec_driver_sql("SELECT 1 FROM runs WHERE 1 = 0").all()
+            except DBAPIError:  # no such table: an empty database
+                there = False
+    if not there:
+        engine.dispose()
+        if home is not None:
+            where = f"here (ABLATE_HOME={home_dir(home).absolute()}; --home or --store reads another)"
+        else:
+            where = "there (the URL of --store or ABLATE_STORE; `ablate run` makes it)"
+        raise NoStoreError(f"no store at {display_url(url)}: nothing has run {where}")
 
 
 def upgrade_store(url: str | None = None, *, home: str | os.PathLike[str] | None = None

@@ -5,7 +5,9 @@
   lock instead of failing when one upgrades a read to a write. SQLite over a network file system is unsafe
   (locks are not honoured): we warn when the path looks like one.
 - PostgreSQL (``postgresql+psycopg://user@host/db``): for a team or a cluster; connections are pinged before
-  use.
+  use, and a process keeps one (``PG_POOL``): its threads (the live writer, the recorder) take turns on it, so
+  N processes writing at once (a Ray cluster's tasks, a Slurm array's) hold N of the server's connections, not
+  N x 15 (bench/store_writers.py). A server with none free is retried as busy (``faults.is_busy``).
 
 Nothing here runs at import time; ``make_engine`` is the one factory.
 """
@@ -31,6 +33,8 @@ DB_FILE = "ablate.db"
 BACKENDS = ("sqlite", "postgresql")
 EXAMPLES = "e.g. sqlite:///runs/ablate.db or postgresql+psycopg://user@host/db"
 BUSY_TIMEOUT_S = 60.0
+# one connection per process, its threads waiting their turn (up to pool_timeout seconds)
+PG_POOL = {"pool_size": 1, "max_overflow": 0, "pool_timeout": 120, "pool_pre_ping": True}
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "fuse.sshfs", "ceph",
               "fuse.ceph", "glusterfs", "fuse.glusterfs", "9p", "afs", "panfs", "wekafs", "fuse.s3fs")
 
@@ -119,6 +123,10 @@ def check_url(url: str) -> Path | None:
         backend = u.get_backend_name()
     except ArgumentError as exc:
         raise StoreUnavailableError(f"not a database URL: {shown!r} ({exc}); {EXAMPLES}") from None
+    if backend in ("postgres", "pgsql", "psql"):  # libpq's and Heroku's spelling: SQLAlchemy has no alias
+        fixed = display_url(u.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
+        raise StoreUnavailableError(f"unsupported store {shown!r}: write {fixed} (SQLAlchemy's name for "
+                                    "PostgreSQL, with the psycopg driver ablate installs)")
     if backend not in BACKENDS:
         raise StoreUnavailableError(f"unsupported store {shown!r}: ablate's store runs on "
                                     f"{' and '.join(BACKENDS)}; {EXAMPLES}")
@@ -141,14 +149,15 @@ def check_url(url: str) -> Path | None:
     return sqlite_path(url)
 
 
-def make_engine(url: str) -> tuple[Engine, list[str]]:
-    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it."""
+def make_engine(url: str, *, create: bool = True) -> tuple[Engine, list[str]]:
+    """An Engine for ``url`` with the backend's settings, and the warnings the user should see about it.
+    ``create``: make a SQLite file's folder (a store that is only read is never made)."""
     from sqlalchemy import create_engine
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     warnings: list[str] = []
     path = check_url(url)
-    if path is not None:
+    if path is not None and create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -165,7 +174,7 @@ def make_engine(url: str) -> tuple[Engine, list[str]]:
             engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
             _sqlite_settings(engine)
         else:
-            engine = create_engine(url, pool_pre_ping=True)
+            engine = create_engine(url, **PG_POOL)
     except (ArgumentError, NoSuchModuleError) as exc:
         raise StoreUnavailableError(f"cannot use store URL {display_url(url)!r}: {exc}") from None
     except ImportError as exc:  # the dialect is known but its driver is not installed

@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from ablate.errors import StoreError, StoreUnavailable
 
 SQLITE_FULL, PG_DISK_FULL = 13, "53100"  # SQLite's result code and PostgreSQL's SQLSTATE for a full disk
-BUSY_SQLSTATES = ("40001", "40P01", "55P03")  # serialization failure, deadlock, lock not available
+# serialization failure, deadlock, lock not available; a server whose connections are all taken (many writers
+# at once: a Ray cluster's or a Slurm array's tasks) has one free again when one of them ends its write
+BUSY_SQLSTATES = ("40001", "40P01", "55P03", "53300")
 
 
 def _chain(exc: BaseException, *, context: bool = False) -> Iterator[BaseException]:
@@ -93,10 +95,10 @@ def translated(where: str) -> Iterator[None]:
 
 
 def is_busy(exc: BaseException) -> bool:
-    """Whether a database error is a lock timeout, deadlock or serialization failure: the same transaction,
-    run again, may well go through."""
+    """Whether a database error is a lock timeout, deadlock or serialization failure, or a server with no
+    connection free: the same transaction, run again, may well go through."""
     orig = getattr(exc, "orig", None)
     if getattr(orig, "sqlstate", None) in BUSY_SQLSTATES:
         return True
     text = str(orig).lower()
-    return "database is locked" in text or "database table is locked" in text
+    return any(t in text for t in ("database is locked", "database table is locked", "too many clients"))

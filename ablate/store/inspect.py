@@ -20,14 +20,15 @@ from ablate.config import total_steps
 from ablate.metrics import metric
 from ablate.metrics import order as summary_order
 from ablate.provenance import differing
-from ablate.store.records import flatten, utcnow
+from ablate.store.records import flatten
 from ablate.store.render import _cell
 
 if TYPE_CHECKING:
+    from ablate.config import RunConfig
     from ablate.store.api import Store
 
 LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "finished", "heartbeat",
-             "heartbeat_step", "resumed_from", "mlflow_run_id", "slurm_job_id", "error")
+             "heartbeat_step", "resumed_from", "mlflow_run_id", "executor", "job_id", "error")
 
 
 def _resolved(store: Store, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
@@ -72,23 +73,20 @@ def show(store: Store, ref: str, *, curve_points: int | None = None) -> dict[str
            "curve": {"metric": "loss", "points": curve},
            "provenance": store.provenance([run_id]).get(run_id) or {}}
     if row.get("status") == "running" and config is not None:
-        out["progress"] = _progress(row, curve, total_steps(config))
+        out["progress"] = _progress(row, curve, config)
     return out
 
 
-def _progress(row: dict[str, Any], curve: list[tuple[int, float]], total: int) -> dict[str, Any]:
-    """Where a running run is: its step of ``total`` (the latest of its heartbeat and its curve), and an ETA
-    from its pace since it (re)started."""
-    from datetime import datetime
+def _progress(row: dict[str, Any], curve: list[tuple[int, float]], config: RunConfig) -> dict[str, Any]:
+    """Where a running run is: its step of its total (the latest of its heartbeat and its curve), and an ETA
+    at its latest measured pace, as ``ablate status`` gives it (``queries.eta_seconds``)."""
+    from ablate.store.queries import eta_seconds
 
+    total = total_steps(config)
     step = max([row.get("heartbeat_step") or 0, *(s + 1 for s, _ in curve[-1:])])
-    started = row.get("started")
-    eta = None
-    if started and step:
-        elapsed = (utcnow() - datetime.fromisoformat(str(started))).total_seconds()
-        first = row.get("resumed_from") or 0
-        if step > first and elapsed > 0:
-            eta = round(elapsed / (step - first) * max(total - step, 0), 1)
+    tps = row.get("tokens_per_s")
+    eta = eta_seconds(total - step, float(tps) if tps else None,
+                      config.train.batch_size * config.data.seq_len) if step else None
     return {"step": step, "total": total, "eta_s": eta}
 
 

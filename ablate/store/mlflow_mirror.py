@@ -40,6 +40,8 @@ MAX_METRICS_PER_BATCH = 1000  # MLflow's limits per log_batch call
 MAX_PARAMS_PER_BATCH = 100
 ROLE_TAG = "ablate.role"
 PARENT_TAG = "ablate.parent"
+# what MLflow's UI opens an experiment on: its runs (training runs), not its GenAI overview
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 STEPS_EVERY_S = 2.0  # live step metrics are logged at most this often per run
 END_STATUS = {"done": "FINISHED", "diverged": "FINISHED", "pruned": "FINISHED", "failed": "FAILED",
               "interrupted": "KILLED"}
@@ -129,6 +131,35 @@ def open_client(uri: str) -> Any:
         return _client(uri)
 
 
+def grid_page(uri: str, grid: str | None = None) -> tuple[str, str | None]:
+    """``(page, grid)``: the path of MLflow's UI page of a grid's runs (``#/experiments/<id>/runs``), for
+    ``grid`` or else the grid whose experiment changed last; ``("", None)`` when the store holds no grid yet,
+    or is not a SQLite file (a UserInputError names the grids there are when ``grid`` is not one).
+
+    Read from the SQLite file as MLflow keeps it, read-only, without importing MLflow: ``ablate ui`` stays a
+    small process that stops at once. The experiments opening on their runs is the mirror's doing
+    (``KIND_TAG``, set when a grid's experiment is made or next mirrored into)."""
+    import sqlite3
+
+    from ablate.errors import UserInputError, one_of
+
+    if not uri.startswith("sqlite:///"):
+        return "", None
+    read_only = f"file:{uri.removeprefix('sqlite:///')}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(read_only, uri=True)) as db:
+            grids = db.execute("SELECT experiment_id, name FROM experiments WHERE lifecycle_stage = 'active' "
+                               "AND name != 'Default' ORDER BY last_update_time DESC").fetchall()
+    except sqlite3.Error:  # not MLflow's schema (another version's): the UI's own home page
+        return "", None
+    if not grids and grid is None:
+        return "", None
+    chosen = grids[0] if grid is None else next((g for g in grids if g[1] == grid), None)
+    if chosen is None:
+        raise UserInputError(f"--grid: {one_of(grid, [name for _, name in grids], what='grid')}")
+    return f"#/experiments/{chosen[0]}/runs", str(chosen[1])
+
+
 def _log_batches(client: Any, rid: str, metrics: Sequence[Any], tags: Sequence[Any] = ()) -> None:
     """``metrics`` (and ``tags``, with the first batch) in batches of MLflow's limit, one transaction each."""
     for i in range(0, max(len(metrics), 1 if tags else 0), MAX_METRICS_PER_BATCH):
@@ -185,9 +216,12 @@ class MlflowMirror:
         exp = self.client.get_experiment_by_name(self.grid)
         if exp is not None:
             found: str = exp.experiment_id
+            if KIND_TAG not in exp.tags:  # made by an older ablate
+                self.client.set_experiment_tag(found, KIND_TAG, KIND)
             return found
         location = artifact_root(self.home) + f"/{self.grid}" if self._local_store else None
-        made: str = self.client.create_experiment(self.grid, artifact_location=location)
+        made: str = self.client.create_experiment(self.grid, artifact_location=location,
+                                                  tags={KIND_TAG: KIND})
         return made
 
     def _parent(self, name: str, *, role: str) -> str:

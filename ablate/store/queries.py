@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 IDENTITY = ["run_id", "grid", "variant", "seed", "status"]
 METRIC_COLUMNS = [m.name for m in COLUMNS]
 EXTRA = ["host", "device", "started", "finished", "heartbeat", "heartbeat_step", "mlflow_run_id",
-         "slurm_job_id"]
+         "executor", "job_id"]
 INT_COLUMNS = ["seed", "heartbeat_step", *(m.name for m in COLUMNS if m.kind is int)]
 FLOAT_COLUMNS = [m.name for m in COLUMNS if m.kind is float]
 _RUN_FIELDS = [c for c in [*IDENTITY, *METRIC_COLUMNS, "error", *EXTRA] if c not in ("grid",
@@ -306,6 +306,18 @@ def statuses(session: Session, *, run_ids: Sequence[str]) -> dict[str, str]:
     return {r: s.value for r, s in _in_chunks(session, q, Run.run_id, run_ids)}
 
 
+def eta_seconds(steps_left: int, tokens_per_s: float | None, tokens_per_step: int | None) -> float | None:
+    """Seconds a running run has left at its latest measured pace (its last step's tokens per second, which
+    its start-up never slows): None until a step is measured.
+
+    >>> eta_seconds(90, 1000.0, 100)
+    9.0
+    """
+    if not tokens_per_s or not tokens_per_step:
+        return None
+    return round(max(0, steps_left) * tokens_per_step / tokens_per_s, 1)
+
+
 def status_summary(session: Session, *, grid: str | None = None, stale_after_s: float = 300.0,
                    older: bool = False) -> dict[str, Any]:
     """What ``ablate status`` shows, JSON-ready.
@@ -345,8 +357,8 @@ def status_summary(session: Session, *, grid: str | None = None, stale_after_s: 
     for run_id, variant, seed, host, device, step, beat, total, loss, tps, batch, seq in session.execute(rq):
         age = (now - beat).total_seconds() if beat is not None else None
         eta = None
-        if step is not None and total and tps and batch and seq:
-            eta = round(max(0, total - step - 1) * batch * seq / tps, 1)
+        if step is not None and total and batch and seq:
+            eta = eta_seconds(total - step - 1, tps, batch * seq)
         running.append({"run_id": run_id, "variant": variant, "seed": seed, "host": host, "device": device,
                         "step": step, "heartbeat": beat.isoformat(timespec="seconds") if beat else None,
                         "age_s": round(age, 1) if age is not None else None,

@@ -183,11 +183,14 @@ def _update_run(session: Session, run_id: str, **values: Any) -> None:
         )
 
 
-def mark_running(session: Session, *, run_id: str, host: str | None, device: str | None) -> None:
-    """The run started (or restarted) on ``host``/``device``: status ``running``, a fresh heartbeat."""
+def mark_running(session: Session, *, run_id: str, host: str | None, device: str | None,
+                 executor: str | None = None, job_id: str | None = None) -> None:
+    """The run started (or restarted) on ``host``/``device``, in ``executor``'s job ``job_id`` (None: no job
+    holds it but its process): status ``running``, a fresh heartbeat."""
     now = utcnow()
     _update_run(session, run_id, status=RunStatus.RUNNING, started=now, heartbeat=now, finished=None,
-                host=host, device=device, error=None)
+                host=host, device=device, error=None, executor=executor if job_id is not None else None,
+                job_id=job_id)
 
 
 def heartbeat(session: Session, *, run_id: str, step: int | None = None) -> None:
@@ -260,9 +263,10 @@ def set_mlflow_run_id(session: Session, *, run_id: str, mlflow_run_id: str) -> N
     _update_run(session, run_id, mlflow_run_id=mlflow_run_id)
 
 
-def set_slurm_job_id(session: Session, *, run_id: str, slurm_job_id: str | None) -> None:
-    """Remember the Slurm job (array task) running this run."""
-    _update_run(session, run_id, slurm_job_id=slurm_job_id)
+def set_job(session: Session, *, run_id: str, executor: str | None, job_id: str | None) -> None:
+    """Remember the job (of ``executor``, e.g. a Slurm array task or a Ray task) that trains this run; None
+    forgets it."""
+    _update_run(session, run_id, executor=executor if job_id is not None else None, job_id=job_id)
 
 
 def set_scores(session: Session, *, run_id: str, scores: Mapping[str, float | None]) -> None:

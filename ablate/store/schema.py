@@ -24,6 +24,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
     true,
 )
 from sqlalchemy import Enum as SQLEnum
@@ -130,7 +131,10 @@ class Run(Base):
     resumed_from: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
-    slurm_job_id: Mapped[str | None] = mapped_column(String(64))
+    # the executor whose job trains it now (``local``, ``slurm``, ``ray``) and that job's id in its own terms
+    # (Slurm: ``<array>_<index>``); None when no job holds it
+    executor: Mapped[str | None] = mapped_column(String(16))
+    job_id: Mapped[str | None] = mapped_column(String(128))
     # summary (CLI.md's `runs` columns that are not per-set scores)
     params: Mapped[int | None] = mapped_column(BigInteger)
     added_params: Mapped[int | None] = mapped_column(BigInteger)
@@ -198,3 +202,34 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(String(50))
     step: Mapped[int]
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SequentialDecision(Base):
+    """What ``ablate run --until-resolved`` decided for one comparison of a grid (``ablate.sequential``'s
+    ``Decision``): ``treatment`` against ``reference`` on ``metric`` at ``cell`` (the grid's other axes),
+    over the paired ``runs``; ``look`` (1-based) resolved it, or it was open at the last planned look (NULL).
+    ``n``, ``level`` and ``p_adj`` are that look's; ``family`` comparisons were corrected together
+    (``correction``) at each look of ``plan``; ``looks`` holds each look it took part in. ``key`` names the
+    comparison within its grid and metric (a hash of treatment, reference and cell): a later
+    ``--until-resolved`` of the same comparison replaces the row."""
+
+    __tablename__ = "sequential_decisions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    grid_id: Mapped[int] = mapped_column(ForeignKey("grids.id", ondelete="CASCADE"))
+    metric: Mapped[str] = mapped_column(String(200))
+    key: Mapped[str] = mapped_column(String(64))
+    treatment: Mapped[str] = mapped_column(String(300))
+    reference: Mapped[str] = mapped_column(String(300))
+    cell: Mapped[dict[str, Any]] = mapped_column(JSON)
+    runs: Mapped[list[str]] = mapped_column(JSON)
+    look: Mapped[int | None]
+    n: Mapped[int]
+    level: Mapped[float] = mapped_column(Float)
+    p_adj: Mapped[float | None] = mapped_column(Float)
+    family: Mapped[int]
+    correction: Mapped[str] = mapped_column(String(16))
+    plan: Mapped[list[int]] = mapped_column(JSON)
+    looks: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    recorded: Mapped[datetime]
+
+    __table_args__ = (UniqueConstraint("grid_id", "metric", "key"),)

@@ -1,11 +1,10 @@
 """The job a tuning trial runs in a pool worker: ``ablate run``'s training job, plus the pruning callback.
 
-The pool (``ablate.execute.pool.WorkerPool``) runs ``train_trial`` with the same workers, locks, logs and
-outcomes as ``ablate run``'s ``train``. A job with a ``trial`` (``storage`` URL, ``study`` name, ``trial_id``,
-``pruner`` spec and its resources, ``monitor``) rebuilds the Optuna trial from the shared storage and prunes
-through it; a pruned run ends with ``JobOutcome("pruned", step=, value=)`` instead of an error. A job without
-one (a bracketing probe, a tuned run) is a plain training job.
-"""
+The pool (``ablate.execute.local.pool.WorkerPool``) runs ``train_trial`` with the same workers, locks, logs
+and outcomes as ``ablate run``'s ``train``. A job with a ``trial`` (``storage`` URL, ``study`` name,
+``trial_id``, ``pruner`` spec and its resources, ``monitor``) rebuilds the Optuna trial from the shared
+storage and prunes through it; a pruned run ends with ``JobOutcome("pruned", step=, value=)`` instead of an
+error. A job without one (a bracketing probe, a tuned run) is a plain training job."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ablate.execute.job import prepare  # noqa: F401 - the pool calls the job module's prepare(slot)
+from ablate.execute.local.worker import JobContext
 from ablate.execute.messages import Job, JobOutcome
-from ablate.execute.worker import JobContext
 
 
 @cache

@@ -30,8 +30,11 @@ class TuneOptions:
     stable_steps: int = 4
     home: Path = Path("ablate-runs")
     store: str | None = None
+    executor: str = "local"  # where the trials train (ablate.execute.executor.EXECUTORS)
+    own: dict[str, Any] = field(default_factory=dict)  # the executor's own options (ray_address)
     jobs: int | None = None
     devices: str | None = None
+    threads: int | None = None
     jobs_per_device: int = 1
     device_memory: float | None = None  # bytes per device every run must fit (default: a local GPU's)
     mlflow: bool = True  # trials (experiment <grid>/tune, under their study) and the --then-run runs

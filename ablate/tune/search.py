@@ -7,7 +7,8 @@ protocol.
    is missing, and resumes a trial that was cut off (its run resumes from its checkpoint).
 2. Rounds of as many trials as there are workers, round-robin over the studies: ask each study for a value,
    build the run (the cell's first seed, the value set), register it under ``<grid>/tune``, and train it on
-   ``ablate run``'s worker pool (``execute.TrialPool``) with the pruning callback, unless the store already
+   the executor ``--executor`` names (``execute.trial_runner``: the local pool, Ray tasks) with the pruning
+   callback, unless the store already
    has that run finished (the same sampled config is the same run id: its stored result is told instead). Then
    tell each study how its trial ended.
 3. ``--find-max-stable``: per cell, bisect between the largest stable and the smallest unstable value seen
@@ -32,10 +33,11 @@ import yaml
 from rich.console import Console
 
 from ablate.errors import ConfigError, StoreError
+from ablate.execute.executor import Runner, RunOptions, check_flags, executor
 from ablate.execute.messages import Job
 from ablate.execute.recorder import stops_when_away
 from ablate.layout import run_dir
-from ablate.tune.execute import Outcome, TrialPool
+from ablate.tune.execute import Outcome, trial_runner
 from ablate.tune.options import CellResult, TuneOptions, TuneReport
 from ablate.tune.protocol import (
     Bracket,
@@ -59,15 +61,14 @@ log = logging.getLogger(__name__)
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
          options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
-    from ablate.execute.devices import crowding, local_slots, usable_cpus
-    from ablate.execute.fit import require_fit
+    from ablate.execute.opening import Expanded
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
-    from ablate.store import Store
-    from ablate.store.engine import display_url
-    from ablate.tune.storage import optuna_storage, parse_pruner
+    from ablate.tune.storage import parse_pruner
 
     opts = options or TuneOptions()
+    chosen = executor(opts.executor)
+    check_flags(chosen, opts.own)
     t0 = time.monotonic()
     if opts.low is None or opts.high is None:
         raise ConfigError("give the range to search: --low and --high (e.g. --low 1e-4 --high 3e-2 --log)",
@@ -82,18 +83,34 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
     if grid.match_params is not None and space.param.startswith("model."):
         raise ConfigError(f"cannot tune the model field {space.param!r} of a grid with match_params",
                           where="--param")
-    planned = expand(grid, fingerprints=Fingerprints.for_home(Path(opts.home)))
+    fingerprints = Fingerprints.for_home(Path(opts.home))
+    planned = expand(grid, fingerprints=fingerprints)
     if not planned:
         raise ConfigError("the grid has no runs", where=str(path))
-    require_fit(planned, opts.device_memory, local=True)  # before any study or trial is made
     metric = check_metric(opts.metric, planned[0].config)
     cells = cells_of(planned, space.param)
-    slots = local_slots(devices=opts.devices, jobs=opts.jobs, jobs_per_device=opts.jobs_per_device)
-    slots = slots[:max(1, opts.trials * len(cells))]  # never more workers than trials
+    most = max(1, opts.trials * len(cells))  # never more workers than trials
     home = Path(opts.home)
     console = opts.console or Console(stderr=True)
-    if (crowded := crowding(slots, cpu_count=usable_cpus(), jobs_per_device=opts.jobs_per_device)):
-        console.print(f"[yellow]warning:[/] {crowded}", highlight=False, soft_wrap=True)
+    run_options = RunOptions(home=home, store=opts.store, executor=opts.executor, jobs=opts.jobs,
+                             devices=opts.devices, jobs_per_device=opts.jobs_per_device, threads=opts.threads,
+                             device_memory=opts.device_memory, own=dict(opts.own))
+    # the executor's checks (the memory check among them) before any study or trial is made
+    expanded = Expanded(Path(path), grid, planned, fingerprints, joins=True)
+    with chosen.session(expanded, run_options) as session:
+        if (crowded := session.describe(most)[1]):
+            console.print(f"[yellow]warning:[/] {crowded}", highlight=False, soft_wrap=True)
+        return _tune_on(session, grid, cells, space, metric, pruner, opts, most, console, t0)
+
+
+def _tune_on(session: Any, grid: Any, cells: list[Cell], space: SearchSpace, metric: str, pruner: str,
+             opts: TuneOptions, most: int, console: Console, t0: float) -> TuneReport:
+    """``tune``'s studies and rounds on an executor's ``session``."""
+    from ablate.store import Store
+    from ablate.store.engine import display_url
+    from ablate.tune.storage import optuna_storage
+
+    home = Path(opts.home)
     store = Store.open(opts.store, home=home)
     resume = ("when the store is back, run the same command again: the studies resume, and trials that "
               f"finished meanwhile are read from {home / 'runs'}, not trained again")
@@ -103,8 +120,9 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
         with stops_when_away(display_url(store.url), doing="while tuning", then=resume):
             tuner = _Tuner(grid, cells, space, metric, pruner, opts, store,
                            optuna_storage(store.url), console)
-            with TrialPool(slots, home=home, store=store, title=f"{grid.name}/tune", console=console,
-                           metric=metric, mlflow=opts.mlflow, store_patience_s=opts.store_patience_s) as pool:
+            with trial_runner(session, home=home, store=store, title=f"{grid.name}/tune", console=console,
+                              metric=metric, mlflow=opts.mlflow, store_patience_s=opts.store_patience_s,
+                              jobs=most) as pool:
                 tuner.search(pool)
                 if opts.find_max_stable and not pool.interrupted:
                     tuner.bracket(pool)
@@ -191,13 +209,13 @@ class _Tuner:
         return out
 
     # ------------------------------------------------------------ 2. the search
-    def search(self, pool: TrialPool) -> None:
+    def search(self, pool: Runner) -> None:
         queue = self._queue()
         total = sum(len(r) + n for r, n in queue.values())
         if not total:
             return
         pool.expect(total)
-        width = len(pool.slots)
+        width = pool.width
         while not pool.interrupted:
             items: list[_Item] = []
             progress = True
@@ -226,7 +244,7 @@ class _Tuner:
         return _Item(cell, trial.params[self.space.param], trial.number, trial._trial_id)
 
     # ------------------------------------------------------------ a round of runs
-    def _run_round(self, pool: TrialPool, items: list[_Item]) -> list[tuple[_Item, Point | None, str | None]]:
+    def _run_round(self, pool: Runner, items: list[_Item]) -> list[tuple[_Item, Point | None, str | None]]:
         """Make each item's run (reusing a finished one), train the rest; ``(item, point or None, error)``."""
         from ablate.grid import run_id
 
@@ -293,7 +311,7 @@ class _Tuner:
         self.report.counts[kind] = self.report.counts.get(kind, 0) + 1
 
     # ------------------------------------------------------------ 3. the largest stable value
-    def bracket(self, pool: TrialPool) -> None:
+    def bracket(self, pool: Runner) -> None:
         tol, brackets, notes = self.opts.tolerance, {}, {}
         for cell in self.cells:
             study = self.studies[cell.key]
@@ -353,7 +371,7 @@ class _Tuner:
 
     # ------------------------------------------------------------ 4. the tuned runs
     def then_run(self) -> None:
-        from ablate.execute import RunOptions, run_grid
+        from ablate.execute import run_grid
         from ablate.tune.tuned import tuned_grid, write_tuned_grid
 
         picks: list[tuple[Any, float | int]] = []
@@ -375,10 +393,10 @@ class _Tuner:
                            highlight=False)
         o = self.opts
         self.report.tuned = run_grid(path, [],
-                                     RunOptions(home=o.home, store=o.store, jobs=o.jobs, devices=o.devices,
-                                                          jobs_per_device=o.jobs_per_device, mlflow=o.mlflow,
-                                                          device_memory=o.device_memory,
-                                                          console=self.console))
+                                     RunOptions(home=o.home, store=o.store, executor=o.executor, jobs=o.jobs,
+                                                devices=o.devices, jobs_per_device=o.jobs_per_device,
+                                                threads=o.threads, mlflow=o.mlflow, own=dict(o.own),
+                                                device_memory=o.device_memory, console=self.console))
 
 
 def _num(value: Any) -> float | None:

@@ -1,0 +1,48 @@
+"""``ablate cancel``: stop the executors' jobs of a grid (a Slurm array, Ray tasks) and put its unfinished
+runs back in the queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ablate.cli.common import (
+    HomeOpt,
+    SetOpt,
+    StoreOpt,
+    app,
+    handles_errors,
+    open_store,
+    warn,
+)
+
+
+@app.command("cancel")
+@handles_errors
+def cancel_cmd(
+    grid: Annotated[str,
+                    typer.Argument(help="the grid: its file (YAML) or its name in the store",
+                                   show_default=False)],
+    sets: SetOpt = None,
+    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the jobs to end")] = 120.0,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Cancel a grid's jobs (a Slurm array: scancel; Ray tasks) and put its unfinished runs back in the
+    queue."""
+    from ablate.execute.jobs import cancel_grid
+
+    name = grid
+    if grid.endswith((".yaml", ".yml")) or Path(grid).is_file():
+        from ablate.grid import load_grid
+
+        name = load_grid(Path(grid), sets or ()).name
+    with open_store(home, store) as opened:
+        report = cancel_grid(opened, name, wait_s=wait)
+    if report.cancelled:
+        typer.echo(f"cancelled {'; '.join(report.cancelled)} of grid {name}")
+    typer.echo(f"{len(report.requeued)} run(s) of {name} back in the queue")
+    if report.still_alive:
+        warn(f"still alive: {', '.join(report.still_alive)}; those runs record their own end")

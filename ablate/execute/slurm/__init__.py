@@ -1,0 +1,105 @@
+"""The Slurm executor: one job array per grid, through submitit (``submit``), its tasks training and recording
+their runs themselves (``task``), squeue and scancel for what Slurm says of them (``queue``).
+
+``SLURM`` is its registry entry (``ablate.execute.executor``). Its ``ablate run`` submits and returns the
+array id (``--wait``: follows the array until every run has ended); its runs' jobs are ``<array>_<index>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from ablate.errors import UserInputError
+from ablate.execute.executor import RunOptions
+
+if TYPE_CHECKING:
+    from ablate.execute.opening import Expanded
+    from ablate.execute.slurm.submit import SlurmOptions
+
+WHAT = "a Slurm option"
+NODES = "only the Slurm executor spans nodes"
+
+
+class Slurm:
+    """``--executor slurm``."""
+
+    name = "slurm"
+    about = "one Slurm job array per grid (its tasks record their runs themselves)"
+    flags = {"partition": WHAT, "gpus_per_job": WHAT, "time": WHAT, "array_parallelism": WHAT,
+             "slurm_opts": WHAT, "nodes": NODES, "gpus_per_node": NODES}
+
+    def options(self, options: RunOptions) -> SlurmOptions:
+        """``submit_grid``'s options from ``ablate run``'s."""
+        from ablate.execute.slurm.submit import DEFAULT_TIME, SlurmOptions
+
+        own: dict[str, Any] = options.own
+        return SlurmOptions(home=options.home, store=options.store, partition=own.get("partition"),
+                            gpus_per_job=own.get("gpus_per_job"), nodes=own.get("nodes", 1),
+                            gpus_per_node=own.get("gpus_per_node"), time=own.get("time", DEFAULT_TIME),
+                            array_parallelism=own.get("array_parallelism"),
+                            slurm_opts=own.get("slurm_opts", ()), retry_failed=options.retry_failed,
+                            append=options.append, device_memory=options.device_memory,
+                            mlflow=options.mlflow, wait=options.wait, stale_after_s=options.stale_after_s,
+                            store_patience_s=options.store_patience_s, console=options.console,
+                            extra=options.extra)
+
+    def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
+        """Submit the grid as one job array; print the array id (on stdout) and, after ``--wait``, the
+        statuses."""
+        from rich.console import Console
+
+        from ablate.execute.display import stdout_console
+        from ablate.execute.slurm.submit import submit_grid
+
+        report = submit_grid(path, sets, self.options(options))
+        err = Console(stderr=True)
+        for warning in report.warnings:
+            err.print(Text.assemble(("warning:", "yellow"), f" {warning}"), highlight=False, soft_wrap=True)
+        if report.array_id is not None:
+            stdout_console().print(report.array_id, highlight=False, markup=False, soft_wrap=True)
+        if options.wait and report.statuses:
+            counts: dict[str, int] = {}
+            for status in report.statuses.values():
+                counts[status] = counts.get(status, 0) + 1
+            err.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), highlight=False)
+        if report.store_error is not None:
+            err.print(Text.assemble(("error:", "red"), f" {' '.join(report.store_error.split())}"),
+                      highlight=False, soft_wrap=True)
+        return report.exit_code
+
+    @contextmanager
+    def session(self, expanded: Expanded, options: RunOptions) -> Iterator[Any]:
+        """Rounds of jobs (``ablate tune``'s trials) are not dealt to Slurm yet: one line saying so."""
+        raise UserInputError("--executor slurm submits whole grids (ablate run); rounds of jobs, as ablate "
+                             "tune deals its trials, run on --executor local or ray")
+        yield  # pragma: no cover - a generator, for contextmanager
+
+    def alive(self, job_ids: Collection[str]) -> set[str] | None:
+        """The job ids squeue lists as pending or running (none when Slurm is not installed here)."""
+        from ablate.execute.slurm.queue import alive
+
+        return alive(job_ids)
+
+    def states(self, job_ids: Collection[str]) -> dict[str, str] | None:
+        """squeue's state of each job it knows (None when Slurm is not installed here)."""
+        from ablate.execute.slurm.queue import have_slurm, job_states
+
+        return job_states(job_ids) if job_ids and have_slurm() else None
+
+    def cancel(self, job_ids: Collection[str]) -> list[str]:
+        """``scancel`` of the arrays of the jobs still alive."""
+        from ablate.execute.slurm.queue import cancel_arrays
+
+        arrays = cancel_arrays(job_ids)
+        return [f"Slurm job(s) {', '.join(arrays)}"] if arrays else []
+
+    def job_name(self, job_id: str) -> str:
+        return f"Slurm job {job_id}"
+
+
+SLURM = Slurm()
