@@ -22,10 +22,11 @@ from ablate.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
-# the paper's arms, the attention weights slot's sink fixes and the field's 2025-26 arms (the attention-2025 study)
-VARIANTS = ["baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise", "sink-learned", "softmax-off-by-one",
-            "softpick", "diff-attention", "diff-attention-matched", "diff-v2", "forgetting-attention",
-            "forgetting-attention-rope", "selective-attention", "sdpa-headwise-sparse"]
+# the paper's arms, the attention weights slot's sink fixes, the field's 2025-26 arms (attention-2025)
+VARIANTS = ["baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise", "sink-learned",
+            "softmax-off-by-one", "softpick", "diff-attention", "diff-attention-matched", "diff-v2",
+            "forgetting-attention", "forgetting-attention-rope", "selective-attention",
+            "sdpa-headwise-sparse"]
 
 
 @pytest.mark.cuda
@@ -55,7 +56,8 @@ def test_forward_and_backward_on_cuda_match_the_cpu(variant, monkeypatch):
 @cuda
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANTS)
 def test_the_probe_path_on_cuda_matches_the_cpu(variant, monkeypatch):
-    """The probe path (explicit attention weights, the F-Attn and activation probes) gives the CPU's tensors."""
+    """The probe path (explicit attention weights, the F-Attn and activation probes) gives the CPU's
+    tensors."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     cfg = apply_variant(ModelConfig(preset="tiny"), variant)
     torch.manual_seed(0)
@@ -65,8 +67,9 @@ def test_the_probe_path_on_cuda_matches_the_cpu(variant, monkeypatch):
     with torch.no_grad():
         for device in ("cpu", "cuda"):
             out = model.to(device)(tokens.to(device), probe=True)
-            outs[device] = (out.logits.cpu(), [{k: v.detach().float().cpu() for k, v in layer.items()
-                                                if isinstance(v, torch.Tensor)} for layer in out.probes])
+            layers = [{k: v.float().cpu() for k, v in layer.items() if isinstance(v, torch.Tensor)}
+                      for layer in out.probes]
+            outs[device] = (out.logits.cpu(), layers)
     torch.testing.assert_close(outs["cuda"][0], outs["cpu"][0], rtol=1e-3, atol=1e-4)
     assert len(outs["cuda"][1]) == cfg.n_layers
     for layer, (gpu, cpu) in enumerate(zip(outs["cuda"][1], outs["cpu"][1], strict=True)):
