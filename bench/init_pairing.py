@@ -201,7 +201,8 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(SETTINGS))
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--table-only", action="store_true", help="train nothing (nor --until-resolved): the table from the store")
+    ap.add_argument("--table-only", action="store_true",
+                    help="train nothing (nor --until-resolved): the table from the store")
     ap.add_argument("--no-until-resolved", action="store_true", help="skip the --until-resolved runs")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                     help="ablate run's --set on every grid (a smoke test: --set train.steps=10)")

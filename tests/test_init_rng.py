@@ -42,8 +42,8 @@ def test_every_variant_shares_every_common_weight_with_the_baseline(name: str) -
     shared = _shared(base, arm)
     assert "embed.weight" in shared and "blocks.1.ffn_norm.weight" in shared
     assert [k for k in shared if not torch.equal(base[k], arm[k])] == []
-    # a drawn weight whose shape differs between the arms (more heads, experts) has a stream of its own (a norm's
-    # ones of another width are ones still)
+    # a drawn weight whose shape differs between the arms (more heads, experts) has a stream of its own (a
+    # norm's ones of another width are ones still)
     for k in (k for k in arm if k in base and arm[k].shape != base[k].shape and base[k].std() > 0):
         assert not torch.equal(arm[k].flatten()[:8], base[k].flatten()[:8]), k
 
@@ -134,8 +134,8 @@ def test_an_unknown_init_rng_is_one_line_and_exit_2(tmp_path) -> None:
                                    "--home", str(tmp_path)])
     assert out.exit_code == 2 and "Traceback" not in out.output
     assert out.output.startswith("error: ") and out.output.count("\n") == 1
-    assert out.output.strip().endswith("quickstart.yaml: --set: model.init_rng: Input should be 'sequential' or "
-                                       "'per-parameter', got 'shuffled'")
+    assert out.output.strip().endswith("quickstart.yaml: --set: model.init_rng: Input should be "
+                                       "'sequential' or 'per-parameter', got 'shuffled'")
 
 
 def test_a_per_parameter_g1_model_exports_to_qwen3_next_with_equal_logits(tmp_path, monkeypatch) -> None:
