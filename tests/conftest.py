@@ -54,6 +54,15 @@ def isolate_environment(environ: dict[str, str] | os._Environ[str]) -> list[str]
 isolate_environment(os.environ)  # at import: before any test, fixture or doctest of this session
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``), one worker runs a whole module, so
+    its module-wide fixtures (trained grids, a Ray cluster) are built once; the Slurm modules share one worker,
+    so the session starts one Slurm cluster. Without xdist the mark is inert."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("slurm" if "slurm" in Path(module).stem else module))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
