@@ -55,9 +55,9 @@ isolate_environment(os.environ)  # at import: before any test, fixture or doctes
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``), one worker runs a whole module, so
-    its module-wide fixtures (trained grids, a Ray cluster) are built once; the Slurm modules share one worker,
-    so the session starts one Slurm cluster. Without xdist the mark is inert."""
+    """Under pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``), one worker runs a whole module,
+    so its module-wide fixtures (trained grids, a Ray cluster) are built once; the Slurm modules share one
+    worker, so the session starts one Slurm cluster. Without xdist the mark is inert."""
     for item in items:
         module = item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group("slurm" if "slurm" in Path(module).stem else module))

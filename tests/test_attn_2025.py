@@ -323,18 +323,9 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, tmp_home, model: str, v
 
 @pytest.mark.slow
 def test_arms_train_and_are_probed_and_stored_through_ablate_run(tmp_path, module_cache) -> None:
-    from tiny_grids import tiny_grid
+    from tiny_grids import train_and_probe
 
-    from ablate.store import Store
-
-    grid = tmp_path / "arms.yaml"
-    grid.write_text(tiny_grid("arms-e2e", variants=[*ARMS, SPARSE], steps=10, checkpoint_every=10))
-    home = tmp_path / "home"
-    result = CliRunner().invoke(app, ["run", str(grid), "--jobs", "2", "--home", str(home), "--no-mlflow"])
-    assert result.exit_code == 0, result.output
-    with Store.open(home=home) as store:
-        runs = store.runs_frame(grid="arms-e2e").set_index("run_id")
-        probes = store.probes(run_ids=list(runs.index))
+    runs, probes = train_and_probe(tmp_path, "arms-e2e", [*ARMS, SPARSE])
     assert sorted(runs["variant"]) == sorted([*ARMS, SPARSE]) and set(runs["status"]) == {"done"}
     for rid, variant in runs["variant"].items():
         assert runs.loc[rid, "params"] == count_params(apply_variant(TINY, variant)).total

@@ -170,20 +170,9 @@ def test_arms_are_listed_with_their_source() -> None:
 
 @pytest.mark.slow
 def test_arms_train_and_are_probed_and_stored_through_ablate_run(tmp_path, module_cache) -> None:
-    from tiny_grids import tiny_grid
-    from typer.testing import CliRunner
+    from tiny_grids import train_and_probe
 
-    from ablate.cli import app
-    from ablate.store import Store
-
-    grid = tmp_path / "sinks.yaml"
-    grid.write_text(tiny_grid("sinks-e2e", variants=list(ARMS), steps=10, checkpoint_every=10))
-    home = tmp_path / "home"
-    result = CliRunner().invoke(app, ["run", str(grid), "--jobs", "2", "--home", str(home), "--no-mlflow"])
-    assert result.exit_code == 0, result.output
-    with Store.open(home=home) as store:
-        runs = store.runs_frame(grid="sinks-e2e").set_index("run_id")
-        probes = store.probes(run_ids=list(runs.index))
+    runs, probes = train_and_probe(tmp_path, "sinks-e2e", list(ARMS))
     assert sorted(runs["variant"]) == sorted(ARMS) and set(runs["status"]) == {"done"}
     tiny = ModelConfig(preset="tiny")
     for rid, variant in runs["variant"].items():

@@ -61,7 +61,8 @@ def test_a_file_here_wins_over_a_study_of_that_name(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["grids", "show", "quikstart"], "error: no shipped study 'quikstart' (did you mean 'quickstart'?); the "
-                                     "studies: quickstart, attention-2025, attention-2025-text, ladder-lite,"),
+                                     "studies: quickstart, attention-2025, attention-2025-text, "
+                                     "ladder-lite,"),
     (["plan", "quikstart"], "error: quikstart: no such grid file; nor a shipped study (did you mean "
                             "'quickstart'?) (`ablate grids` lists them)"),
     (["run", "tabel1"], "error: tabel1: no such grid file; nor a shipped study (did you mean 'table1'?)"),

@@ -4,6 +4,8 @@ run."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 
 def tiny_grid(name: str, *, variants: Sequence[str] = ("baseline", "sdpa-elementwise"),
@@ -26,3 +28,21 @@ base:
 grid:
   variant: {list(variants)}{seed_axis}
 {extra}"""
+
+
+def train_and_probe(root: Path, name: str, variants: Sequence[str]) -> tuple[Any, Any]:
+    """Train ``variants`` (one seed, 10 steps) through ``ablate run`` in a home under ``root``; the grid's
+    runs (indexed by run id) and their probes, from the store."""
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.store import Store
+
+    grid = root / f"{name}.yaml"
+    grid.write_text(tiny_grid(name, variants=list(variants), steps=10, checkpoint_every=10))
+    home = root / "home"
+    result = CliRunner().invoke(app, ["run", str(grid), "--jobs", "2", "--home", str(home), "--no-mlflow"])
+    assert result.exit_code == 0, result.output
+    with Store.open(home=home) as store:
+        runs = store.runs_frame(grid=name).set_index("run_id")
+        return runs, store.probes(run_ids=list(runs.index))
