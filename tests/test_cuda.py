@@ -80,12 +80,13 @@ def test_the_probe_path_on_cuda_matches_the_cpu(variant, monkeypatch):
 
 @pytest.mark.cuda
 @cuda
-def test_a_tiny_run_trains_in_bf16_mixed_on_cuda(tmp_path, monkeypatch):
+@pytest.mark.parametrize("init_rng", ["sequential", "per-parameter"])
+def test_a_tiny_run_trains_in_bf16_mixed_on_cuda(tmp_path, monkeypatch, init_rng):
     from ablate.runner import run_one
 
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     cfg = RunConfig.model_validate({
-        "model": {"preset": "tiny"}, "variant": "sdpa-elementwise",
+        "model": {"preset": "tiny", "init_rng": init_rng}, "variant": "sdpa-elementwise",
         "data": {"seq_len": 32, "stream_tokens": 20000, "train": [{"kind": "builtin", "name": "arithmetic"}],
                  "heldout": {"arith": {"kind": "builtin", "name": "arithmetic"}}},
         "train": {"steps": 40, "batch_size": 8, "precision": "bf16-mixed"},
@@ -98,6 +99,17 @@ def test_a_tiny_run_trains_in_bf16_mixed_on_cuda(tmp_path, monkeypatch):
     assert len(losses) == 40 and all(math.isfinite(x) for x in losses)
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
     assert math.isfinite(result.summary["val_ppl"]) and result.summary["gate_score"] is not None
+
+
+@pytest.mark.cuda
+@cuda
+def test_per_parameter_init_on_cuda_draws_the_cpus_weights():
+    cfg = apply_variant(ModelConfig(preset="tiny", init_rng="per-parameter"), "sdpa-elementwise")
+    on_cpu = build_model(cfg, seed=3).state_dict()
+    on_gpu = build_model(cfg, seed=3, device=torch.device("cuda")).state_dict()
+    assert on_gpu.keys() == on_cpu.keys()
+    for name, t in on_cpu.items():
+        assert on_gpu[name].device.type == "cuda" and torch.equal(on_gpu[name].cpu(), t), name
 
 
 @pytest.mark.slow

@@ -72,7 +72,8 @@ def stream_seed(seed: int, name: str, shape: tuple[int, ...]) -> int:
 def keyed_normal(seed: int, name: str, shape: tuple[int, ...], std: float) -> torch.Tensor:
     """N(0, std) of ``shape`` (float32, on the CPU) from the generator keyed by (seed, name, shape)."""
     gen = torch.Generator().manual_seed(stream_seed(seed, name, shape))
-    return torch.empty(shape).normal_(0.0, std, generator=gen)
+    # on the CPU explicitly: build_model(device=...) makes new tensors on its device by default
+    return torch.empty(shape, device="cpu").normal_(0.0, std, generator=gen)
 
 
 def parts_of(model: nn.Module) -> Parts:
