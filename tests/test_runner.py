@@ -327,3 +327,35 @@ def test_answer_only_loss_learns_recall_end_to_end(tmp_path, seed):
     assert result.status == "done" and s["tokens"] == 150 * 32 * 32
     assert s["bench/mqar"] >= 50.0, s
     assert result.metrics["loss"][-1] < 0.5 * result.metrics["loss"][0]
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_gradients_are_freed_right_after_the_optimizer_step(accumulate):
+    """Lightning zeroes gradients between a step's forward and its backward; the module frees them after the
+    optimizer's step, so no step's forward (the memory peak) runs beside the last step's gradients, while
+    micro-batches of one step still accumulate into them."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    from ablate.ablations import build_model
+    from ablate.runner.module import LitDecoder
+
+    cfg = tiny(train={"steps": 3, "batch_size": 2 * accumulate, "micro_batch_size": 2})
+    assert cfg.train.accumulate == accumulate
+    torch.manual_seed(0)
+    lit = LitDecoder(build_model(cfg.model), cfg.train)
+    seen: list[tuple[int, bool]] = []
+
+    class Watch(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append((int(batch["micro"]), any(p.grad is not None for p in pl_module.parameters())))
+
+    batches = [{"step": s, "micro": m, "tokens": torch.randint(0, 256, (2, 17))}
+               for s in range(3) for m in range(accumulate)]
+    trainer = L.Trainer(max_steps=3, accumulate_grad_batches=accumulate, callbacks=[Watch()], logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu", devices=1)
+    trainer.fit(lit, DataLoader(batches, batch_size=None))
+    assert len(seen) == 3 * accumulate
+    # a step's first micro-batch starts with no gradient held; a later one adds to the earlier's
+    assert seen == [(m, m > 0) for _ in range(3) for m in range(accumulate)]
