@@ -11,7 +11,6 @@ find the 2.7 GiB that the runner holds beyond the plain step at the 1.7B model's
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 import tempfile
@@ -22,8 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import run_config  # noqa: E402  (bench/ is not a package)
-
-GiB = 2**30
+from gpu_memory_phases import GiB, parser  # noqa: E402
 
 
 def frames_of(event: dict) -> str:
@@ -34,15 +32,10 @@ def frames_of(event: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="paper-dense-1.7b")
-    p.add_argument("--variant", default="baseline")
-    p.add_argument("--seq", type=int, default=4096)
-    p.add_argument("--steps", type=int, default=2)
+    p = parser(__doc__)
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args()
-    ns = argparse.Namespace(steps=args.steps, batch_size=1, seq_len=args.seq, compile=False)
-    cfg = run_config({"preset": args.preset}, args.variant, ns, steps=args.steps, batch_size=1,
+    cfg = run_config({"preset": args.preset}, args.variant, args, steps=args.steps, batch_size=1,
                      seq_len=args.seq, compile=False)
     from ablate.runner import run_one
 

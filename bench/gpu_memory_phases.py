@@ -28,13 +28,18 @@ def gb(x: float) -> str:
     return f"{x / GiB:7.2f}"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options of the GPU memory benches: the model, the arm, one row of ``--seq`` tokens, the steps."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="paper-dense-1.7b")
     p.add_argument("--variant", default="baseline")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--steps", type=int, default=2)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser(__doc__).parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = apply_variant(ModelConfig(preset=args.preset), args.variant)
     est = estimate_memory(cfg, seq_len=args.seq, rows=1, precision="bf16-mixed", gpu=True)
