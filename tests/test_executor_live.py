@@ -44,7 +44,7 @@ def _nested(client, experiment: str) -> list:
 
 
 def test_a_300_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env, monkeypatch):
-    from mlflow import MlflowClient
+    from ablate.store.mlflow_mirror import open_client
 
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     # 16 x 128 tokens a step: long enough (tens of seconds) to be seen training by several looks 1 s apart
@@ -53,7 +53,9 @@ def test_a_300_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
     # --jobs 2 for one run: one worker with one torch thread (steady pace on a busy machine)
     proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--jobs", "2"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    # MLflow's client is opened once the run's mirror has made the tracking store, and under its creation lock:
+    # a client opened sooner would make the store itself, racing the mirror on MLflow's schema
+    client = None
     rows, status_rows, histories = [], [], []
     try:
         deadline = time.monotonic() + 600
@@ -69,6 +71,7 @@ def test_a_300_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
                 status = json.loads(invoke("status", "--home", str(home), "--format", "json").stdout)
                 status_rows += status["running"]
             if (home / "mlflow.db").is_file():
+                client = client or open_client(f"sqlite:///{home.resolve()}/mlflow.db")
                 nested = _nested(client, "watched")
                 if nested and nested[0].info.status == "RUNNING":
                     histories.append(len(client.get_metric_history(nested[0].info.run_id, "loss")))
