@@ -53,8 +53,8 @@ def test_a_300_step_run_is_watched_live_in_the_store_and_in_mlflow(tmp_path, env
     # --jobs 2 for one run: one worker with one torch thread (steady pace on a busy machine)
     proc = subprocess.Popen([ABLATE, "run", str(path), "--home", str(home), "--jobs", "2"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # MLflow's client is opened once the run's mirror has made the tracking store, and under its creation lock:
-    # a client opened sooner would make the store itself, racing the mirror on MLflow's schema
+    # MLflow's client is opened once the run's mirror has made the tracking store, and under its creation
+    # lock: a client opened sooner would make the store itself, racing the mirror on MLflow's schema
     client = None
     rows, status_rows, histories = [], [], []
     try:

@@ -193,6 +193,33 @@ def test_a_plugin_module_beside_its_grid_file_trains_in_the_workers(tmp_path, mo
         runs = store.runs_frame(grid="plug")
     assert sorted(runs["status"]) == ["done", "done"]
     assert "myattn:CappedSoftmax(cap=5)" in set(runs["variant"])
+    plugged = runs.loc[runs["variant"] == "myattn:CappedSoftmax(cap=5)", "run_id"].item()
+
+    # probed later, with no grid file at hand (another shell, another folder): its module is found where it
+    # was when the run trained (the checkpoint says), as long as its code is the code it trained with
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ABLATE_PLUGIN_PATH"}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def probe() -> subprocess.CompletedProcess:
+        ablate = str(Path(sys.executable).parent / "ablate")
+        return subprocess.run([ablate, "probe", "--grid", "plug", "--home", str(home), "--format", "json"],
+                              env=env, cwd=elsewhere, capture_output=True, text=True, timeout=600)
+
+    out = probe()
+    assert out.returncode == 0, out.stderr
+    assert {r["run_id"]: r["error"] for r in json.loads(out.stdout)} == dict.fromkeys(runs["run_id"])
+    source = tmp_path / "study" / "myattn" / "__init__.py"
+    source.write_text(source.read_text() + "\n# edited after the run trained\n")
+    out = probe()
+    assert out.returncode == 1
+    assert re.search(rf"{plugged}: failed: .*: the plugin arm 'myattn:CappedSoftmax' has other code than it "
+                     r"trained with \(model.plugin.version sha256:\w+ then, sha256:\w+ now\): restore that "
+                     r"code, or train the run again", out.stderr), out.stderr
 
 
 BAD_INIT = """

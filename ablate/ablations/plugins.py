@@ -33,7 +33,9 @@ Safety: only modules a grid lists in ``plugins:``, or that an installed package 
 folder goes at the end of the import path, so a file there never shadows an installed module). Identity: the
 arm's ``version`` is filled when the grid is loaded (``fill_version``): its distribution's version when the
 module comes from an installed package, else ``sha256:`` of its source files, so a changed plugin changes the
-run id. Importing this module never imports torch or any plugin.
+run id. A run's checkpoint keeps the folder its arm was imported from (``origin``), so its weights load later
+without the grid file, and only with the code they trained with (``check_version``). Importing this module
+never imports torch or any plugin.
 """
 
 from __future__ import annotations
@@ -104,10 +106,40 @@ def beside(grid_file: str | os.PathLike[str]) -> None:
     """Make the plugin modules beside a grid file importable, as a script's own modules are: its folder is
     added to ``ABLATE_PLUGIN_PATH``, which this process and the ones it starts put at the end of their import
     path before they import an arm (``load``)."""
-    folder = str(Path(grid_file).resolve().parent)
+    search(Path(grid_file).resolve().parent)
+
+
+def search(folder: str | os.PathLike[str]) -> None:
+    """Add ``folder`` to ``ABLATE_PLUGIN_PATH`` (``beside``; a trained run's ``origin``)."""
+    folder = str(folder)
     known = [p for p in os.environ.get(PLUGIN_PATH, "").split(os.pathsep) if p]
     if folder not in known:
         os.environ[PLUGIN_PATH] = os.pathsep.join([*known, folder])
+
+
+def origin(arm: str) -> str | None:
+    """The folder an arm's module was imported from, to be found there again when its run's checkpoint is
+    loaded with no grid file at hand (``ablate probe``, ``ablate eval``): the folder above its top package;
+    None for a module of an installed distribution, which is on the import path anyway."""
+    module = module_of(arm)
+    top = module.partition(".")[0]
+    if importlib.metadata.packages_distributions().get(top):
+        return None
+    path = Path(importlib.import_module(top).__file__ or "")
+    return str((path.parent.parent if path.name == "__init__.py" else path.parent).resolve())
+
+
+def check_version(spec: PluginArm, where: str) -> None:
+    """A RunError when the arm's code is no longer the code ``spec`` was trained with (its ``version``):
+    probing or evaluating its weights with other code would give numbers of neither."""
+    from ablate.errors import RunError
+
+    load(spec.arm)
+    now = version_of(module_of(spec.arm))
+    if spec.version is not None and now != spec.version:
+        raise RunError(f"{where}: the plugin arm {spec.arm!r} has other code than it trained with "
+                       f"(model.plugin.version {spec.version} then, {now} now): restore that code, or train "
+                       "the run again")
 
 
 def _searched() -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ablate.ablations import apply_variant, build_model
+from ablate.ablations import apply_variant, build_model, plugins
 from ablate.config import RunConfig, stage_configs
 from ablate.errors import RunError
 from ablate.layout import CHECKPOINT
@@ -40,6 +40,10 @@ def load_run_model(run_dir: str | Path, *, device: Any = "cpu") -> tuple[torch.n
     if ckpt.get("stage"):  # a later training stage: its own RoPE base (ablate.runner.stages)
         config = stage_configs(config)[int(ckpt["stage"])]
     model_cfg = apply_variant(config.model, config.variant)
+    if model_cfg.plugin is not None:  # its module found where it was when the run trained, its code the same
+        if ckpt.get("plugin_origin"):
+            plugins.search(ckpt["plugin_origin"])
+        plugins.check_version(model_cfg.plugin, str(run_dir))
     model = build_model(model_cfg)
     model.load_state_dict(decoder_state(path, model))  # a sharded checkpoint is read without a process group
     tokenizer = get_tokenizer(config.data, model_cfg, cache_dir_for(run_dir))

@@ -90,9 +90,13 @@ class LitDecoder(L.LightningModule):
     mid-step)."""
 
     def __init__(self, model: nn.Module, train_cfg: TrainConfig, *, compile: bool = False,
-                 run_config: dict | None = None, stage: int = 0, precision: str = "32-true"):
+                 run_config: dict | None = None, stage: int = 0, precision: str = "32-true",
+                 plugin_origin: str | None = None):
         super().__init__()
         self.run_config = run_config  # saved in every checkpoint, so a run directory loads on its own
+        # and where its plugin arm's module was imported from (ablate.ablations.plugins.origin), so it loads
+        # without the grid file
+        self.plugin_origin = plugin_origin
         self.stage = stage  # the training stage (ablate.runner.stages) the checkpoints belong to
         self.model = model
         self.compile, self.precision = compile, precision
@@ -176,6 +180,8 @@ class LitDecoder(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.run_config is not None:
             checkpoint["run_config"] = self.run_config
+        if self.plugin_origin is not None:
+            checkpoint["plugin_origin"] = self.plugin_origin
         checkpoint["stage"] = self.stage
         checkpoint["rng"] = {"torch": torch.get_rng_state(),
                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from ablate.ablations import added_params, apply_variant, build_model, count_params
+from ablate.ablations import added_params, apply_variant, build_model, count_params, plugins
 from ablate.ablations.flops import flops_per_token
 from ablate.ablations.memory import resolved_precision
 from ablate.config import RunConfig
@@ -239,7 +239,8 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, r
     torch.manual_seed(config.seed)
     model = build_model(model_cfg, seed=config.seed)
     lit = LitDecoder(model, tc, compile=tc.compile, run_config=config.model_dump(mode="json"),
-                     stage=stage.index, precision=precision)
+                     stage=stage.index, precision=precision,
+                     plugin_origin=plugins.origin(model_cfg.plugin.arm) if model_cfg.plugin else None)
 
     ckpt = run_dir / CHECKPOINT
     trainer = L.Trainer(
