@@ -7,8 +7,9 @@ diff``:
 - ``ablate``, ``torch``, ``lightning``, ``python``: the versions that trained it; ``cuda``: torch's CUDA build
   (None on a CPU build); ``device``: what it trained on (``cpu`` or the GPU's name);
 - ``model_code``: a hash of the model's code (``ablate/ablations/*.py``, its syntax tree without docstrings,
-  so comments, docstrings and layout do not count): two runs of one config whose model code differs may not
-  compare, even at one ablate version;
+  so comments, docstrings and layout do not count; not the modules that count, plan, export or import arms,
+  ``NOT_MODEL``): two runs of one config whose model code differs may not compare, even at one ablate
+  version;
 - ``config_version``: the ``CONFIG_VERSION`` its id was computed under;
 - ``git_commit`` and ``git_dirty``: the commit of the git repository holding the grid file, and whether its
   tracked files had uncommitted changes (absent where the grid is not in a repository, or git is missing).
@@ -43,11 +44,22 @@ def _version(package: str) -> str | None:
         return None
 
 
+# the modules of ablate/ablations that say what ablate counts, plans, exports and imports, not what a model
+# computes: a change to them leaves every model as it was (a module added there counts as model code)
+NOT_MODEL = ("export.py", "flops.py", "memory.py", "meta_counts.py", "plugins.py")
+
+
 @functools.cache
 def model_code() -> str:
-    """A short hash of the model's code (``ablate/ablations/*.py``, by name and syntax tree)."""
+    """A short hash of the model's code (``ablate/ablations/*.py`` but ``NOT_MODEL``, by name and syntax
+    tree)."""
+    return code_hash(Path(__file__).parent / "ablations")
+
+
+def code_hash(folder: Path, *, leave_out: Iterable[str] = NOT_MODEL) -> str:
+    """A short hash of the ``*.py`` modules of ``folder`` but ``leave_out``, by name and syntax tree."""
     digest = hashlib.sha256()
-    for path in sorted((Path(__file__).parent / "ablations").glob("*.py")):
+    for path in sorted(p for p in folder.glob("*.py") if p.name not in set(leave_out)):
         digest.update(path.name.encode() + b"\0" + code_of(path.read_text()).encode() + b"\0")
     return digest.hexdigest()[:12]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from store_data import planned, result
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import UserInputError
+from ablate.provenance import NOT_MODEL, code_hash, model_code
 from ablate.store import Store
 from ablate.store.inspect import diff, show
 
@@ -139,3 +141,24 @@ def test_a_report_across_model_code_warns_once(store: Store) -> None:
     store.ingest(result(2).model_copy(update={"provenance": {**PROVENANCE, "model_code": "aaa"}}))
     current_runs(store, "g", warn=lines.append)
     assert lines == []
+
+
+@pytest.mark.parametrize(("module", "counts"), [
+    *[(name, False) for name in NOT_MODEL],  # what ablate counts, plans, exports and imports
+    ("gates.py", True), ("model.py", True), ("layers.py", True), ("variants.py", True), ("init_rng.py", True),
+])
+def test_model_code_changes_with_what_a_model_computes_only(tmp_path, module: str, counts: bool) -> None:
+    """A change to a module that counts, plans, exports or imports arms (a better error line in the plugin
+    loader) leaves model_code as it was, so runs trained before and after still compare without a warning; a
+    change to what a model computes changes it."""
+    import shutil
+
+    import ablate.ablations
+
+    folder = tmp_path / "ablations"
+    shutil.copytree(Path(ablate.ablations.__file__).parent, folder)
+    before = code_hash(folder)
+    assert before == model_code()
+    path = folder / module
+    path.write_text(path.read_text() + "\n\ndef _added(x):\n    return 2 * x\n")
+    assert (code_hash(folder) != before) is counts
