@@ -91,15 +91,18 @@ def logical_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """``model``'s parameters by logical name: a fused parameter split into its blocks (``parts_of``), each
     under its unfused name, so that two arms' common weights can be compared name by name."""
     parts = parts_of(model)
-    out = {}
-    for name, param in model.named_parameters():
-        if name not in parts:
-            out[name] = param.detach()
-            continue
-        pieces = parts[name]
-        out.update({logical: block.detach() for (logical, _), block in
-                    zip(pieces, param.split([rows for _, rows in pieces]), strict=True)})
-    return out
+    return {logical: block.detach() for name, param in model.named_parameters()
+            for logical, block in _blocks(name, param, parts)}
+
+
+def _blocks(name: str, param: torch.Tensor, parts: Parts) -> list[tuple[str, torch.Tensor]]:
+    """``[(logical name, its rows of param)]``: the blocks of a parameter that holds several (``parts``), else
+    ``[(name, param)]``."""
+    if name not in parts:
+        return [(name, param)]
+    pieces = parts[name]
+    return [(logical, block) for (logical, _), block in
+            zip(pieces, param.split([rows for _, rows in pieces]), strict=True)]
 
 
 def init_per_parameter(model: nn.Module, std: float, seed: int) -> None:
@@ -116,10 +119,7 @@ def init_per_parameter(model: nn.Module, std: float, seed: int) -> None:
                 if id(param) in seen:
                     continue
                 seen.add(id(param))
-                name = _join(prefix, local)
-                pieces = parts.get(name, [(name, param.shape[0])])
-                blocks = param.split([rows for _, rows in pieces])
-                for (logical, _), block in zip(pieces, blocks, strict=True):
+                for logical, block in _blocks(_join(prefix, local), param, parts):
                     block.copy_(keyed_normal(seed, logical, tuple(block.shape), std))
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
