@@ -146,16 +146,13 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     assert sorted(p.name for p in root.iterdir()) == [".git", "g.yaml", "home"]
 
 
-def test_a_rerun_trains_nothing_and_returns_fast(finished):
+def test_a_rerun_trains_nothing_and_starts_no_worker(finished):
     _, path, home, _ = finished
     results = {p: p.stat().st_mtime_ns for p in (home / "runs").glob("*/result.json")}
-    t0 = time.monotonic()
     result = invoke("run", str(path), "--jobs", "2", "--home", str(home))
-    took = time.monotonic() - t0
     assert result.exit_code == 0, result.output
     assert "worker" not in result.output  # no pool was started
     assert {p: p.stat().st_mtime_ns for p in results} == results
-    assert took < 15, took
 
 
 def test_adding_a_seed_trains_only_the_new_runs_and_ctrl_c_requeues(finished, tmp_path, env):
