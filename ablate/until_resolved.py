@@ -367,7 +367,8 @@ def look_line(j: int, look: Look, resolved: Sequence[bool], looks: int) -> str:
 
 def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
     """One line per comparison: its last delta, and the look that resolved it or the seeds it still needs."""
-    from ablate.stats import CORRECTION_NAMES, needs_text, seeds_needed
+    from ablate.power import needs_text, seeds_needed
+    from ablate.stats import CORRECTION_NAMES
 
     m = len(outcome.comparisons)
     out = [f"{spec.metric}, paired t over seeds, {CORRECTION_NAMES[spec.correction]} over {m} comparison"

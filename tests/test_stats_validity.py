@@ -14,6 +14,7 @@ import pytest
 from scipy import stats as ss
 
 from ablate.errors import UserInputError
+from ablate.power import mde, power, seeds_needed, unresolved_line
 from ablate.reports.cells import delta_cell
 from ablate.stats import (
     BOOTSTRAP_MIN_N,
@@ -22,16 +23,12 @@ from ablate.stats import (
     bootstrap_ci,
     compare,
     correct,
-    mde,
     method_note,
     paired_delta,
     paired_ratio,
-    power,
-    seeds_needed,
     sign_flip_pvalue,
     t_interval,
     t_pvalue,
-    unresolved_line,
 )
 
 DRAWS = 6000
@@ -206,7 +203,7 @@ def test_a_paired_difference_of_exactly_zero_reads_identical_without_a_division(
     import warnings
 
     from ablate.pairing import pairing
-    from ablate.stats import needs, needs_text
+    from ablate.power import needs, needs_text
 
     values = [(5.0, 5.0), (6.1, 6.1), (5.7, 5.7)]
     with warnings.catch_warnings(), np.errstate(all="raise"):

@@ -16,12 +16,13 @@ from typing import Any
 
 from ablate.errors import UserInputError, one_of
 from ablate.metrics import metric
+from ablate.power import needs, needs_text
 from ablate.reports.cells import Cell, Column, Row, Table, delta_cell, summary_cell
 from ablate.reports.compare import CompareReport, Comparison
 from ablate.reports.render import html_document, to_html, to_latex, to_markdown
 from ablate.reports.spec import LABELS, digits
 from ablate.reports.tables import SPREAD_NOTE
-from ablate.stats import method_note, needs, needs_text
+from ablate.stats import method_note
 
 FORMATS = ("markdown", "latex", "csv", "json", "html")
 SUFFIX = {"markdown": ".md", "latex": ".tex", "csv": ".csv", "json": ".json", "html": ".html"}

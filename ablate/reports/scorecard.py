@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ablate.power import needs, needs_text
 from ablate.reports.render import wrappable
 from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
@@ -47,8 +48,6 @@ from ablate.stats import (
     family_size,
     level,
     method_note,
-    needs,
-    needs_text,
     paired_delta,
 )
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.metrics import metric
+from ablate.power import unresolved_line
 from ablate.reports.cells import (
     Cell,
     Column,
@@ -44,16 +45,7 @@ from ablate.reports.spec import (
 )
 from ablate.reports.verdict import paired
 from ablate.sequential import Decision
-from ablate.stats import (
-    DEFAULT,
-    Delta,
-    Stats,
-    correct,
-    family_size,
-    method_note,
-    summarize,
-    unresolved_line,
-)
+from ablate.stats import DEFAULT, Delta, Stats, correct, family_size, method_note, summarize
 
 log = logging.getLogger(__name__)
 
