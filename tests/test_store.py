@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -187,14 +188,32 @@ def test_pruned_is_its_own_status(store: Store) -> None:
 
 def test_a_grid_registered_again_keeps_the_runs_it_left_as_older_ones(store: Store) -> None:
     store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in range(3)])
-    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in (1, 2, 3)])  # the file edited
+    # the file edited: run000's arm (variant 0) is no longer planned at any seed
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in (1, 2, 4)])
     (grid,) = store.status_summary()["grids"]
     assert (grid["total"], grid["queued"], grid["older"]) == (3, 3, 1)
     assert store.older_runs("g") == 1 and store.status_summary(older=True)["grids"][0]["total"] == 4
-    assert list(store.runs_frame(grid="g", current=True)["run_id"]) == ["run001", "run002", "run003"]
+    assert list(store.runs_frame(grid="g", current=True)["run_id"]) == ["run001", "run002", "run004"]
     assert len(store.runs_frame(grid="g")) == 4  # still members: `ablate runs --grid g` lists them
     store.register_grid(name="g", text="name: g\n", runs=[planned(0)], whole=False)  # --append, --set: join
     assert store.older_runs("g") == 0 and len(store.runs_frame(grid="g", current=True)) == 4
+
+
+def test_the_seeds_a_grid_grew_stay_current_until_its_arms_or_cells_change(store: Store) -> None:
+    """Runs that are the file's runs at other seeds (what --until-resolved added) stay in the grid's current
+    configuration when the file runs again, plain or growing other comparisons: a report keeps the seeds a
+    comparison was resolved on. A run whose arm and cell the file no longer plans becomes an older one."""
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in range(3)])
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in range(3, 9)], whole=False)
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in range(3)])  # the file again
+    assert store.older_runs("g") == 0
+    assert list(store.runs_frame(grid="g", current=True)["run_id"]) == [f"run{i:03d}" for i in range(9)]
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in (0, 1)])  # variant 2 dropped
+    assert sorted(store.runs_frame(grid="g", current=True)["run_id"]) == [
+        f"run{i:03d}" for i in (0, 1, 3, 4, 6, 7)]
+    new_lr = [dataclasses.replace(planned(i, lr=1e-3), run_id=f"lr{i:03d}") for i in range(3)]
+    store.register_grid(name="g", text="name: g\n", runs=new_lr)  # the base edited: another learning rate
+    assert store.older_runs("g") == 9 and len(store.runs_frame(grid="g", current=True)) == 3
 
 
 def test_runs_of_one_stem_are_found_under_their_other_ids(store: Store) -> None:

@@ -195,6 +195,14 @@ def test_until_resolved_through_the_cli_adds_seeds_where_open_and_reuses_them(tm
     assert "this run" not in again.output and "skipped" not in again.output
     assert _verdicts(again.stdout) == _verdicts(ran.stdout) and len(_verdicts(ran.stdout)) == 3
 
+    # the file run again, plain: the seeds the looks added stay in the study, and every report still reads
+    # the comparisons as the looks decided them (before, they became runs of an "older configuration")
+    plain = _ablate("run", str(path), "--no-mlflow", home=home)
+    assert plain.exit_code == 0 and "older configuration" not in plain.output, plain.output
+    with Store.open(None, home=home) as store:
+        assert store.older_runs("seq") == 0 and len(store.runs_frame(grid="seq", current=True)) == 16
+    _every_report_reads_the_looks(home)
+
 
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_a_bad_until_resolved_option_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch,

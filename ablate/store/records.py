@@ -109,6 +109,28 @@ def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str 
     return (CONFIG_VERSION, stem_id(cfg)) if make_id(cfg) == run_id else (None, None)
 
 
+def other_seeds(session: Session, grid_id: int, configs: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The grid's current members that are not among ``configs`` (run id -> config) but are one of them at
+    another seed: the same arm in the same cell, every field but ``seed`` equal. One statement when there are
+    none (the usual case)."""
+    current = set(session.scalars(select(GridRun.run_id).where(GridRun.grid_id == grid_id,
+                                                               GridRun.current.is_(True))))
+    others = sorted(current - set(configs))
+    if not others:
+        return set()
+    wanted = {_seedless(c) for c in configs.values()}
+    kept = set()
+    for i in range(0, len(others), CHUNK):
+        found = session.execute(select(Run.run_id, Run.config).where(Run.run_id.in_(others[i:i + CHUNK])))
+        kept |= {rid for rid, config in found if _seedless(config) in wanted}
+    return kept
+
+
+def _seedless(config: Mapping[str, Any]) -> str:
+    """A config, but its seed, as text (what runs of one arm and cell at different seeds share)."""
+    return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True)
+
+
 def _stem(planned: Any, config: Mapping[str, Any]) -> str | None:
     """A planned run's stem id: its own (a PlannedRun), else computed from its config."""
     stem = _field(planned, "stem_id")
@@ -131,7 +153,9 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     ``runs``: PlannedRun-like objects or mappings with ``run_id``, ``config`` (RunConfig or dict), ``params``,
     ``added_params`` and optionally ``axes`` and ``stem_id``. A run already in the store keeps its status and
     results. ``whole``: these runs are the grid's whole current configuration, and its other members are kept
-    as runs of older ones (``grid_runs.current``); else they join the current ones (``--set``, tune's trials).
+    as runs of older ones (``grid_runs.current``), but for the current members that are these runs at other
+    seeds (``other_seeds``: the seeds ``--until-resolved`` added stay in the study when the file runs again);
+    else they join the current ones (``--set``, ``--until-resolved``'s seeds, tune's trials).
     """
     now = utcnow()
     ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
@@ -149,8 +173,11 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
         members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None,
                            "current": True}
     if whole:
-        session.execute(update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
-                        .values(current=False))
+        kept = other_seeds(session, grid_id, {rid: row["config"] for rid, row in rows.items()})
+        older = update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
+        if kept:
+            older = older.where(GridRun.run_id.not_in(sorted(kept)))
+        session.execute(older.values(current=False))
     if rows:
         ordered = [rows[k] for k in sorted(rows)]  # one lock order for every writer
         ins = _upsert(session, Run.__table__)

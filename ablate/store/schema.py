@@ -75,8 +75,8 @@ class GridRun(Base):
     """Membership: a run belongs to every grid that lists it (the same config in two grids is one run).
 
     ``current``: the run is in the grid's current configuration (what its file planned the last time it ran
-    without ``--set``, and the runs ``--set`` added since); a run of an older one (an edited
-    grid file, changed data) stays a member, not current.
+    without ``--set``, the runs ``--set`` added since, and those runs at more seeds: ``--until-resolved``'s);
+    a run of an older one (an edited grid file, changed data) stays a member, not current.
     """
 
     __tablename__ = "grid_runs"
