@@ -214,6 +214,9 @@ def test_the_seeds_a_grid_grew_stay_current_until_its_arms_or_cells_change(store
     new_lr = [dataclasses.replace(planned(i, lr=1e-3), run_id=f"lr{i:03d}") for i in range(3)]
     store.register_grid(name="g", text="name: g\n", runs=new_lr)  # the base edited: another learning rate
     assert store.older_runs("g") == 9 and len(store.runs_frame(grid="g", current=True)) == 3
+    # and back: the file's runs at the first lr are current again, with every seed of them that ran
+    store.register_grid(name="g", text="name: g\n", runs=[planned(i) for i in range(3)])
+    assert store.older_runs("g") == 3 and len(store.runs_frame(grid="g", current=True)) == 9
 
 
 def test_runs_of_one_stem_are_found_under_their_other_ids(store: Store) -> None:

@@ -110,12 +110,12 @@ def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str 
 
 
 def other_seeds(session: Session, grid_id: int, configs: Mapping[str, Mapping[str, Any]]) -> set[str]:
-    """The grid's current members that are not among ``configs`` (run id -> config) but are one of them at
-    another seed: the same arm in the same cell, every field but ``seed`` equal. One statement when there are
-    none (the usual case)."""
-    current = set(session.scalars(select(GridRun.run_id).where(GridRun.grid_id == grid_id,
-                                                               GridRun.current.is_(True))))
-    others = sorted(current - set(configs))
+    """The grid's members that are not among ``configs`` (run id -> config) but are one of them at another
+    seed: the same arm in the same cell, every field but ``seed`` equal (whether or not an earlier
+    registration left them current: the current configuration is a function of what the file plans). One
+    statement when the grid has no other members."""
+    members = set(session.scalars(select(GridRun.run_id).where(GridRun.grid_id == grid_id)))
+    others = sorted(members - set(configs))
     if not others:
         return set()
     wanted = {_seedless(c) for c in configs.values()}
@@ -174,10 +174,12 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
                            "current": True}
     if whole:
         kept = other_seeds(session, grid_id, {rid: row["config"] for rid, row in rows.items()})
-        older = update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
-        if kept:
-            older = older.where(GridRun.run_id.not_in(sorted(kept)))
-        session.execute(older.values(current=False))
+        session.execute(update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
+                        .values(current=False))
+        for i in range(0, len(kept), CHUNK):  # this grid's runs at more seeds: part of it, whenever they ran
+            session.execute(update(GridRun).where(GridRun.grid_id == grid_id,
+                                                  GridRun.run_id.in_(sorted(kept)[i:i + CHUNK]))
+                            .values(current=True))
     if rows:
         ordered = [rows[k] for k in sorted(rows)]  # one lock order for every writer
         ins = _upsert(session, Run.__table__)
