@@ -118,7 +118,7 @@ def other_seeds(session: Session, grid_id: int, configs: Mapping[str, Mapping[st
     others = sorted(members - set(configs))
     if not others:
         return set()
-    wanted = {_seedless(c) for c in configs.values()}
+    wanted = {_seedless(c) for c in configs.values()} - {None}
     kept = set()
     for i in range(0, len(others), CHUNK):
         found = session.execute(select(Run.run_id, Run.config).where(Run.run_id.in_(others[i:i + CHUNK])))
@@ -126,9 +126,19 @@ def other_seeds(session: Session, grid_id: int, configs: Mapping[str, Mapping[st
     return kept
 
 
-def _seedless(config: Mapping[str, Any]) -> str:
-    """A config, but its seed, as text (what runs of one arm and cell at different seeds share)."""
-    return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True)
+def _seedless(config: Mapping[str, Any]) -> str | None:
+    """What runs of one arm and cell at different seeds share: the run id the config has at seed 0 (an id,
+    not the stored text, so a field a later ablate added at its default changes nothing); None for a config
+    this version cannot read."""
+    from pydantic import ValidationError
+
+    from ablate.config import RunConfig
+    from ablate.grid.ids import run_id
+
+    try:
+        return run_id(RunConfig.model_validate({**config, "seed": 0}))
+    except (ValidationError, ValueError, TypeError):
+        return None
 
 
 def _stem(planned: Any, config: Mapping[str, Any]) -> str | None:
