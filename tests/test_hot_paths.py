@@ -184,3 +184,27 @@ def test_a_long_runs_table_prints_plain_columns(stores, tmp_path):
     assert lines[1].split()[:3] == ["run_id", "grid", "variant"]
     done = [line for line in lines[3:] if " done " in line]
     assert len(done) == math.ceil(runs / 10)  # every tenth run is done
+
+
+def test_registering_a_grid_again_reads_only_the_seeds_it_grew(tmp_path):
+    """A grid's file registered again keeps its grown seeds current (records.other_seeds); the runs of its
+    older configurations (here 10 seeds at other steps) are told apart by their columns, with no config
+    validated: only the grown seeds and the file's runs in their cells are."""
+
+    def planned(seeds: range, steps: int = 60) -> list:
+        path = tmp_path / f"g{steps}-{len(seeds)}.yaml"
+        path.write_text(tiny_grid("g", seeds=seeds, steps=steps, extra=EXTRA))
+        return expand(load_grid(path))
+
+    runs, older = planned(range(2)), planned(range(10), steps=30)
+    grown = [r for r in planned(range(4)) if r.config.seed >= 2]
+    assert len(runs) == len(grown) == 2 * PER_SEED and len(older) == 10 * PER_SEED
+    with Store.open(home=tmp_path / "home") as store:
+        store.register_grid(name="g", text="g", runs=older)
+        store.register_grid(name="g", text="g", runs=runs)
+        store.register_grid(name="g", text="g", runs=grown, whole=False)  # what --until-resolved adds
+        with counting() as work:
+            store.register_grid(name="g", text="g", runs=runs)  # the file again
+        current = store.runs_frame(grid="g", current=True)
+        assert store.older_runs("g") == len(older) and len(current) == len(runs) + len(grown)
+    assert work["validate RunConfig"] == len(grown) + len(runs)

@@ -109,19 +109,41 @@ def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str 
     return (CONFIG_VERSION, stem_id(cfg)) if make_id(cfg) == run_id else (None, None)
 
 
-def other_seeds(session: Session, grid_id: int, configs: Mapping[str, Mapping[str, Any]]) -> set[str]:
-    """The grid's members that are not among ``configs`` (run id -> config) but are one of them at another
-    seed: the same arm in the same cell, every field but ``seed`` equal (whether or not an earlier
-    registration left them current: the current configuration is a function of what the file plans). One
-    statement when the grid has no other members."""
-    members = set(session.scalars(select(GridRun.run_id).where(GridRun.grid_id == grid_id)))
-    others = sorted(members - set(configs))
-    if not others:
+# the runs columns that a run shares with its other seeds: what narrows the runs whose configs are compared
+_CELL_COLUMNS = ("variant", "model_preset", "n_layers", "d_model", "lr", "train_steps", "batch_size",
+                 "seq_len")
+
+
+def other_seeds(session: Session, grid_id: int, rows: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The grid's members that are not among ``rows`` (run id -> its ``runs`` row: ``config`` and the
+    ``config_columns``) but are one of them at another seed: the same arm in the same cell, every field but
+    ``seed`` equal (whether or not an earlier registration left them current: the current configuration is a
+    function of what the file plans). Only members whose columns match a row's at a seed no such row has are
+    read and compared, so a grid's older configurations cost no config validation. One statement when the
+    grid has no other members."""
+    members = sorted(set(session.scalars(select(GridRun.run_id).where(GridRun.grid_id == grid_id)))
+                     - set(rows))
+    if not members:
         return set()
-    wanted = {_seedless(c) for c in configs.values()} - {None}
-    kept = set()
-    for i in range(0, len(others), CHUNK):
-        found = session.execute(select(Run.run_id, Run.config).where(Run.run_id.in_(others[i:i + CHUNK])))
+    seeds: dict[tuple[Any, ...], set[int]] = {}
+    for row in rows.values():
+        seeds.setdefault(tuple(row[c] for c in _CELL_COLUMNS), set()).add(row["seed"])
+    cols = [getattr(Run, c) for c in _CELL_COLUMNS]
+    candidates: dict[str, tuple[Any, ...]] = {}
+    for i in range(0, len(members), CHUNK):
+        found = session.execute(select(Run.run_id, Run.seed, *cols)
+                                .where(Run.run_id.in_(members[i:i + CHUNK])))
+        for rid, seed, *cell in found:
+            if (planned := seeds.get(tuple(cell))) is not None and seed not in planned:
+                candidates[rid] = tuple(cell)
+    if not candidates:
+        return set()
+    cells = set(candidates.values())
+    wanted = {_seedless(r["config"]) for r in rows.values()
+              if tuple(r[c] for c in _CELL_COLUMNS) in cells} - {None}
+    ids, kept = sorted(candidates), set()
+    for i in range(0, len(ids), CHUNK):
+        found = session.execute(select(Run.run_id, Run.config).where(Run.run_id.in_(ids[i:i + CHUNK])))
         kept |= {rid for rid, config in found if _seedless(config) in wanted}
     return kept
 
@@ -183,7 +205,7 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
         members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None,
                            "current": True}
     if whole:
-        kept = other_seeds(session, grid_id, {rid: row["config"] for rid, row in rows.items()})
+        kept = other_seeds(session, grid_id, rows)
         session.execute(update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
                         .values(current=False))
         for i in range(0, len(kept), CHUNK):  # this grid's runs at more seeds: part of it, whenever they ran
