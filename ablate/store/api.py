@@ -64,7 +64,8 @@ class Store:
             _require_store(engine, url, home=None if given else home)
         if migrate:
             try:
-                _retry(lambda: upgrade(engine))
+                with _making(url, create=create):
+                    _retry(lambda: upgrade(engine))
             except DBAPIError as exc:
                 engine.dispose()
                 raise StoreUnavailableError(f"cannot open the store {display_url(url)}: "
@@ -321,6 +322,23 @@ class Store:
         stale)."""
         wanted = dict(stems)
         return self._read(lambda s: queries.same_stem(s, wanted)) if wanted else {}
+
+
+@contextmanager
+def _making(url: str, *, create: bool) -> Iterator[None]:
+    """While a new SQLite store is made (its file absent or empty), an exclusive file lock beside it
+    (``ablate.db.lock``): two processes that start together on a new home then make it one after the other
+    (the second finds it made), instead of racing on its first connection, where SQLite switches it to WAL and
+    makes its shared-memory file. An existing store needs none: its migrations queue on the write lock."""
+    from ablate.layout import file_lock
+    from ablate.store.engine import sqlite_path
+
+    path = sqlite_path(url) if create else None
+    if path is None or (path.is_file() and path.stat().st_size > 0):
+        yield
+        return
+    with file_lock(path.with_name(path.name + ".lock")):
+        yield
 
 
 def _require_store(engine: Engine, url: str, *, home: str | os.PathLike[str] | None) -> None:
