@@ -2,8 +2,8 @@
 
 ``upgrade(engine)`` brings a database to the newest schema; ``Store.open`` calls it, so does ``ablate db
 upgrade``. Several processes opening one store at once is safe: on PostgreSQL the upgrade holds an advisory
-lock, on SQLite the ``BEGIN IMMEDIATE`` write lock, and each process reads the current revision under it (a new
-SQLite store is made under a file lock beside it: ``Store.open``).
+lock, on SQLite the ``BEGIN IMMEDIATE`` write lock, and each process reads the current revision under it (a
+new SQLite store is made under a file lock beside it: ``Store.open``).
 
 A new schema change: edit ``schema.py``, then add ``migrations/versions/NNNN_<what>.py`` (``down_revision`` =
 the previous one); ``tests/test_store_migrations.py`` checks the migrated schema equals ``schema.py``.
