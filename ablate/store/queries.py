@@ -111,7 +111,7 @@ def same_stem(session: Session, stems: dict[str, str]) -> dict[str, tuple[str, s
     for rid, stem in stems.items():
         by_stem[stem].append(rid)
     q = select(Run.stem_id, Run.run_id, Run.status, Run.config).order_by(Run.created, Run.run_id)
-    for stem, rid, status, config in _in_chunks(session, q, Run.stem_id, list(by_stem)):
+    for stem, rid, status, config in in_chunks(session, q, Run.stem_id, list(by_stem)):
         for planned in by_stem[stem]:
             if planned != rid:
                 found[planned] = (rid, str(status), dict(config or {}))
@@ -242,7 +242,9 @@ def _typed(column: pd.Series, dtype: str) -> pd.Series:
         return column.astype("float64")
 
 
-def _in_chunks(session: Session, query: Any, column: Any, run_ids: Sequence[str] | None) -> list[Any]:
+def in_chunks(session: Session, query: Any, column: Any, run_ids: Sequence[str] | None) -> list[Any]:
+    """The rows of ``query`` whose ``column`` is one of ``run_ids`` (every row for None), asked ``IN_CHUNK``
+    ids at a time."""
     if run_ids is None:
         return list(session.execute(query))
     ids = list(dict.fromkeys(run_ids))
@@ -260,7 +262,7 @@ def curves(session: Session, *, run_ids: Sequence[str] | None = None,
     q = select(Metric.run_id, Metric.step, Metric.name.label("metric"), Metric.value)
     if metrics is not None:
         q = q.where(Metric.name.in_(list(metrics)))
-    rows = _in_chunks(session, q.order_by(Metric.run_id, Metric.name, Metric.step), Metric.run_id, run_ids)
+    rows = in_chunks(session, q.order_by(Metric.run_id, Metric.name, Metric.step), Metric.run_id, run_ids)
     frame = pd.DataFrame.from_records(rows, columns=["run_id", "step", "metric", "value"])
     return frame.astype({"step": "int64", "value": "float64"})
 
@@ -271,7 +273,7 @@ def probes(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.Data
 
     q = select(Probe.run_id, Probe.layer, Probe.name, Probe.value).order_by(Probe.run_id, Probe.name,
                                                                             Probe.layer)
-    rows = _in_chunks(session, q, Probe.run_id, run_ids)
+    rows = in_chunks(session, q, Probe.run_id, run_ids)
     return pd.DataFrame.from_records(rows, columns=["run_id", "layer", "name", "value"]).astype(
         {"layer": "int64", "value": "float64"})
 
@@ -283,7 +285,7 @@ def histograms(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.
     q = select(Histogram.run_id, Histogram.name, Histogram.layer, Histogram.counts, Histogram.edges).order_by(
         Histogram.run_id, Histogram.name, Histogram.layer)
     records = []
-    for run_id, name, layer, counts, edges in _in_chunks(session, q, Histogram.run_id, run_ids):
+    for run_id, name, layer, counts, edges in in_chunks(session, q, Histogram.run_id, run_ids):
         for b, count in enumerate(counts):
             lo = edges[b] if b < len(edges) else None
             hi = edges[b + 1] if b + 1 < len(edges) else None
@@ -296,14 +298,14 @@ def events(session: Session, *, run_ids: Sequence[str] | None = None) -> pd.Data
     import pandas as pd
 
     q = select(Event.run_id, Event.kind, Event.step, Event.data).order_by(Event.run_id, Event.step, Event.id)
-    rows = _in_chunks(session, q, Event.run_id, run_ids)
+    rows = in_chunks(session, q, Event.run_id, run_ids)
     return pd.DataFrame.from_records(rows, columns=["run_id", "kind", "step", "data"])
 
 
 def statuses(session: Session, *, run_ids: Sequence[str]) -> dict[str, str]:
     """``{run_id: status}`` for the given runs the store knows (unknown ones are absent)."""
     q = select(Run.run_id, Run.status)
-    return {r: s.value for r, s in _in_chunks(session, q, Run.run_id, run_ids)}
+    return {r: s.value for r, s in in_chunks(session, q, Run.run_id, run_ids)}
 
 
 def eta_seconds(steps_left: int, tokens_per_s: float | None, tokens_per_step: int | None) -> float | None:

@@ -121,31 +121,29 @@ def other_seeds(session: Session, grid_id: int, rows: Mapping[str, Mapping[str, 
     function of what the file plans). Only members whose columns match a row's at a seed no such row has are
     read and compared, so a grid's older configurations cost no config validation. One statement when the
     grid has no other members."""
+    from ablate.store.queries import in_chunks
+
     members = sorted(set(session.scalars(select(GridRun.run_id).where(GridRun.grid_id == grid_id)))
                      - set(rows))
     if not members:
         return set()
     seeds: dict[tuple[Any, ...], set[int]] = {}
     for row in rows.values():
-        seeds.setdefault(tuple(row[c] for c in _CELL_COLUMNS), set()).add(row["seed"])
+        seeds.setdefault(_cell(row), set()).add(row["seed"])
     cols = [getattr(Run, c) for c in _CELL_COLUMNS]
-    candidates: dict[str, tuple[Any, ...]] = {}
-    for i in range(0, len(members), CHUNK):
-        found = session.execute(select(Run.run_id, Run.seed, *cols)
-                                .where(Run.run_id.in_(members[i:i + CHUNK])))
-        for rid, seed, *cell in found:
-            if (planned := seeds.get(tuple(cell))) is not None and seed not in planned:
-                candidates[rid] = tuple(cell)
+    candidates = {rid: tuple(cell) for rid, seed, *cell
+                  in in_chunks(session, select(Run.run_id, Run.seed, *cols), Run.run_id, members)
+                  if seed not in seeds.get(tuple(cell), {seed})}
     if not candidates:
         return set()
     cells = set(candidates.values())
-    wanted = {_seedless(r["config"]) for r in rows.values()
-              if tuple(r[c] for c in _CELL_COLUMNS) in cells} - {None}
-    ids, kept = sorted(candidates), set()
-    for i in range(0, len(ids), CHUNK):
-        found = session.execute(select(Run.run_id, Run.config).where(Run.run_id.in_(ids[i:i + CHUNK])))
-        kept |= {rid for rid, config in found if _seedless(config) in wanted}
-    return kept
+    wanted = {_seedless(r["config"]) for r in rows.values() if _cell(r) in cells} - {None}
+    found = in_chunks(session, select(Run.run_id, Run.config), Run.run_id, sorted(candidates))
+    return {rid for rid, config in found if _seedless(config) in wanted}
+
+
+def _cell(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(row[c] for c in _CELL_COLUMNS)
 
 
 def _seedless(config: Mapping[str, Any]) -> str | None:
@@ -185,9 +183,9 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     ``runs``: PlannedRun-like objects or mappings with ``run_id``, ``config`` (RunConfig or dict), ``params``,
     ``added_params`` and optionally ``axes`` and ``stem_id``. A run already in the store keeps its status and
     results. ``whole``: these runs are the grid's whole current configuration, and its other members are kept
-    as runs of older ones (``grid_runs.current``), but for the current members that are these runs at other
-    seeds (``other_seeds``: the seeds ``--until-resolved`` added stay in the study when the file runs again);
-    else they join the current ones (``--set``, ``--until-resolved``'s seeds, tune's trials).
+    as runs of older ones (``grid_runs.current``), but for the members that are these runs at other seeds
+    (``other_seeds``: the seeds ``--until-resolved`` added stay in the study when the file runs again); else
+    they join the current ones (``--set``, ``--until-resolved``'s seeds, tune's trials).
     """
     now = utcnow()
     ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
@@ -205,12 +203,15 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
         members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None,
                            "current": True}
     if whole:
+        from ablate.store.queries import IN_CHUNK
+
         kept = other_seeds(session, grid_id, rows)
         session.execute(update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
                         .values(current=False))
-        for i in range(0, len(kept), CHUNK):  # this grid's runs at more seeds: part of it, whenever they ran
+        again = sorted(kept)  # this grid's runs at more seeds: part of it, whenever they ran
+        for i in range(0, len(again), IN_CHUNK):
             session.execute(update(GridRun).where(GridRun.grid_id == grid_id,
-                                                  GridRun.run_id.in_(sorted(kept)[i:i + CHUNK]))
+                                                  GridRun.run_id.in_(again[i:i + IN_CHUNK]))
                             .values(current=True))
     if rows:
         ordered = [rows[k] for k in sorted(rows)]  # one lock order for every writer
