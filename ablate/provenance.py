@@ -12,7 +12,10 @@ diff``:
   version;
 - ``config_version``: the ``CONFIG_VERSION`` its id was computed under;
 - ``git_commit`` and ``git_dirty``: the commit of the git repository holding the grid file, and whether its
-  tracked files had uncommitted changes (absent where the grid is not in a repository, or git is missing).
+  tracked files had uncommitted changes (absent where the grid is not in a repository, or git is missing);
+- ``plugin_init``: for a plugin arm's run, ``{module's qualified name: "own" | "ablate"}``, whether each of
+  the plugin's modules trained from the weights its ``__init__`` made or from the decoder's draws
+  (``ablate.ablations.plugins.inits``; absent without a plugin).
 
 The grid's commit is read once, by the process that opens the grid (``announce``), and reaches the workers it
 starts (local, Slurm, torchrun ranks) through the environment variable ``ABLATE_GRID_SOURCE``.
@@ -127,13 +130,15 @@ def announce(grid_file: str | os.PathLike[str] | None) -> None:
     os.environ[SOURCE_ENV] = json.dumps(source)
 
 
-def collect(device: str) -> dict[str, Any]:
-    """This run's provenance (see the module docstring): the software, ``device`` and the grid's commit."""
+def collect(device: str, plugin_init: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """This run's provenance (see the module docstring): the software, ``device``, the grid's commit and,
+    for a plugin arm, the init each of its modules got (``plugin_init``, ``Decoder.plugin_init``)."""
     try:
         source = json.loads(os.environ.get(SOURCE_ENV) or "{}")
     except ValueError:
         source = {}
-    return {**software(), "device": device, **(source if isinstance(source, dict) else {})}
+    plugin = {"plugin_init": dict(plugin_init)} if plugin_init else {}
+    return {**software(), "device": device, **(source if isinstance(source, dict) else {}), **plugin}
 
 
 def differing(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[dict[str, Any]]:

@@ -177,8 +177,8 @@ class Unused(nn.Module):
 '''
 
 
-def _losses(tmp_path, name: str, variant, init_rng: str) -> list[float]:
-    cfg = RunConfig.model_validate({
+def _config(variant, init_rng: str) -> RunConfig:
+    return RunConfig.model_validate({
         "model": {"preset": "tiny", "init_rng": init_rng}, "variant": variant, "seed": 7,
         "data": {"train": [{"kind": "builtin", "name": "arithmetic"}],
                  "heldout": {"math": {"kind": "builtin", "name": "arithmetic"}}, "seq_len": 32,
@@ -186,7 +186,10 @@ def _losses(tmp_path, name: str, variant, init_rng: str) -> list[float]:
         "train": {"steps": 8, "batch_size": 4, "lr": 1e-2, "checkpoint_every": 8},
         "eval": {"heldout_tokens": 128, "probes": False},
     })
-    return run_one(cfg, tmp_path / name, run_id=name).metrics["loss"]
+
+
+def _losses(tmp_path, name: str, variant, init_rng: str) -> list[float]:
+    return run_one(_config(variant, init_rng), tmp_path / name, run_id=name).metrics["loss"]
 
 
 @pytest.mark.usefixtures("module_cache")
@@ -197,3 +200,23 @@ def test_two_arms_that_are_the_same_function_give_the_same_runs(tmp_path, plugin
     assert len(per[0]) == 8 and per[0] == per[1]  # exactly
     seq = [_losses(tmp_path, f"seq-{i}", v, "sequential") for i, v in enumerate(("baseline", arm))]
     assert seq[0][0] != seq[1][0]
+
+
+# Read from main before a plugin arm's modules kept their own init (issue 41): the catalogue's arms keep their
+# run ids and train to the same losses, under both draws (the fused G1 projection under sequential).
+@pytest.mark.usefixtures("module_cache")
+@pytest.mark.parametrize(("variant", "init_rng", "rid", "losses"), [
+    ("baseline", "sequential", "48e5a7422c1d",
+     [5.714118003845215, 4.887898921966553, 3.945436716079712, 3.4182560443878174, 3.148477554321289,
+      2.9809048175811768, 2.907573938369751, 2.852123498916626]),
+    ("sdpa-elementwise", "sequential", "fa40a4d662cd",
+     [5.769364833831787, 5.08346700668335, 4.0248613357543945, 3.490633487701416, 3.1732900142669678,
+      3.016918659210205, 2.934473991394043, 2.866964101791382]),
+    ("sdpa-headwise", PER, "0bbad006eb09",
+     [5.785185813903809, 4.942110538482666, 4.085546016693115, 3.4847545623779297, 3.164402484893799,
+      3.016289710998535, 2.934950351715088, 2.864814043045044]),
+])
+def test_the_catalogues_arms_keep_their_run_ids_and_losses(tmp_path, variant: str, init_rng: str, rid: str,
+                                                           losses: list[float]) -> None:
+    assert run_id(_config(variant, init_rng)) == rid
+    assert _losses(tmp_path, variant, variant, init_rng) == pytest.approx(losses, rel=1e-5)

@@ -421,3 +421,170 @@ def test_a_gate_plugin_and_an_output_plugin_train_are_probed_and_stored(plugin_d
     assert all(0 < g < 1 for g in scores) and gated["gate_score"] == pytest.approx(sum(scores) / 2)
     assert pd.isna(scaled["gate_score"])  # no scores: null
     assert gated["massive_ratio"] > 1 and 0 <= scaled["massive_first"] <= 1
+
+
+# --------------------------------------------------------------------------- a plugin's own init is kept
+# The issue's example (#41): a headwise G1 gate whose __init__ starts it at sigmoid(bias_init), weight zero.
+# Before, the decoder's init redrew its weight and zeroed its bias: bias_init 0 and 3 trained alike.
+BIASED = '''
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+
+class Gate(nn.Module):
+    slot = "gate"
+    position = "G1"
+
+    class Args(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        bias_init: float = 0.0
+
+    def __init__(self, args, cfg):
+        super().__init__()
+        self.proj = nn.Linear(cfg.d_model, cfg.n_heads)
+        with torch.no_grad():
+            self.proj.weight.zero_()
+            self.proj.bias.fill_(args.bias_init)
+
+    def forward(self, y, x):
+        s = torch.sigmoid(self.proj(x))  # (B, T, q)
+        return y * s.unsqueeze(-1).to(y.dtype), s
+'''
+BLOCKS = ("blocks.0.attn.gate_sdpa", "blocks.1.attn.gate_sdpa")
+
+
+def biased(plugin_dir: Path, bias_init: float, *, declared: str = "") -> PluginArm:
+    (plugin_dir / "biased.py").write_text(BIASED + (f"\n\nGate.init = {declared!r}\n" if declared else ""))
+    __import__("sys").modules.pop("biased", None)
+    return PluginArm(arm="biased:Gate", args={"bias_init": bias_init})
+
+
+@pytest.mark.parametrize("init_rng", ["sequential", "per-parameter"])
+def test_a_plugins_own_init_is_kept(plugin_dir, init_rng) -> None:
+    import torch
+
+    from ablate.ablations import build_model
+
+    for bias_init in (0.0, 3.0):
+        torch.manual_seed(0)
+        cfg = ModelConfig(preset="tiny", init_rng=init_rng, plugin=biased(plugin_dir, bias_init))
+        model = build_model(cfg, seed=0)
+        assert model.plugin_init == {name: "own" for name in BLOCKS}
+        for name in BLOCKS:
+            proj = model.get_submodule(name).proj
+            assert torch.equal(proj.weight, torch.zeros(4, 64))
+            assert torch.equal(proj.bias, torch.full((4,), bias_init))
+        assert model.blocks[0].attn.o_proj.weight.std().item() == pytest.approx(0.02, rel=0.1)  # still drawn
+
+
+def test_a_plugin_that_asks_for_ablates_init_gets_it(plugin_dir) -> None:
+    import torch
+
+    from ablate.ablations import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(preset="tiny", plugin=biased(plugin_dir, 3.0, declared="ablate")))
+    assert model.plugin_init == {name: "ablate" for name in BLOCKS}
+    proj = model.blocks[0].attn.gate_sdpa.proj
+    assert proj.weight.std().item() == pytest.approx(0.02, rel=0.2) and torch.equal(proj.bias, torch.zeros(4))
+
+
+def test_an_unknown_init_declaration_is_one_line_and_exit_2(plugin_dir, tmp_path) -> None:
+    biased(plugin_dir, 0.0, declared="kaiming")
+    path = grid_file(tmp_path, plugins="[biased]", arm='{arm: "biased:Gate"}')
+    result = plan(path, tmp_path / "home")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert re.search(r"plugin arm 'biased:Gate' declares init = 'kaiming': one of \['own', 'ablate'\]",
+                     result.output), result.output
+
+
+def test_declaring_an_init_changes_the_run_id_through_the_version(plugin_dir, tmp_path) -> None:
+    """``init`` is a line of the plugin's source, which its ``version`` hashes: no field of its own."""
+    ids = []
+    for declared in ("", "ablate"):
+        biased(plugin_dir, 0.0, declared=declared)
+        out = plan(grid_file(tmp_path, plugins="[biased]", arm='{arm: "biased:Gate"}'), tmp_path / "home")
+        assert out.exit_code == 0, out.output
+        ids.append({r["variant"]: r["run_id"] for r in json.loads(out.output)["runs"]})
+    assert ids[0]["biased:Gate"] != ids[1]["biased:Gate"] and ids[0]["baseline"] == ids[1]["baseline"]
+
+
+def test_a_plugin_with_ablates_init_shares_the_catalogues_draws_where_shapes_match(plugin_dir) -> None:
+    """Per-parameter: every baseline weight as the baseline's, and the example's G1 HeadGate (init =
+    "ablate", a (heads, d) projection at gate_sdpa.proj) as the catalogue's sdpa-headwise gate rows."""
+    import torch
+
+    from ablate.ablations import apply_variant, build_model
+    from ablate.ablations.init_rng import logical_state
+
+    def state(cfg: ModelConfig) -> dict[str, torch.Tensor]:
+        torch.manual_seed(3)
+        return logical_state(build_model(cfg, seed=3))
+
+    per = ModelConfig(preset="tiny", init_rng="per-parameter")
+    base, catalogue = state(per), state(apply_variant(per, "sdpa-headwise"))
+    plugged = state(per.model_copy(update={"plugin": gate_arm("G1")}))
+    assert [k for k in base if not torch.equal(base[k], plugged[k])] == []
+    for name in BLOCKS:
+        key = f"{name}.proj.weight"
+        assert plugged[key].shape == (4, 64) and torch.equal(plugged[key], catalogue[key])
+
+
+def _train(tmp_path: Path, name: str, plugin: PluginArm, seen: dict[str, list]) -> list[float | None]:
+    """Three steps on the tiny preset; ``seen[name]``: the plugin's gate weights as the first step starts."""
+    import lightning as L
+    import torch
+
+    from ablate.config import RunConfig
+    from ablate.runner import run_one
+
+    class FirstStep(L.Callback):
+        def on_train_batch_start(self, trainer, lit, batch, batch_idx) -> None:
+            if batch_idx == 0:
+                gates = [lit.model.get_submodule(b) for b in BLOCKS]
+                seen[name] = [torch.cat([p.detach().flatten() for p in g.parameters()]) for g in gates]
+
+    cfg = RunConfig.model_validate({
+        "model": {"preset": "tiny", "plugin": plugin.model_dump()}, "variant": plugin.label, "seed": 7,
+        "data": {"train": [{"kind": "builtin", "name": "arithmetic"}],
+                 "heldout": {"math": {"kind": "builtin", "name": "arithmetic"}}, "seq_len": 32,
+                 "stream_tokens": 20_000},
+        "train": {"steps": 3, "batch_size": 4, "lr": 1e-2, "checkpoint_every": 3},
+        "eval": {"heldout_tokens": 128, "probes": False},
+    })
+    result = run_one(cfg, tmp_path / name, run_id=name, callbacks=[FirstStep()])
+    assert result.provenance["plugin_init"] == {b: "own" for b in BLOCKS}
+    return result.metrics["loss"]
+
+
+@pytest.mark.usefixtures("module_cache")
+def test_two_gates_that_start_apart_train_apart(plugin_dir, tmp_path) -> None:
+    """The issue's two arms: bias_init 0 and 3 start from their own weights (zero, and the bias) and train
+    to different losses (before, to the same loss to the last digit)."""
+    import torch
+
+    seen: dict[str, list] = {}
+    losses = {b: _train(tmp_path, f"bias-{b}", biased(plugin_dir, b), seen) for b in (0.0, 3.0)}
+    for b in (0.0, 3.0):  # weight, then bias
+        assert all(torch.equal(w, torch.cat([torch.zeros(4 * 64), torch.full((4,), b)]))
+                   for w in seen[f"bias-{b}"])
+    assert len(losses[0.0]) == 3 and all(a != b for a, b in zip(losses[0.0], losses[3.0], strict=True))
+
+
+def test_show_says_which_init_each_plugin_module_got(plugin_dir, tmp_path) -> None:
+    from store_data import planned, result
+
+    from ablate.ablations import build_model
+    from ablate.provenance import collect
+    from ablate.store import Store
+
+    model = build_model(ModelConfig(preset="tiny", plugin=biased(plugin_dir, 3.0)))
+    with Store.open(f"sqlite:///{tmp_path / 'ablate.db'}") as store:
+        store.register_grid(name="g", text="g", runs=[planned(0)])
+        store.ingest(result(0).model_copy(update={"provenance": collect("cpu", model.plugin_init)}))
+        out = CliRunner().invoke(app, ["show", "run000", "--store", store.url], env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    line = next(s for s in out.stdout.splitlines() if "plugin_init" in s)
+    assert "{'blocks.0.attn.gate_sdpa': 'own', 'blocks.1.attn.gate_sdpa': 'own'}" in line, out.stdout
+    assert "plugin_init" not in collect("cpu", build_model(ModelConfig(preset="tiny")).plugin_init)

@@ -15,14 +15,22 @@ ways.
 
 Which parameters are drawn is the same either way (``drawn``): every ``nn.Linear`` weight (its bias zeroed),
 every ``nn.Embedding`` weight and the mixture of experts' stacked weights. Every other parameter keeps the
-value its module gave it: norms start at one, zero-initialised gates and sink logits at zero, and a plugin's
-own init of its other parameters (drawn from the global generator, which the runner seeds with the run's
-seed) is kept.
+value its module gave it: norms start at one, zero-initialised gates and sink logits at zero.
+
+``keep`` names modules (by qualified name) that neither way touches, their submodules included: a plugin
+arm's module keeps what its ``__init__`` made unless its class declares ``init = "ablate"``
+(``plugins.inits``). What such a module drew it drew from the global generator while the model was built
+(the runner seeds it with the run's seed first), so it is reproducible at a seed. Under ``sequential`` the
+stream then skips the kept modules' weights: the modules drawn after them take other numbers than they would
+with ``init = "ablate"`` (an arm with a plugin shares no draw with the baseline under ``sequential`` either
+way, as every ``nn.Linear`` constructor draws from the same stream); under ``per-parameter`` nothing else
+moves.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -41,9 +49,16 @@ def drawn(module: nn.Module) -> list[str]:
     return []
 
 
-def init_sequential(model: nn.Module, std: float) -> None:
-    """Today's init: every module in ``model.apply`` order (children first) from the global generator."""
-    model.apply(lambda m: _init_from_stream(m, std))
+def _kept(model: nn.Module, keep: Iterable[str]) -> set[int]:
+    """The ids of the modules named in ``keep`` and of every module below them."""
+    return {id(m) for name in keep for m in model.get_submodule(name).modules()}
+
+
+def init_sequential(model: nn.Module, std: float, keep: Iterable[str] = ()) -> None:
+    """Today's init: every module in ``model.apply`` order (children first) from the global generator, but
+    the modules ``keep`` names (and those below them)."""
+    kept = _kept(model, keep)
+    model.apply(lambda m: None if id(m) in kept else _init_from_stream(m, std))
 
 
 def _init_from_stream(module: nn.Module, std: float) -> None:
@@ -105,14 +120,16 @@ def _blocks(name: str, param: torch.Tensor, parts: Parts) -> list[tuple[str, tor
             zip(pieces, param.split([rows for _, rows in pieces]), strict=True)]
 
 
-def init_per_parameter(model: nn.Module, std: float, seed: int) -> None:
-    """Draw every parameter that ``drawn`` names from its own keyed generator (see the module docstring).
-    Tied weights are drawn once, under the first name ``named_modules`` reaches (the embedding's)."""
+def init_per_parameter(model: nn.Module, std: float, seed: int, keep: Iterable[str] = ()) -> None:
+    """Draw every parameter that ``drawn`` names from its own keyed generator (see the module docstring),
+    but in the modules ``keep`` names (and those below them). Tied weights are drawn once, under the first
+    name ``named_modules`` reaches (the embedding's)."""
     parts = parts_of(model)
+    kept = _kept(model, keep)
     seen: set[int] = set()
     with torch.no_grad():
         for prefix, module in model.named_modules():
-            if any(p.is_meta for p in module.parameters(recurse=False)):
+            if id(module) in kept or any(p.is_meta for p in module.parameters(recurse=False)):
                 continue
             for local in drawn(module):
                 param = getattr(module, local)

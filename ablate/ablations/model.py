@@ -24,6 +24,7 @@ from ablate.ablations.gates import (
 from ablate.ablations.init_rng import Parts, init_per_parameter, init_sequential
 from ablate.ablations.layers import Clip, MoE, NoRope, RMSNorm, Rope, Rotary, SwiGLU
 from ablate.ablations.plugins import build as build_plugin
+from ablate.ablations.plugins import inits as plugin_inits
 from ablate.ablations.plugins import slot as plugin_slot
 from ablate.ablations.weights import weights_for
 
@@ -148,7 +149,10 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    """Embedding -> blocks -> final RMSNorm -> LM head (tied to the embedding or not)."""
+    """Embedding -> blocks -> final RMSNorm -> LM head (tied to the embedding or not).
+
+    ``plugin_init``: ``{qualified name: "own" | "ablate"}``, the init each module of a plugin arm got
+    (``plugins.inits``; empty without one)."""
 
     def __init__(self, cfg: ModelConfig, *, fuse_g1: bool = True, seed: int | None = None):
         super().__init__()
@@ -160,12 +164,15 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, fuse_g1=fuse_g1, layer=i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # {qualified name: "own" | "ablate"} of the plugin arm's modules: the "own" ones keep their __init__'s
+        self.plugin_init = plugin_inits(self, cfg)
+        own = [name for name, init in self.plugin_init.items() if init == "own"]
         if cfg.init_rng == "sequential":  # drawn before tying: the untied head's draw is part of the stream
-            init_sequential(self, cfg.init_std)
+            init_sequential(self, cfg.init_std, keep=own)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
         if cfg.init_rng == "per-parameter":
-            init_per_parameter(self, cfg.init_std, torch.initial_seed() if seed is None else seed)
+            init_per_parameter(self, cfg.init_std, torch.initial_seed() if seed is None else seed, keep=own)
 
     def forward(self, idx: torch.Tensor, probe: bool = False) -> ModelOutput:
         """``idx [B, T]`` token ids -> ``ModelOutput``; ``probe=True`` adds per-layer tensors (detached)."""
@@ -184,7 +191,8 @@ class Decoder(nn.Module):
 
 def build_model(cfg: ModelConfig, *, device: torch.device | str | None = None,
                 fuse_g1: bool = True, seed: int | None = None) -> Decoder:
-    """The decoder for ``cfg`` with its N(0, init_std) init; ``device="meta"`` builds without memory.
+    """The decoder for ``cfg`` with its N(0, init_std) init (a plugin arm's modules keep their own unless
+    their class asks for it: ``Decoder.plugin_init``); ``device="meta"`` builds without memory.
     ``fuse_g1=False``: the G1 gate's projection apart from the query's (the same function, for comparison).
     ``seed``: the run's seed, which keys every parameter's stream when ``cfg.init_rng`` is ``per-parameter``
     (None: the global generator's seed, ``torch.initial_seed()``); a ``sequential`` init draws from the global

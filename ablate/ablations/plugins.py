@@ -21,7 +21,20 @@ The protocol (docs/internals.md, "plugins"): the class a ``PluginArm.arm`` names
     shapes);
 
 - ``Args``: a pydantic model of its arguments (the grid's ``args``, validated when the grid is loaded);
-- ``__init__(self, args: Args, cfg: ModelConfig)``.
+- ``__init__(self, args: Args, cfg: ModelConfig)``;
+- optionally ``init``, whose initial weights it trains from (``inits``):
+
+  - ``"own"`` (the default): what its ``__init__`` made, untouched by the decoder's init; what it draws
+    comes from the global generator, which the runner seeds with the run's seed before building the model;
+  - ``"ablate"``: the decoder's init, as for the built-in modules: every ``nn.Linear`` weight in it drawn
+    from N(0, ``cfg.init_std``) (under ``per-parameter``, keyed by its qualified name and shape, so a weight
+    of the same name and shape as a catalogue arm's starts equal to it), its biases zeroed, every other
+    parameter as its ``__init__`` made it.
+
+  "own" is the default whether or not the class sets anything itself: the module trains as
+  ``Class(args, cfg)`` builds it in plain PyTorch, and a rule that guessed from the code whether its author
+  set a weight would be wrong without a word. A plain ``nn.Linear`` then starts from PyTorch's own init
+  (uniform, std ``1/sqrt(3 fan_in)``), not N(0, init_std): declare ``init = "ablate"`` for the decoder's.
 
 Its parameters are the model's, so they are counted (and ``match_params`` re-widens the FFN around them), and
 what it saves for the backward pass is measured for the memory estimate (``saved_bytes``). A gate plugin
@@ -63,6 +76,7 @@ ENTRY_POINTS = "ablate.arms"
 # the folders of the grid files loaded here, for this process and the ones it starts (workers, Slurm tasks)
 PLUGIN_PATH = "ABLATE_PLUGIN_PATH"
 SLOTS = ("weights", "gate", "attn_out")
+INITS = ("own", "ablate")  # a plugin class's ``init``; the first is the default
 POSITIONS: tuple[str, ...] = get_args(GatePosition)
 
 
@@ -184,7 +198,24 @@ def load(arm: str) -> type[Arm]:
     if slot not in SLOTS or not (isinstance(args, type) and issubclass(args, BaseModel)):
         raise ConfigError(f"plugin arm {arm!r} must declare slot = one of {list(SLOTS)} (has {slot!r}) and "
                           "Args, a pydantic model of its arguments", where="model.plugin.arm")
+    init = getattr(cls, "init", INITS[0])
+    if init not in INITS:
+        raise ConfigError(f"plugin arm {arm!r} declares init = {init!r}: one of {list(INITS)} (own: the "
+                          "weights its __init__ makes; ablate: the decoder's N(0, init_std) draws), or "
+                          f"none for {INITS[0]!r}", where="model.plugin.arm")
     return cls
+
+
+def inits(model: Any, cfg: ModelConfig) -> dict[str, str]:
+    """``{qualified name: "own" | "ablate"}`` of the plugin arm's modules in ``model`` (an ``nn.Module``
+    built from ``cfg``): the init each of them gets (the class's ``init``, the module docstring); empty
+    without a plugin. The decoder's init leaves the "own" ones alone; a run records this in its
+    provenance."""
+    if cfg.plugin is None:
+        return {}
+    cls = load(cfg.plugin.arm)
+    init = str(getattr(cls, "init", INITS[0]))
+    return {name: init for name, module in model.named_modules() if isinstance(module, cls)}
 
 
 def arguments(spec: PluginArm) -> BaseModel:

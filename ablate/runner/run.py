@@ -211,7 +211,8 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
         histograms=probes.histograms if probes else {}, histogram_edges=probes.edges if probes else [],
         events=sorted(monitor.events, key=lambda e: e.step), resumed_from=resumed_from,
         started=monitor.started, finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        host=socket.gethostname(), device=device_name, provenance=collect(device_name),
+        host=socket.gethostname(), device=device_name,
+        provenance=collect(device_name, plugin_init=getattr(model, "plugin_init", None)),
     )
     if trainer.is_global_zero:
         write_result(result, run_dir)

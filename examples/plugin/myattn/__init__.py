@@ -7,6 +7,11 @@
 - ``LayerScale`` (the block's attention output): a learned per-channel scale before the residual add (Touvron
   et al. 2021), no scores.
 
+Each module trains from the weights its ``__init__`` makes (seeded with the run's seed), unless its class says
+``init = "ablate"``, as ``HeadGate`` does: its projection is then drawn as the decoder's own gates are,
+N(0, init_std) (with ``model.init_rng: per-parameter``, at G1 it starts equal to the catalogue's
+``sdpa-headwise`` gate).
+
 ablate imports this module only because the grid lists it (``plugins: [myattn]``); see ``grid.yaml`` beside
 this folder and docs/internals.md, "plugins".
 """
@@ -50,6 +55,7 @@ class HeadGate(nn.Module):
     normed input."""
 
     slot = "gate"
+    init = "ablate"  # the projection drawn as the decoder's gates are, not nn.Linear's own init
 
     class Args(BaseModel):
         model_config = ConfigDict(extra="forbid")
