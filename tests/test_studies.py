@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.store import Store
 from ablate.studies import FOLDER, shipped, summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,92 @@ def test_a_misspelled_study_is_one_line_with_its_near_match(args, message, tmp_p
     monkeypatch.chdir(tmp_path)
     out = runner.invoke(app, [*args, "--home", str(tmp_path / "h")] if args[0] != "grids" else args)
     assert out.exit_code == 2 and out.stderr.startswith(message) and len(out.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+# Every command that takes a GRID argument, each given a study by name. The study's file stem (``mystudy``)
+# and its grid's name (``named-apart``) differ, so a command that used the argument as a name, or as a path,
+# would not find it. ``run`` and ``tune`` stop at the memory check (1 KB per device), which names the study's
+# runs: they were planned from its file, and nothing was written.
+STUDY = """# a study for the tests
+#
+name: named-apart
+base:
+  model: {preset: tiny}
+  data: {seq_len: 32, train: [{kind: builtin, name: arithmetic}], heldout: {}}
+  train: {steps: 2, batch_size: 2}
+grid:
+  variant: [baseline]
+  seed: [0]
+"""
+TOO_SMALL = ["--device-memory", "1KB"]
+BY_NAME = {
+    "plan": ["plan", "mystudy", "--format", "json"],
+    "run": ["run", "mystudy", "--no-mlflow", *TOO_SMALL],
+    "tune": ["tune", "mystudy", "--low", "1e-3", "--high", "1e-2", "--trials", "1", "--no-mlflow",
+             *TOO_SMALL],
+    "cancel": ["cancel", "mystudy"],
+}
+
+
+def grid_commands() -> set[str]:
+    """The commands with a GRID argument, read from the app: a new one must join BY_NAME."""
+    import inspect
+    import typing
+
+    names = set()
+    for command in app.registered_commands:
+        hints = typing.get_type_hints(command.callback, include_extras=True)
+        grid = hints.get("grid")
+        if grid is None or "grid" not in inspect.signature(command.callback).parameters:
+            continue
+        if any(type(meta).__name__ == "ArgumentInfo" for meta in getattr(grid, "__metadata__", ())):
+            names.add(command.name or command.callback.__name__)
+    return names
+
+
+def test_every_command_that_takes_a_grid_is_tested_by_name():
+    assert grid_commands() == set(BY_NAME)
+
+
+@pytest.mark.parametrize("command", list(BY_NAME))
+def test_every_command_that_takes_a_grid_takes_a_study_by_name(command, tmp_path, monkeypatch):
+    from ablate.grid import expand, load_grid
+
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / "mystudy.yaml").write_text(STUDY)
+    monkeypatch.setattr("ablate.studies.FOLDER", studies)
+    (work := tmp_path / "work").mkdir()
+    monkeypatch.chdir(work)  # no file named mystudy here: the name is the study's
+    home = tmp_path / "home"
+    (run,) = expand(load_grid(studies / "mystudy.yaml"))
+    if command == "cancel":  # a grid the store holds, by the name its file gives it
+        with Store.open(home=home) as store:
+            store.register_grid(name="named-apart", text=STUDY, runs=[run])
+    out = runner.invoke(app, [*BY_NAME[command], "--home", str(home)])
+    if command == "plan":
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["grid"] == "named-apart"
+    elif command == "cancel":
+        assert out.exit_code == 0, out.output
+        assert "0 run(s) of named-apart back in the queue" in out.stdout
+    else:
+        assert out.exit_code == 2 and "run(s) cannot fit in" in out.stderr, out.output
+        assert run.run_id in out.stderr and len(out.stderr.splitlines()) == 1
+        assert not home.exists()
+    assert list(work.iterdir()) == []
+
+
+def test_tune_takes_the_shipped_quickstart_by_name(tmp_path, monkeypatch):
+    from ablate.grid import expand, load_grid
+
+    monkeypatch.chdir(tmp_path)
+    out = runner.invoke(app, ["tune", "quickstart", "--low", "1e-3", "--high", "3e-2", "--log", "--trials",
+                              "1", "--home", str(tmp_path / "h"), *TOO_SMALL])
+    runs = expand(load_grid(shipped()["quickstart"]))
+    assert out.exit_code == 2 and f"{len(runs)} of {len(runs)} run(s) cannot fit" in out.stderr, out.output
+    assert any(run.run_id in out.stderr for run in runs)
     assert list(tmp_path.iterdir()) == []
 
 

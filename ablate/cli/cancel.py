@@ -9,10 +9,12 @@ from typing import Annotated
 import typer
 
 from ablate.cli.common import (
+    GRID_HELP,
     HomeOpt,
     SetOpt,
     StoreOpt,
     app,
+    grid_file,
     handles_errors,
     open_store,
     warn,
@@ -22,9 +24,8 @@ from ablate.cli.common import (
 @app.command("cancel")
 @handles_errors
 def cancel_cmd(
-    grid: Annotated[str,
-                    typer.Argument(help="the grid: its file (YAML) or its name in the store",
-                                   show_default=False)],
+    grid: Annotated[Path, typer.Argument(help=f"{GRID_HELP}; or its name in the store", show_default=False,
+                                         callback=grid_file)],
     sets: SetOpt = None,
     wait: Annotated[float, typer.Option("--wait", help="seconds to wait for the jobs to end")] = 120.0,
     home: HomeOpt = None,
@@ -34,11 +35,11 @@ def cancel_cmd(
     queue."""
     from ablate.execute.jobs import cancel_grid
 
-    name = grid
-    if grid.endswith((".yaml", ".yml")) or Path(grid).is_file():
+    name = str(grid)  # a name in the store (quickstart/tune), unless it names a grid file
+    if grid.suffix in (".yaml", ".yml") or grid.is_file():
         from ablate.grid import load_grid
 
-        name = load_grid(Path(grid), sets or ()).name
+        name = load_grid(grid, sets or ()).name
     with open_store(home, store) as opened:
         report = cancel_grid(opened, name, wait_s=wait)
     if report.cancelled:

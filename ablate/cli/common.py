@@ -172,15 +172,17 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="override a field of the grid's base: K=V, dotted path, YAML scalar value"),
 ]
-def _grid_file(value: Path) -> Path:
+def grid_file(value: Path | None) -> Path | None:
+    """What a GRID argument names, through the one resolver of every command (``ablate.studies.resolve``): a
+    file here, else the shipped study of that name."""
     from ablate.studies import resolve
 
-    return resolve(value)
+    return None if value is None else resolve(value)
 
 
-GridArg = Annotated[Path, typer.Argument(
-    help="grid file (YAML), or a study ablate ships by name (`ablate grids`: quickstart, lite, table1, ...)",
-    show_default=False, callback=_grid_file)]
+GRID_HELP = ("grid file (YAML), or a study ablate ships by name (`ablate grids`: quickstart, lite, table1, "
+             "...)")
+GridArg = Annotated[Path, typer.Argument(help=GRID_HELP, show_default=False, callback=grid_file)]
 GridNameOpt = Annotated[str | None, typer.Option("--grid", help="only the runs of this grid (by its name)")]
 JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="workers (CPU: they split the cores) "
                                              "[default: 1 on CPU, one per GPU]")]

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ablate.cli.common import (
+    GRID_HELP,
     DeviceMemoryOpt,
     DevicesOpt,
     ExecutorOpt,
@@ -19,6 +20,7 @@ from ablate.cli.common import (
     StorePatienceOpt,
     ThreadsOpt,
     app,
+    grid_file,
     handles_errors,
     home_dir,
     open_store,
@@ -29,8 +31,8 @@ from ablate.cli.common import (
 @app.command("tune")
 @handles_errors
 def tune_cmd(
-    grid: Annotated[Path | None, typer.Argument(help="grid file (YAML); not needed with --dashboard",
-                                                show_default=False)] = None,
+    grid: Annotated[Path | None, typer.Argument(help=f"{GRID_HELP}; not needed with --dashboard",
+                                                show_default=False, callback=grid_file)] = None,
     param: Annotated[str,
                      typer.Option("--param", help="the config field to tune, by dotted path")] = "train.lr",
     low: Annotated[float | None, typer.Option("--low", help="lower end of the search range")] = None,
