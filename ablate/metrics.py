@@ -26,7 +26,9 @@ class SummaryMetric:
     ``result.json``'s ``summary`` carries it (``resumed_from`` is the result's own field), and how two arms
     are compared on it (``compare``: ``diff``, the paired difference; ``ratio``, the paired log ratio, for a
     magnitude that differs by factors between arms; None: a count the config fixes or a bookkeeping number,
-    not an outcome to compare: ``ablate report compare`` and ``--until-resolved`` read it so)."""
+    not an outcome to compare: ``ablate report compare`` and ``--until-resolved`` read it so);
+    ``timing``: a measurement of the machine (throughput), in which two runs of one function differ, so it
+    does not tell identical runs apart."""
 
     name: str
     kind: type[int] | type[float]
@@ -36,6 +38,7 @@ class SummaryMetric:
     better: Literal["lower", "higher"] | None = None
     in_summary: bool = True
     compare: Literal["diff", "ratio"] | None = "diff"
+    timing: bool = False  # a measurement of the machine, not the model: two identical runs differ in it
 
     @property
     def family(self) -> bool:
@@ -93,7 +96,7 @@ SUMMARY: tuple[SummaryMetric, ...] = (
                   "token, N the model's active matmul weights, gates included (ablate.ablations.flops)",
                   "runner (training loop)", compare=None),
     SummaryMetric("tokens_per_s", float, "training throughput, the median over steps",
-                  "runner (training loop)", column=True, better="higher", compare="ratio"),
+                  "runner (training loop)", column=True, better="higher", compare="ratio", timing=True),
     SummaryMetric("wall_s", float, "wall time of the run: data, training, evaluation and probes",
                   "runner", column=True, compare=None),
 )

@@ -66,14 +66,35 @@ def needs(d: Delta, stats: Stats = DEFAULT, m: int = 1) -> int | None:
     last look's level over its family, and more than it has (None: no spread yet, identical arms, or more
     than ``MAX_SEEDS``)."""
     level = d.decision.level / max(d.decision.family, 1) if d.decision is not None else level_for(stats, m)
-    n = seeds_needed(d.shift, d.sd, level)
+    n = sign_seeds(level) if d.no_spread else seeds_needed(d.shift, d.sd, level)
     return max(n, d.n + 1) if n is not None else None  # an open comparison needs more than it has
 
 
+def sign_seeds(level: float) -> int:
+    """The fewest pairs of one sign whose exact sign-flip p, ``2 / 2**n``, is below ``level``: what n pairs
+    with no spread need, if every further pair differs the same way.
+
+    >>> sign_seeds(0.05), sign_seeds(0.05 / 13)
+    (6, 10)
+    """
+    n = 2
+    while 2.0 / 2.0**n >= level:
+        n += 1
+    return n
+
+
+NEEDS_MEANING = ("needs ≈ N seeds: the paired seeds at which a true effect the size of the one observed "
+                 "would be significant after the family's correction with 80% power (noncentral t); with no "
+                 "spread, the pairs of one sign whose exact sign-flip p would be")
+
+
 def needs_text(n: int | None, d: Delta | None = None) -> str:
-    """``needs ≈ 9 seeds``; for identical arms, that no number of seeds would tell them apart."""
+    """``needs ≈ 9 seeds``; for identical arms, that no number of seeds would tell them apart; with no spread,
+    that the figure assumes every pair keeps its sign."""
     if d is not None and d.identical:
         return "identical at every seed: no difference for more seeds to find"
+    if d is not None and d.no_spread and n is not None:
+        return f"needs ≈ {n} seeds (no spread yet: if every pair differs the same way)"
     return f"needs ≈ {n} seeds" if n is not None else f"needs > {MAX_SEEDS} seeds (effect ≈ 0)"
 
 
@@ -82,9 +103,10 @@ def unresolved_line(name: str, d: Delta, digits: int, stats: Stats = DEFAULT, m:
     """``G1 vs baseline: -0.05 ± 0.08, needs ≈ 9 seeds (Holm over 4 comparisons in this table)``: the
     effect, its interval's half-width, the seeds and the family they were worked out for (a decided
     comparison: the look that left it open)."""
-    if d.lo is None or d.hi is None or d.mean is None:
+    if d.n < 2 or d.mean is None:
         return f"{name}: {d.mean:+.{digits}f} (n={d.n}), needs a second seed for a spread"
-    half = (d.hi - d.lo) / 2
     said = f"{d.decision.reading()}, " if d.decision is not None else ""
-    return (f"{name}: {d.mean:+.{digits}f} ± {half:.{digits}f}, {said}{needs_text(needs(d, stats, m), d)} "
+    spread = (f" ± {(d.hi - d.lo) / 2:.{digits}f}" if d.lo is not None and d.hi is not None else
+              f" at every one of {d.n} pairs")
+    return (f"{name}: {d.mean:+.{digits}f}{spread}, {said}{needs_text(needs(d, stats, m), d)} "
             f"({family_of(d, stats, m, where)})")

@@ -12,8 +12,14 @@ treatment over reference per seed; for a level, the runs' values) read against a
 - a ratio's interval is the t interval of the mean paired log ratio, exponentiated: its point estimate is the
   geometric mean of the per-seed ratios;
 - the p-value is the paired t test's (two-sided), beside an exact sign-flip permutation p for n <=
-  ``PERM_MAX_N`` as a distribution-free check (reported, not used for verdicts: with 3 seeds it cannot go
-  below 0.25);
+  ``PERM_MAX_N`` as a distribution-free check (reported; with 3 seeds it cannot go below 0.25, so it does not
+  replace the t test for measurements that vary continuously);
+- no verdict from no evidence: a metric that takes few values (a count, loss spikes, a share of 16 probe
+  rows) ties, and n pairs with no spread at all carry only the evidence of their signs. Where the paired
+  values tie (two equal magnitudes, or a zero), the p is the larger of the t p and the exact sign-flip p; with
+  no spread it is the sign-flip p itself, ``2 / 2**n`` (0.5 at n = 2), never 0, and there is no interval
+  (``Delta.no_spread``: a t interval of zero width is not a measurement of the spread).
+  ``tests/test_stats_validity.py`` simulates such metrics under the null at n = 2-10;
 - a family (a table's deltas, the scorecard's claims) is corrected together: Holm by default (family-wise
   error), Benjamini-Hochberg or none. A comparison is *resolved* (bold, "holds") only when its corrected p is
   below ``ALPHA``;
@@ -120,8 +126,9 @@ def summarize(values: Iterable[float | None], *, diverged: int = 0) -> Summary:
 class Delta:
     """One comparison: ``mean`` with its interval ``[lo, hi]`` over ``n`` values, on the scale the reader sees
     (a difference, a ratio, a level). ``p`` is the paired t p-value against ``null`` (on the test's scale: the
-    log of the bound for a ratio), ``p_perm`` the exact sign-flip p (n <= 12), ``p_adj`` the p after the
-    family's correction; ``sd`` the spread of the tested values; ``method`` the interval actually used.
+    log of the bound for a ratio; where the values tie, no smaller than the exact sign-flip p:
+    ``evidence_p``), ``p_perm`` the exact sign-flip p (n <= 12), ``p_adj`` the p after the family's
+    correction; ``sd`` the spread of the tested values; ``method`` the interval actually used.
     ``pairing``: what pairing by seed did (paired comparisons); ``decision``: what ``--until-resolved``
     decided about exactly these runs (``ablate.sequential``), whose look's level it is read at."""
 
@@ -163,6 +170,21 @@ class Delta:
         return p is not None and p < self.level
 
     @property
+    def no_spread(self) -> bool:
+        """Two or more values, all equal and not all zero: their signs are the only evidence (p =
+        ``2 / 2**n``), and there is no interval."""
+        return self.n >= 2 and self.sd == 0 and not self.identical
+
+    @property
+    def tied(self) -> bool:
+        """The tested values tie (``ties``: a metric of few values), so ``p`` is no smaller than the exact
+        sign-flip p."""
+        if len(self.diffs) < 2:
+            return False
+        null = sum(self.diffs) / len(self.diffs) - self.shift
+        return ties([x - null for x in self.diffs])
+
+    @property
     def identical(self) -> bool:
         """Every paired difference is exactly zero (on the tested scale): the arms gave the same values."""
         return bool(self.diffs) and self.scale != "level" and all(x == 0 for x in self.diffs)
@@ -199,7 +221,12 @@ def t_interval(x: ArrayLike, *, level: float = CI_LEVEL) -> tuple[Any, Any]:
 
 def t_pvalue(x: ArrayLike, null: float = 0.0) -> Any:
     """Two-sided one-sample t p-value of ``mean(x) == null`` (a float; an array for samples along the last
-    axis); no spread gives 0 (or 1 exactly at the null); None with fewer than two values."""
+    axis); None with fewer than two values. No spread has no t statistic: it gives the exact sign-flip p of n
+    values of one sign, ``2 / 2**n`` (1 exactly at the null), the evidence n equal values carry.
+
+    >>> t_pvalue([0.0625, 0.0625]), t_pvalue([1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    (0.5, 0.03125)
+    """
     import numpy as np
     from scipy.stats import t as student
 
@@ -210,7 +237,7 @@ def t_pvalue(x: ArrayLike, null: float = 0.0) -> Any:
     mean, sd = a.mean(axis=-1), a.std(ddof=1, axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = 2 * student.sf(np.abs(mean) / (sd / math.sqrt(n)), n - 1)
-    p = np.where(sd > 0, p, np.where(mean == 0, 1.0, 0.0))
+    p = np.where(sd > 0, p, np.where(mean == 0, 1.0, 2.0 / 2.0 ** n))
     return float(p) if a.ndim == 1 else p
 
 
@@ -229,6 +256,38 @@ def sign_flip_pvalue(x: Sequence[float], null: float = 0.0) -> float | None:
     flips = 1 - 2 * ((np.arange(2 ** a.size)[:, None] >> np.arange(a.size)) & 1)  # (2**n, n) of +-1
     sums = np.abs(flips @ a)
     return float(np.mean(sums >= abs(a.sum()) * (1 - 1e-12)))
+
+
+def ties(x: ArrayLike) -> bool:
+    """Whether the values ``x`` (differences from the null) take few values: two of them equal in magnitude,
+    or one of them zero. Measurements that vary continuously never do; a count, a share of a few rows or two
+    arms that agree at a seed do.
+
+    >>> ties([0.0625, 0.0625, 0.125]), ties([0.013, -0.02, 0.007])
+    (True, False)
+    """
+    import numpy as np
+
+    mags = np.round(np.abs(np.asarray(x, dtype=float)), 12)
+    return bool(mags.size and (np.unique(mags).size < mags.size or (mags == 0).any()))
+
+
+def evidence_p(x: ArrayLike, null: float = 0.0) -> float | None:
+    """The p a verdict reads: the t p (``t_pvalue``), or where the values tie (``ties``) the larger of it and
+    the exact sign-flip p, whose error rate holds for any symmetric null however few values the metric
+    takes. None with fewer than two values.
+
+    >>> evidence_p([0.0625, 0.0625]), evidence_p([1.0, 1.0, 0.0])
+    (0.5, 0.5)
+    """
+    import numpy as np
+
+    a = np.asarray(x, dtype=float)
+    p = t_pvalue(a, null)
+    if p is None:
+        return None
+    perm = sign_flip_pvalue(a, null)
+    return float(max(p, perm)) if perm is not None and ties(a - null) else float(p)
 
 
 def bootstrap_ci(diffs: Iterable[float], *, level: float = CI_LEVEL, draws: int = BOOTSTRAP_DRAWS,
@@ -269,12 +328,14 @@ def compare(x: Sequence[float], *, null: float = 0.0, scale: Scale = "diff", sta
     mean = float(a.mean())
     method = "bootstrap" if stats.interval == "bootstrap" and a.size >= BOOTSTRAP_MIN_N else "t"
     lo, hi = bootstrap_ci(a) if method == "bootstrap" else t_interval(a)
+    if a.size > 1 and np.ptp(a) == 0:  # no spread: a zero-width interval would claim a precision never seen
+        lo, hi = None, None
 
     def out(v: float | None) -> float | None:  # on the reader's scale
         return math.exp(v) if scale == "log" and v is not None else v
 
     return Delta(round(math.exp(mean) if scale == "log" else mean, 12), out(lo), out(hi), int(a.size),
-                 tuple(map(float, a)), t_pvalue(a, null), sign_flip_pvalue(a, null), None,
+                 tuple(map(float, a)), evidence_p(a, null), sign_flip_pvalue(a, null), None,
                  float(a.std(ddof=1)) if a.size > 1 else None, method, scale, mean - null)
 
 
@@ -392,8 +453,10 @@ def family_of(d: Delta, stats: Stats = DEFAULT, m: int = 1, where: str = "in thi
 
 
 # ---------------------------------------------------------------- what a table says under it
-def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ") -> str:
-    """The line under a table: the interval method, the n, the correction and the family's size."""
+def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ",
+                family: str | None = None) -> str:
+    """The line under a table: the interval method, the n, the correction and the family's size, or the
+    ``family`` the deltas were corrected in, in words, where a page shows some of a larger family's."""
     ns = sorted({d.n for d in deltas if d.mean is not None})
     m = family_size(deltas)
     nn = "n=" + ("/".join(map(str, ns)) if ns else "0")
@@ -407,9 +470,17 @@ def method_note(deltas: Sequence[Delta], stats: Stats = DEFAULT, what: str = "Δ
     if any(d.n == 1 for d in deltas):
         text += "; n=1: no interval"
     decided = [d.decision for d in deltas if d.decision is not None]
-    if m or not decided:
+    if family is not None and m:
+        text = f"{text}; significant (bold) after {family} at alpha={ALPHA:g}"
+    elif m or not decided:
         text = (f"{text}; significant (bold) after {CORRECTION_NAMES[stats.correction]} over {m} comparison"
                 f"{'s' * (m != 1)} at alpha={ALPHA:g}")
+    if any(d.no_spread for d in deltas):
+        text += ("; no spread (every pair differs by the same amount): no interval, and the p is the exact "
+                 "sign-flip p, 2/2^n")
+    elif any(d.tied and not d.identical for d in deltas):
+        text += ("; where the pairs tie (a metric of few values), p is the larger of the t and the exact "
+                 "sign-flip p")
     if decided:
         one = len(decided) == 1
         text += (f"; {len(decided)} decided by `ablate run --until-resolved`, read at the look that decided "

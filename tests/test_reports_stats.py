@@ -64,7 +64,13 @@ def test_scorecard_verdicts_on_constructed_data() -> None:
                                       + [("sdpa-elementwise", s, 5.9, "done") for s in range(3)],
                                       lr=HIGH_LR)])
     sv = evaluate_claim(stable, storm, cat)
-    assert (sv.verdict, sv.delta.n, sv.delta.mean) == (HOLDS, 3, 1.0) and "survived 3/3" in sv.detail
+    # 3 of 3 the same way, no spread: the signs' evidence alone (p = 2/2^3) resolves nothing yet
+    assert (sv.verdict, sv.delta.n, sv.delta.mean, sv.delta.p) == (UNCLEAR, 3, 1.0, 0.25)
+    assert "survived 3/3" in sv.detail and "no spread" in sv.detail
+    more = (_frame([("baseline", s, None, "diverged") for s in range(3, 6)]
+                   + [("sdpa-elementwise", s, 5.9, "done") for s in range(3, 6)], lr=HIGH_LR))
+    six = pd.concat([storm, more])
+    assert evaluate_claim(stable, six, cat).verdict == HOLDS  # 6 of 6: p = 2/2^6 < 0.05
     calm = evaluate_claim(stable, better, cat)
     assert calm.verdict == UNCLEAR and "diverged" in calm.detail
     both = pd.concat([better, _frame([("baseline", s, None, "diverged") for s in range(3)]

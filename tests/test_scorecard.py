@@ -25,12 +25,21 @@ def claim(key: str) -> Any:
 
 
 def frame(rows: list[dict[str, Any]]) -> Any:
+    """The runs, each measurement moved by a relative 1e-4 or less that differs by arm and seed: a spread
+    too small to show in the cells' digits, so that values equal across seeds are not read as no spread
+    (which is no evidence beyond the signs)."""
     import pandas as pd
 
     base = {"status": "done", "train.lr": LOW, "loss_spikes": 0, "val_ppl": 6.0, "f_attn": None,
             "m_act": None}
-    return pd.DataFrame([{**base, **r, "run_id": f"{r['variant']}-{r['seed']}-{r.get('train.lr', LOW)}"}
-                         for r in rows])
+    out = []
+    for r in rows:
+        row = {**base, **r, "run_id": f"{r['variant']}-{r['seed']}-{r.get('train.lr', LOW)}"}
+        w = 1 + 1e-4 * (-1.0, 0.3, 0.7)[(len(str(row["variant"])) + int(row["seed"])) % 3] * (
+            1 + 0.1 * len(str(row["variant"])))
+        out.append({k: v * w if k in ("val_ppl", "f_attn", "m_act") and v is not None else v
+                    for k, v in row.items()})
+    return pd.DataFrame(out)
 
 
 def arms(base: dict[str, Any], g1: dict[str, Any], seeds: int = 3, **extra: Any) -> list[dict[str, Any]]:
@@ -70,8 +79,13 @@ def test_stability_counts_spikes_and_divergence():
         {"variant": "sdpa-elementwise", "seed": 2, "train.lr": HIGH}]
     runs = frame(calm + storm)
     through = evaluate_claim(claim("stable_lr"), runs, CAT)
-    assert (through.verdict, through.delta.n, through.effect) == (HOLDS, 3, "Δ trained through +1.000")
-    assert through.detail == "at lr 0.03: sdpa-elementwise trained through 3/3, baseline 0/3"
+    # 3 of 3 pairs the same way (+1 each): no spread, so the evidence is the signs' alone, p = 2/2^3
+    assert (through.verdict, through.delta.n, through.effect) == (UNCLEAR, 3, "Δ trained through +1.000")
+    assert through.delta.p == 0.25 and through.needs == 6
+    assert through.detail == ("at lr 0.03: sdpa-elementwise trained through 3/3, baseline 0/3; no spread: "
+                              "the signs are the only evidence; not enough evidence: needs ≈ 6 seeds (no "
+                              "spread yet: if every pair differs the same way) (Holm over 1 comparison in "
+                              "this scorecard)")
     survived = evaluate_claim(claim("survives_lr"), runs, CAT)
     # one baseline seed spiked but survived: 2 of 3 pairs differ (+1, 0, +1); the t interval crosses 0, and an
     # effect of 0.67 with a spread of 0.58 needs 9 seeds for 80% power
@@ -142,10 +156,15 @@ def test_report_scorecard_json_csv_markdown(store_url):
                          "g1_beats_baseline", "stable_lr", "survives_lr"}
     assert all(set(r) >= {"claim", "effect", "ci", "n", "verdict", "detail"} for r in rows.values())
     assert rows["sink"]["effect"] == pytest.approx(0.41) and rows["sink"]["verdict"] == HOLDS
-    assert rows["g1_beats_baseline"]["ci"] == [pytest.approx(-0.5), pytest.approx(-0.5)]
+    # every pair differs by exactly -0.5: no spread, no interval, and p = 2/2^3 (not a verdict)
+    assert rows["g1_beats_baseline"]["ci"] is None and rows["g1_beats_baseline"]["p"] == 0.25
+    assert rows["g1_beats_baseline"]["verdict"] == UNCLEAR
     assert rows["g1_halves_m_act"]["effect"] == pytest.approx(0.125) and rows["g1_halves_m_act"]["n"] == 3
     assert rows["sink"]["detail"].endswith("(at train.lr=0.003)") and rows["g1_beats_baseline"]["n"] == 3
-    assert rows["survives_lr"]["verdict"] == HOLDS and rows["survives_lr"]["detail"].startswith("at lr 0.03:")
+    # two seeds, both survived by G1 only: p = 2/2^2 = 0.5, however clear it looks
+    assert rows["survives_lr"]["verdict"] == UNCLEAR
+    assert rows["survives_lr"]["detail"].startswith("at lr 0.03:")
+    assert rows["survives_lr"]["p"] == 0.5
 
     res = cli.invoke(app, ["report", "scorecard", "--grid", "sink", "--store", store_url, "--format", "csv"])
     table = list(csv.DictReader(io.StringIO(res.stdout)))

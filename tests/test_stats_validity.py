@@ -210,7 +210,7 @@ def test_a_paired_difference_of_exactly_zero_reads_identical_without_a_division(
         warnings.simplefilter("error")
         d = paired_delta({i: a for i, (a, _) in enumerate(values)}, {i: b for i, (_, b) in enumerate(values)})
         p = pairing(values)
-        assert d.identical and (d.mean, d.lo, d.hi, d.p, d.n) == (0.0, 0.0, 0.0, 1.0, 3) and not d.resolved
+        assert d.identical and (d.mean, d.lo, d.hi, d.p, d.n) == (0.0, None, None, 1.0, 3) and not d.resolved
         assert needs(d) is None and needs_text(needs(d), d) == ("identical at every seed: no difference for "
                                                                  "more seeds to find")
         assert p.r == pytest.approx(1.0) and p.worth is None and p.sd_d == 0.0
@@ -219,7 +219,9 @@ def test_a_paired_difference_of_exactly_zero_reads_identical_without_a_division(
         assert ratio.identical and ratio.mean == 1.0 and ratio.p == 1.0
         assert "identical at every seed" in unresolved_line("x vs baseline", d, 2)
     shifted = paired_delta({0: 5.0, 1: 6.0, 2: 7.0}, {0: 4.5, 1: 5.5, 2: 6.5})  # one constant, not zero
-    assert not shifted.identical and shifted.p == 0.0 and shifted.pairing.worth is None
+    # one constant difference, not zero: no spread, so the signs are all the evidence (2/2^3), no interval
+    assert not shifted.identical and shifted.no_spread and shifted.p == 0.25 and shifted.pairing.worth is None
+    assert (shifted.lo, shifted.hi) == (None, None) and not shifted.resolved
 
 
 # ---------------------------------------------------------------- closed forms

@@ -15,11 +15,18 @@ from ablate.reports.compare_render import FORMATS as COMPARE_FORMATS
 from ablate.reports.compare_render import SUFFIX as COMPARE_SUFFIX
 from ablate.reports.compare_render import render_compare, to_table
 from ablate.reports.data import GridData, load_grid_data
+from ablate.reports.family import families
 from ablate.reports.figures import write_figures
 from ablate.reports.page import report_page
 from ablate.reports.registry import REPORTS, TABLE_REPORTS
 from ablate.reports.render import FORMATS, SUFFIX, render
-from ablate.reports.scorecard import SCORECARD_FORMATS, scorecard, scorecard_markdown, unresolved_lines
+from ablate.reports.scorecard import (
+    SCORECARD_FORMATS,
+    Verdict,
+    scorecard,
+    scorecard_markdown,
+    unresolved_lines,
+)
 from ablate.reports.tables import build_table
 from ablate.stats import DEFAULT, Stats
 
@@ -44,7 +51,14 @@ def table_number(target: str) -> int:
 def grid_table(data: GridData, number: int, *, paper: bool = False, stats: Stats = DEFAULT) -> Table:
     """Table ``number`` of the grid in ``data``."""
     return build_table(number, data.runs, data.catalogue, grid=data.grid, paper=paper,
-                       added_params=data.added_params, stats=stats, decisions=data.decisions)
+                       added_params=data.added_params, stats=stats, decisions=data.decisions,
+                       families=families(data, REFERENCE, stats))
+
+
+def grid_scorecard(data: GridData, stats: Stats = DEFAULT) -> list[Verdict]:
+    """The scorecard of the grid in ``data``, its claims read through the grid's families."""
+    return scorecard(data.runs, data.catalogue, stats=stats, decisions=data.decisions,
+                     families=families(data, REFERENCE, stats))
 
 
 def _tell(lines: list[str], fmt: str, warn: Warn | None) -> None:
@@ -76,7 +90,7 @@ def report_scorecard(store: Store, *, grid: str | None = None, fmt: str = "markd
     if fmt not in SCORECARD_FORMATS:  # before any query
         raise UserInputError(one_of(fmt, SCORECARD_FORMATS, what="scorecard format") + " (option --format)")
     data = load_grid_data(store, grid, where=where, warn=warn)
-    verdicts = scorecard(data.runs, data.catalogue, stats=stats, decisions=data.decisions)
+    verdicts = grid_scorecard(data, stats)
     _tell(unresolved_lines(verdicts), fmt, warn)
     return SCORECARD_FORMATS[fmt](verdicts, stats)
 
@@ -136,7 +150,7 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
             written[path.name] = path
     figures = write_figures(data, out / "figures")
     written.update({p.name: p for p in figures.values()})
-    verdicts = scorecard(data.runs, data.catalogue, stats=stats, decisions=data.decisions)
+    verdicts = grid_scorecard(data, stats)
     (out / "scorecard.md").write_text(scorecard_markdown(verdicts, stats))
     written["scorecard.md"] = out / "scorecard.md"
     counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}

@@ -178,7 +178,9 @@ def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
     if delta.decision is not None:  # --until-resolved decided it: read at that look
         said.append(f"look {delta.decision.last_look} of {len(delta.decision.plan)}")
     if delta.identical:
-        said.append("identical")
+        said.append("equal at every seed")
+    elif delta.no_spread:
+        said.append("no spread")
     if said:
         text += f" ({', '.join(said)})"
     return Cell(text, delta.mean, None, delta.n, 0, delta.lo, delta.hi, delta.p, delta.p_adj,

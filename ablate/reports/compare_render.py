@@ -16,9 +16,10 @@ from typing import Any
 
 from ablate.errors import UserInputError, one_of
 from ablate.metrics import metric
-from ablate.power import needs, needs_text
+from ablate.power import NEEDS_MEANING, needs, needs_text
 from ablate.reports.cells import Cell, Column, Row, Table, delta_cell, summary_cell
-from ablate.reports.compare import CompareReport, Comparison
+from ablate.reports.compare import CompareReport
+from ablate.reports.family import Comparison
 from ablate.reports.render import html_document, to_html, to_latex, to_markdown
 from ablate.reports.spec import LABELS, digits
 from ablate.reports.tables import SPREAD_NOTE
@@ -44,7 +45,7 @@ def verdict(c: Comparison, report: CompareReport) -> str:
     if d.mean is None:
         return _no_pairs(c)
     if d.identical:
-        return needs_text(None, d)
+        return c.sameness
     if d.n < 2:
         return "needs a second seed for a spread"
     said = d.decision.reading() if d.decision is not None else ""
@@ -80,7 +81,7 @@ def _direction(c: Comparison) -> str:
 def pairing_text(c: Comparison) -> str:
     p = c.delta.pairing
     if c.delta.identical:
-        return "identical runs: nothing left to pair away"
+        return "identical runs: nothing left to pair away" if c.same_runs else ""
     return p.text() if p is not None else ""
 
 
@@ -92,12 +93,13 @@ def _p(x: float | None) -> str:
 
 
 def _p_adj(c: Comparison) -> str:
+    """The corrected p; its family is named once, under the table."""
     d = c.delta
     if d.p_adj is None:
         return ""
     if d.decision is not None:
         return f"{_p(d.p_adj)} (look {d.decision.last_look} of {len(d.decision.plan)}, level {d.level:.2g})"
-    return f"{_p(d.p_adj)} ({c.family.removesuffix(f' of {c.metric} in this table')})"
+    return _p(d.p_adj)
 
 
 def _group(c: Comparison) -> str:
@@ -114,7 +116,7 @@ def to_table(report: CompareReport) -> Table:
     cols = [Column("arm", "arm: mean ± std", "measured"),
             Column("reference", f"{report.reference}: mean ± std", "measured"),
             Column("delta", "Δ [95% CI] (× ratio)", "delta"), Column("p", "p", "measured"),
-            Column("p_adj", "p corrected (family)", "measured"), Column("n", "n pairs", "measured"),
+            Column("p_adj", "p corrected", "measured"), Column("n", "n pairs", "measured"),
             Column("verdict", "verdict / seeds needed", "descriptor"),
             Column("pairing", "pairing across seeds", "descriptor")]
     ns = [c.arm_runs.n for c in report.comparisons] + [c.reference_runs.n for c in report.comparisons]
@@ -135,13 +137,18 @@ def to_table(report: CompareReport) -> Table:
             ratio = any(c.scale == "ratio" for c in report.comparisons if c.metric == name)
             what = (f"× {name} (the geometric mean of the paired ratios; t interval of their mean log)"
                     if ratio else f"Δ {name}")
-            notes.append(method_note(deltas, report.stats, what=what))
+            family = next((c.family for c in report.comparisons
+                           if c.metric == name and c.delta.decision is None and c.m), None)
+            notes.append(method_note(deltas, report.stats, what=what, family=family))
     if any(c.delta.pairing is not None and c.delta.pairing.r is not None for c in report.comparisons):
         notes.append(PAIRING_NOTE)
     notes += report.notes
+    if any(_needs(c, report) is not None and not c.delta.resolved for c in report.comparisons):
+        notes.append(NEEDS_MEANING)
     unresolved = [f"{_name(c)}: {delta_cell(c.delta, digits(c.metric), c.delta.n).text}, "
-                  f"{verdict(c, report)} ({c.family})" for c in report.comparisons
-                  if c.delta.mean is not None and not c.delta.resolved and c.delta.n >= 2]
+                  f"{verdict(c, report)}" for c in report.comparisons
+                  if c.delta.mean is not None and not c.delta.resolved and c.delta.n >= 2
+                  and not c.delta.identical]
     return Table(None, f"Every arm against {report.reference}", report.grid, cols, rows, notes, unresolved,
                  slug="compare", row_header="Arm")
 

@@ -41,6 +41,8 @@ class GridData:
     added_params: Callable[[str], int | None] | None = None
     axes: list[str] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    # what is computed once per grid data and read by every page (``reports.family.families``)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def finished(self) -> Any:

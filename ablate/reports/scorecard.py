@@ -12,14 +12,19 @@ A claim names the arms it is about by their catalogue refs (``tableN:R``) and is
 - ``stability``: at the configurations (learning rates) where some run of either arm diverged (``survival``)
   or diverged or recorded a loss spike (``trouble``), the paired share of runs that trained through.
 
-Every claim is read by ``ablate.stats``, the machinery the tables use: paired t p-values, corrected over
-the scorecard's claims together (Holm by default); a claim whose pairs ``ablate run --until-resolved``
-decided is read at the look that decided it (``reports.verdict``). Each paired claim also says what the
+Every claim is read by ``ablate.stats``, the machinery the tables use. A claim that is one of the grid's
+comparisons (an arm against the baseline on a metric, on the metric's declared scale: M-Act as a ratio)
+reads the grid's family (``reports.family``): its corrected p, verdict and seeds needed are those of
+``report compare`` and the tables. The other claims (two arms neither of which is the baseline, a ratio
+against a bound, a level, a stability count) are the scorecard's own questions, corrected together (Holm by
+default) and said so; a claim whose pairs ``ablate run --until-resolved`` decided is read at the look that
+decided it (``reports.verdict``). Each paired claim also says what the
 pairing did: the arms' correlation across seeds and how many unpaired seeds it was worth. A claim *holds*
 when its corrected p is below 0.05 on the side the paper reports, is *contradicted* when it is below 0.05 on
 the other side. Anything else is *not enough evidence*, and the detail says why: an arm missing, one pair
-only, or the seeds too few for the effect observed ("needs ≈ N seeds", and the family it was worked out
-for). Only done runs are measured; a diverged run counts in the stability claims only. The probe claims
+only, an effect that points the other way from the claim (more seeds could only contradict it), or the
+seeds too few for the effect observed ("needs ≈ N seeds", and the family it was worked out for). Only done
+runs are measured; a diverged run counts in the stability claims only. The probe claims
 (F-Attn, M-Act, gate scores: the paper's Table 4, measured at one training setting) read the grid's most
 common configuration, as Table 4 does, so a high-learning-rate arm added for the stability claims does not
 mix in; the PPL claims pair runs at every configuration.
@@ -33,19 +38,23 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ablate.power import needs, needs_text
+from ablate.reports.data import GridData
+from ablate.reports.family import REFERENCE, Comparison, Families, own_family
+from ablate.reports.family import families as grid_families
 from ablate.reports.render import wrappable
 from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
-from ablate.reports.verdict import paired
+from ablate.reports.verdict import paired, ratio_metric
 from ablate.sequential import Decision
 from ablate.stats import (
+    ALPHA,
     DEFAULT,
     EMPTY,
     Delta,
     Stats,
-    correct,
     family_of,
     family_size,
+    family_text,
     level,
     method_note,
     paired_delta,
@@ -143,9 +152,14 @@ class Verdict:
     needs: int | None = None  # seeds to resolve the observed effect, for a claim without enough evidence
     family: str = ""  # what its p was corrected over: "Holm over 12 comparisons in this scorecard"
 
+    @property
+    def _ratio(self) -> bool:
+        """Read as a ratio: a ratio claim, or a delta claim on a metric compared by its ratio (M-Act)."""
+        return self.claim.kind == "ratio" or self.delta.scale == "log"
+
     def _fmt(self, x: float) -> str:
-        digits = 2 if self.claim.kind == "ratio" else _DIGITS.get(self.claim.metric, 3)
-        sign = "+" if self.claim.kind in ("delta", "stability") else ""
+        digits = 2 if self._ratio else _DIGITS.get(self.claim.metric, 3)
+        sign = "+" if self.claim.kind in ("delta", "stability") and not self._ratio else ""
         return f"{x:{sign}.{digits}f}"
 
     @property
@@ -154,7 +168,7 @@ class Verdict:
         if d.mean is None:
             return ""
         kind = self.claim.kind
-        label = f"{name} ratio" if kind == "ratio" else name if kind == "level" else f"Δ {name}"
+        label = f"{name} ratio" if self._ratio else name if kind == "level" else f"Δ {name}"
         return f"{label} {self._fmt(d.mean)}"
 
     @property
@@ -195,42 +209,53 @@ def _expected_side(claim: Claim) -> int:
     return -1 if claim.kind == "ratio" else 1 if claim.kind == "level" else claim.expect
 
 
-def _line(claim: Claim) -> str:
-    if claim.kind in ("delta", "stability"):
-        return "0"
-    bound = claim.bound if claim.bound is not None else (1.0 if claim.kind == "ratio" else 0.0)
-    return f"{bound:.2g}" if claim.kind == "ratio" else f"{bound:g}"
+def _line(v: Verdict) -> str:
+    line = _line_value(v)
+    return f"{line:.2g}" if v._ratio else f"{line:g}"
 
 
-def decide(v: Verdict, stats: Stats = DEFAULT, m: int = 1) -> Verdict:
+def decide(v: Verdict, stats: Stats = DEFAULT, m: int = 1, family: str | None = None) -> Verdict:
     """The verdict of a measured claim from its (corrected) p: holds, contradicted, or not enough evidence
-    with the reason (one pair; the seeds the observed effect needs; the interval across the line). ``m`` is
-    the size of the family its p was corrected over."""
+    with the reason (one pair; no spread; an effect that points the other way from the claim; the seeds the
+    observed effect needs; the interval across the line). ``m`` is the size of the family its p was
+    corrected over, ``family`` that family in words (default: ``m`` claims in this scorecard)."""
     d, where, n = v.delta, f" (at {v.where})" if v.where else "", None
     if not v.basis:  # an arm or the pairs are missing: the detail says which
         return v
-    family = family_of(d, stats, m, "in this scorecard") if d.p is not None else ""
+    if d.p is None:
+        family = ""
+    elif d.decision is not None or family is None:
+        family = family_of(d, stats, m, "in this scorecard")
     decided = f"; {d.decision.reading()}" if d.decision is not None else ""
-    if d.resolved and d.sign == _expected_side(v.claim):
+    expected = _expected_side(v.claim)
+    if d.resolved and d.sign == expected:
         verdict, reason = HOLDS, decided
-    elif d.resolved and d.sign == -_expected_side(v.claim):
+    elif d.resolved and d.sign == -expected:
         verdict, reason = CONTRADICTED, decided
     elif d.n < 2:
         verdict, reason = UNCLEAR, "; n=1: a confidence interval needs at least two"
+    elif d.identical:
+        verdict, reason = UNCLEAR, f"; {v.claim.metric} equal at every seed: no difference for seeds to find"
     else:
-        n = needs(d, stats, m)
-        line = _line_value(v.claim)
+        line = _line_value(v)
         no_ci_or_crosses = d.lo is None or d.hi is None or d.lo <= line <= d.hi  # lo and hi: both or neither
-        crosses = (f"the CI crosses {_line(v.claim)}" if no_ci_or_crosses else
-                   f"not significant after {family}")
-        verdict, reason = UNCLEAR, (f"{decided}; {crosses}; not enough evidence: {needs_text(n, d)} "
-                                    f"({family})")
+        crosses = ("no spread: the signs are the only evidence" if d.no_spread else
+                   f"the CI crosses {_line(v)}" if no_ci_or_crosses else f"not significant after {family}")
+        if d.sign == -expected:  # more seeds of this effect could only contradict the claim
+            verdict, reason = UNCLEAR, (f"{decided}; {crosses}; the effect points the other way from the "
+                                        f"paper's ({family})")
+        else:
+            n = needs(d, stats, m)
+            verdict, reason = UNCLEAR, (f"{decided}; {crosses}; not enough evidence: {needs_text(n, d)} "
+                                        f"({family})")
     return replace(v, verdict=verdict, detail=f"{v.basis}{reason}{where}", needs=n, family=family)
 
 
-def _line_value(claim: Claim) -> float:
+def _line_value(v: Verdict) -> float:
+    """The line a claim's effect is read against: 0 for a difference, 1 for a ratio, else its bound."""
+    claim = v.claim
     if claim.kind in ("delta", "stability"):
-        return 0.0
+        return 1.0 if v._ratio else 0.0
     return claim.bound if claim.bound is not None else (1.0 if claim.kind == "ratio" else 0.0)
 
 
@@ -290,7 +315,9 @@ def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None, s
         return _level(claim, t, treat_v, stats)
     if claim.kind == "ratio":
         return _ratio(claim, treat, ref, treat_v, ref_v, stats, decisions)
-    delta = paired(treat, ref, claim.metric, stats=stats, decisions=decisions)
+    # on the metric's declared scale (M-Act by its ratio), as the grid's comparisons read it
+    delta = paired(treat, ref, claim.metric, stats=stats, decisions=decisions,
+                   ratio=ratio_metric(claim.metric))
     if delta.n == 0:
         return _missing(claim, treat_v, ref_v,
                         f"no paired {claim.metric} values of {treat_v} and {ref_v} (same config and seed)")
@@ -345,21 +372,48 @@ def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: s
 
 
 def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: bool = False,
-              stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> list[Verdict]:
+              stats: Stats = DEFAULT, decisions: Sequence[Decision] = (),
+              families: Families | None = None) -> list[Verdict]:
     """The claims of CLAIMS that the grid can test (both arms ran; ``every_claim``: all of them), measured on
-    ``runs`` (the store's runs frame of one grid), their p-values corrected together
+    ``runs`` (the store's runs frame of one grid). A claim that is one of the grid's comparisons reads its
+    family (``families``, made from ``runs`` when not given); the others are corrected together
     (``stats.correction``); a claim whose pairs ``--until-resolved`` decided (``decisions``) is read at
     its look instead."""
+    if families is None:
+        families = grid_families(GridData("", runs, None, None, None, None, catalogue,
+                                          decisions=list(decisions)), REFERENCE, stats)
     measured = [measure_claim(c, runs, catalogue, stats=stats, decisions=decisions) for c in CLAIMS
                 if every_claim or can_be_tested(c, runs, catalogue)]
-    deltas = correct([v.delta for v in measured], stats)
-    m = family_size(deltas)
-    return [decide(replace(v, delta=d), stats, m) for v, d in zip(measured, deltas, strict=True)]
+    found = [_in_grid(v, runs, families) for v in measured]
+    deltas = own_family([v.delta for v in measured], found, stats)
+    m = family_size(d for d, c in zip(deltas, found, strict=True) if c is None)
+    return [decide(replace(v, delta=d), stats, c.m, c.family) if c is not None else
+            decide(replace(v, delta=d), stats, m, family_text(stats, m, "of the scorecard's own claims"))
+            for v, d, c in zip(measured, deltas, found, strict=True)]
+
+
+def _in_grid(v: Verdict, runs: Any, families: Families) -> Comparison | None:
+    """The grid's comparison a measured claim is (an arm against the family's reference, on the metric's
+    declared scale, over the same runs), or None: then it is the scorecard's own question."""
+    claim = v.claim
+    if claim.kind != "delta" or v.reference != families.reference or v.delta.mean is None:
+        return None
+    pool = runs[runs["status"].isin(RESULT_STATUSES)] if len(runs) else runs
+    if claim.modal:
+        pool, _, _ = modal_context(pool)
+    treat, ref = pool[pool["variant"] == v.treatment], pool[pool["variant"] == v.reference]
+    return families.read(claim.metric, treat, ref, ratio=ratio_metric(claim.metric))
 
 
 def scorecard_note(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
-    """The line under the scorecard: method, n, correction, family size."""
-    return method_note([v.delta for v in verdicts], stats, what="CIs").replace("(bold)", "(holds)")
+    """The line under the scorecard: method, n, and the families the claims' p were corrected in."""
+    note = method_note([v.delta for v in verdicts], stats, what="CIs").replace("(bold)", "(holds)")
+    families = sorted({v.family for v in verdicts if v.family and v.delta.decision is None})
+    if not families:
+        return note
+    head = note.split("; significant")[0]
+    return (f"{head}; a claim holds when significant after its family's correction at alpha={ALPHA:g}: "
+            + "; ".join(families))
 
 
 def unresolved_lines(verdicts: list[Verdict]) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.metrics import metric
-from ablate.power import unresolved_line
+from ablate.power import NEEDS_MEANING, unresolved_line
 from ablate.reports.cells import (
     Cell,
     Column,
@@ -29,6 +29,9 @@ from ablate.reports.cells import (
     fmt_lr,
     summary_cell,
 )
+from ablate.reports.data import GridData
+from ablate.reports.family import REFERENCE, Comparison, Families, own_family
+from ablate.reports.family import families as grid_families
 from ablate.reports.rows import RowPlan, cell_value, finished, plan_rows, trained_len
 from ablate.reports.spec import (
     BENCH_NAMES,
@@ -45,7 +48,7 @@ from ablate.reports.spec import (
 )
 from ablate.reports.verdict import paired
 from ablate.sequential import Decision
-from ablate.stats import DEFAULT, Delta, Stats, correct, family_size, method_note, summarize
+from ablate.stats import DEFAULT, Delta, Stats, family_size, family_text, method_note, summarize
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +87,20 @@ def length_measure(length: int, yarn: bool = False) -> Measure:
 
 def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *, grid: str = "",
                 paper: bool = False, added_params: Callable[[str], int | None] | None = None,
-                stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> Table:
+                stats: Stats = DEFAULT, decisions: Sequence[Decision] = (),
+                families: Families | None = None) -> Table:
     """The paper's table ``number`` rebuilt from ``runs`` (a DataFrame with CLI.md's ``runs`` columns).
 
     ``catalogue`` maps variant names to VariantInfo (their ``tableN:R`` refs); ``added_params(variant)`` gives
     the added parameter count of a variant at the grid's scale for rows with no runs. Only ``done`` and
-    ``diverged`` runs count. Rows keep the paper's order; a row with no runs stays, empty. A delta that
-    ``ablate run --until-resolved`` decided (``decisions``) is read at the look that decided it.
+    ``diverged`` runs count. Rows keep the paper's order; a row with no runs stays, empty. Each delta reads
+    the grid's family (``families``, made from ``runs`` when not given: ``reports.family``): its corrected p,
+    significance and seeds needed are those of every other page; a delta that ``ablate run
+    --until-resolved`` decided (``decisions``) is read at the look that decided it.
     """
+    if families is None:
+        families = grid_families(GridData(grid, runs, None, None, None, None, catalogue,
+                                          decisions=list(decisions)), REFERENCE, stats)
     spec = SPECS[number]
     prows = paper_rows(number)
     runs = with_length_columns(finished(runs))
@@ -105,9 +114,10 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
     columns = _columns(spec, prows, measured, paper, plans)
     usual_n = _usual_n(plans)
     ref_plans = [p for p in plans if p.is_reference]
-    deltas = {col.key: correct([_delta(col.metric or "", p, ref_plans, runs, stats, decisions)
-                                for p in plans], stats)
-              for col in columns if col.kind == "delta"}
+    found = {col.key: [_found(families, col.metric or "", p, ref_plans, runs) for p in plans]
+             for col in columns if col.kind == "delta"}
+    deltas = {key: own_family([_delta(key.removeprefix("delta:"), p, ref_plans, runs, stats, decisions)
+                               for p in plans], found[key], stats) for key in found}
     rows = []
     for i, plan in enumerate(plans):
         row = Row(plan.label, plan.group, plan.paper_row, list(plan.runs["run_id"]) if len(plan.runs) else [])
@@ -123,17 +133,49 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
     notes += _not_in_paper(runs, plans)
     unresolved = []
     labels = Counter(p.label for p in plans)
-    for key, family in deltas.items():
-        if family_size(family) or any(d.decision is not None for d in family):
-            notes.append(method_note(family, stats))
+    for key, shown in deltas.items():
         metric = key.removeprefix("delta:")
-        for p, d in zip(plans, family, strict=True):
+        notes += _family_notes(shown, found[key], families, metric, stats)
+        own_m = family_size(d for d, c in zip(shown, found[key], strict=True) if c is None)
+        for p, d, c in zip(plans, shown, found[key], strict=True):
             name = f"{_name(p, labels)} vs baseline ({metric})"
-            if d.mean is not None and not d.resolved:
-                unresolved.append(unresolved_line(name, d, digits(metric), stats, family_size(family)))
+            if d.mean is not None and not d.resolved and not d.identical:
+                unresolved.append(unresolved_line(name, d, digits(metric), stats, c.m, f"of {metric} against "
+                                                  f"{REFERENCE} in this grid") if c is not None else
+                                  unresolved_line(name, d, digits(metric), stats, own_m))
             elif d.decision is not None:
                 notes.append(f"{name}: {d.decision.reading()} ({d.decision.family_text()})")
+    if unresolved:
+        notes.append(NEEDS_MEANING)
     return Table(number, spec.title, grid, columns, rows, notes, unresolved)
+
+
+def _family_notes(shown: list[Delta], found: list[Comparison | None], families: Families, metric: str,
+                  stats: Stats) -> list[str]:
+    """The method line under a delta column: the grid's family its rows read, and the family of the rows
+    that are not one of the grid's comparisons (their own, corrected in this table)."""
+    fam = families.of(metric)
+    in_grid = [d for d, c in zip(shown, found, strict=True) if c is not None]
+    own = [d for d, c in zip(shown, found, strict=True) if c is None and d.p is not None]
+    notes = []
+    if in_grid and fam is not None:
+        notes.append(method_note(in_grid, stats, family=fam.text))
+    if own:
+        what = "Δ of the rows that are not one of the grid's comparisons"
+        notes.append(method_note(own, stats, what=what, family=family_text(stats, family_size(own),
+                                                                            "of those rows in this table")))
+    return notes
+
+
+def _found(families: Families, metric: str, plan: RowPlan, refs: list[RowPlan],
+           runs: Any) -> Comparison | None:
+    """The grid family's comparison that a row's delta is (the same runs paired), or None."""
+    if plan.is_reference or not len(plan.runs):
+        return None
+    ref_variants = {v for r in refs for v in r.variants}
+    if ref_variants != {families.reference}:
+        return None
+    return families.read(metric, plan.runs, runs[runs["variant"].isin(ref_variants)])
 
 
 def _not_in_paper(runs: Any, plans: list[RowPlan]) -> list[str]:

@@ -43,9 +43,19 @@ def paired(treatment: Any, reference: Any, metric: str, *, stats: Stats = DEFAUL
     delta = paired_ratio(tv, bv, bound=bound, stats=stats) if ratio else paired_delta(tv, bv, stats=stats)
     if not decisions or bound != 1.0 or ratio != ratio_metric(metric):
         return delta
-    runs = [rid for k in set(t) & set(b) if _usable(t[k][1], ratio) and _usable(b[k][1], ratio)
+    return with_decision(delta, decided(decisions, metric, _paired_ids(t, b, ratio)))
+
+
+def pair_runs(treatment: Any, reference: Any, metric: str, *, ratio: bool = False) -> frozenset[str]:
+    """The run ids of both arms that ``paired`` pairs on ``metric``: what a comparison is found by, in the
+    grid's family (``reports.family``) and among ``--until-resolved``'s decisions."""
+    return frozenset(_paired_ids(arm_values(treatment, metric), arm_values(reference, metric), ratio))
+
+
+def _paired_ids(t: dict[Any, tuple[str, float | None]], b: dict[Any, tuple[str, float | None]],
+                ratio: bool) -> list[str]:
+    return [rid for k in set(t) & set(b) if _usable(t[k][1], ratio) and _usable(b[k][1], ratio)
             for rid in (t[k][0], b[k][0])]
-    return with_decision(delta, decided(decisions, metric, runs))
 
 
 def _usable(v: float | None, ratio: bool) -> bool:
