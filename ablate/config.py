@@ -283,6 +283,11 @@ class RunConfig(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     variant: str = "baseline"
+    variant_revision: int | None = identity_field(
+        "ablate.ablations.variants:fill_revision",
+        "filled by ablate from the catalogue (a grid file never sets it): the variant's revision when what "
+        "it computes has changed since it was added (None while it has not, and for a plugin arm), so a run "
+        "trained before the change keeps its own id")
     seed: Int = Field(0, ge=0)
     stages: list[dict[str, Any]] = Field(
         default_factory=list,

@@ -216,9 +216,10 @@ def _filled(tmp_path: Path) -> RunConfig:
 def test_stages_are_filled_and_every_identity_field_moves_the_id_but_not_the_stem(tmp_path) -> None:
     config = _filled(tmp_path)
     found = identity.values(config)
-    assert set(found) == {"data.tokenizer_fingerprint", "data.train.0.fingerprint",
+    assert set(found) == {"variant_revision", "data.tokenizer_fingerprint", "data.train.0.fingerprint",
                           "data.heldout.b.fingerprint", "stages.0.data.train.0.fingerprint"}
-    assert [p for p, v in found.items() if v is None] == ["data.tokenizer_fingerprint"]
+    # the baseline is at its first revision
+    assert [p for p, v in found.items() if v is None] == ["variant_revision", "data.tokenizer_fingerprint"]
     assert config.stages[0]["data.train"] == [{"kind": "text", "path": str(tmp_path / "c.txt"),
                                                "fingerprint": found["stages.0.data.train.0.fingerprint"]}]
     stem = stem_id(config)

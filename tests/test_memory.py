@@ -76,7 +76,7 @@ CASES = {
     # the 2025-26 arms: fused calls (differential, DIFF V2), float masks (forgetting, selective), sparse G1
     **{f"tiny-{arm}": dict(preset="tiny", variant=arm, rows=8, seq_len=256)
        for arm in ("diff-attention", "diff-attention-matched", "diff-v2", "forgetting-attention",
-                   "selective-attention", "sdpa-headwise-sparse")},
+                   "forgetting-pro", "selective-attention", "sdpa-headwise-sparse")},
     "tiny-forgetting-attention-rope-T128": dict(preset="tiny", variant="forgetting-attention-rope", rows=8,
                                                 seq_len=128),
     # the example plugin arms (examples/plugin/myattn), one for each kind of slot: measured on the meta device

@@ -16,7 +16,7 @@ from ablate.ablations.presets import PRESETS
 GatePosition = Literal["G1", "G2", "G3", "G4", "G5"]
 InitRng = Literal["sequential", "per-parameter"]
 AttnWeights = Literal["softmax", "sink-learned", "softmax1", "sigmoid", "softpick", "differential", "diff-v2",
-                      "forgetting", "selective"]
+                      "forgetting", "forgetting-pro", "selective"]
 
 
 class _Strict(BaseModel):
@@ -32,6 +32,8 @@ class GateSpec(_Strict):
     - combine: ``multiplicative`` (Y * s) or ``additive`` (Y + s).
     - activation: sigmoid, silu, ns_sigmoid (0.5 + 0.5 sigmoid), identity.
     - input: ``dependent`` (X W) or ``independent`` (a learned per-head parameter, zero-initialised).
+    - init: an input-dependent gate's ``W`` drawn as every matrix is (``normal``, N(0, init_std)) or ``zero``
+      (scores start at act(0): modded-nanogpt's attention gate).
     """
 
     position: GatePosition = "G1"
@@ -44,6 +46,17 @@ class GateSpec(_Strict):
     input_dims: int | None = Field(
         None, ge=1, description="an input-dependent gate reads only the first k channels of the block's "
         "normed input (modded-nanogpt's attention gate: k = 12); None = all d_model")
+    init: Literal["normal", "zero"] = Field(
+        "normal", description="an input-dependent gate's weights at the start: normal (N(0, init_std), as "
+        "every matrix) or zero (modded-nanogpt's attention gate: every score starts at act(0)); a zero gate "
+        "is never fused into the query projection")
+
+    @model_validator(mode="after")
+    def _zero_needs_weights(self) -> GateSpec:
+        if self.init == "zero" and self.input == "independent":
+            raise ValueError("gate.init 'zero' is for an input-dependent gate's weights; an "
+                             "input-independent gate's logits start at zero already")
+        return self
 
 
 class SwitchSpec(_Strict):
@@ -129,10 +142,14 @@ class ModelConfig(_Strict):
         "per-head sink logit); softmax1 (a zero sink logit); sigmoid (b = -log T, unnormalised); softpick; "
         "differential (two maps per pair of heads, the second subtracted); diff-v2 (two query heads per "
         "output head, a per-token sigmoid lambda); forgetting (a forget gate's cumulative decay on the "
-        "logits); selective (logits less what head 0 selected away)")
+        "logits); forgetting-pro (forgetting with FoX Pro's key and value shifts and per-head QK-norm); "
+        "selective (logits less what head 0 selected away)")
     diff_lambda_init: float | None = Field(
         None, description="differential attention's lambda_init (read by attn_weights: differential only): "
         "None = the paper's 0.8 - 0.6 exp(-0.3 (l - 1)) at layer l; else this constant, in [0, 1)")
+    diff_norm_eps: float | None = Field(
+        None, gt=0, description="the eps of differential attention's per-head RMSNorm (read by attn_weights: "
+        "differential only; the reference code's 1e-5 in the catalogue's arms); None = norm_eps")
     forget_bias_init: float | None = Field(
         0.0, description="forgetting attention's forget-gate bias b_f at initialisation (read by "
         "attn_weights: forgetting only; FoX: 0, so f starts near 0.5); None = no bias, refused")
@@ -186,7 +203,7 @@ class ModelConfig(_Strict):
         if self.attn_weights == "differential" and (self.n_heads % 2 or self.n_kv_heads % 2):
             raise ValueError(f"differential attention pairs adjacent heads: n_heads ({self.n_heads}) and "
                              f"n_kv_heads ({self.n_kv_heads}) must be even")
-        if self.attn_weights == "forgetting" and self.forget_bias_init is None:
+        if self.attn_weights in ("forgetting", "forgetting-pro") and self.forget_bias_init is None:
             raise ValueError("forget_bias_init is None: a forget gate without a bias is not Forgetting "
                              "attention's (f_t = sigmoid(w_f x_t + b_f), Lin et al. 2025); give b_f's "
                              "initial value (FoX: 0.0)")

@@ -8,7 +8,8 @@
 
   (λq1, λk1, λq2, λk2 learned vectors of dk per layer, drawn from N(0, 0.1); λ_init = 0.8 - 0.6 exp(-0.3 (l -
   1)) at layer l = 1..L, or ``diff_lambda_init``). The output A V (2 dk per differential head) goes through
-  an RMSNorm per head (one learned scale of 2 dk, shared by the heads) and is scaled by (1 - λ_init); it fills
+  an RMSNorm per head (one learned scale of 2 dk, shared by the heads; eps ``diff_norm_eps``, which the
+  catalogue's arms set to the reference code's 1e-5) and is scaled by (1 - λ_init); it fills
   the two heads' slots of ``[B, q, T, dk]``. So a model of q heads of dk has q/2 differential heads whose maps
   have the baseline's dk and whose values are twice as wide: the paper's layout (h = d_model / 2d), with the
   baseline's projections unchanged. A catalogue arm that doubles the heads and halves ``head_dim`` gives each
@@ -67,7 +68,8 @@ class Differential(nn.Module):
         self.lambdas = nn.Parameter(torch.zeros(4, dk))  # rows: λq1, λk1, λq2, λk2
         if not self.lambdas.is_meta:  # meta: counting only (a meta normal_ imports torch._dynamo)
             nn.init.normal_(self.lambdas, std=LAMBDA_STD)
-        self.norm = RMSNorm(2 * dk, cfg.norm_eps)
+        # the reference's sub-layer norm eps (1e-5) where the catalogue sets it, else the model's
+        self.norm = RMSNorm(2 * dk, cfg.norm_eps if cfg.diff_norm_eps is None else cfg.diff_norm_eps)
 
     def weight(self) -> torch.Tensor:
         """λ = exp(λq1·λk1) - exp(λq2·λk2) + λ_init (a scalar, float32)."""

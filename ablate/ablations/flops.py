@@ -35,7 +35,7 @@ from ablate.ablations.meta_counts import kept
 def _matmul_weights(cfg_json: str) -> int:
     from torch import nn
 
-    from ablate.ablations.gates import ExpertProjection
+    from ablate.ablations.gates import ExpertProjection, ZeroHeadLinear
     from ablate.ablations.layers import MoE
     from ablate.ablations.model import build_model
 
@@ -52,6 +52,8 @@ def _matmul_weights(cfg_json: str) -> int:
             top_k = cfg.switch.top_k if cfg.switch is not None else n_experts
             total += module.proj.weight.numel() * top_k / n_experts
             counted.add(id(module.proj))
+        elif isinstance(module, ZeroHeadLinear):  # a gate's matmul that is no Linear (it starts at zero)
+            total += module.weight.numel() + (module.bias.numel() if module.bias is not None else 0)
         elif isinstance(module, nn.Linear) and name != "lm_head" and id(module) not in counted:
             total += module.weight.numel() + (module.bias.numel() if module.bias is not None else 0)
     return round(total)

@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ablate.ablations import plugins
@@ -61,6 +62,23 @@ class PrefixHeadLinear(HeadLinear):
         return super().forward(x[..., : self.in_features])
 
 
+class ZeroHeadLinear(nn.Module):
+    """``HeadLinear`` (on the first ``in_features`` channels, as ``PrefixHeadLinear``) whose weight starts at
+    zero (``GateSpec.init: zero``), so every score starts at act(0) (modded-nanogpt's attention gate). Not an
+    ``nn.Linear``: the decoder's init draws every Linear's weight (``init_rng.drawn``), and this one must stay
+    zero. Its weight is ``proj.weight`` as a Linear gate's; the FLOPs count takes it as a matmul."""
+
+    def __init__(self, in_features: int, n_heads: int, width: int, bias: bool):
+        super().__init__()
+        self.in_features = in_features
+        self.weight = nn.Parameter(torch.zeros(n_heads * width, in_features))
+        self.bias = nn.Parameter(torch.zeros(n_heads * width)) if bias else None
+        self.heads = (n_heads, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x[..., : self.in_features], self.weight, self.bias).unflatten(-1, self.heads)
+
+
 class IndependentScore(nn.Module):
     """Input-independent gate logits: a learned ``[H, w]`` parameter, zero-initialised (Table 4 row 6)."""
 
@@ -107,6 +125,8 @@ class Gate(nn.Module):
         self.per_head = width if spec.granularity == "elementwise" else 1
         if fused:
             self.proj: nn.Module = FusedLogits(n_heads, self.per_head, spec.bias)
+        elif spec.input == "dependent" and spec.init == "zero":
+            self.proj = ZeroHeadLinear(spec.input_dims or d_model, n_heads, self.per_head, spec.bias)
         elif spec.input == "dependent" and spec.input_dims is not None:
             self.proj = PrefixHeadLinear(spec.input_dims, n_heads, self.per_head, spec.bias)
         elif spec.input == "dependent":
@@ -138,10 +158,10 @@ class FlatGate(nn.Module):
 
 def fuses_g1(spec: GateSpec | None) -> bool:
     """Is ``spec`` a G1 gate whose projection is fused into the query projection's weight? Every
-    input-dependent G1 gate that reads the whole input is (one reading its first ``input_dims`` channels is
-    not)."""
+    input-dependent G1 gate that reads the whole input and is drawn as every matrix is (one reading its first
+    ``input_dims`` channels, or starting at zero, is not)."""
     return (spec is not None and spec.position == "G1" and spec.input == "dependent"
-            and spec.input_dims is None)
+            and spec.input_dims is None and spec.init == "normal")
 
 
 def gate_width(spec: GateSpec, head_dim: int) -> int:

@@ -104,16 +104,18 @@ def parse_memory(text: str, *, where: str = "--device-memory") -> float:
 # Forgetting and selective attention pass a float mask to SDPA too (its math kernel keeps the weights and the
 # mask's gradient); differential attention's fused calls keep none.
 SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "softpick": 6,
-              "differential": 0, "diff-v2": 0, "forgetting": 1.5, "selective": 1.25}
+              "differential": 0, "diff-v2": 0, "forgetting": 1.5, "forgetting-pro": 1.5, "selective": 1.25}
 
 
 def _arm_elements(cfg: ModelConfig, q: int) -> int:
     """Elements per token an attention weights arm keeps beyond SDPA's output (``q`` wide), measured on CPU
     with MemTracker (tests/test_memory.py): differential attention its two maps' outputs per value half,
     their difference, the per-head norm and scale; DIFF V2 its lambda logits and scores; selective attention
-    head 0's running sum's rows."""
-    h = cfg.n_heads
-    return {"differential": 5 * q + h, "diff-v2": 2 * h, "selective": 2 * q}.get(cfg.attn_weights, 0)
+    head 0's running sum's rows; FoX Pro its normed queries, its shifted and normed keys and shifted values
+    and their shift weights."""
+    h, kv = cfg.n_heads, cfg.n_kv_heads * cfg.head_dim
+    return {"differential": 5 * q + h, "diff-v2": 2 * h, "selective": 2 * q,
+            "forgetting-pro": q + 3 * kv + 2 * cfg.n_kv_heads}.get(cfg.attn_weights, 0)
 
 
 def _block_elements(cfg: ModelConfig) -> float:

@@ -13,8 +13,9 @@ holds is chosen at build time from ``ModelConfig.attn_weights`` (``weights_for``
 - ``softpick``: ReLU(eˣ - 1) / (Σ|eˣ - 1| + ε) over the visible keys (Zuhri et al. 2025).
 - ``differential``, ``diff-v2``: two softmax maps, the second subtracted (Ye et al. 2025; DIFF V2, 2026):
   ``ablate/ablations/differential.py``.
-- ``forgetting``, ``selective``: softmax over logits less a cumulative sum, a forget gate's decay (Lin et al.
-  2025) or what head 0 selected away (Leviathan et al. 2025): ``ablate/ablations/cumulative.py``.
+- ``forgetting``, ``forgetting-pro``, ``selective``: softmax over logits less a cumulative sum, a forget
+  gate's decay (Lin et al. 2025; Pro: with its key and value shifts and per-head QK-norm) or what head 0
+  selected away (Leviathan et al. 2025): ``ablate/ablations/cumulative.py``.
 
 A sink is one extra key column with a zero key and a zero value, its logit added by the float mask, so the two
 sink arms reuse SDPA; sigmoid and softpick have no fused kernel and compute their weights by hand.
@@ -30,7 +31,7 @@ from torch import nn
 
 from ablate.ablations.config import ModelConfig
 
-SOFTPICK_EPS = 1e-6
+SOFTPICK_EPS = 1e-6  # added to the e^-m-scaled sum, as the authors' kernel does
 
 
 def repeat_kv(q: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -117,24 +118,25 @@ class SigmoidWeights(nn.Module):
 
 
 class Softpick(nn.Module):
-    """ReLU(eˣ - 1) / (Σ_visible |eˣ - 1| + ε) (Zuhri et al. 2025), computed as the paper does with both sides
-    scaled by e^-m, m = max(0, the row's largest visible score), so nothing overflows."""
+    """ReLU(eˣ - 1) / (Σ_visible |eˣ - 1| + ε) (Zuhri et al. 2025), computed as the authors' kernel does
+    (``flash_softpick_attn.py``): both sides scaled by e^-m, m the row's largest visible score, and ε = 1e-6
+    added to the scaled sum, so nothing overflows."""
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False,
         x: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         scores, mask = causal_scores(q, k)
-        m = scores.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True).clamp(min=0)  # (B, q, T, 1)
+        m = scores.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)  # (B, q, T, 1)
         shifted = (torch.exp(scores - m) - torch.exp(-m)).masked_fill(~mask, 0.0)  # (eˣ - 1) e^-m
-        p = shifted.relu() / (shifted.abs().sum(-1, keepdim=True) + SOFTPICK_EPS * torch.exp(-m))
+        p = shifted.relu() / (shifted.abs().sum(-1, keepdim=True) + SOFTPICK_EPS)
         return mix(p, q, v), (p if probe else None)
 
 
 def weights_for(cfg: ModelConfig, layer: int = 0) -> nn.Module:
     """The weights module of ``cfg.attn_weights`` (validated there) for the decoder's ``layer`` (0-based:
     differential attention's lambda_init depends on it)."""
-    from ablate.ablations.cumulative import Forgetting, Selective
+    from ablate.ablations.cumulative import Forgetting, ForgettingPro, Selective
     from ablate.ablations.differential import Differential, DiffV2
 
     kind = cfg.attn_weights
@@ -142,7 +144,7 @@ def weights_for(cfg: ModelConfig, layer: int = 0) -> nn.Module:
         return SinkSoftmax(cfg.n_heads, learned=kind == "sink-learned")
     if kind == "differential":
         return Differential(cfg, layer)
-    if kind in ("diff-v2", "forgetting"):
-        return {"diff-v2": DiffV2, "forgetting": Forgetting}[kind](cfg)
+    if kind in ("diff-v2", "forgetting", "forgetting-pro"):
+        return {"diff-v2": DiffV2, "forgetting": Forgetting, "forgetting-pro": ForgettingPro}[kind](cfg)
     plain = {"softmax": Softmax, "sigmoid": SigmoidWeights, "softpick": Softpick, "selective": Selective}
     return plain[kind]()

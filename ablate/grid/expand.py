@@ -100,16 +100,17 @@ class _Sections:
     """What a run's sections need, worked out once per distinct section and shared by the runs that hold it (a
     grid's 10,000 runs share a few): the model's plugin check, parameter counts and ``match_params``
     (``model``), and each section's identity fields filled (``identified``: ``identity.fill``). The keys are
-    the sections' JSON, taken from the run's one dump."""
+    the sections' JSON, taken from the run's one dump. The run's own identity fields
+    (``RunConfig.variant_revision``) are filled from its variant alone: once per variant."""
 
     def __init__(self, grid: Grid, resolver: Any):
         self.grid = grid
         self.resolver = resolver
         self.names = [n for n, f in RunConfig.model_fields.items()
                       if n != "stages" and identity.holds_identity(f.annotation)]
-        self.whole = bool(identity.identity_fields(RunConfig))  # fields of the run itself: fill it whole
         self.models: dict[tuple[str, str], _Model] = {}
         self.filled: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self.own: dict[str, dict[str, Any]] = {}  # variant -> the run's own identity fields
 
     def model(self, config: RunConfig, dump: dict[str, Any], where: str) -> _Model:
         key = (json.dumps(dump, ensure_ascii=False), config.variant)
@@ -138,11 +139,13 @@ class _Sections:
     def identified(self, config: RunConfig, dump: dict[str, Any],
                    model: _Model) -> tuple[RunConfig, dict[str, Any]]:
         """``config`` with its planned model and its identity fields filled, and its dump."""
-        if config.stages or self.whole:
+        if config.stages:
             config = identity.fill(config.model_copy(update={"model": model.config}), self.resolver)
             return config, config.model_dump(mode="json")
-        updates: dict[str, Any] = {"model": model.config}
-        final = {**dump, "model": model.dump}
+        if (own := self.own.get(config.variant)) is None:
+            own = self.own[config.variant] = identity.fill_own(config, self.resolver)
+        updates: dict[str, Any] = {"model": model.config, **own}
+        final = {**dump, "model": model.dump, **own}
         for name in self.names:
             key = (name, json.dumps(final[name], ensure_ascii=False))
             if (found := self.filled.get(key)) is None:

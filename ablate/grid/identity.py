@@ -170,7 +170,7 @@ def values(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     None).
 
     >>> values(RunConfig(data={"train": [{"kind": "text", "path": "/d/a.txt", "fingerprint": "ab12"}]}))
-    {'data.tokenizer_fingerprint': None, 'data.train.0.fingerprint': 'ab12', \
+    {'variant_revision': None, 'data.tokenizer_fingerprint': None, 'data.train.0.fingerprint': 'ab12', \
 'data.heldout.prose.fingerprint': None, 'data.heldout.code.fingerprint': None}
     """
     out: dict[str, Any] = {}
@@ -230,6 +230,12 @@ def fill(config: M, resolver: Any, *, strict: bool = False) -> M:
     ``filled_by`` (stages' overrides too). A filler raises ``InputMissingError`` when what it fingerprints is
     not here: ``strict`` passes it on, else the field stays None (the data check says what is missing)."""
     return _rebuild(config, lambda model: _filled(model, resolver, strict))
+
+
+def fill_own(config: M, resolver: Any) -> dict[str, Any]:
+    """The updates that fill the identity fields declared on ``config``'s own class (not those of the models
+    below it): what ``fill`` would set there."""
+    return _filled(config, resolver, False) if identity_fields(type(config)) else {}
 
 
 def strip(config: M) -> M:
