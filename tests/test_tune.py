@@ -128,6 +128,9 @@ def test_trials_are_mlflow_runs_under_their_study_with_the_pruning_decision(tune
         assert run.data.tags["mlflow.parentRunId"] == study.info.run_id
         assert run.data.tags["trial_id"] == str(trial._trial_id) and run.data.tags["study"] == name
         assert float(run.data.params["train.lr"]) == trial.params["train.lr"]
+    # named apart: the cell's trials all run at seed 0, and each is named by its value
+    assert (good.info.run_name, hopeless.info.run_name) == ("baseline-s0 train.lr=0.01",
+                                                            "baseline-s0 train.lr=1e-06")
     assert good.info.status == "FINISHED" and good.data.tags["status"] == "done"
     assert hopeless.info.status == "FINISHED" and hopeless.data.tags["status"] == "pruned"
     assert hopeless.data.tags["pruned_at_step"] == "5"
@@ -189,6 +192,12 @@ def test_the_lr_report_and_the_cli(tuned, monkeypatch):
     assert "Table LR" in out.output and f"{best:.1e}".replace("e-0", "e-") in out.output
     # lr 1e-2 twice (ok), lr 50 (diverged), lr 1e-6 (pruned), and the probe at 0.71 (diverges on CPU here)
     assert re.search(r"\| [23] ok, [12] diverged, 1 pruned \|", out.output), out.output
+    # the column above the largest stable value says what it holds: diverged, here
+    assert "first >5% worse" in out.output, out.output
+    assert re.search(r"\| [0-9.e-]+ \(diverged\) \|", out.output), out.output
+    # the trials' grid, the name `ablate tune` prints, reports the same studies
+    by_tune_name = cli.invoke(app, ["report", "lr", "--home", str(home), "--grid", "lrg/tune"])
+    assert by_tune_name.exit_code == 0 and by_tune_name.output == out.output, by_tune_name.output
     out = cli.invoke(app,
                      ["report", "all", "--home", str(home), "--grid", "lrg/tuned", "--out",
                       str(home / "rep")])
@@ -201,7 +210,7 @@ def test_the_lr_report_and_the_cli(tuned, monkeypatch):
                       "--log",
                            "--trials", "4", "--pruner", "median:1", "--jobs", "1"])
     assert out.exit_code == 0, out.output
-    assert "nothing to run" in out.output
+    assert "nothing to run" in out.output and "ablate report lr --grid 'lrg/tune'" in out.output
 
 
 def test_option_errors_exit_2_with_the_fix(tmp_path):

@@ -17,6 +17,7 @@ from ablate.tune.protocol import (
     best_point,
     bracket,
     bracket_from_points,
+    edge_of,
     first_unstable_above,
     is_stable,
     max_stable,
@@ -204,3 +205,40 @@ def test_the_tune_summary_off_a_terminal_prints_whole_labels_and_values(capsys) 
     print_summary(TuneReport("g", "g/tune", cells=[cell], counts={"done": 2}), "train.lr", "val_ppl")
     out = capsys.readouterr().out
     assert "…" not in out and label in out and "0.0025" in out and "12.35" in out, out
+
+
+@pytest.mark.parametrize(("best", "edge"), [(0.0286, "high"), (0.0288, "high"), (1.1e-4, "low"), (3e-3, None),
+                                            (0.01, None)])
+def test_a_best_value_at_an_end_of_the_range_is_at_the_edge(best, edge):
+    # the issue's cells: best lr 0.0286 and 0.0288 with --high 0.03 (log range 1e-4..3e-2)
+    assert edge_of(best, 1e-4, 0.03, log=True) == edge
+    line = SearchSpace("train.lr", 1e-4, 0.03, log=True).edge_warning("baseline", best)
+    if edge is None:
+        assert line is None
+    else:
+        end, flag = ("top", "--high 0.03") if edge == "high" else ("bottom", "--low 0.0001")
+        assert line is not None and line.startswith(
+            f"baseline: the best train.lr, {best:.3g}, lies at the {end} of the range searched ({flag}; "
+            "within 10% of its width on the log scale)")
+
+
+def test_the_tune_summary_names_the_worse_value_for_what_it_is_and_warns_at_the_edge(capsys) -> None:
+    """The column after the largest stable value is the first value above it that did worse, and says how
+    (diverged, or its metric over the best's); a best at the top of the range is one warning line; the last
+    line names the trials' grid as `ablate report lr` takes it."""
+    from ablate.tune.options import CellResult, TuneReport
+    from ablate.tune.summary import print_summary
+
+    best, worse, diverged = Point(0.0286, "ok", 10.0), Point(0.029, "ok", 10.8), Point(0.0295, "diverged")
+    cells = [CellResult("baseline", "baseline", "s", [0], [best, worse], best, best, worse),
+             CellResult("sdpa-elementwise", "sdpa-elementwise", "t", [0], [best, diverged], best, best,
+                        diverged)]
+    report = TuneReport("g", "g/tune", cells=cells, counts={"done": 2},
+                        warnings=[w for c in cells if (w := SearchSpace("train.lr", 1e-4, 0.03, log=True)
+                                                      .edge_warning(c.label, c.best.value)) is not None])
+    print_summary(report, "train.lr", "val_ppl")
+    out = capsys.readouterr().out
+    assert "first >5% worse" in out and "unstable" not in out, out
+    assert "0.029 (+8%)" in out and "0.0295 (diverged)" in out, out
+    assert out.count("warning: ") == 2 and "lies at the top of the range searched (--high 0.03" in out, out
+    assert "ablate report lr --grid 'g/tune'" in out, out

@@ -221,11 +221,12 @@ class Lifecycle:
 
 def _nesting(job: Job | None) -> dict[str, Any]:
     """Where a run's MLflow run nests: a tuning trial under its study (tagged with its trial), else the
-    grid."""
-    if job is None or job.trial is None:
-        return {}
-    return {"parent": job.trial["study"],
-            "tags": {"study": job.trial["study"], "trial_id": job.trial["trial_id"]}}
+    grid; and its name, when the job gives one."""
+    out: dict[str, Any] = {"name": job.name} if job is not None and job.name else {}
+    if job is not None and job.trial is not None:
+        out |= {"parent": job.trial["study"],
+                "tags": {"study": job.trial["study"], "trial_id": job.trial["trial_id"]}}
+    return out
 
 
 def unmirrored(store: Store, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:

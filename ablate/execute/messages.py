@@ -23,13 +23,16 @@ from typing import Any, Literal
 @dataclass(frozen=True)
 class Job:
     """One training job: a run (its id, directory and resolved config as JSON) and, for a tuning trial, the
-    Optuna trial it reports to (``ablate.tune.job``); ``label`` says what it is to the user."""
+    Optuna trial it reports to (``ablate.tune.job``); ``label`` says what it is to the user, ``name`` names
+    its MLflow run (empty: ``<variant>-s<seed>``; tune's trials name their value, so a cell's trials
+    differ)."""
 
     run_id: str
     run_dir: str
     config: dict[str, Any]
     trial: dict[str, Any] | None = None
     label: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)

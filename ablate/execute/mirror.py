@@ -52,19 +52,21 @@ class MirrorThread:
         self._put(("tick", "", (), {}))
 
     def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
-              tags: Mapping[str, str] | None = None) -> None:
-        """A run started (or resumed): open its nested run."""
-        self._put(("start", run_id, (dict(config),), {"parent": parent, "tags": dict(tags or {})}))
+              tags: Mapping[str, str] | None = None, name: str | None = None) -> None:
+        """A run started (or resumed): open its nested run (named ``name``, else ``<variant>-s<seed>``)."""
+        self._put(("start", run_id, (dict(config),), {"parent": parent, "tags": dict(tags or {}),
+                                                      "name": name}))
 
     def steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Step metrics of a running run."""
         self._put(("steps", run_id, ([dict(r) for r in rows],), {}))
 
     def submit(self, result: RunResult, *, parent: str | None = None,
-               tags: Mapping[str, str] | None = None) -> None:
+               tags: Mapping[str, str] | None = None, name: str | None = None) -> None:
         """A run ended with a result (``done``, ``diverged``, or ``failed`` with its error): complete and end
         it."""
-        self._put(("result", result.run_id, (result,), {"parent": parent, "tags": dict(tags or {})}))
+        self._put(("result", result.run_id, (result,), {"parent": parent, "tags": dict(tags or {}),
+                                                        "name": name}))
 
     def end(self, run_id: str, status: str, *, tags: Mapping[str, Any] | None = None) -> None:
         """A run ended without a result (``interrupted``, ``pruned``)."""

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError, one_of
 from ablate.reports.cells import Cell, Column, Row, Table, fmt_lr, fmt_num
-from ablate.tune.protocol import DEFAULT_TOLERANCE, Point, best_point, first_unstable_above, max_stable
+from ablate.tune.protocol import (
+    DEFAULT_TOLERANCE,
+    Point,
+    best_point,
+    first_unstable_above,
+    max_stable,
+    worse_cell,
+    worse_header,
+)
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -28,6 +36,7 @@ FIGURE = "lr_sensitivity.png"
 CAPTION = ("Learning-rate sensitivity: final metric vs learning rate per variant (trials and bracketing "
            "probes at one seed); x = diverged, v = pruned, * = best, dotted line = largest stable")
 TUNED = "/tuned"
+TUNE = "/tune"  # the trials' grid, as `ablate tune` names it
 
 
 @dataclass
@@ -65,8 +74,12 @@ class LRTable(Table):
 
 
 def tuned_from(grid: str) -> str:
-    """The grid whose studies a grid reports: ``g/tuned`` (``--then-run``'s runs) reports ``g``'s."""
-    return grid.removesuffix(TUNED) if grid.endswith(TUNED) else grid
+    """The grid whose studies a grid reports: ``g/tuned`` (``--then-run``'s runs) and ``g/tune`` (the trials,
+    the name ``ablate tune`` prints) report ``g``'s."""
+    for suffix in (TUNED, TUNE):
+        if grid.endswith(suffix):
+            return grid.removesuffix(suffix)
+    return grid
 
 
 def load_studies(store: Store, grid: str) -> list[StudyLR]:
@@ -116,30 +129,40 @@ def _lr_cell(p: Point | None) -> Cell:
     return Cell() if p is None else Cell(fmt_lr(p.value), p.value, None, 1, 0)
 
 
+def _worse_cell(p: Point | None, best: Point | None) -> Cell:
+    """The value that did worse and how (``3.2e-2 (diverged)``, ``3.2e-2 (+7%)``)."""
+    if p is None:
+        return Cell()
+    return Cell(f"{fmt_lr(p.value)} {worse_cell(p, best).split(' ', 1)[1]}", p.value, None, 1, 0)
+
+
 def lr_table(studies: list[StudyLR], grid: str) -> LRTable:
-    """Per study: best value and its metric, largest stable value, the first unstable value above it,
-    trials."""
+    """Per study: best value and its metric, largest stable value, the first value above it that did worse
+    (diverged, or ended more than the tolerance over the best), trials."""
     metric = studies[0].metric if studies else "val_ppl"
     param = studies[0].param if studies else "train.lr"
+    tol = {s.tolerance for s in studies}
     columns = [Column("best", f"best {param}", "measured"),
                Column(metric, f"{metric} at best", "measured"),
                Column("max_stable", "largest stable", "measured"),
-               Column("first_unstable", "first unstable", "measured"),
+               Column("first_unstable", worse_header(next(iter(tol))) if len(tol) == 1 else "first worse",
+                      "measured"),
                Column("trials", "trials", "descriptor")]
     rows = []
     for s in studies:
         best = s.best
         cells = {"best": _lr_cell(best), "max_stable": _lr_cell(s.stable),
                  # the best point has a finite metric
-                 "first_unstable": _lr_cell(s.unstable), metric: Cell() if best is None or best.metric is None
+                 "first_unstable": _worse_cell(s.unstable, best),
+                 metric: Cell() if best is None or best.metric is None
                  else Cell(fmt_num(best.metric, 2), best.metric, None, 1, 0),
                  "trials": Cell(_counts(s.points), _counts(s.points))}
         rows.append(Row(s.label, run_ids=[p.run_id for p in s.points if p.run_id], cells=cells))
-    tol = {s.tolerance for s in studies}
+    within = ", ".join(f"{t:.0%}" for t in sorted(tol))
     notes = [f"Best: lowest {metric} among trials that did not diverge. Largest stable: the largest value "
-             f"that did not diverge and ended within {', '.join(f'{t:.0%}' for t in sorted(tol))} of the "
-             "best. First unstable: the smallest value above it that diverged or ended outside that "
-             "tolerance (the bracket's upper end)."]
+             f"that did not diverge and ended within {within} of the best. First >{within} worse: the "
+             "smallest value above it that diverged or ended more than that over the best (the bracket's "
+             "upper end), and how."]
     return LRTable(number="LR", title=f"best and largest stable {param} per variant (ablate tune)",  # type: ignore[arg-type]
                    grid=tuned_from(grid), columns=columns, rows=rows, notes=notes)
 

@@ -235,11 +235,12 @@ class MlflowMirror:
 
     # ------------------------------------------------------------ one run
     def start(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
-              tags: Mapping[str, str] | None = None) -> str:
-        """Open (or, for a resumed run, reopen) the run's nested MLflow run: RUNNING, params, tags."""
+              tags: Mapping[str, str] | None = None, name: str | None = None) -> str:
+        """Open (or, for a resumed run, reopen) the run's nested MLflow run: RUNNING, params, tags; a new one
+        is named ``name``, else ``<variant>-s<seed>``."""
         from mlflow.entities import Param
 
-        rid, existing = self._run(run_id, config, parent=parent)
+        rid, existing = self._run(run_id, config, parent=parent, name=name)
         last: dict[str, int] = {}
         if existing is None:
             self._exact.add(rid)
@@ -267,14 +268,14 @@ class MlflowMirror:
                         if _finite(v) and step > last.get(k, -1)])
 
     def log_result(self, result: RunResult, *, parent: str | None = None,
-                   tags: Mapping[str, str] | None = None
+                   tags: Mapping[str, str] | None = None, name: str | None = None
                    ) -> str:
         """Complete the run's nested run from its result (what it lacks of curves, summary, probes, artifacts)
         and end it; a run never started here is made now. Returns the nested MLflow run id."""
         from mlflow.entities import Metric
 
         rid = self._runs.get(result.run_id) or self.start(result.run_id, result.config, parent=parent,
-                                                          tags=tags)
+                                                          tags=tags, name=name)
         run_tags = {"status": str(result.status), "resumed_from": str(result.resumed_from),
                     **{f"provenance.{k}": str(v) for k, v in result.provenance.items()}}
         if result.error:
@@ -296,7 +297,8 @@ class MlflowMirror:
         self.client.set_terminated(rid, status=END_STATUS.get(status, "FINISHED"))
 
     # ------------------------------------------------------------ helpers
-    def _run(self, run_id: str, config: Mapping[str, Any], *, parent: str | None) -> tuple[str, Any]:
+    def _run(self, run_id: str, config: Mapping[str, Any], *, parent: str | None,
+             name: str | None = None) -> tuple[str, Any]:
         """The nested run of ``run_id`` (found by its tag, made if none) and the existing Run (None if
         new)."""
         found = self.client.search_runs([self.experiment_id], filter_string=f"tags.run_id = '{run_id}'",
@@ -314,7 +316,8 @@ class MlflowMirror:
         tags = {"grid": self.grid, "variant": str(config.get("variant")), "seed": str(config.get("seed")),
                 "run_id": run_id, ROLE_TAG: "run", "mlflow.parentRunId": parent_id}
         run = self.client.create_run(self.experiment_id,
-                                     run_name=f"{config.get('variant')}-s{config.get('seed')}", tags=tags)
+                                     run_name=name or f"{config.get('variant')}-s{config.get('seed')}",
+                                     tags=tags)
         self._runs[run_id] = run.info.run_id
         return run.info.run_id, None
 

@@ -54,7 +54,9 @@ class CellResult:
     points: list[Point]
     best: Point | None
     stable: Point | None
-    unstable: Point | None  # the smallest unstable value above ``stable`` (the bracket's upper end)
+    # the smallest value above ``stable`` that diverged or ended more than the tolerance worse than the best
+    # (the bracket's upper end)
+    unstable: Point | None
     note: str = ""
 
 
@@ -64,6 +66,7 @@ class TuneReport:
 
     grid: str
     tune_grid: str
+    tolerance: float = DEFAULT_TOLERANCE  # what "worse" means: the metric over the best by more than this
     cells: list[CellResult] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> jobs this time (plus "reused")
     interrupted: bool = False

@@ -8,6 +8,8 @@ it).
   lower-is-better).
 - **largest stable**: the largest tried value that is stable. A pruned or failed point says nothing about
   stability (it was cut off, or crashed) and is ignored.
+- **at the edge**: a best value within ``EDGE`` (a tenth) of the searched range's width of either end, on the
+  search's scale (``edge_of``): the best may lie beyond the range, and ``ablate tune`` says so.
 - **bracketing search** (``Bracket``): between a stable ``low`` and an unstable ``high``, try the geometric
   (or arithmetic) midpoint, keep the half where stability flips, a fixed number of steps. The answer lies in
   ``[stable, unstable)``, whose ratio is ``(high / low) ** (1 / 2 ** steps)`` on the log scale.
@@ -30,6 +32,7 @@ DEFAULT_TOLERANCE = 0.05
 # above any trained model's perplexity or loss, so TPE ranks the trial worst and learns to avoid its region
 # (a FAIL would be dropped from TPE's model and the region sampled again). Reports mark such trials apart.
 PENALTY = 1e9
+EDGE = 0.1  # a best value this close to an end of the range searched, in shares of its width, is at the edge
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,26 @@ def best_metric(points: Iterable[Point]) -> float | None:
     return best.metric if best is not None else None
 
 
+def edge_of(value: float, low: float, high: float, *, log: bool) -> Literal["low", "high"] | None:
+    """The end of the searched range ``[low, high]`` that ``value`` lies at, within ``EDGE`` of the range's
+    width (on the log scale for a log search); None when it lies inside.
+
+    >>> edge_of(0.0286, 1e-4, 0.03, log=True), edge_of(3e-3, 1e-4, 0.03, log=True)
+    ('high', None)
+    >>> edge_of(0.05, 0, 1, log=False)
+    'low'
+    """
+    if log and min(value, low, high) <= 0:
+        return None
+    lo, hi, x = (math.log(low), math.log(high), math.log(value)) if log else (low, high, value)
+    width = hi - lo
+    if width <= 0:
+        return None
+    if hi - x <= EDGE * width:
+        return "high"
+    return "low" if x - lo <= EDGE * width else None
+
+
 def is_stable(point: Point, best: float, tolerance: float = DEFAULT_TOLERANCE) -> bool | None:
     """True: finished within ``tolerance`` of ``best``; False: diverged, or finished outside it; None: pruned
     or failed (no evidence either way)."""
@@ -90,6 +113,27 @@ def first_unstable_above(points: Sequence[Point], value: float,
     above = [p for p in points if p.value > value
              and (p.outcome == "diverged" or (best is not None and is_stable(p, best, tolerance) is False))]
     return min(above, key=lambda p: p.value) if above else None
+
+
+def worse_header(tolerance: float) -> str:
+    """The column of the smallest value above the largest stable one that did worse: it diverged, or ended
+    more than ``tolerance`` over the best (what the protocol calls unstable)."""
+    return f"first >{tolerance:.0%} worse"
+
+
+def worse_cell(point: Point | None, best: Point | None) -> str:
+    """That value and how it did worse: ``0.0201 (diverged)`` or ``0.0201 (+7%)``, its metric against the
+    best's.
+
+    >>> best = Point(0.01, "ok", 10.0)
+    >>> worse_cell(Point(0.02, "diverged"), best), worse_cell(Point(0.02, "ok", 10.7), best)
+    ('0.02 (diverged)', '0.02 (+7%)')
+    """
+    if point is None:
+        return "-"
+    if point.outcome != "ok" or point.metric is None or best is None or best.metric is None:
+        return f"{point.value:.3g} ({point.outcome if point.outcome != 'ok' else 'worse'})"
+    return f"{point.value:.3g} ({point.metric / best.metric - 1:+.0%})"
 
 
 @dataclass

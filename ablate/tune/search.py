@@ -158,7 +158,7 @@ class _Tuner:
         self.grid, self.cells, self.space, self.metric, self.pruner = grid, cells, space, metric, pruner
         self.opts, self.store, self.storage, self.console = opts, store, storage, console
         self.tune_grid = f"{grid.name}/tune"
-        self.report = TuneReport(grid=grid.name, tune_grid=self.tune_grid)
+        self.report = TuneReport(grid=grid.name, tune_grid=self.tune_grid, tolerance=opts.tolerance)
         self.text = yaml.safe_dump({"tune_of": grid.name, **space.as_attrs(), "metric": metric,
                                     "pruner": pruner, "grid": grid.text}, sort_keys=False)
         self.every = {c.key: self._eval_every(c) for c in cells}
@@ -276,7 +276,8 @@ class _Tuner:
                          "max_resource": item.config.train.steps,
                          "monitor": "loss" if self.metric == "train_loss" else "val_ppl"}
             jobs.append(Job(rid, str(pool.run_dir(rid)), item.config.model_dump(mode="json"), trial=trial,
-                            label=f"{item.cell.label}  {self.space.param}={item.value:.3g}"))
+                            label=f"{item.cell.label}  {self.space.param}={item.value:.3g}",
+                            name=self._mlflow_name(item)))
         outcomes = pool.run(jobs) if jobs else {}
         for item in items:
             src = "trial" if item.number is not None else "probe"
@@ -291,6 +292,13 @@ class _Tuner:
                             result_point(item.value, row["status"], _num(row.get(self.metric)), item.run_id,
                                                source=src), None))
         return out
+
+    def _mlflow_name(self, item: _Item) -> str:
+        """A trial's MLflow run name: ``baseline-s0 train.lr=0.0032`` (its cell's other axes after, ``probe``
+        for a bracketing probe), so a cell's trials, all at one seed, are told apart."""
+        others = "".join(f" {k}={v}" for k, v in item.cell.axes.items() if k != "variant")
+        kind = "" if item.number is not None else " probe"
+        return (f"{item.cell.variant}-s{item.config.seed} {self.space.param}={item.value:.4g}{others}{kind}")
 
     def _stored(self, run_ids: set[str]) -> dict[str, Any]:
         if not run_ids:
@@ -365,9 +373,11 @@ class _Tuner:
             points = study_points(study, self.space.param)
             stable = max_stable(points, tol)
             unstable = first_unstable_above(points, stable.value, tol) if stable is not None else None
+            best = best_point(points)
             self.report.cells.append(CellResult(cell.label, cell.variant, study.study_name, cell.seeds,
-                                                points, best_point(points), stable, unstable,
-                                                notes.get(cell.key, "")))
+                                                points, best, stable, unstable, notes.get(cell.key, "")))
+            if best is not None and (edge := self.space.edge_warning(cell.label, best.value)) is not None:
+                self.report.warnings.append(edge)
 
     # ------------------------------------------------------------ 4. the tuned runs
     def then_run(self) -> None:

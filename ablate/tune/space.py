@@ -21,6 +21,7 @@ from ablate.config import RunConfig
 from ablate.errors import ConfigError
 from ablate.grid.ids import canonical
 from ablate.grid.paths import assign, describe, explain, field_type, unwrap_optional
+from ablate.tune.protocol import EDGE, edge_of
 
 STUDY_PREFIX = "tune"
 METRICS = ("val_ppl", "train_loss")  # and ppl/<held-out set>
@@ -63,6 +64,23 @@ class SearchSpace:
 
     def as_attrs(self) -> dict[str, Any]:
         return {"param": self.param, "low": self.low, "high": self.high, "log": self.log}
+
+    def edge_warning(self, cell: str, best: float) -> str | None:
+        """One line when a cell's ``best`` value lies at an end of the range (``protocol.edge_of``), where the
+        best may lie beyond what was searched; else None.
+
+        >>> SearchSpace("train.lr", 1e-4, 0.03, log=True).edge_warning("baseline", 0.0286)[:65]
+        'baseline: the best train.lr, 0.0286, lies at the top of the range'
+        """
+        edge = edge_of(best, self.low, self.high, log=self.log)
+        if edge is None:
+            return None
+        end, flag, bound = ("top", "--high", self.high) if edge == "high" else ("bottom", "--low", self.low)
+        scale = " on the log scale" if self.log else ""
+        return (f"{cell}: the best {self.param}, {best:.3g}, lies at the {end} of the range searched ({flag} "
+                f"{bound:g}; within {EDGE:.0%} of its width{scale}): the best may lie beyond it. Search a "
+                "range that reaches past it (a study keeps its range: tune a copy of the grid under another "
+                "name)")
 
 
 @dataclass(frozen=True)

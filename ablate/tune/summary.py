@@ -8,6 +8,7 @@ from rich.table import Table
 
 from ablate.execute.display import stdout_console
 from ablate.tune.options import TuneReport
+from ablate.tune.protocol import worse_cell, worse_header
 
 STYLE = {"done": "green", "diverged": "yellow", "pruned": "cyan", "failed": "red", "interrupted": "magenta",
          "reused": "dim"}
@@ -18,18 +19,20 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
 
 
 def summary_table(report: TuneReport, param: str, metric: str) -> Table:
-    """One row per cell: best value and its metric, largest stable value, the first unstable one above it, and
-    how its trials ended (ok / diverged / pruned / failed)."""
+    """One row per cell: best value and its metric, largest stable value, the first value above it that did
+    worse (diverged, or ended more than the tolerance over the best), and how its trials ended (ok /
+    diverged / pruned / failed)."""
     table = Table(title=f"ablate tune {report.grid}: {param} per cell (metric {metric})",
                   title_justify="left")
-    for col in ("cell", f"best {param}", metric, "largest stable", "first unstable", "ok/div/pruned/failed"):
+    for col in ("cell", f"best {param}", metric, "largest stable", worse_header(report.tolerance),
+                "ok/div/pruned/failed"):
         table.add_column(col, justify="left" if col == "cell" else "right")
     for c in report.cells:
         n = {k: sum(p.outcome == k for p in c.points) for k in ("ok", "diverged", "pruned", "failed")}
         table.add_row(c.label, _num(c.best.value if c.best else None),
                       _num(c.best.metric if c.best else None, ".4g"),
                       _num(c.stable.value if c.stable else None),
-                      _num(c.unstable.value if c.unstable else None), "/".join(str(v) for v in n.values()))
+                      worse_cell(c.unstable, c.best), "/".join(str(v) for v in n.values()))
     return table
 
 
@@ -39,7 +42,8 @@ def print_summary(report: TuneReport, param: str, metric: str, console: Console 
     console.print(summary_table(report, param, metric))
     counts = ", ".join(f"[{STYLE.get(k, '')}]{v} {k}[/]" for k, v in sorted(report.counts.items()))
     console.print(f"this time: {counts or 'nothing to run'} in {report.wall_s:.1f}s; trials are the runs of "
-                  f"grid '{report.tune_grid}' (ablate runs --grid '{report.tune_grid}')", highlight=False)
+                  f"grid '{report.tune_grid}': ablate runs --grid '{report.tune_grid}', ablate report lr "
+                  f"--grid '{report.tune_grid}'", highlight=False)
     for c in report.cells:
         if c.note:
             console.print(f"[yellow]{c.label}:[/] {c.note}", highlight=False)
