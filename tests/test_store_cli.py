@@ -179,3 +179,27 @@ def test_a_relative_sqlite_store_says_where_it_resolves(tmp_path, monkeypatch) -
     out = invoke("db", "upgrade", "--store", "sqlite:///rel/ablate.db")
     assert out.exit_code == 0, out.output
     assert out.stdout.startswith(f"sqlite:///rel/ablate.db (here {tmp_path / 'rel' / 'ablate.db'}): schema")
+
+
+def test_a_report_without_grid_reads_the_study_run_last_and_says_so(store: Store, store_url: str) -> None:
+    """The README's `ablate report table1` after `ablate tune`: the store holds the study, its tuning trials
+    and another study. With no --grid the report reads the study whose runs last ran (the trials' grid only
+    when nothing else is there), and one stderr line says which and names the others."""
+    def ran(name: str, ids: range, day: int) -> None:
+        store.register_grid(name=name, text=name, runs=[planned(i) for i in ids])
+        for i in ids:
+            store.ingest(result(i).model_copy(update={"finished": f"2025-01-0{day}T10:00:00+00:00"}))
+
+    ran("first", range(0, 6), 1)
+    ran("second", range(6, 12), 2)
+    ran("first/tune", range(12, 15), 3)  # the latest runs, but trials: one seed per value, nothing to compare
+    out = invoke("report", "table1", "--store", store_url)
+    assert out.exit_code == 0, out.output
+    assert out.stderr.splitlines()[0] == ("report of grid second, the one run last; the store also holds "
+                                          "first, first/tune (--grid names one)")
+    named = invoke("report", "table1", "--store", store_url, "--grid", "second")
+    assert named.exit_code == 0 and named.stdout == out.stdout and "run last" not in named.stderr
+    store.mark_running(run_id="run000", host="here", device="cpu")  # the first study runs again: now last
+    again = invoke("report", "table1", "--store", store_url)
+    assert again.exit_code == 0, again.output
+    assert again.stderr.startswith("report of grid first, the one run last"), again.output

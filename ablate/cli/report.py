@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from ablate.cli.common import HomeOpt, StoreOpt, app, handles_errors, open_store, warn
 from ablate.reports.registry import REPORTS
+
+if TYPE_CHECKING:
+    from ablate.reports.registry import Request
+    from ablate.store import Store
 
 # the choices are the registry's names (ablate.reports.registry.REPORTS): a new report is one entry there
 # (mypy reads an enum's members only from literals: these are data, so it knows the class, not its members)
@@ -23,7 +27,7 @@ def report_cmd(
         help="; ".join(f"{name}: {r.help}" for name, r in REPORTS.items()),
         show_default=False, metavar="TABLE")],
     grid: Annotated[str | None, typer.Option("--grid", help="the grid to report (if not given: the store's "
-                                             "only grid)")] = None,
+                                             "only grid, else the one run last, said on stderr)")] = None,
     paper: Annotated[bool,
                      typer.Option("--paper", help="add the paper's own number beside each measured one")]
     = False,
@@ -75,6 +79,8 @@ def report_cmd(
                       stats=Stats(interval, correction), target=ladder_target, reference=reference,
                       metrics=tuple(metrics or ()))
     with open_store(home, store) as opened:
+        if grid is None and name != "lr":  # lr reads the grid with tuning studies
+            request = _last_study(opened, request)
         output = REPORTS[name].make(opened, request)
     if output.note:
         typer.echo(output.note, err=output.note_err)
@@ -88,3 +94,17 @@ def report_cmd(
 
         atomic_write(out, text)
         typer.echo(f"wrote {out}", err=True)
+
+
+def _last_study(opened: Store, request: Request) -> Request:
+    """With several grids in the store and no --grid: the study run last (``Store.last_study``), said in one
+    line on stderr with the others."""
+    from dataclasses import replace
+
+    last = opened.last_study()
+    if last is None:
+        return request
+    others = [g for g in opened.grids() if g != last]
+    typer.echo(f"report of grid {last}, the one run last; the store also holds {', '.join(others)} "
+               "(--grid names one)", err=True)
+    return replace(request, grid=last)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRIES = 8
+TUNE_SUFFIX = "/tune"  # the grid `ablate tune` registers its trials under
 
 
 class Store:
@@ -238,6 +239,20 @@ class Store:
     def grids(self) -> list[str]:
         """The registered grids' names."""
         return self._read(queries.grid_names)
+
+    def grids_by_activity(self) -> list[str]:
+        """The registered grids' names, the one whose runs last started, ended or joined first."""
+        return self._read(queries.grids_by_activity)
+
+    def last_study(self) -> str | None:
+        """The grid a report reads when none is named and the store holds several: the study run last (its
+        runs last started, ended or joined), a tuning search's trials (``<grid>/tune``: one seed per value,
+        no arms to compare) only when there is nothing else; None with one grid or none."""
+        names = self.grids_by_activity()
+        if len(names) < 2:
+            return None
+        studies = [n for n in names if not n.endswith(TUNE_SUFFIX)]
+        return (studies or names)[0]
 
     def resolve_run(self, ref: str) -> str:
         """The run id that ``ref`` is, or the one run id it begins (as git does with commits); a

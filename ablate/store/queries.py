@@ -66,6 +66,24 @@ def grid_names(session: Session) -> list[str]:
     return list(session.scalars(select(Grid.name).order_by(Grid.name)))
 
 
+def grids_by_activity(session: Session) -> list[str]:
+    """The registered grids' names, the one whose runs last started, ended or joined first (a grid without
+    runs: when it was registered); ties by name."""
+    last = func.max(func.coalesce(Run.finished, Run.started, Run.created, Grid.created)).label("last")
+    rows = session.execute(select(Grid.name, last).outerjoin(GridRun, GridRun.grid_id == Grid.id)
+                           .outerjoin(Run, Run.run_id == GridRun.run_id).group_by(Grid.name)).all()
+    return [name for name, _ in sorted(rows, key=lambda r: (-_stamp(r[1]), r[0]))]
+
+
+def _stamp(value: Any) -> float:
+    """A timestamp as seconds (SQLite returns the max of a datetime column as text)."""
+    from datetime import datetime
+
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.timestamp() if value is not None else float("-inf")
+
+
 def run_ids_like(session: Session, prefix: str, *, limit: int = 10) -> list[str]:
     """Run ids that start with ``prefix`` (at most ``limit``), sorted."""
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
