@@ -131,3 +131,57 @@ def test_catalogue_import_stays_torch_free() -> None:
     code = "import sys, ablate.ablations, ablate.ablations.variants; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_variants_wide_names_the_reference_code_each_arm_equals() -> None:
+    from ablate.cli import app
+
+    runner = CliRunner()
+    rows = {r["name"]: r for r in json.loads(runner.invoke(app, ["variants", "--format", "json"]).stdout)}
+    wide = runner.invoke(app, ["variants", "--wide"], env={"COLUMNS": "1000"})
+    assert wide.exit_code == 0, wide.output
+    lines = {line.split("│")[1].strip(): line for line in wide.stdout.splitlines() if line.count("│") > 2}
+    referenced = [name for name, v in VARIANTS.items() if v.reference is not None]
+    arms = {"diff-attention", "diff-v2", "forgetting-pro", "selective-attention", "sdpa-headwise-sparse"}
+    assert arms <= set(referenced)
+    for name in referenced:
+        ref = VARIANTS[name].reference
+        assert rows[name]["reference"]["pin"] == str(ref)
+        assert rows[name]["revision"] == VARIANTS[name].revision
+        assert str(ref) in lines[name]
+        if ref.commit:  # a file of a repository at a commit: 40 hex digits, shown as 12
+            assert len(ref.commit) == 40 and f"{ref.repo}@{ref.commit[:12]}:{ref.path}" in lines[name]
+
+
+def test_a_revised_arm_gets_new_run_ids_and_its_old_runs_read_as_stale(tmp_path, tmp_home) -> None:
+    """An arm whose computation changed (``revision`` 2) plans under new ids, while every arm still at its
+    first revision keeps its ids; a store's run of the arm from before reads as stale in ``ablate plan``."""
+    from dataclasses import replace
+
+    from ablate.cli import app
+    from ablate.grid import expand, identity, load_grid
+    from ablate.grid.ids import run_id, stem_id
+    from ablate.store import Store
+
+    revised = {n for n, v in VARIANTS.items() if v.revision > 1}
+    assert revised == {"diff-attention", "diff-attention-matched", "sdpa-headwise-sparse", "softpick"}
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nbase:\n  model: {preset: tiny}\n"
+                    "grid:\n  variant: [baseline, sdpa-elementwise, diff-attention, softpick]\n  seed: [0]\n")
+    runs = {r.config.variant: r for r in expand(load_grid(grid))}
+    for name, run in runs.items():
+        # as the arm was planned before its revision: the same config, the revision left out
+        before = run.config.model_copy(update={"variant_revision": None})
+        assert run.config.variant_revision == (VARIANTS[name].revision if name in revised else None)
+        assert (run.run_id == run_id(before)) == (name not in revised)
+        assert run.stem_id == stem_id(before) == stem_id(identity.strip(run.config))
+    new = runs["diff-attention"]
+    before = new.config.model_copy(update={"variant_revision": None})
+    old = replace(new, config=before, run_id=run_id(before))
+    with Store.open(f"sqlite:///{tmp_home / 'ablate.db'}") as store:
+        store.register_grid(name="g", text=grid.read_text(), runs=[old])
+    out = CliRunner().invoke(app, ["plan", str(grid), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    status = {r["variant"]: r["status"] for r in json.loads(out.stdout)["runs"]}
+    assert status["diff-attention"] == f"stale: variant_revision changed since run {old.run_id}"
+    assert status["baseline"] == status["softpick"] == "new"

@@ -80,7 +80,8 @@ class Variant:
     revision: int = 1
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``Rel`` changes as strings like ``"x2"``, the reference as its fields."""
+        """JSON-ready: ``Rel`` changes as strings like ``"x2"``, the reference as its fields and ``pin``
+        (``owner/name@commit:path``)."""
         changes = {k: (str(v) if isinstance(v, Rel) else v) for k, v in self.changes.items()}
         ref = self.reference
         return dict(
@@ -88,7 +89,7 @@ class Variant:
             requires_moe=self.requires_moe, act_func=self.act_func, score_shape=self.score_shape,
             source=self.source, revision=self.revision,
             reference=None if ref is None else dict(repo=ref.repo, path=ref.path, commit=ref.commit,
-                                                    note=ref.note),
+                                                    note=ref.note, pin=str(ref)),
         )
 
 

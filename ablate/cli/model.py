@@ -18,7 +18,8 @@ def variants(
         str | None, typer.Option("--preset", help="also show the parameters each variant adds at this preset")
     ] = None,
     wide: Annotated[bool, typer.Option("--wide", help="every field (activation, score shape, the source "
-                                       "paper in full), one line per variant")] = False,
+                                       "paper in full, the revision and the authors' code file and commit "
+                                       "the arm was checked against), one line per variant")] = False,
 ) -> None:
     """The variant catalogue: names, the paper rows each reproduces, what each changes (wrapped to the
     terminal, or 100 columns off one; --wide: every field)."""

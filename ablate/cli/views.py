@@ -52,13 +52,16 @@ def variants_table(rows: list[dict[str, Any]], preset: str | None, *, wide: bool
         return table
     table = Table(title="ablate variants")
     table.add_column("variant", no_wrap=True, style="bold")
-    for col in ("paper rows", "act", "score shape", "description", "source"):
+    for col in ("paper rows", "act", "score shape", "description", "source", "rev",
+                "reference code it equals (repo@commit:file)"):
         table.add_column(col)
     if preset is not None:
         table.add_column(f"added @ {preset}", justify="right")
     for row in rows:
+        ref = row.get("reference")
         cells = [row["name"], " ".join(row["paper"]) or "-", row["act_func"], row["score_shape"],
-                 row["description"], row["source"]]
+                 row["description"], row["source"], str(row.get("revision", "-")),
+                 "-" if ref is None else ref["pin"]]
         if preset is not None:
             cells.append("-" if row["added_params"] is None else f"{row['added_params'] / 1e6:,.2f}M")
         table.add_row(*cells)
