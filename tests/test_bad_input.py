@@ -17,6 +17,7 @@ from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.store import Store
 
 runner = CliRunner()
 GOOD = tiny_grid("bad-input", steps=2)
@@ -254,6 +255,11 @@ def read_only_dir(tmp_path: Path):  # noqa: ANN201
     read-only bind mount of it."""
     path = tmp_path / "ro"
     path.mkdir()
+    yield from _read_only(path)
+
+
+def _read_only(path: Path):  # noqa: ANN202
+    """Make the directory ``path`` read-only while the generator is suspended (see ``read_only_dir``)."""
     if os.geteuid() != 0:
         path.chmod(0o555)
         yield path
@@ -267,6 +273,36 @@ def read_only_dir(tmp_path: Path):  # noqa: ANN201
         yield path
     finally:
         subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_store_in_a_read_only_folder_is_one_line(read_only_dir: Path, tmp_path: Path) -> None:
+    """ABLATE_STORE pointing into a read-only folder: a new store cannot be made there (it was a 50-70-line
+    traceback, exit 1, from the lock beside the store); one line, exit 2, nothing written anywhere."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD)
+    home = tmp_path / "home"
+    url = f"sqlite:///{read_only_dir / 'ablate.db'}"
+    assert_refused(run(str(grid), home=home, env={"ABLATE_STORE": url}),
+                   rf"cannot open the store {re.escape(url)}: its folder .*ro cannot be written \((Read-only "
+                   r"file system|Permission denied)\); point ABLATE_STORE \(or --store\) at a folder ablate "
+                   "can write")
+    assert not home.exists() and list(read_only_dir.iterdir()) == []
+
+
+def test_an_existing_store_in_a_read_only_folder_is_one_line(tmp_path: Path) -> None:
+    """A store made before its folder became read-only: SQLite cannot keep its journal beside it, so it cannot
+    be opened to write, nor to read; one line says why (the folder), exit 2."""
+    folder = tmp_path / "stores"
+    url = f"sqlite:///{folder / 'ablate.db'}"
+    Store.open(url).close()
+    before = sorted(p.name for p in folder.iterdir())
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(GOOD)
+    for _ in _read_only(folder):
+        why = r"cannot be written: SQLite keeps its journal beside the store\)"
+        assert_refused(run(str(grid), home=tmp_path / "home", store=url), why)
+        assert_refused(runner.invoke(app, ["status", "--store", url]), why)
+    assert sorted(p.name for p in folder.iterdir()) == before and not (tmp_path / "home").exists()
 
 
 def test_a_read_only_home_with_a_writable_store(read_only_dir: Path, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -70,7 +70,7 @@ class Store:
             except DBAPIError as exc:
                 engine.dispose()
                 raise StoreUnavailableError(f"cannot open the store {display_url(url)}: "
-                                            f"{_reason(exc)}") from None
+                                            f"{_reason(exc)}{_folder_reason(url)}") from None
         return cls(engine, url=url, warnings=warnings)
 
     def close(self) -> None:
@@ -352,7 +352,14 @@ def _making(url: str, *, create: bool) -> Iterator[None]:
     if path is None or (path.is_file() and path.stat().st_size > 0):
         yield
         return
-    with file_lock(path.with_name(path.name + ".lock")):
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(path.with_name(path.name + ".lock")))
+        except OSError as exc:  # a read-only folder (ABLATE_STORE pointing into one): nothing is made there
+            raise StoreUnavailableError(
+                f"cannot open the store {display_url(url)}: its folder {path.parent.absolute()} cannot be "
+                f"written ({exc.strerror or exc}); point ABLATE_STORE (or --store) at a folder ablate can "
+                "write") from None
         yield
 
 
@@ -375,7 +382,8 @@ def _require_store(engine: Engine, url: str, *, home: str | os.PathLike[str] | N
             conn = engine.execution_options(ablate_read_only=True).connect()
         except DBAPIError as exc:  # a server that does not answer: as when a store is opened to write
             engine.dispose()
-            raise StoreUnavailableError(f"cannot open the store {display_url(url)}: {_reason(exc)}") from None
+            raise StoreUnavailableError(f"cannot open the store {display_url(url)}: {_reason(exc)}"
+                                        f"{_folder_reason(url)}") from None
         with conn:
             try:
                 conn.exec_driver_sql("SELECT 1 FROM runs WHERE 1 = 0").all()
@@ -419,6 +427,18 @@ def _retry(fn: Callable[[], T]) -> T:
             log.info("store busy (%s); retrying", exc.orig)
             time.sleep(0.05 * 2 ** attempt)
     raise AssertionError("unreachable")
+
+
+def _folder_reason(url: str) -> str:
+    """Why a SQLite store could not be opened, when its folder cannot be written (SQLite writes its journal
+    beside the store, even to read it): ``; its folder /x cannot be written``; else ''."""
+    from ablate.store.engine import sqlite_path
+
+    path = sqlite_path(url)
+    if path is None or not path.parent.is_dir() or os.access(path.parent, os.W_OK):
+        return ""
+    return (f" (its folder {path.parent.absolute()} cannot be written: SQLite keeps its journal beside the "
+            "store)")
 
 
 def _reason(exc: Any) -> str:
