@@ -80,7 +80,6 @@ def test_every_arm_against_the_baseline_by_cell_with_scipys_numbers(filled: Any)
 
 
 def test_the_pairing_says_what_it_was_worth_or_cost(filled: Any) -> None:
-    from ablate.reports.compare_render import pairing_text, verdict
 
     rep = _report(filled, metrics=["val_ppl"])
     v = values()
@@ -90,20 +89,20 @@ def test_the_pairing_says_what_it_was_worth_or_cost(filled: Any) -> None:
         r = np.corrcoef(a, b)[0, 1]
         worth = 5 * (a.var(ddof=1) + b.var(ddof=1)) / (a - b).var(ddof=1)
         assert c.delta.pairing.r == pytest.approx(r) and c.delta.pairing.worth == pytest.approx(worth)
-    assert _one(rep, G1).delta.pairing.r > 0.99 and pairing_text(_one(rep, G1)).startswith(
+    assert _one(rep, G1).delta.pairing.r > 0.99 and _one(rep, G1).pairing_text.startswith(
         "r=+1.00: worth ≈ ")
     anti = _one(rep, ANTI)
     assert anti.delta.pairing.r == pytest.approx(-1.0) and anti.delta.pairing.worth < 5
     assert re.fullmatch(r"r=-1\.00: pairing costs \(as precise as ≈ \d+\.\d unpaired seeds; paired t kept\)",
-                        pairing_text(anti))
+                        anti.pairing_text)
     # read the way the simulations show valid: the paired t, whose interval is wide here, not an unpaired one
     rel = ss.ttest_rel(v[ANTI], v["baseline"]).confidence_interval()
     assert (anti.delta.lo, anti.delta.hi) == pytest.approx((rel.low, rel.high))
-    assert verdict(_one(rep, ARM), rep).startswith("needs ≈ ")
+    assert _one(rep, ARM).verdict.startswith("needs ≈ ")
 
 
 def test_two_arms_that_are_one_function_read_identical_not_a_division_error(filled: Any) -> None:
-    from ablate.reports.compare_render import as_rows, pairing_text, verdict
+    from ablate.reports.compare_render import as_rows
 
     rep = _report(filled, metrics=["val_ppl"])
     same = _one(rep, SAME)
@@ -111,8 +110,8 @@ def test_two_arms_that_are_one_function_read_identical_not_a_division_error(fill
     assert d.identical and (d.mean, d.lo, d.hi, d.p) == (0.0, None, None, 1.0) and not d.resolved
     assert d.pairing.r == pytest.approx(1.0) and d.pairing.worth is None  # no spread left: not a number
     # every metric of its runs is the baseline's (train_loss, F-Attn and M-Act too): identical runs
-    assert same.same_runs and verdict(same, rep) == "identical runs: every metric equal at every seed"
-    assert pairing_text(same) == "identical runs: nothing left to pair away"
+    assert same.same_runs and same.verdict == "identical runs: every metric equal at every seed"
+    assert same.pairing_text == "identical runs: nothing left to pair away"
     row = next(r for r in as_rows(rep) if r["arm"] == SAME)
     assert row["identical"] is True and row["needs_seeds"] is None and row["worth_unpaired_seeds"] is None
     json.dumps(row)  # plain values only

@@ -100,6 +100,50 @@ def test_the_sign_flip_p_is_valid_under_the_null(dist: str) -> None:
     assert float(np.mean(p <= 0.05)) <= 0.06
 
 
+DISCRETE = {  # metrics that take few values, as runs measure them
+    "share of 16 rows": lambda rng, shape: rng.binomial(16, 0.05, shape) / 16,  # massive_first
+    "loss spikes": lambda rng, shape: rng.poisson(0.3, shape),  # a count, mostly 0
+    "three levels": lambda rng, shape: rng.integers(0, 3, shape).astype(float),  # steps, a coarse score
+}
+DISCRETE_DRAWS = 2000
+
+
+@pytest.mark.parametrize("metric", list(DISCRETE))
+def test_a_metric_of_few_values_is_significant_at_most_alpha_of_the_time_under_the_null(metric: str) -> None:
+    """Both arms from one discrete distribution, n = 2-10 pairs: the p the reports read (``compare``) stays
+    at or below alpha. The t test alone read n equal differences as p = 0 (no spread), which the old
+    reading turns into false positives well above alpha."""
+    draw = DISCRETE[metric]
+    rng = np.random.default_rng(len(metric))
+    old_worst = 0.0
+    for n in range(2, 11):
+        x = draw(rng, (DISCRETE_DRAWS, n)) - draw(rng, (DISCRETE_DRAWS, n))
+        rate = float(np.mean([compare(row).p < 0.05 for row in x]))
+        assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / DISCRETE_DRAWS), f"n={n}: {rate:.3f}"
+        sd, mean = x.std(axis=1, ddof=1), x.mean(axis=1)
+        old = np.where(sd > 0, t_pvalue(np.where(sd[:, None] > 0, x, 1.0)), np.where(mean == 0, 1.0, 0.0))
+        old_worst = max(old_worst, float(np.mean(old < 0.05)))
+    if metric != "loss spikes":  # mostly 0, so equal nonzero differences are rare there
+        assert old_worst > 0.08, old_worst  # what the plain t test with p = 0 at no spread did
+
+
+def test_pairs_with_no_spread_carry_the_sign_flip_p_and_no_interval() -> None:
+    from ablate.power import needs, needs_text
+
+    two = compare([0.0625, 0.0625])  # the quick start's massive_first: two seeds that both measured 1/16
+    assert (two.p, two.lo, two.hi, two.no_spread) == (0.5, None, None, True) and not two.resolved
+    assert needs(two) == 6 and needs_text(needs(two), two) == ("needs ≈ 6 seeds (no spread yet: if every "
+                                                               "pair differs the same way)")
+    assert delta_cell(two, 2, 2).text == "+0.06 (no spread)"
+    six = compare([1.0] * 6)
+    assert six.p == pytest.approx(2 / 64) and six.resolved  # the exact test's own evidence at 6 pairs
+    tied = compare([0.0625, 0.0625, 0.125])  # spread, but ties: no smaller than the exact sign-flip p
+    assert tied.tied and tied.p == pytest.approx(max(ss.ttest_1samp([0.0625, 0.0625, 0.125], 0).pvalue,
+                                                     sign_flip_pvalue([0.0625, 0.0625, 0.125])))
+    smooth = compare([0.013, -0.021, 0.007])  # measurements that vary continuously: the t test alone
+    assert not smooth.tied and smooth.p == pytest.approx(ss.ttest_1samp([0.013, -0.021, 0.007], 0).pvalue)
+
+
 def test_power_grows_with_n_as_the_formula_says() -> None:
     rng = np.random.default_rng(11)
     effect, sd = 1.0, 1.0

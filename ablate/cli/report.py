@@ -32,8 +32,8 @@ def report_cmd(
                      typer.Option("--paper", help="add the paper's own number beside each measured one")]
     = False,
     fmt: Annotated[Literal["markdown", "latex", "csv", "html", "json"], typer.Option(
-        "--format", help="markdown, latex, csv or html (tables); markdown, latex, csv, json or html "
-                         "(compare); markdown, json, csv or html (scorecard)")]
+        "--format", help="markdown, latex, csv, json or html (tables and compare); markdown, json, csv or "
+                         "html (scorecard)")]
     = "markdown",
     out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
                                              "directory for figures/all (if not given: ./report) and for "
@@ -57,15 +57,20 @@ def report_cmd(
         "--interval", help="the deltas' 95% CI: t (paired Student t, n-1 df) or bootstrap (BCa, only from 20 "
                            "seeds; below that t, and the table says so)")] = "t",
     correction: Annotated[Literal["holm", "bh", "none"], typer.Option(
-        "--correction", help="the family correction over a table's deltas and the scorecard's claims: holm "
-                             "(family-wise error), bh (Benjamini-Hochberg, false discovery rate) or "
-                             "none")] = "holm",
+        "--correction", help="the correction over a grid's family (for one metric, every arm against the "
+                             "reference in every cell; every page reads the same verdict) and over the "
+                             "scorecard's other claims: holm (family-wise error), bh (Benjamini-Hochberg, "
+                             "false discovery rate) or none")] = "holm",
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """Rebuild the paper's tables and figures from a grid's runs (mean ± std over seeds, paired deltas with t
-    CIs and p-values corrected per table); ends with one line per unresolved comparison and the seeds it
-    needs."""
+    CIs and p-values corrected over the grid's family, the same on every page; bold: significant after that
+    correction, nothing else); ends with one line per unresolved comparison and the seeds it needs.
+
+    "needs ≈ N seeds": the paired seeds at which a true effect the size of the one observed would be
+    significant after the family's correction with 80% power; with no spread yet, the pairs of one sign
+    whose exact sign-flip p would be."""
     from ablate.errors import UserInputError
     from ablate.reports.registry import Request
     from ablate.stats import Stats

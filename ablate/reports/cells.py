@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ablate.stats import Delta, Summary
 
@@ -91,6 +91,8 @@ class Table:
     unresolved: list[str] = field(default_factory=list)
     slug: str = ""
     row_header: str = "Method"
+    # each delta cell as the grid's family reads it (``Comparison.as_row``, with its row): the JSON's
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:

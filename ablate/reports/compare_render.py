@@ -11,12 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from typing import Any
 
 from ablate.errors import UserInputError, one_of
 from ablate.metrics import metric
-from ablate.power import NEEDS_MEANING, needs, needs_text
+from ablate.power import NEEDS_MEANING
 from ablate.reports.cells import Cell, Column, Row, Table, delta_cell, summary_cell
 from ablate.reports.compare import CompareReport
 from ablate.reports.family import Comparison
@@ -32,57 +31,6 @@ PAIRING_NOTE = ("pairing: r is the two arms' correlation across the paired seeds
                 "paired Δ noisier than independent seeds would: the pairing costs, and the paired t is kept "
                 "all the same (it holds its coverage at any correlation; an unpaired test of runs paired by "
                 "seed does not)")
-
-
-def _needs(c: Comparison, report: CompareReport) -> int | None:
-    return needs(c.delta, report.stats, c.m)
-
-
-def verdict(c: Comparison, report: CompareReport) -> str:
-    """``resolved: lower, better`` / ``resolved at look 2 of 3, n=4 seeds: ...`` / ``needs ≈ 12 seeds`` / an
-    identical pair's reading; empty without a pair."""
-    d = c.delta
-    if d.mean is None:
-        return _no_pairs(c)
-    if d.identical:
-        return c.sameness
-    if d.n < 2:
-        return "needs a second seed for a spread"
-    said = d.decision.reading() if d.decision is not None else ""
-    if d.resolved:
-        return f"{said or 'resolved'}{_direction(c)}"
-    need = needs_text(_needs(c, report), d)
-    return f"{said}; {need}" if said else need
-
-
-def _no_pairs(c: Comparison) -> str:
-    """Why a comparison has no paired value."""
-    for runs, who in ((c.reference_runs, c.reference), (c.arm_runs, "this arm")):
-        if runs.empty:
-            return f"no pairs: no {who} run here"
-        if runs.diverged and not runs.n:
-            return f"no pairs: every run of {who} diverged"
-        if not runs.n:
-            return f"no pairs: {who} has no {c.metric} value"
-    return "no pairs: the arms share no seed"
-
-
-def _direction(c: Comparison) -> str:
-    declared = metric(c.metric)
-    better = declared.better if declared is not None else None
-    side = c.delta.sign
-    if better is None or side == 0:
-        return ""
-    lower = side < 0
-    good = lower == (better == "lower")
-    return f": {'lower' if lower else 'higher'}, {'better' if good else 'worse'}"
-
-
-def pairing_text(c: Comparison) -> str:
-    p = c.delta.pairing
-    if c.delta.identical:
-        return "identical runs: nothing left to pair away" if c.same_runs else ""
-    return p.text() if p is not None else ""
 
 
 def _p(x: float | None) -> str:
@@ -128,8 +76,8 @@ def to_table(report: CompareReport) -> Table:
         rows.append(Row(c.arm, _group(c), None, [], {
             "arm": summary_cell(c.arm_runs, k, usual), "reference": summary_cell(c.reference_runs, k, usual),
             "delta": delta_cell(d, k, d.n), "p": Cell(_p(d.p), d.p), "p_adj": Cell(_p_adj(c), d.p_adj),
-            "n": Cell(str(d.n) if d.n else "", d.n), "verdict": Cell(verdict(c, report)),
-            "pairing": Cell(pairing_text(c))}))
+            "n": Cell(str(d.n) if d.n else "", d.n), "verdict": Cell(c.verdict),
+            "pairing": Cell(c.pairing_text)}))
     notes = [SPREAD_NOTE] if report.comparisons else []
     for name in report.metrics:
         deltas = [c.delta for c in report.comparisons if c.metric == name]
@@ -143,10 +91,10 @@ def to_table(report: CompareReport) -> Table:
     if any(c.delta.pairing is not None and c.delta.pairing.r is not None for c in report.comparisons):
         notes.append(PAIRING_NOTE)
     notes += report.notes
-    if any(_needs(c, report) is not None and not c.delta.resolved for c in report.comparisons):
+    if any(c.needs is not None and not c.delta.resolved for c in report.comparisons):
         notes.append(NEEDS_MEANING)
     unresolved = [f"{_name(c)}: {delta_cell(c.delta, digits(c.metric), c.delta.n).text}, "
-                  f"{verdict(c, report)}" for c in report.comparisons
+                  f"{c.verdict}" for c in report.comparisons
                   if c.delta.mean is not None and not c.delta.resolved and c.delta.n >= 2
                   and not c.delta.identical]
     return Table(None, f"Every arm against {report.reference}", report.grid, cols, rows, notes, unresolved,
@@ -157,29 +105,9 @@ def _name(c: Comparison) -> str:
     return f"{c.arm} vs {c.reference} ({c.metric}{f', {c.cell}' if c.cell else ''})"
 
 
-def _num(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else x
-
-
 def as_rows(report: CompareReport) -> list[dict[str, Any]]:
     """One plain row per comparison (JSON's ``comparisons``; CSV's lines, the cell flattened)."""
-    out = []
-    for c in report.comparisons:
-        d, p = c.delta, c.delta.pairing
-        out.append({
-            "cell": c.setting, "arm": c.arm, "reference": c.reference, "metric": c.metric, "scale": c.scale,
-            "arm_mean": _num(c.arm_runs.mean), "arm_std": _num(c.arm_runs.std), "arm_n": c.arm_runs.n,
-            "arm_diverged": c.arm_runs.diverged, "reference_mean": _num(c.reference_runs.mean),
-            "reference_std": _num(c.reference_runs.std), "reference_n": c.reference_runs.n,
-            "reference_diverged": c.reference_runs.diverged, "delta": d.mean, "lo": d.lo, "hi": d.hi,
-            "n": d.n, "p": d.p, "p_perm": d.p_perm, "p_adj": d.p_adj, "significant": d.resolved,
-            "family": c.family, "family_size": c.m, "verdict": verdict(c, report),
-            "needs_seeds": None if d.resolved or d.identical or d.n < 2 else _needs(c, report),
-            "identical": d.identical, "correlation": p.r if p else None,
-            "worth_unpaired_seeds": p.worth if p else None,
-            "resolved_at_look": d.decision.look if d.decision else None,
-            "looks": list(d.decision.plan) if d.decision else None})
-    return out
+    return [c.as_row() for c in report.comparisons]
 
 
 def to_json(report: CompareReport) -> str:

@@ -22,11 +22,13 @@ Pure: a function of ``GridData``; computed once per grid data, reference and rea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ablate.metrics import metric, order
+from ablate.power import needs, needs_text
 from ablate.reports.data import GridData
 from ablate.reports.rows import cell_value, context_key, finished
 from ablate.reports.verdict import pair_runs, paired, ratio_metric
@@ -55,6 +57,76 @@ class Comparison:
     family: str
     runs: RunsKey = frozenset()
     same_runs: bool = False  # the two arms' runs are equal on every compared metric at every seed
+    stats: Stats = DEFAULT  # how it was read (the seeds it needs are worked out at its family's level)
+
+    @property
+    def needs(self) -> int | None:
+        """The seeds an open comparison needs at its family's level (``ablate.power.needs``); None once it is
+        resolved, for identical arms, below two pairs, or beyond what seeds could find."""
+        d = self.delta
+        return None if d.resolved or d.identical or d.n < 2 else needs(d, self.stats, self.m)
+
+    @property
+    def verdict(self) -> str:
+        """``resolved: lower, better`` / ``resolved at look 2 of 3, n=4 seeds: ...`` / ``needs ≈ 12 seeds`` /
+        an identical pair's reading / why there is no pair."""
+        d = self.delta
+        if d.mean is None:
+            return self._no_pairs()
+        if d.identical:
+            return self.sameness
+        if d.n < 2:
+            return "needs a second seed for a spread"
+        said = d.decision.reading() if d.decision is not None else ""
+        if d.resolved:
+            return f"{said or 'resolved'}{self._direction()}"
+        need = needs_text(self.needs, d)
+        return f"{said}; {need}" if said else need
+
+    def _no_pairs(self) -> str:
+        for runs, who in ((self.reference_runs, self.reference), (self.arm_runs, "this arm")):
+            if runs.empty:
+                return f"no pairs: no {who} run here"
+            if runs.diverged and not runs.n:
+                return f"no pairs: every run of {who} diverged"
+            if not runs.n:
+                return f"no pairs: {who} has no {self.metric} value"
+        return "no pairs: the arms share no seed"
+
+    def _direction(self) -> str:
+        declared = metric(self.metric)
+        better = declared.better if declared is not None else None
+        side = self.delta.sign
+        if better is None or side == 0:
+            return ""
+        lower = side < 0
+        good = lower == (better == "lower")
+        return f": {'lower' if lower else 'higher'}, {'better' if good else 'worse'}"
+
+    @property
+    def pairing_text(self) -> str:
+        """What pairing by seed did (``ablate.pairing``)."""
+        if self.delta.identical:
+            return "identical runs: nothing left to pair away" if self.same_runs else ""
+        p = self.delta.pairing
+        return p.text() if p is not None else ""
+
+    def as_row(self) -> dict[str, Any]:
+        """The comparison as plain values: ``report compare``'s JSON and CSV row, and each delta of a paper
+        table's JSON (the same fields, so the pages agree by construction)."""
+        d, p = self.delta, self.delta.pairing
+        return {
+            "cell": self.setting, "arm": self.arm, "reference": self.reference, "metric": self.metric,
+            "scale": self.scale, "arm_mean": _num(self.arm_runs.mean), "arm_std": _num(self.arm_runs.std),
+            "arm_n": self.arm_runs.n, "arm_diverged": self.arm_runs.diverged,
+            "reference_mean": _num(self.reference_runs.mean), "reference_std": _num(self.reference_runs.std),
+            "reference_n": self.reference_runs.n, "reference_diverged": self.reference_runs.diverged,
+            "delta": d.mean, "lo": d.lo, "hi": d.hi, "n": d.n, "p": d.p, "p_perm": d.p_perm, "p_adj": d.p_adj,
+            "significant": d.resolved, "family": self.family, "family_size": self.m, "verdict": self.verdict,
+            "needs_seeds": self.needs, "identical": d.identical, "correlation": p.r if p else None,
+            "worth_unpaired_seeds": p.worth if p else None,
+            "resolved_at_look": d.decision.look if d.decision else None,
+            "looks": list(d.decision.plan) if d.decision else None}
 
     @property
     def sameness(self) -> str:
@@ -176,7 +248,7 @@ def _families(data: GridData, reference: str, stats: Stats) -> Families:
                 raw[name].append(Comparison(label, setting, arm, reference, name,
                                             "ratio" if ratio else "diff", _summary(mine, name),
                                             _summary(ref, name), delta, 0, "",
-                                            pair_runs(mine, ref, name, ratio=ratio)))
+                                            pair_runs(mine, ref, name, ratio=ratio), stats=stats))
     return Families(data.grid, reference, stats,
                     {name: _corrected(data.grid, name, reference, stats, _same(raw, name)) for name in names})
 
@@ -222,6 +294,10 @@ def _cells(runs: Any, model_axes: Sequence[str]) -> tuple[list[tuple], list[dict
     flat = [dict(ctx) | dict(axes) for ctx, axes in distinct]
     varying = sorted({f for d in flat for f in d if any(e.get(f) != d.get(f) for e in flat)})
     return keys, [{f: d.get(f) for f in varying} for d in flat]
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
 
 
 def _timing(name: str) -> bool:

@@ -23,16 +23,18 @@ from collections.abc import Iterator
 from ablate.errors import UserInputError, one_of
 from ablate.reports.cells import Cell, Column, Row, Table
 
-FORMATS = ("markdown", "latex", "csv", "html")
-SUFFIX = {"markdown": ".md", "latex": ".tex", "csv": ".csv", "html": ".html"}
+FORMATS = ("markdown", "latex", "csv", "json", "html")
+SUFFIX = {"markdown": ".md", "latex": ".tex", "csv": ".csv", "json": ".json", "html": ".html"}
 
 
 def render(table: Table, fmt: str = "markdown") -> str:
-    """``table`` in format ``fmt`` (markdown, latex, csv, html); html is a standalone page."""
+    """``table`` in format ``fmt`` (markdown, latex, csv, json, html); html is a standalone page."""
     if fmt not in FORMATS:
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
     if fmt == "markdown":
         return to_markdown(table)
+    if fmt == "json":
+        return to_json(table)
     if fmt == "latex":
         return to_latex(table)
     if fmt == "csv":
@@ -160,6 +162,28 @@ def to_csv(table: Table) -> str:
                          int(cell.significant) if cell.p_adj is not None else ""]
         w.writerow(line)
     return buf.getvalue()
+
+
+# ---------------------------------------------------------------- JSON
+def to_json(table: Table) -> str:
+    """``{"table", "title", "grid", "columns", "rows", "notes", "unresolved", "comparisons"}``: each row's
+    cells as plain values, and ``comparisons``, one per delta cell with the fields of ``report compare``'s
+    JSON (its corrected p, significance, family, family size and seeds needed), plus its row's label."""
+    import json
+    from dataclasses import asdict
+
+    rows = [{"label": r.label, "group": r.group, "paper_row": r.paper_row, "runs": r.run_ids,
+             "cells": {c.key: asdict(r.cells[c.key]) for c in table.columns}} for r in table.rows]
+    return json.dumps({"table": table.name, "title": table.title, "grid": table.grid,
+                       "columns": [{"key": c.key, "label": c.label, "kind": c.kind} for c in table.columns],
+                       "rows": rows, "notes": table.notes, "unresolved": table.unresolved,
+                       "comparisons": table.comparisons}, indent=2, default=_plain) + "\n"
+
+
+def _plain(v: object) -> object:
+    """What ``json`` cannot write itself: numpy numbers as Python's, anything else as text."""
+    item = getattr(v, "item", None)
+    return item() if callable(item) else str(v)
 
 
 # ---------------------------------------------------------------- HTML

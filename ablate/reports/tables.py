@@ -48,7 +48,7 @@ from ablate.reports.spec import (
 )
 from ablate.reports.verdict import paired
 from ablate.sequential import Decision
-from ablate.stats import DEFAULT, Delta, Stats, family_size, family_text, method_note, summarize
+from ablate.stats import DEFAULT, Delta, Stats, Summary, family_size, family_text, method_note, summarize
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +132,18 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
         notes.append(SPREAD_NOTE)
     notes += _not_in_paper(runs, plans)
     unresolved = []
+    comparisons = []
     labels = Counter(p.label for p in plans)
     for key, shown in deltas.items():
         metric = key.removeprefix("delta:")
         notes += _family_notes(shown, found[key], families, metric, stats)
         own_m = family_size(d for d, c in zip(shown, found[key], strict=True) if c is None)
+        own_text = family_text(stats, own_m, "of those rows in this table")
         for p, d, c in zip(plans, shown, found[key], strict=True):
+            if d.mean is not None:
+                read = c if c is not None else _own(p, d, metric, own_m, own_text, stats)
+                comparisons.append({"row": p.label, "group": p.group, "paper_row": p.paper_row,
+                                    **read.as_row()})
             name = f"{_name(p, labels)} vs baseline ({metric})"
             if d.mean is not None and not d.resolved and not d.identical:
                 unresolved.append(unresolved_line(name, d, digits(metric), stats, c.m, f"of {metric} against "
@@ -147,7 +153,14 @@ def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *,
                 notes.append(f"{name}: {d.decision.reading()} ({d.decision.family_text()})")
     if unresolved:
         notes.append(NEEDS_MEANING)
-    return Table(number, spec.title, grid, columns, rows, notes, unresolved)
+    return Table(number, spec.title, grid, columns, rows, notes, unresolved, comparisons=comparisons)
+
+
+def _own(plan: RowPlan, d: Delta, metric: str, m: int, family: str, stats: Stats) -> Comparison:
+    """A row's delta that is not one of the grid's comparisons, as a comparison of the table's own family."""
+    values = [cell_value(r, metric) for _, r in plan.runs.iterrows() if r.get("status") == "done"]
+    return Comparison("", {}, plan.variant or plan.label, REFERENCE, metric, "ratio" if d.scale == "log" else
+                      "diff", summarize(values), Summary(), d, m, family, stats=stats)
 
 
 def _family_notes(shown: list[Delta], found: list[Comparison | None], families: Families, metric: str,
