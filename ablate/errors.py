@@ -8,9 +8,11 @@ from collections.abc import Iterable
 
 
 class AblateError(Exception):
-    """Base of every error ablate raises on purpose. Its text is shown to the user as one line."""
+    """Base of every error ablate raises on purpose. Its text is shown to the user as one line, after
+    ``head`` (``error: ...``)."""
 
     exit_code = 1
+    head = "error"
 
 
 class UserInputError(AblateError):
@@ -67,6 +69,17 @@ class StoreUnavailable(StoreError):
         self.where, self.full, self.reason = where, full, reason
         self.away = self.FULL if full else self.UNREACHABLE
         super().__init__(f"the store {where} is {self.away} ({reason})")
+
+
+class PlanningInterrupted(AblateError):
+    """Ctrl-C before anything trained, while a grid was expanded, checked or registered: exit status 130 and
+    one plain line. A grid's registration is one transaction, so none of it is left behind."""
+
+    exit_code = 130
+    head = ""
+
+    def __init__(self) -> None:
+        super().__init__("interrupted while planning; nothing was run")
 
 
 class RunError(AblateError):

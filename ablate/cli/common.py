@@ -31,9 +31,10 @@ def one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
-def fail(message: str, code: int) -> typer.Exit:
-    """Print ``error: message`` as one red line on stderr and return the Exit to raise."""
-    click.secho(f"error: {one_line(message)}", fg="red", err=True)
+def fail(message: str, code: int, *, head: str = "error") -> typer.Exit:
+    """Print ``error: message`` (``head: message``; no head: the message alone) as one red line on stderr and
+    return the Exit to raise."""
+    click.secho(f"{head}: {one_line(message)}" if head else one_line(message), fg="red", err=True)
     return typer.Exit(code)
 
 
@@ -138,7 +139,7 @@ def handles_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except AblateError as exc:
-            raise fail(str(exc), exc.exit_code) from None
+            raise fail(str(exc), exc.exit_code, head=exc.head) from None
 
     return wrapper  # type: ignore[return-value]
 

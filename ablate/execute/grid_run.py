@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.executor import RunOptions, Session, check_flags, executor
 from ablate.execute.lifecycle import Lifecycle, unmirrored
 from ablate.execute.messages import Job
-from ablate.execute.opening import Opened, expand_grid, job_liveness, open_grid
+from ablate.execute.opening import Opened, expand_grid, job_liveness, open_grid, planning
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +98,19 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     check_flags(chosen, opts.own)
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    # once: the checks, the session, the openings
-    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)
+    # once: the checks, the session, the openings (Ctrl-C meanwhile: one line, nothing registered)
+    with planning():
+        expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)
     report: GridReport | None = None
-    with chosen.session(expanded, opts) as session:
+    with ExitStack() as stack:
+        with planning():
+            session = stack.enter_context(chosen.session(expanded, opts))
         while True:
-            with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                           stale_after_s=opts.stale_after_s, append=opts.append,
-                           remote=session.remote) as opened:
+            with planning() if report is None else nullcontext():  # after a round, something may have run
+                opening = open_grid(expanded, home=Path(opts.home), store=opts.store,
+                                    retry_failed=opts.retry_failed, stale_after_s=opts.stale_after_s,
+                                    append=opts.append, remote=session.remote)
+            with opening as opened:
                 report = _run_opened(opened, session, opts, console, report)
                 waiting = opts.wait and opened.held and not report.interrupted and report.store_error is None
                 if waiting:

@@ -25,12 +25,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate import layout, provenance
+from ablate.errors import PlanningInterrupted
 from ablate.execute.job import ERROR_FILE
 from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
 from ablate.execute.triage import Decision, triage
@@ -185,6 +187,16 @@ class Expanded:
     # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
     fingerprints: Any
     joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
+
+
+@contextmanager
+def planning() -> Iterator[None]:
+    """Ctrl-C while a grid is expanded, checked or registered (before anything trains) becomes
+    ``PlanningInterrupted``: one line, exit 130. The registration is one transaction: none of it is left."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise PlanningInterrupted() from None
 
 
 def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path,

@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
          options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
-    from ablate.execute.opening import Expanded
+    from ablate.execute.opening import Expanded, planning
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
     from ablate.tune.storage import parse_pruner
@@ -79,12 +79,13 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
         raise ConfigError(f"a tolerance of {opts.tolerance:g}; allowed: 0 or more", where="--tolerance")
     space = SearchSpace(opts.param, float(opts.low), float(opts.high), opts.log)
     pruner = parse_pruner(opts.pruner)
-    grid = load_grid(path, sets)
-    if grid.match_params is not None and space.param.startswith("model."):
-        raise ConfigError(f"cannot tune the model field {space.param!r} of a grid with match_params",
-                          where="--param")
-    fingerprints = Fingerprints.for_home(Path(opts.home))
-    planned = expand(grid, fingerprints=fingerprints)
+    with planning():  # Ctrl-C while a large grid expands: one line, exit 130
+        grid = load_grid(path, sets)
+        if grid.match_params is not None and space.param.startswith("model."):
+            raise ConfigError(f"cannot tune the model field {space.param!r} of a grid with match_params",
+                              where="--param")
+        fingerprints = Fingerprints.for_home(Path(opts.home))
+        planned = expand(grid, fingerprints=fingerprints)
     if not planned:
         raise ConfigError("the grid has no runs", where=str(path))
     metric = check_metric(opts.metric, planned[0].config)

@@ -243,19 +243,22 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
     """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring). Runs
     that cannot fit in ``options.device_memory`` are refused first (exit 2)."""
     from ablate.execute.fit import require_fit
-    from ablate.execute.opening import expand_grid, open_grid
+    from ablate.execute.opening import expand_grid, open_grid, planning
 
     opts = options or SlurmOptions()
     console = opts.console or Console(stderr=True)
     t0 = time.monotonic()
-    expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: the check, the opening
-    require_fit(expanded.planned, opts.device_memory, local=False, home=Path(opts.home), store=opts.store)
+    with planning():  # Ctrl-C until the grid is registered: one line, nothing left of it
+        expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: check, opening
+        require_fit(expanded.planned, opts.device_memory, local=False, home=Path(opts.home), store=opts.store)
     if not have_slurm():
         raise RunError(
             "--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH"
         )
-    with open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
-                   stale_after_s=opts.stale_after_s, remote=True, append=opts.append) as o:
+    with planning():
+        opening = open_grid(expanded, home=Path(opts.home), store=opts.store, retry_failed=opts.retry_failed,
+                            stale_after_s=opts.stale_after_s, remote=True, append=opts.append)
+    with opening as o:
         report = SlurmReport(grid=o.name, skipped=dict(o.skipped), home=o.home)
         report.skipped.update({rid: f"finished ({status}) before: ingested its result" for rid, status
                                in o.reused.items()})
