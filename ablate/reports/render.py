@@ -202,7 +202,7 @@ table.ablate thead th{border-bottom:2px solid #333}
 table.ablate tr.group th{text-align:left;font-style:italic;font-weight:normal;background:#f4f4f4}
 table.ablate td.paper{color:#777}
 p.note{color:#666;font-size:.85rem}
-.holds{color:#1a7f37;font-weight:600}.contradicted{color:#b42318;font-weight:600}.unclear{color:#9a6700;font-weight:600}
+.holds{color:#1a7f37;font-weight:600}.contradicted{color:#b42318;font-weight:600}.unclear{color:#9a6700}
 div.table-wrap{overflow-x:auto}figure{margin:1.5rem 0}figure img{max-width:100%}
 """
 
