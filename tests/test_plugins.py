@@ -88,7 +88,8 @@ def test_the_arms_version_is_its_source_hash_and_in_the_run_id(plugin_dir, tmp_p
     assert out["imports"] == ["myattn"]
     runs = {r["variant"]: r for r in out["runs"]}
     plugged = runs["myattn:CappedSoftmax(cap=5)"]
-    assert plugged["config"]["model"]["plugin"] == {**ARM, "version": first}
+    # the version names the init too: runs from when plugins were redrawn by the decoder's init keep their ids
+    assert plugged["config"]["model"]["plugin"] == {**ARM, "version": f"{first};init=own"}
     assert plugged["added_params"] == 2 * 4  # a temperature per query head, in each of the 2 layers
     assert plugged["params"] == runs["baseline"]["params"] + 8
     with (plugin_dir / "myattn" / "__init__.py").open("a") as f:
@@ -218,7 +219,8 @@ def test_a_plugin_module_beside_its_grid_file_trains_in_the_workers(tmp_path, mo
     out = probe()
     assert out.returncode == 1
     assert re.search(rf"{plugged}: failed: .*: the plugin arm 'myattn:CappedSoftmax' has other code than it "
-                     r"trained with \(model.plugin.version sha256:\w+ then, sha256:\w+ now\): restore that "
+                     r"trained with \(model.plugin.version sha256:\w+;init=own then, sha256:\w+;init=own now\): "
+                     r"restore that "
                      r"code, or train the run again", out.stderr), out.stderr
 
 

@@ -46,7 +46,7 @@ Safety: only modules a grid lists in ``plugins:``, or that an installed package 
 folder goes at the end of the import path, so a file there never shadows an installed module). Identity: the
 arm's ``version`` is filled when the grid is loaded (``fill_version``): its distribution's version when the
 module comes from an installed package, else ``sha256:`` of its source files, so a changed plugin changes the
-run id. A run's checkpoint keeps the folder its arm was imported from (``origin``), so its weights load later
+run id, and the init its class asks for (``;init=own``, ``arm_version``). A run's checkpoint keeps the folder its arm was imported from (``origin``), so its weights load later
 without the grid file, and only with the code they trained with (``check_version``). Importing this module
 never imports torch or any plugin.
 """
@@ -148,8 +148,7 @@ def check_version(spec: PluginArm, where: str) -> None:
     probing or evaluating its weights with other code would give numbers of neither."""
     from ablate.errors import RunError
 
-    load(spec.arm)
-    now = version_of(module_of(spec.arm))
+    now = arm_version(spec.arm)
     if spec.version is not None and now != spec.version:
         raise RunError(f"{where}: the plugin arm {spec.arm!r} has other code than it trained with "
                        f"(model.plugin.version {spec.version} then, {now} now): restore that code, or train "
@@ -279,10 +278,19 @@ def version_of(module: str) -> str:
     return f"sha256:{digest.hexdigest()[:16]}"
 
 
+def arm_version(arm: str) -> str:
+    """The arm's version as its runs record it: its code's (``version_of``) and the init its class asks for,
+    ``sha256:0123456789abcdef;init=own``. Naming the init keeps runs from before a plugin kept its own init
+    (when the decoder redrew every ``nn.Linear`` in it) under other ids than today's, so they are trained again
+    rather than read as done: the same source trains differently since, and an installed package's version
+    would not tell."""
+    cls = load(arm)
+    return f"{version_of(module_of(arm))};init={getattr(cls, 'init', INITS[0])}"
+
+
 def fill_version(spec: PluginArm, resolver: Any = None) -> dict[str, Any]:
-    """Identity filler (``ablate.grid.identity``): the arm's current version."""
-    load(spec.arm)
-    return {"version": version_of(module_of(spec.arm))}
+    """Identity filler (``ablate.grid.identity``): the arm's current version (``arm_version``)."""
+    return {"version": arm_version(spec.arm)}
 
 
 def build(cfg: ModelConfig) -> Any:
