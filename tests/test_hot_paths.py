@@ -208,3 +208,51 @@ def test_registering_a_grid_again_reads_only_the_seeds_it_grew(tmp_path):
         current = store.runs_frame(grid="g", current=True)
         assert store.older_runs("g") == len(older) and len(current) == len(runs) + len(grown)
     assert work["validate RunConfig"] == len(grown) + len(runs)
+
+
+# ------------------------------------------------------------ a grid of many seeds (issue 42: 100,000)
+def _seeds_grid(tmp_path: Path, seeds: int) -> Path:
+    path = tmp_path / f"s{seeds}.yaml"
+    path.write_text(tiny_grid(f"s{seeds}", variants=["baseline"], seeds=range(seeds)))
+    return path
+
+
+def _run_until_asked(tmp_path: Path, seeds: int) -> Work:
+    """``ablate run`` of a grid of ``seeds`` seeds up to its large-grid question, refused without a terminal:
+    the planning of ``ablate run`` (expansion, the memory check, the estimate), nothing written."""
+    with counting() as work:
+        out = CliRunner().invoke(app, ["run", str(_seeds_grid(tmp_path, seeds)), "--home",
+                                       str(tmp_path / "h"), "--no-mlflow"])
+    assert out.exit_code == 2 and "only with --yes" in out.stderr, out.output
+    assert not (tmp_path / "h").exists()
+    return work
+
+
+def test_planning_ten_times_the_seeds_does_ten_times_the_work_of_a_run(tmp_path):
+    """A grid of 100,000 seeds plans in time linear in its runs: from 1,200 to 12,000 seeds, each added run is
+    validated once and dumped once (its id, its sections' keys); its memory check and estimate are worked out
+    per distinct model, and nothing else grows."""
+    _run_until_asked(tmp_path, 1_200)  # what a process does once (its caches)
+    small = _run_until_asked(tmp_path, 1_200)
+    large = _run_until_asked(tmp_path, 12_000)
+    added = 12_000 - 1_200
+    grown = large.grown(small)
+    assert grown == {**dict.fromkeys(grown, 0), "validate RunConfig": added, "dump RunConfig": added}, grown
+    assert small["validate RunConfig"] == 1_200 and small["sql"] == 0  # no store yet: none read or made
+
+
+def test_registering_ten_times_the_seeds_sends_a_few_statements_per_chunk(tmp_path):
+    """The registration of a new grid (one transaction) writes its runs in batches: the statements grow with
+    the batches of ``IN_CHUNK`` runs, not with the runs."""
+    from ablate.execute.opening import open_grid
+
+    counts = {}
+    for seeds in (1_200, 12_000):
+        with counting() as work:
+            opened = open_grid(_seeds_grid(tmp_path, seeds), [], home=tmp_path / f"h{seeds}", store=None,
+                               retry_failed=False, stale_after_s=300)
+            opened.store.close()
+        assert len(opened.todo) == seeds
+        counts[seeds] = (work["sql"], math.ceil(seeds / IN_CHUNK))
+    (small, small_chunks), (large, large_chunks) = counts.values()
+    assert 0 < large - small <= 6 * (large_chunks - small_chunks), counts

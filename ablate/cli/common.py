@@ -218,6 +218,18 @@ def patience(store_patience: float | None) -> Patience:
     return {} if store_patience is None else {"store_patience_s": store_patience}
 
 
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="start a large grid (over 1,000 runs to train or "
+                                      "100 GB of estimated disk) without asking; without a terminal it is "
+                                      "refused otherwise (exit 2, nothing written)")]
+
+
+def terminal_ask() -> Callable[[str], bool] | None:
+    """A yes/no question asked on the terminal (on stderr, default no); None when stdin is not a terminal."""
+    if not sys.stdin.isatty():
+        return None
+    return lambda question: bool(typer.confirm(question, default=False, err=True))
+
+
 def home_dir(home: Path | None) -> Path:
     """The ABLATE_HOME in force: the option, else the environment, else ./ablate-runs."""
     return Path(home or os.environ.get("ABLATE_HOME") or "ablate-runs")

@@ -21,12 +21,14 @@ from ablate.cli.common import (
     StoreOpt,
     StorePatienceOpt,
     ThreadsOpt,
+    YesOpt,
     app,
     echo_json,
     handles_errors,
     home_dir,
     patience,
     print_wide,
+    terminal_ask,
     warn,
 )
 
@@ -227,6 +229,7 @@ def run(
     metric: MetricOpt = "val_ppl",
     reference: ReferenceOpt = "baseline",
     compare: CompareOpt = None,
+    yes: YesOpt = False,
 ) -> None:
     """Run a grid: train what is new or was cut off, skip what is done. Ctrl-C stops cleanly (twice: at once).
     With --until-resolved: then more seeds where a comparison is still unresolved (docs/CLI.md)."""
@@ -248,7 +251,7 @@ def run(
                          threads=threads, jobs_per_device=jobs_per_device, retry_failed=retry_failed,
                          mlflow=not no_mlflow, wait=wait or spec is not None, append=append,
                          progress_every_s=progress_every, device_memory=memory, own=own,
-                         idle_table=spec is None, **patience(store_patience))
+                         idle_table=spec is None, yes=yes, ask=terminal_ask(), **patience(store_patience))
 
     def run_round(extra: list[dict] | None = None) -> int:
         return chosen.run(grid, sets or [], replace(options, extra=tuple(extra or ())))

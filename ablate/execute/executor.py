@@ -24,7 +24,7 @@ anything starts).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +76,10 @@ class RunOptions:
     extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved)
     idle_table: bool = True  # the summary table also when nothing trained (False: a look of --until-resolved)
     own: dict[str, Any] = field(default_factory=dict)  # the executor's own options, by name
+    # a large grid (ablate.execute.large) starts after its one line (yes), else only if ``ask`` (a terminal's
+    # question; None: no terminal) says yes
+    yes: bool = True
+    ask: Callable[[str], bool] | None = None
 
 
 class Runner(Protocol):

@@ -31,6 +31,7 @@ from rich.text import Text
 from ablate import layout
 from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.executor import RunOptions, Session, check_flags, executor
+from ablate.execute.large import confirm_large
 from ablate.execute.lifecycle import Lifecycle, unmirrored
 from ablate.execute.messages import Job
 from ablate.execute.opening import Opened, expand_grid, job_liveness, open_grid, planning
@@ -105,6 +106,10 @@ def run_grid(path: str | Path, sets: Sequence[str] = (), options: RunOptions | N
     with ExitStack() as stack:
         with planning():
             session = stack.enter_context(chosen.session(expanded, opts))
+            # a large grid: its count, disk and time in one line, and the user's yes, before anything is made
+            confirm_large(expanded.grid.name, expanded.planned, home=Path(opts.home), store=opts.store,
+                          workers=session.width, yes=opts.yes, ask=opts.ask, retry_failed=opts.retry_failed,
+                          say=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
         while True:
             with planning() if report is None else nullcontext():  # after a round, something may have run
                 opening = open_grid(expanded, home=Path(opts.home), store=opts.store,

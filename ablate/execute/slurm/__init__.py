@@ -46,7 +46,7 @@ class Slurm:
                             append=options.append, device_memory=options.device_memory,
                             mlflow=options.mlflow, wait=options.wait, stale_after_s=options.stale_after_s,
                             store_patience_s=options.store_patience_s, console=options.console,
-                            extra=options.extra)
+                            extra=options.extra, yes=options.yes, ask=options.ask)
 
     def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
         """Submit the grid as one job array; print the array id (on stdout) and, after ``--wait``, the

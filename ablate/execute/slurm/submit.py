@@ -23,7 +23,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +80,8 @@ class SlurmOptions:
     console: Console | None = None
     # runs beyond the file's, as include entries (--until-resolved's seeds)
     extra: tuple[dict[str, Any], ...] = ()
+    yes: bool = True  # a large grid is submitted after its one line, else only if ``ask`` says yes
+    ask: Callable[[str], bool] | None = None
 
 
 @dataclass
@@ -243,6 +245,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
     """Submit the grid at ``path``'s pending runs as one Slurm job array (see the module's docstring). Runs
     that cannot fit in ``options.device_memory`` are refused first (exit 2)."""
     from ablate.execute.fit import require_fit
+    from ablate.execute.large import confirm_large
     from ablate.execute.opening import expand_grid, open_grid, planning
 
     opts = options or SlurmOptions()
@@ -251,6 +254,10 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
     with planning():  # Ctrl-C until the grid is registered: one line, nothing left of it
         expanded = expand_grid(path, sets, home=Path(opts.home), extra=opts.extra)  # once: check, opening
         require_fit(expanded.planned, opts.device_memory, local=False, home=Path(opts.home), store=opts.store)
+        confirm_large(expanded.grid.name, expanded.planned, home=Path(opts.home), store=opts.store,
+                      workers=opts.array_parallelism, yes=opts.yes, ask=opts.ask,
+                      retry_failed=opts.retry_failed,
+                      say=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
     if not have_slurm():
         raise RunError(
             "--executor slurm needs the Slurm client commands (sbatch, squeue, scancel) on the PATH"
