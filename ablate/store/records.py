@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -191,17 +191,9 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
     ins = ins.on_conflict_do_update(index_elements=["name"], set_={"text": ins.excluded.text})
     grid_id: int = session.execute(ins.returning(Grid.__table__.c.id)).scalar_one()
-    rows, members = {}, {}
-    for planned in runs:
-        run_id = str(_field(planned, "run_id"))
-        config = _config_dict(_field(planned, "config"))
-        rows[run_id] = {"run_id": run_id, "config": config, **config_columns(config),
-                        "status": RunStatus.QUEUED, "config_version": CONFIG_VERSION,
-                        "stem_id": _stem(planned, config), "created": now,
-                        "params": _field(planned, "params"), "added_params": _field(planned, "added_params")}
-        axes = _field(planned, "axes")
-        members[run_id] = {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None,
-                           "current": True}
+    # each run's row is made when its batch is written (_Rows), not all at once: 100,000 rows with their
+    # configs and flattened configs held 1.7 GB
+    rows = _Rows({str(_field(planned, "run_id")): planned for planned in runs}, now)
     if whole:
         from ablate.store.queries import IN_CHUNK
 
@@ -214,7 +206,7 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
                                                   GridRun.run_id.in_(again[i:i + IN_CHUNK]))
                             .values(current=True))
     if rows:
-        ordered = [rows[k] for k in sorted(rows)]  # one lock order for every writer
+        ordered = sorted(rows)  # one lock order for every writer
         ins = _upsert(session, Run.__table__)
         c = Run.__table__.c
         ins = ins.on_conflict_do_update(index_elements=["run_id"], set_={
@@ -222,13 +214,41 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
             "added_params": _coalesce(c.added_params, ins.excluded.added_params),
             "stem_id": _coalesce(c.stem_id, ins.excluded.stem_id)})
         for i in range(0, len(ordered), CHUNK):
-            session.execute(ins, ordered[i:i + CHUNK])
+            session.execute(ins, [rows[k] for k in ordered[i:i + CHUNK]])
         ins = _upsert(session, GridRun.__table__)
         ins = ins.on_conflict_do_update(index_elements=["grid_id", "run_id"], set_={"current": True})
-        ordered = [members[k] for k in sorted(members)]
         for i in range(0, len(ordered), CHUNK):
-            session.execute(ins, ordered[i:i + CHUNK])
+            session.execute(ins, [rows.member(k, grid_id) for k in ordered[i:i + CHUNK]])
     return grid_id
+
+
+class _Rows(Mapping[str, dict[str, Any]]):
+    """The ``runs`` rows of planned runs (run id -> planned run), each made when it is read: a grid's rows
+    are written a batch at a time, and ``other_seeds`` reads them one at a time."""
+
+    def __init__(self, planned: dict[str, Any], now: datetime):
+        self._planned, self._now = planned, now
+
+    def __getitem__(self, run_id: str) -> dict[str, Any]:
+        planned = self._planned[run_id]
+        config = _config_dict(_field(planned, "config"))
+        return {"run_id": run_id, "config": config, **config_columns(config), "status": RunStatus.QUEUED,
+                "config_version": CONFIG_VERSION, "stem_id": _stem(planned, config), "created": self._now,
+                "params": _field(planned, "params"), "added_params": _field(planned, "added_params")}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._planned)
+
+    def __len__(self) -> int:
+        return len(self._planned)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._planned
+
+    def member(self, run_id: str, grid_id: int) -> dict[str, Any]:
+        """The run's ``grid_runs`` row in grid ``grid_id``: current, with the values its axes gave it."""
+        axes = _field(self._planned[run_id], "axes")
+        return {"grid_id": grid_id, "run_id": run_id, "axes": dict(axes) if axes else None, "current": True}
 
 
 def _coalesce(a: Any, b: Any) -> Any:
