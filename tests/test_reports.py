@@ -303,6 +303,7 @@ def test_every_figure_is_written(data: Any, tmp_path: Path) -> None:
         assert p.name == FIGURES[n]
         head = p.read_bytes()[:8]
         assert head == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+        assert p.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"  # vector, beside it
     f_attn = per_layer(data, "f_attn")
     assert list(f_attn)[:2] == ["baseline", "sdpa-elementwise"]
     assert list(f_attn["baseline"]) == pytest.approx([0.3, 0.5])

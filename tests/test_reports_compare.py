@@ -297,7 +297,7 @@ def test_report_all_writes_the_comparison_and_the_plugin_arms_curve(filled: Any,
     table1 = (tmp_path / "r" / "table1.md").read_text()
     assert f"arms this table has no row for: {ANTI}, {ARM}, {SAME}" in table1
     labels = draw_fig1(load_grid_data(filled, "cmp")).axes[0].get_legend_handles_labels()[1]
-    assert {f"{v} (done)" for v in ("baseline", G1, ANTI, ARM, SAME)} <= set(labels)
+    assert {f"{v} (n=5)" for v in ("baseline", G1, ANTI, ARM, SAME)} <= set(labels)
 
 
 def test_the_reference_has_a_base_level_but_no_comparison_of_its_own(filled: Any) -> None:
@@ -379,7 +379,7 @@ def test_a_plugin_arm_trained_beside_the_baseline_is_compared_in_report_compare_
     assert f"| {arm} |" in (out / "compare.md").read_text()
     with Store.open(home=home) as store:
         labels = draw_fig1(load_grid_data(store)).axes[0].get_legend_handles_labels()[1]
-    assert f"{arm} (done)" in labels and "baseline (done)" in labels
+    assert f"{arm} (n=3)" in labels and "baseline (n=3)" in labels
 
 
 def test_decisions_round_trip_through_sqlite_and_postgresql(store: Any) -> None:

@@ -1,21 +1,37 @@
-"""The paper's Figures 1-7 from a grid's curves, probes and histograms: PNG files, matplotlib (Agg).
+"""The paper's Figures 1-7 from a grid's curves, probes and histograms: PNG (200 dpi) and PDF files,
+matplotlib (Agg).
 
 Each figure is written even when the grid lacks its data (then it says so on the canvas), so a report always
-has the same seven files. Per-layer values are means over the seeds of a variant, at the grid's most common
-configuration; Figure 1 uses the largest learning rate its arms ran at. An arm the catalogue does not know (a
-plugin arm: the researcher's own) is drawn beside the paper's first two, never cut for want of room, and has
-its loss curve in Figure 1 beside the baseline's and G1's.
+has the same seven figures. An arm is drawn as the mean over its seeds with a band, the 95% Student t interval
+of that mean (``ablate.stats.t_interval``, as the tables read intervals; none at one seed), and its n in the
+legend; Figure 1 draws each seed faint behind the mean. Every arm has one colour in every figure
+(``arm_colors``). Per-layer values are at the grid's most common configuration; Figure 1 uses the largest
+learning rate its arms ran at. An arm the catalogue does not know (a plugin arm: the researcher's own) is
+drawn beside the paper's first two, never cut for want of room, and has its loss curve in Figure 1 beside the
+baseline's and G1's.
+
+Sizes are print sizes: a one-panel figure is a column wide (3.4 in), the others the text's width (6.8 in),
+with 7-8 pt text at that size, so a figure placed at its own width is read as drawn. Each file carries its
+caption (what is drawn, the band, what coincides by construction and is drawn once): PNG ``Description``, PDF
+``Subject``; the report page prints it under the figure.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+import math
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from ablate.reports.data import GridData
 from ablate.reports.rows import context_key
+from ablate.stats import t_interval
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +40,32 @@ PRIORITY = ("table1:1", "table1:5", "table1:6", "table1:12", "table4:7", "table1
 MAX_LINES = 7
 MAX_PANELS = 4
 EMA = 0.9
+DPI = 200
+COLUMN, TEXT = 3.4, 6.8  # inches: a column's width and the text's, in a two-column paper
 FIGURES: dict[int, str] = {
     1: "fig1_training_loss.png", 2: "fig2_first_token_attention.png", 3: "fig3_gate_score_distributions.png",
     4: "fig4_mean_abs_before_after_gate.png", 5: "fig5_sdpa_sparsity.png",
     6: "fig6_massive_activation_and_sink.png", 7: "fig7_gate_scores_per_layer.png",
 }
+TITLES: dict[int, str] = {
+    1: "training loss, baseline vs SDPA-gated (EMA 0.9), loss spikes marked",
+    2: "share of attention on the first token (F-Attn) per layer",
+    3: "gate score distributions",
+    4: "mean |Y| before and after the gate, per layer",
+    5: "share of SDPA output below 1e-2 / 1e-3 after the gate, with the mean-score control",
+    6: "massive activations (M-Act) and attention sink (F-Attn) per layer across configurations",
+    7: "gate score distributions per layer",
+}
+STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
+         "legend.fontsize": 7, "legend.title_fontsize": 7, "figure.titlesize": 9, "lines.linewidth": 1.3,
+         "lines.markersize": 3, "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5,
+         "pdf.fonttype": 42}  # TrueType in the PDF: the text stays text, as journals ask
+BAND_ALPHA = 0.2
+REFERENCE_COLOR = "#222222"  # the baseline
+# The other arms' colours: tab10 less its grey, nine hues a reader tells apart.
+PALETTE = ("#ff7f0e", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+BAND = ("band: the 95% Student t interval of the mean over seeds (n-1 df; none at n=1); n: the seeds, in the "
+        "legend")
 
 
 def _plt() -> Any:
@@ -40,12 +77,27 @@ def _plt() -> Any:
     return plt
 
 
-def _ordered_variants(data: GridData, variants: list[str]) -> list[str]:
-    def rank(v: str) -> tuple[float, str]:
-        if v not in data.catalogue:  # the researcher's own arm: right after the baseline and G1
-            return (1.5, v)
+def _styled(draw: Callable[[GridData], Any]) -> Callable[[GridData], Any]:
+    """Draw under ``STYLE``: matplotlib reads sizes when each artist is made."""
+    @functools.wraps(draw)
+    def styled(data: GridData) -> Any:
+        with _plt().rc_context(STYLE):
+            return draw(data)
+
+    return styled
+
+
+def _ordered_variants(data: GridData, variants: Iterable[str]) -> list[str]:
+    """The figures' order: the paper's figure arms in its order (``PRIORITY``), an arm the catalogue does not
+    know (a plugin arm: the researcher's own) right after the baseline and G1, then the catalogue's other arms
+    in its order."""
+    names = list(data.catalogue)
+
+    def rank(v: str) -> tuple[float, int, str]:
+        if v not in data.catalogue:
+            return (1.5, 0, v)
         hits = [PRIORITY.index(r) for r in data.catalogue[v].paper if r in PRIORITY]
-        return (min(hits) if hits else len(PRIORITY), v)
+        return (min(hits), 0, "") if hits else (len(PRIORITY), names.index(v), "")
 
     return sorted(set(variants), key=rank)
 
@@ -69,9 +121,67 @@ def _variant_of(data: GridData, ref: str) -> str | None:
     return next((v.name for v in data.catalogue.values() if ref in v.paper), None)
 
 
-def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int = MAX_LINES) -> dict[str,
-                                                                                                      Any]:
-    """``{variant: Series(layer -> mean over seeds)}`` of probe ``name`` at the grid's modal configuration."""
+# ---------------------------------------------------------------- one colour per arm
+def colour_order(data: GridData) -> list[str]:
+    """The catalogue's arms but the baseline, in the figures' order (``_ordered_variants``: the paper's figure
+    arms, then the others in catalogue order, where a new arm is added last); an arm's place here is its
+    colour's place in ``PALETTE``."""
+    return _ordered_variants(data, set(data.catalogue) - {_variant_of(data, "table1:1")})
+
+
+def arm_colors(data: GridData) -> dict[str, str]:
+    """Each arm of the grid (every run, whatever its status) its colour, the same in every figure.
+
+    The baseline is ``REFERENCE_COLOR``. Another arm takes the palette colour at its place in ``colour_order``
+    (a plugin arm: at a hash of its name) or, where an arm before it has that colour, the next free one; the
+    paper's figure arms choose first, then plugin arms, then the others. So the paper's figure arms have one
+    colour in every grid, any other arm has its own unless an arm before it in the grid took it, and no two
+    arms of a grid share a colour while the palette lasts (9 arms besides the baseline): a figure, which draws
+    the first 7 at most, never repeats one."""
+    arms = {str(v) for v in data.runs["variant"]} if len(data.runs) else set()
+    order = colour_order(data)
+    base = _variant_of(data, "table1:1")
+    out = {v: REFERENCE_COLOR for v in arms if v == base}
+    paper = {v for v in order if any(ref in PRIORITY for ref in data.catalogue[v].paper)}
+    for v in sorted(arms - {base}, key=lambda v: (v not in paper, v in data.catalogue, order.index(v)
+                                                  if v in order else 0, v)):
+        home = order.index(v) if v in order else zlib.crc32(v.encode())
+        turns = [PALETTE[(home + k) % len(PALETTE)] for k in range(len(PALETTE))]
+        out[v] = next((c for c in turns if c not in out.values()), turns[0])
+    return out
+
+
+# ---------------------------------------------------------------- means over seeds
+def mean_band(matrix: Any, *, log: bool = False) -> tuple[Any, Any, Any]:
+    """Per row of ``matrix`` (points x runs, NaN where a run has no value): the mean over the runs that have a
+    value there, and the bounds of its 95% Student t interval (``ablate.stats.t_interval``; NaN under two
+    runs). ``log``: the geometric mean and the interval of the mean log, back on the values' scale (for a log
+    axis, as the reports read ratios); values <= 0 are left out.
+
+    >>> mean, lo, hi = mean_band([[1.0, 2.0, 3.0], [2.0, float("nan"), float("nan")]])
+    >>> mean.tolist(), round(float(lo[0]), 3), round(float(hi[0]), 3), bool(np.isnan(lo[1]))
+    ([2.0, 2.0], -0.484, 4.484, True)
+    """
+    m = np.asarray(matrix, dtype=float).reshape(len(matrix), -1)
+    if log:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m = np.log(np.where(m > 0, m, np.nan))
+    m = np.where(np.isfinite(m), m, np.nan)
+    n = np.isfinite(m).sum(axis=1)
+    packed = np.sort(m, axis=1)  # each row's values first, its NaNs last
+    mean, lo, hi = (np.full(len(m), np.nan) for _ in range(3))
+    for k in sorted(set(n.tolist()) - {0}):
+        rows = n == k
+        mean[rows] = packed[rows, :k].mean(axis=1)
+        if k > 1:
+            lo[rows], hi[rows] = t_interval(packed[rows, :k])
+    return (np.exp(mean), np.exp(lo), np.exp(hi)) if log else (mean, lo, hi)
+
+
+def per_layer_runs(data: GridData, name: str, *, gated_only: bool = False,
+                   limit: int = MAX_LINES) -> dict[str, Any]:
+    """``{variant: DataFrame(layer x run)}`` of probe ``name`` at the grid's modal configuration: a column per
+    run (seed), NaN where it has no value; the variants in the figures' order, at most ``limit``."""
     runs = _modal_runs(data)
     runs = runs[runs["status"] == "done"]
     if gated_only and "gate_score" in runs:
@@ -80,33 +190,114 @@ def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int
     if not len(runs) or not len(p):
         return {}
     p = p[(p["name"] == name) & p["run_id"].isin(set(runs["run_id"]))].dropna(subset=["value"])
-    out = {}
-    variant_of = dict(zip(runs["run_id"], runs["variant"], strict=True))
-    for v in _ordered_variants(data, [variant_of[r] for r in p["run_id"].unique()]):
-        rows = p[p["run_id"].map(variant_of) == v]
-        out[v] = rows.groupby("layer")["value"].mean()
+    variant_of = p["run_id"].map(dict(zip(runs["run_id"], runs["variant"], strict=True)))
+    out = {v: p[variant_of == v].pivot_table(index="layer", columns="run_id", values="value", aggfunc="mean")
+           for v in _ordered_variants(data, variant_of.unique())}
     return dict(list(out.items())[:limit])
+
+
+def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int = MAX_LINES) -> dict[str,
+                                                                                                      Any]:
+    """``{variant: Series(layer -> mean over seeds)}`` of probe ``name`` at the grid's modal configuration."""
+    return {v: f.mean(axis=1) for v, f in per_layer_runs(data, name, gated_only=gated_only,
+                                                            limit=limit).items()}
+
+
+def unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The arms of ``after`` whose values equal ``before``'s at every layer in every run: a probe that reads
+    the SDPA output past a gate that does not act on it (G2-G5 gate the values, keys, queries or dense
+    output), so "after the gate" is "before it" by construction."""
+    same = []
+    for v, a in after.items():
+        b = before.get(v)
+        if (b is not None and a.index.equals(b.index) and a.columns.equals(b.columns)
+                and np.allclose(a.to_numpy(), b.to_numpy(), rtol=1e-9, atol=0, equal_nan=True)):
+            same.append(v)
+    return same
+
+
+def n_label(arm: str, frame: Any, note: str = "") -> str:
+    """An arm's legend label: its name and n, the runs (seeds) its mean is over: ``G1 (n=3)``."""
+    return f"{arm} (n={frame.shape[1]}{note})"
+
+
+# ---------------------------------------------------------------- drawing
+def _figure(ncols: int = 1, nrows: int = 1, *, width: float = COLUMN, height: float = 2.9, **kw: Any
+            ) -> tuple[Any, list[Any]]:
+    fig, axes = _plt().subplots(nrows, ncols, figsize=(width, height), layout="constrained", squeeze=False,
+                                **kw)
+    return fig, list(axes.ravel())
+
+
+def _panels(k: int, **kw: Any) -> tuple[Any, list[Any]]:
+    """``k`` panels in rows of two (a grid, not a strip: it stays readable at the text's width); the unused
+    last cell hidden, and x labels on each column's lowest panel."""
+    cols = min(k, 2)
+    rows = -(-k // cols)
+    fig, axes = _figure(cols, rows, width=TEXT if cols > 1 else COLUMN, height=0.7 + 2.1 * rows, **kw)
+    for i, ax in enumerate(axes):
+        ax.set_visible(i < k)
+        if i < k and i + cols >= k:
+            ax.tick_params(labelbottom=True)
+    return fig, axes[:k]
 
 
 def _empty(ax: Any, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} in this grid", ha="center", va="center", transform=ax.transAxes,
-            color="#777")
+            color="#777", wrap=True, in_layout=False)
     ax.set_xticks([])
     ax.set_yticks([])
+    ax.grid(False)
 
 
-def _lines(ax: Any, series: dict[str, Any], *, ylabel: str, what: str, style: str = "-o",
-           suffix: str = "") -> None:
-    if not series:
+def _arm(ax: Any, frame: Any, color: str, arm: str, label: str | None, *, kind: str = "mean",
+         style: str = "-", marker: str = "o", log: bool = False) -> None:
+    """One arm's mean over its seeds (``frame``: points x runs) as a line, its 95% t interval as a band; the
+    artists' gid ``{kind}:{arm}`` and ``{kind}-band:{arm}``."""
+    mean, lo, hi = mean_band(frame.to_numpy(), log=log)
+    x = frame.index.to_numpy()
+    if np.isfinite(lo).any():
+        ax.fill_between(x, lo, hi, color=color, alpha=BAND_ALPHA, lw=0, gid=f"{kind}-band:{arm}")
+    ax.plot(x, mean, style, marker=marker, color=color, label=label, gid=f"{kind}:{arm}")
+
+
+def _per_layer_panel(ax: Any, frames: dict[str, Any], colors: dict[str, str], *, ylabel: str, what: str,
+                     log: bool = False) -> None:
+    if not frames:
         _empty(ax, what)
         return
-    for v, s in series.items():
-        ax.plot(s.index, s.values, style, ms=3, label=f"{v}{suffix}")
+    for v, f in frames.items():
+        _arm(ax, f, colors[v], v, n_label(v, f), log=log)
     ax.set_xlabel("layer")
     _integer_ticks(ax.xaxis)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+
+
+def _legend(fig: Any, axes: list[Any], *, ncol: int, extra: Iterable[Any] = (), title: str | None = None
+            ) -> None:
+    """One legend for the figure, below its panels (off the data), each label once."""
+    found: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, handle)
+    for handle in extra:
+        found.setdefault(handle.get_label(), handle)
+    if not found and not title:
+        return
+    renderer = fig.canvas.get_renderer()
+    for cols in range(max(1, min(ncol, len(found))), 0, -1):  # as many columns as fit the figure's width
+        legend = fig.legend(list(found.values()), list(found), loc="outside lower center", ncol=cols,
+                            frameon=False, title=title)
+        if cols == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return
+        legend.remove()
+
+
+def _key(label: str, **kw: Any) -> Any:
+    """A legend entry for a line style rather than an arm."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="#555", label=label, **kw)
 
 
 def _integer_ticks(axis: Any) -> None:
@@ -116,11 +307,23 @@ def _integer_ticks(axis: Any) -> None:
 
 
 def _save(fig: Any, path: Path, *, layout: bool = True) -> Path:
+    """``fig`` as a PNG file at ``DPI`` (the learning-rate figure of ``ablate tune``)."""
     if layout:
         fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     _plt().close(fig)
     return path
+
+
+def _write(fig: Any, png: Path, title: str, caption: str) -> Path:
+    """``fig`` as ``png`` at ``DPI`` and as a PDF beside it (fonts embedded as TrueType, no creation date: the
+    same figure gives the same file), each carrying its title and caption."""
+    with _plt().rc_context(STYLE):
+        fig.savefig(png, dpi=DPI, metadata={"Title": title, "Description": caption})
+        fig.savefig(png.with_suffix(".pdf"),
+                    metadata={"Title": title, "Subject": caption, "CreationDate": None})
+    _plt().close(fig)
+    return png
 
 
 def ema(values: list[float], coeff: float = EMA) -> list[float]:
@@ -135,153 +338,152 @@ def ema(values: list[float], coeff: float = EMA) -> list[float]:
     return out
 
 
-def draw_fig1(data: GridData) -> Any:
-    """Training loss, baseline vs SDPA-gated and any plugin arm (EMA 0.9), loss spikes marked; at the largest
-    LR that most of these arms ran. A matplotlib Figure."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
+# ---------------------------------------------------------------- Figure 1: training loss
+def _loss_runs(data: GridData) -> tuple[Any, float | None]:
+    """Figure 1's runs (the baseline, G1 and any plugin arm) at the largest lr that most of these arms ran,
+    and that lr."""
     runs = data.finished
-    base, gated = _variant_of(data, "table1:1"), _variant_of(data, "table1:5")
-    shown = [base, gated, *own_arms(data, runs)]
+    shown = [_variant_of(data, "table1:1"), _variant_of(data, "table1:5"), *own_arms(data, runs)]
     pick = runs[runs["variant"].isin(shown)] if len(runs) else runs
     if len(pick) and "train.lr" in pick:
         arms = pick.groupby("train.lr")["variant"].nunique()
         pick = pick[pick["train.lr"] == max(arms.index, key=lambda lr: (arms[lr], lr))]
+    lr = pick["train.lr"].iloc[0] if "train.lr" in pick and len(pick) else None
+    return pick, (float(lr) if lr is not None else None)
+
+
+def _smoothed(curves: Any, run_ids: Iterable[str]) -> Any:
+    """The EMA of each run's loss curve: DataFrame(step x run)."""
+    cols = {}
+    for rid in run_ids:
+        cur = curves[curves["run_id"] == rid].sort_values("step")
+        if len(cur):
+            cols[rid] = pd.Series(ema(cur["value"].tolist()), index=cur["step"].to_numpy())
+    return pd.DataFrame(cols)
+
+
+@_styled
+def draw_fig1(data: GridData) -> Any:
+    """Training loss of the baseline, G1 and any plugin arm (EMA 0.9 per run, then the mean over seeds with
+    its band; each seed faint), loss spikes marked on their seed's line. A matplotlib Figure."""
+    fig, (ax,) = _figure(height=3.3)
+    pick, lr = _loss_runs(data)
     c = data.curves
     curves = c[c["run_id"].isin(set(pick["run_id"])) & (c["metric"] == "loss")] if len(c) else c
+    ax.set_title(f"Training loss (EMA {EMA})" + (f", lr {lr:g}" if lr is not None and len(curves) else ""))
     if not len(curves):
         _empty(ax, "training loss curves of the baseline and the SDPA-gated model")
-    else:
-        ev = data.events
-        spikes = ev[ev["kind"] == "loss_spike"] if len(ev) else ev
-        colors = {base: "tab:blue", gated: "tab:orange"} | {
-            v: f"C{i + 2}" for i, v in enumerate(own_arms(data, pick))}
-        seen: set[str] = set()
-        for _, r in pick.sort_values(["variant", "seed"]).iterrows():
-            cur = curves[curves["run_id"] == r["run_id"]].sort_values("step")
-            if not len(cur):
-                continue
-            smooth = ema(cur["value"].tolist())
-            label = None if r["variant"] in seen else f"{r['variant']} ({r['status']})"
-            seen.add(r["variant"])
-            ax.plot(cur["step"], smooth, color=colors.get(r["variant"]), alpha=0.85, lw=1.2, label=label)
-            s = spikes[spikes["run_id"] == r["run_id"]] if len(spikes) else spikes
-            if len(s):
-                at = dict(zip(cur["step"], smooth, strict=True))
-                xs = [st for st in s["step"] if st in at]
-                ax.scatter(xs, [at[x] for x in xs], marker="x", color="red", zorder=3, s=30,
-                           label="loss spike" if "spike" not in seen else None)
-                seen.add("spike")
-        lr = pick["train.lr"].iloc[0] if "train.lr" in pick and len(pick) else None
-        ax.set_title(f"Training loss (EMA {EMA})" + (f", lr {lr:g}" if lr is not None else ""))
-        ax.set_xlabel("step")
-        ax.set_ylabel("training loss (smoothed)")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    if not len(curves):
-        ax.set_title(f"Training loss (EMA {EMA})")
+        return fig
+    ev = data.events
+    spikes = ev[ev["kind"] == "loss_spike"] if len(ev) else ev
+    colors = arm_colors(data)
+    keys = [_key("one seed", lw=0.6, alpha=0.4)]
+    for v in _ordered_variants(data, pick["variant"]):
+        runs = pick[pick["variant"] == v].sort_values("seed")
+        smooth = _smoothed(curves, runs["run_id"])
+        if smooth.empty:
+            continue
+        for rid in smooth:
+            ax.plot(smooth.index, smooth[rid], color=colors[v], lw=0.6, alpha=0.35, gid=f"seed:{v}")
+            at = spikes[spikes["run_id"] == rid]["step"] if len(spikes) else []
+            xs = [s for s in at if s in smooth.index]
+            if xs:
+                ax.scatter(xs, smooth.loc[xs, rid], marker="x", color=colors[v], s=16, lw=0.9, zorder=3,
+                           gid=f"spike:{v}")
+        ended = runs[runs["run_id"].isin(smooth.columns)]["status"].value_counts()
+        note = "".join(f", {k} {s}" for s, k in ended.items() if s != "done")
+        _arm(ax, smooth, colors[v], v, n_label(v, smooth, note), marker="")
+    if len(spikes) and spikes["run_id"].isin(set(pick["run_id"])).any():
+        keys.append(_key("loss spike", ls="none", marker="x", ms=4))
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (smoothed)")
+    _legend(fig, [ax], ncol=2, extra=keys)
     return fig
 
 
-def fig1(data: GridData, path: Path) -> Path:
-    """Figure 1 (``draw_fig1``) as a PNG file."""
-    return _save(draw_fig1(data), path)
-
-
-def fig2(data: GridData, path: Path) -> Path:
+# ---------------------------------------------------------------- Figures 2, 4, 5, 6: per layer
+@_styled
+def draw_fig2(data: GridData) -> Any:
     """F-Attn per layer: the share of attention on the first token."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    _lines(ax, per_layer(data, "f_attn"), ylabel="attention on the first token", what="F-Attn probe values")
+    fig, (ax,) = _figure(height=3.0)
+    _per_layer_panel(ax, per_layer_runs(data, "f_attn"), arm_colors(data),
+                     ylabel="attention on the first token", what="F-Attn probe values")
     ax.set_title("Attention sink: F-Attn per layer")
-    return _save(fig, path)
-
-
-def _hist(data: GridData) -> Any:
-    h = data.histograms
-    if not len(h):
-        return h
-    name = "gate_score" if (h["name"] == "gate_score").any() else "gate_hist"
-    runs = _modal_runs(data)
-    return h[(h["name"] == name) & h["run_id"].isin(set(runs["run_id"]))].assign(
-        variant=lambda f: f["run_id"].map(dict(zip(runs["run_id"], runs["variant"], strict=True))))
-
-
-def fig3(data: GridData, path: Path) -> Path:
-    """Gate score distributions over all layers, one panel per gated variant, mean marked."""
-    plt = _plt()
-    h = _hist(data)
-    variants = _ordered_variants(data, list(h["variant"].unique()))[:MAX_PANELS] if len(h) else []
-    means = per_layer(data, "gate_score", gated_only=True, limit=10_000)
-    fig, axes = plt.subplots(1, max(1, len(variants)), figsize=(4 * max(1, len(variants)), 3.6),
-                             squeeze=False)
-    if not variants:
-        _empty(axes[0][0], "gate score histograms")
-        axes[0][0].set_title("Gate score distribution")
-    for ax, v in zip(axes[0], variants, strict=False):
-        rows = h[h["variant"] == v]
-        bins = rows.groupby("bin").agg(lo=("lo", "first"), hi=("hi", "first"), count=("count", "sum"))
-        share = bins["count"] / bins["count"].sum()
-        centers = (bins["lo"] + bins["hi"]) / 2
-        ax.bar(centers, share, width=(bins["hi"] - bins["lo"]) * 0.95, color="tab:orange",
-               label="share of scores")
-        mean = float(means[v].mean()) if v in means else float((centers * share).sum())
-        ax.axvline(mean, color="black", ls="--", label=f"mean {mean:.3f}")
-        ax.set_title(v)
-        ax.set_xlabel("gate score")
-        ax.set_ylabel("share")
-        ax.legend(fontsize=7)
-    fig.suptitle("Gate score distributions (all layers)")
-    return _save(fig, path)
-
-
-def fig4(data: GridData, path: Path) -> Path:
-    """Mean |Y| of the SDPA output before and after the gate, per layer."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    post = per_layer(data, "mean_abs_post", gated_only=True, limit=MAX_PANELS)
-    pre_all = per_layer(data, "mean_abs_pre", limit=10_000)
-    pre = {v: pre_all[v] for v in [_variant_of(data, "table1:1"), *post] if v in pre_all}
-    _lines(ax, pre, ylabel="mean |Y|", what="mean |Y| probe values", suffix=" before gate")
-    if post:
-        for v, s in post.items():
-            ax.plot(s.index, s.values, "--s", ms=3, label=f"{v} after gate")
-        ax.legend(fontsize=7)
-    ax.set_title("Mean |Y| before and after the gate")
-    return _save(fig, path)
-
-
-def draw_fig5(data: GridData) -> Any:
-    """Figure 5 as a matplotlib Figure: its one legend below both panels, off the data."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
-    for ax, t in zip(axes, ("1e-2", "1e-3"), strict=True):
-        post = per_layer(data, f"frac_below_{t}_post", gated_only=True, limit=MAX_PANELS)
-        scaled = per_layer(data, f"frac_below_{t}_scaled", gated_only=True, limit=MAX_PANELS)
-        _lines(ax, post, ylabel=f"share of |Y'| < {t}", what=f"frac_below_{t} probe values", suffix=" gated")
-        for v, s in scaled.items():
-            ax.plot(s.index, s.values, ":", label=f"{v} mean-score control")
-        if ax.get_legend() is not None:
-            ax.get_legend().remove()
-        ax.set_title(f"SDPA output below {t}")
-    found: dict[str, Any] = {}  # label -> handle, over both panels
-    for a in axes:
-        for h, label in zip(*a.get_legend_handles_labels(), strict=True):
-            found.setdefault(label, h)
-    labels, handles = list(found), list(found.values())
-    bottom = 0.0
-    if handles:
-        rows = -(-len(handles) // 2)
-        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
-        bottom = 0.05 + 0.045 * rows
-    fig.suptitle("Sparsity of the gated SDPA output (control: pre-gate values x mean gate score)")
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+    _legend(fig, [ax], ncol=2)
     return fig
 
 
-def fig5(data: GridData, path: Path) -> Path:
-    """Share of SDPA output values below 1e-2 and 1e-3 after the gate, with the mean-score control."""
-    return _save(draw_fig5(data), path, layout=False)
+def _fig4_arms(data: GridData) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Figure 4's before-gate values (the baseline and the first gated arms), after-gate values, and the arms
+    whose after equals their before."""
+    post = per_layer_runs(data, "mean_abs_post", gated_only=True, limit=MAX_PANELS)
+    pre_all = per_layer_runs(data, "mean_abs_pre", limit=10_000)
+    pre = {v: pre_all[v] for v in [_variant_of(data, "table1:1"), *post] if v in pre_all}
+    return pre, post, unchanged(pre, post)
+
+
+@_styled
+def draw_fig4(data: GridData) -> Any:
+    """Mean |Y| of the SDPA output before the gate (solid) and after it (dashed, the arm's colour); an arm
+    whose gate does not act on the SDPA output has one line, labelled ``after = before``."""
+    fig, (ax,) = _figure(height=3.3)
+    pre, post, same = _fig4_arms(data)
+    colors = arm_colors(data)
+    if not pre:
+        _empty(ax, "mean |Y| probe values")
+    for v, f in pre.items():
+        _arm(ax, f, colors[v], v, n_label(v, f, "; after = before" if v in same else ""))
+        if v in post and v not in same:
+            _arm(ax, post[v], colors[v], v, None, kind="after", style="--", marker="s")
+    if pre:
+        ax.set_xlabel("layer")
+        _integer_ticks(ax.xaxis)
+        ax.set_ylabel("mean |Y| of the SDPA output")
+    ax.set_title("Mean |Y| before and after the gate")
+    keys = [_key("before the gate", marker="o"), _key("after the gate", ls="--", marker="s")] if post else []
+    _legend(fig, [ax], ncol=2, extra=keys)
+    return fig
+
+
+def _fig5_arms(data: GridData, t: str) -> tuple[dict[str, Any], dict[str, Any], list[str], bool]:
+    """Figure 5's gated values at threshold ``t`` (arms whose gate acts on the SDPA output), their controls,
+    the gated arms left out (after = before), and whether the grid has the probe at all."""
+    post = per_layer_runs(data, f"frac_below_{t}_post", gated_only=True, limit=10_000)
+    pre = per_layer_runs(data, f"frac_below_{t}_pre", gated_only=True, limit=10_000)
+    same = unchanged(pre, post)
+    shown = dict(list({v: f for v, f in post.items() if v not in same}.items())[:MAX_PANELS])
+    scaled = per_layer_runs(data, f"frac_below_{t}_scaled", gated_only=True, limit=10_000)
+    return shown, {v: scaled[v] for v in shown if v in scaled}, same, bool(post)
+
+
+@_styled
+def draw_fig5(data: GridData) -> Any:
+    """Figure 5 as a matplotlib Figure: the gated SDPA output (solid) and its mean-score control (dotted) in
+    the arm's colour; arms whose gate does not act on the SDPA output are named, not drawn; one legend
+    below."""
+    fig, axes = _figure(2, width=TEXT, height=3.1, sharex=True)
+    colors = arm_colors(data)
+    left_out: list[str] = []
+    for ax, t in zip(axes, ("1e-2", "1e-3"), strict=True):
+        shown, control, same, measured = _fig5_arms(data, t)
+        left_out += [v for v in same if v not in left_out]
+        if not shown:
+            _empty(ax, f"frac_below_{t} probe values" if not measured else "gate on the SDPA output")
+        for v, f in shown.items():
+            _arm(ax, f, colors[v], v, n_label(v, f))
+            if v in control:
+                _arm(ax, control[v], colors[v], v, None, kind="control", style=":", marker="")
+        if shown:
+            ax.set_xlabel("layer")
+            _integer_ticks(ax.xaxis)
+            ax.set_ylabel(f"share of |Y'| < {t}")
+        ax.set_title(f"SDPA output below {t}")
+    keys = [_key("gated output", marker="o"), _key("control: pre-gate values x the layer's mean gate score",
+                                                   ls=":")] if any(ax.get_lines() for ax in axes) else []
+    title = f"not drawn (after the gate = before it): {', '.join(left_out)}" if left_out else None
+    _legend(fig, axes, ncol=3, extra=keys, title=title)
+    fig.suptitle("Sparsity of the gated SDPA output")
+    return fig
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
@@ -293,8 +495,6 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     >>> log_ticks(40, 160), log_ticks(3, 700)
     ([50.0, 100.0], [5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0])
     """
-    import math
-
     ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
              for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
     if len(ticks) >= 2 or hi <= lo:
@@ -303,73 +503,170 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return [float(f"{10 ** (math.log10(lo) + i * step):.2g}") for i in range(4)]
 
 
-def _label_log_axis(ax: Any, series: dict[str, Any]) -> None:
-    """A log y axis whose labelled ticks sit where the lines are (``log_ticks``)."""
+def _label_log_axis(ax: Any) -> None:
+    """A log y axis whose labelled ticks sit where the lines and their bands are (``log_ticks``)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-    values = [float(v) for s in series.values() for v in s.values if v > 0]
+    values = [float(v) for line in ax.get_lines() for v in line.get_ydata() if np.isfinite(v) and v > 0]
     if not values:
         return
+    low, high = ax.dataLim.intervaly  # the bands too (all > 0: geometric)
+    lo, hi = (min(min(values), low), max(max(values), high)) if low > 0 else (min(values), max(values))
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(FixedLocator(log_ticks(min(values), max(values))))
+    ax.yaxis.set_major_locator(FixedLocator(log_ticks(lo, hi)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+@_styled
 def draw_fig6(data: GridData) -> Any:
-    """Figure 6 as a matplotlib Figure."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    m = per_layer(data, "m_act")
-    _lines(axes[0], m, ylabel="max |hidden state| (log scale)", what="M-Act probe values")
-    _label_log_axis(axes[0], m)
+    """Figure 6 as a matplotlib Figure: M-Act (geometric mean over seeds, log axis) and F-Attn per layer."""
+    fig, axes = _figure(2, width=TEXT, height=3.1)
+    colors = arm_colors(data)
+    _per_layer_panel(axes[0], per_layer_runs(data, "m_act"), colors, ylabel="max |hidden state| (log scale)",
+                     what="M-Act probe values", log=True)
+    _label_log_axis(axes[0])
     axes[0].set_title("Massive activations: M-Act per layer")
-    _lines(axes[1], per_layer(data, "f_attn"), ylabel="attention on the first token",
-           what="F-Attn probe values")
+    _per_layer_panel(axes[1], per_layer_runs(data, "f_attn"), colors, ylabel="attention on the first token",
+                     what="F-Attn probe values")
     axes[1].set_title("Attention sink: F-Attn per layer")
+    _legend(fig, axes, ncol=3)
     return fig
 
 
-def fig6(data: GridData, path: Path) -> Path:
-    """M-Act (max |hidden state|) and F-Attn per layer across configurations."""
-    return _save(draw_fig6(data), path)
+# ---------------------------------------------------------------- Figures 3 and 7: gate score histograms
+def _hist(data: GridData) -> Any:
+    h = data.histograms
+    if not len(h):
+        return h
+    name = "gate_score" if (h["name"] == "gate_score").any() else "gate_hist"
+    runs = _modal_runs(data)
+    return h[(h["name"] == name) & h["run_id"].isin(set(runs["run_id"]))].assign(
+        variant=lambda f: f["run_id"].map(dict(zip(runs["run_id"], runs["variant"], strict=True))))
 
 
-def fig7(data: GridData, path: Path) -> Path:
-    """Per-layer gate score distributions: a layer x score heat map per gated variant."""
-    plt = _plt()
+def _hist_arms(data: GridData) -> tuple[Any, list[str]]:
     h = _hist(data)
-    variants = _ordered_variants(data, list(h["variant"].unique()))[:MAX_PANELS] if len(h) else []
-    fig, axes = plt.subplots(1, max(1, len(variants)), figsize=(4.2 * max(1, len(variants)), 3.8),
-                             squeeze=False)
+    return h, (_ordered_variants(data, h["variant"].unique())[:MAX_PANELS] if len(h) else [])
+
+
+@_styled
+def draw_fig3(data: GridData) -> Any:
+    """Gate score distributions over all layers, a panel per gated arm (rows of two, shared axes): each bin's
+    share of scores, the mean over seeds with its 95% t interval, and the mean gate score (dashed)."""
+    h, variants = _hist_arms(data)
+    colors = arm_colors(data)
+    scores = per_layer_runs(data, "gate_score", gated_only=True, limit=10_000)
+    fig, axes = _panels(max(1, len(variants)), sharex=True, sharey=True)
     if not variants:
-        _empty(axes[0][0], "gate score histograms")
-        axes[0][0].set_title("Gate scores per layer")
-    for ax, v in zip(axes[0], variants, strict=False):
-        grid = h[h["variant"] == v].pivot_table(index="layer", columns="bin", values="count", aggfunc="sum")
-        grid = grid.div(grid.sum(axis=1), axis=0).fillna(0.0)
-        lo, hi = float(h["lo"].min()), float(h["hi"].max())
-        im = ax.imshow(grid.values, aspect="auto", origin="lower", cmap="viridis",
-                       extent=(lo, hi, grid.index.min() - 0.5, grid.index.max() + 0.5))
-        fig.colorbar(im, ax=ax, label="share of the layer's scores")
-        ax.set_title(v)
-        ax.set_xlabel("gate score")
-        ax.set_ylabel("layer")
+        _empty(axes[0], "gate score histograms")
+        axes[0].set_title("Gate score distribution")
+    for i, (ax, v) in enumerate(zip(axes, variants, strict=False)):
+        rows = h[h["variant"] == v]
+        shares = rows.pivot_table(index="bin", columns="run_id", values="count", aggfunc="sum")
+        shares = shares / shares.sum(axis=0)  # each run's share of its scores per bin, over all layers
+        edges = rows.groupby("bin").agg(lo=("lo", "first"), hi=("hi", "first")).loc[shares.index]
+        mean, lo, hi = mean_band(shares.to_numpy())
+        centers = ((edges["lo"] + edges["hi"]) / 2).to_numpy()
+        ax.bar(centers, mean, width=(edges["hi"] - edges["lo"]).to_numpy() * 0.9, color=colors[v], alpha=0.85,
+               gid=f"bar:{v}")
+        if np.isfinite(lo).any():
+            ax.errorbar(centers, mean, yerr=[mean - lo, hi - mean], fmt="none", ecolor="black",
+                        elinewidth=0.7, capsize=1.5, gid=f"bar-band:{v}", label="95% t interval over seeds")
+        score = float(scores[v].mean(axis=0).mean()) if v in scores else float((centers * mean).sum())
+        ax.axvline(score, color="black", ls="--", lw=0.9)
+        ax.set_title(f"{n_label(v, shares)}, mean score {score:.3f}")
+        ax.set_xlabel("gate score" if i + 2 >= len(variants) else "")
+        ax.set_ylabel("share of scores" if i % 2 == 0 else "")
+    keys = [_key("mean gate score", ls="--")] if variants else []
+    _legend(fig, axes, ncol=2, extra=keys)
+    fig.suptitle("Gate score distributions (all layers)")
+    return fig
+
+
+@_styled
+def draw_fig7(data: GridData) -> Any:
+    """Per-layer gate score distributions: a layer x score heat map per gated arm (rows of two), the mean over
+    seeds of each run's shares, on one colour scale for every panel."""
+    h, variants = _hist_arms(data)
+    fig, axes = _panels(max(1, len(variants)), sharex=True, sharey=True)
+    if not variants:
+        _empty(axes[0], "gate score histograms")
+        axes[0].set_title("Gate scores per layer")
+        return fig
+    grids, n = {}, {}
+    for v in variants:
+        rows = h[h["variant"] == v]
+        share = rows["count"] / rows.groupby(["run_id", "layer"])["count"].transform("sum")
+        grids[v] = rows.assign(share=share).pivot_table(index="layer", columns="bin", values="share",
+                                                        aggfunc="mean").fillna(0.0)
+        n[v] = rows["run_id"].nunique()
+    top = max(float(g.to_numpy().max()) for g in grids.values())
+    lo, hi = float(h["lo"].min()), float(h["hi"].max())
+    image = None
+    for i, (ax, v) in enumerate(zip(axes, variants, strict=True)):
+        g = grids[v]
+        image = ax.imshow(g.to_numpy(), aspect="auto", origin="lower", cmap="viridis", vmin=0.0, vmax=top,
+                          extent=(lo, hi, g.index.min() - 0.5, g.index.max() + 0.5), gid=f"heat:{v}")
+        ax.set_title(f"{v} (n={n[v]})")
+        ax.set_xlabel("gate score" if i + 2 >= len(variants) else "")
+        ax.set_ylabel("layer" if i % 2 == 0 else "")
+        ax.grid(False)
         _integer_ticks(ax.yaxis)
-    fig.suptitle("Gate score distribution per layer")
-    return _save(fig, path)
+    fig.colorbar(image, ax=axes, label="share of the layer's scores", shrink=0.9)
+    fig.suptitle("Gate score distribution per layer (one colour scale)")
+    return fig
 
 
-DRAW: dict[int, Callable[[GridData, Path], Path]] = {1: fig1, 2: fig2, 3: fig3, 4: fig4, 5: fig5, 6: fig6,
-                                                     7: fig7}
+# ---------------------------------------------------------------- captions and files
+def captions(data: GridData) -> dict[int, str]:
+    """Each figure's caption: what it draws, its band and n, and what coincides by construction."""
+    pick, lr = _loss_runs(data)
+    at = f" at lr {lr:g}" if lr is not None else ""
+    _, _, same4 = _fig4_arms(data)
+    same5 = list(dict.fromkeys(v for t in ("1e-2", "1e-3") for v in _fig5_arms(data, t)[2]))
+    out = {
+        1: f"Training loss{at} of {', '.join(_ordered_variants(data, pick['variant'])) or 'no run'}: each "
+           f"run's loss smoothed (EMA {EMA}), then the mean over seeds; faint: each seed; x: a loss spike; "
+           f"{BAND}.",
+        2: "F-Attn, the share of attention each query gives the first token, per layer: the mean over seeds; "
+           f"{BAND}.",
+        3: "Gate score distribution over all layers, a panel per gated arm on shared axes: each bin's share "
+           "of the scores, the mean over seeds with its 95% Student t interval (n in the panel's title); "
+           "dashed: the mean gate score.",
+        4: "Mean |Y| of the SDPA output before the gate (solid) and after it (dashed), per layer: the mean "
+           f"over seeds; {BAND}.",
+        5: "Share of the SDPA output's values below 1e-2 and 1e-3 after the gate (solid) and the control "
+           "(dotted: the pre-gate values times the layer's mean gate score, the sparsity the gate's mean "
+           f"alone would give), per layer: the mean over seeds; {BAND}.",
+        6: "M-Act (the largest |activation| of each layer's output; the geometric mean over seeds, its band "
+           "the 95% t interval of the mean log) and F-Attn (the mean over seeds, its band the 95% Student t "
+           "interval), per layer; n: the seeds, in the legend.",
+        7: "Gate score distribution per layer (rows) for each gated arm: the mean over seeds of each run's "
+           "shares, on one colour scale for every panel (n in the panel's title).",
+    }
+    why = "the probe reads the SDPA output, which a gate on the values, keys, queries or dense output does " \
+          "not touch"
+    if same4:
+        out[4] += f" {', '.join(same4)}: after = before at every layer in every run ({why}), drawn once."
+    if same5:
+        out[5] += f" Not drawn: {', '.join(same5)}, whose values after the gate equal those before it " \
+                  f"({why})."
+    return out
+
+
+DRAW: dict[int, Callable[[GridData], Any]] = {1: draw_fig1, 2: draw_fig2, 3: draw_fig3, 4: draw_fig4,
+                                              5: draw_fig5, 6: draw_fig6, 7: draw_fig7}
 
 
 def write_figures(data: GridData, out_dir: str | Path) -> dict[int, Path]:
-    """Write Figures 1-7 as PNG files into ``out_dir``; returns ``{number: path}``."""
+    """Write Figures 1-7 into ``out_dir``, each as a PNG (``DPI``) and a PDF of the same name, both carrying
+    the figure's caption; returns ``{number: PNG path}``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    text = captions(data)
     paths = {}
     for n, draw in DRAW.items():
-        paths[n] = draw(data, out / FIGURES[n])
-        log.info("figure %d -> %s", n, paths[n])
+        paths[n] = _write(draw(data), out / FIGURES[n], f"Figure {n}: {TITLES[n]}", text[n])
+        log.info("figure %d -> %s (and .pdf)", n, paths[n])
     return paths

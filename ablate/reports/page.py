@@ -1,5 +1,5 @@
 """The report page: one self-contained HTML file (scorecard, Tables 1-6, Figures 1-7 embedded as base64
-PNG)."""
+PNG, each with the caption its file carries)."""
 
 from __future__ import annotations
 
@@ -9,27 +9,27 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from PIL import Image
+
 from ablate import __version__
 from ablate.reports.cells import Table
-from ablate.reports.figures import FIGURES
+from ablate.reports.figures import FIGURES, TITLES
 from ablate.reports.render import html_document, to_html
 from ablate.reports.scorecard import Verdict, scorecard_html
 from ablate.stats import DEFAULT, Stats
-
-FIGURE_CAPTIONS = {
-    1: "Figure 1: training loss, baseline vs SDPA-gated (EMA 0.9), loss spikes marked",
-    2: "Figure 2: share of attention on the first token (F-Attn) per layer",
-    3: "Figure 3: gate score distributions",
-    4: "Figure 4: mean |Y| before and after the gate, per layer",
-    5: "Figure 5: share of SDPA output below 1e-2 / 1e-3 after the gate, with the mean-score control",
-    6: "Figure 6: massive activations (M-Act) and attention sink (F-Attn) per layer across configurations",
-    7: "Figure 7: gate score distributions per layer",
-}
 
 
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f"data:image/png;base64,{data}"
+
+
+def _caption(n: int, path: Path) -> tuple[str, str]:
+    """Figure ``n``'s title and the caption its PNG carries (``figures.write_figures``: what is drawn, the
+    band, what coincides by construction); no caption where the file has none."""
+    with Image.open(path) as im:
+        text = getattr(im, "text", {}).get("Description", "")
+    return f"Figure {n}: {TITLES[n]}", text
 
 
 def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdicts: list[Verdict], *,
@@ -59,8 +59,10 @@ def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdic
     parts += [to_html(t) for t in tables]
     parts += ["</section>", '<section id="figures"><h2>Figures</h2>']
     for n, path in sorted(figures.items()):
-        parts.append(f'<figure id="fig{n}"><img alt="{e(FIGURE_CAPTIONS[n])}" src="{_img(path)}">'
-                     f"<figcaption>{e(FIGURE_CAPTIONS[n])} ({e(FIGURES[n])})</figcaption></figure>")
+        title, caption = _caption(n, path)
+        parts.append(f'<figure id="fig{n}"><img alt="{e(title)}" src="{_img(path)}">'
+                     f"<figcaption>{e(title)}. {e(caption)} ({e(FIGURES[n])}; "
+                     f"{e(Path(FIGURES[n]).with_suffix('.pdf').name)} beside it)</figcaption></figure>")
     parts.append("</section>")
     parts += list(sections)
     return html_document(f"ablate report: {grid}", "\n".join(parts) + "\n")
