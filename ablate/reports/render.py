@@ -18,6 +18,8 @@ import csv
 import html
 import io
 import math
+import re
+import unicodedata
 from collections.abc import Iterator
 
 from ablate.errors import UserInputError, one_of
@@ -85,13 +87,54 @@ def to_markdown(table: Table) -> str:
 
 
 # ---------------------------------------------------------------- LaTeX
+# what pdflatex cannot take as it is: its special characters, and the symbols the reports write, as math (the
+# default font encoding, OT1, draws < > | as other glyphs; utf8 input sets up none of ≈ Δ − · ≤ ≥ →)
 _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "Δ": r"$\Delta$"}
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"$<$", ">": r"$>$",
+        "|": r"$|$", "`": "{`}", "±": r"$\pm$", "Δ": r"$\Delta$", "≈": r"$\approx$", "×": r"$\times$",
+        "−": "$-$", "·": r"$\cdot$", "≤": r"$\leq$", "≥": r"$\geq$", "→": r"$\rightarrow$", "…": r"\ldots{}",
+        "–": "--", "—": "---", "‘": "`", "’": "'", "“": "``", "”": "''", "\u00a0": "~"}
+_CODE = re.compile(r"`([^`]+)`")  # `ablate report compare` in a note: typewriter type
+
+
+# a letter beyond ASCII, as the default font encoding (OT1) draws it: its base letter under accent commands,
+# or the letter's own command
+_ACCENTS = {"\u0300": "`", "\u0301": "'", "\u0302": "^", "\u0303": "~", "\u0304": "=", "\u0306": "u",
+            "\u0307": ".", "\u0308": '"', "\u030a": "r", "\u030b": "H", "\u030c": "v", "\u0327": "c"}
+_LETTERS = {"ß": r"\ss{}", "æ": r"\ae{}", "Æ": r"\AE{}", "ø": r"\o{}", "Ø": r"\O{}", "œ": r"\oe{}",
+            "Œ": r"\OE{}", "ł": r"\l{}", "Ł": r"\L{}", "ı": r"\i{}"}
+
+
+def _tex_char(ch: str) -> str:
+    if ch in _TEX:
+        return _TEX[ch]
+    if ch < "\x80":
+        return ch
+    if ch in _LETTERS:
+        return _LETTERS[ch]
+    base, *marks = unicodedata.normalize("NFKD", ch) or "?"  # é -> e + acute, ﬁ -> f i, ² -> 2
+    if all(c < "\x80" for c in (base, *marks)):
+        return "".join(map(_tex_char, (base, *marks)))
+    if base < "\x80" and all(unicodedata.combining(m) for m in marks):  # accents OT1 lacks (ą) are left off
+        out = _tex_char(base)
+        for mark in (m for m in marks if m in _ACCENTS):
+            out = f"\\{_ACCENTS[mark]}{{{out}}}"
+        return out
+    return "?"
 
 
 def tex_escape(text: str) -> str:
-    """Text safe inside a LaTeX table cell."""
-    return "".join(_TEX.get(ch, ch) for ch in str(text))
+    """Text safe inside a LaTeX table cell, as pdflatex compiles it with the default fonts: special
+    characters escaped, the reports' symbols as math, `code` in typewriter type, an accented letter as its
+    accent commands (``é``: ``\\'{e}``) and any character the default fonts lack as ``?``.
+
+    >>> print(tex_escape("needs ≈ 12 seeds; p < 0.001; `ablate report compare`: ×0.52 ± 0.1"))
+    needs $\\approx$ 12 seeds; p $<$ 0.001; \\texttt{ablate report compare}: $\\times$0.52 $\\pm$ 0.1
+    """
+    parts = _CODE.split(str(text))
+    out = "".join(f"\\texttt{{{''.join(map(_tex_char, p))}}}" if i % 2 else "".join(map(_tex_char, p))
+                  for i, p in enumerate(parts))
+    return "{}" + out if out.startswith("[") else out  # never read as the optional argument of a \\ before it
 
 
 def to_latex(table: Table) -> str:
