@@ -5,7 +5,7 @@ A *comparison* is one cell of the grid (a variant at one setting of the other ax
 file's seeds are the first look. At each look:
 
 1. every comparison's paired differences get their t test (``ablate.stats``), and the whole family is
-   corrected (Holm by default) at the look's level (``ablate.sequential``);
+   corrected (Holm by default) at the look's level (``ablate.stats.sequential``);
 2. a comparison whose corrected p is below that level is resolved, and stays so;
 3. the open ones get ``round`` more seeds, in both of their cells (they are pairs), and the next look follows,
    until every comparison is resolved or has ``max_seeds`` seeds.
@@ -37,8 +37,8 @@ from ablate.errors import UserInputError, one_of
 
 if TYPE_CHECKING:
     from ablate.grid.expand import PlannedRun
-    from ablate.sequential import Decision
     from ablate.stats import Delta
+    from ablate.stats.sequential import Decision
     from ablate.store import Store
 
 SEED = "seed"
@@ -214,7 +214,7 @@ class Planner:
     @classmethod
     def make(cls, comps: list[Comparison], grid_cells: dict[str, dict[int, str]], spec: UntilResolved, *,
              source: str) -> Planner:
-        from ablate.sequential import looks
+        from ablate.stats.sequential import looks
 
         first = first_seeds(comps, grid_cells)
         if len(first) < 2:
@@ -289,8 +289,8 @@ def run_looks(planner: Planner, ids: dict[str, dict[int, str]], spec: UntilResol
               read: Callable[[Sequence[str]], dict[str, float | None]],
               run_round: Callable[[list[dict[str, Any]]], int], say: Callable[[str], None]) -> Outcome:
     """The looks of ``until_resolved`` over a planned grid (``plan_until_resolved``)."""
-    from ablate.sequential import look_levels, resolved_at_look
     from ablate.stats import Stats
+    from ablate.stats.sequential import look_levels, resolved_at_look
 
     stats = Stats(correction=spec.correction)
     comps = planner.comps
@@ -367,8 +367,8 @@ def look_line(j: int, look: Look, resolved: Sequence[bool], looks: int) -> str:
 
 def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
     """One line per comparison: its last delta, and the look that resolved it or the seeds it still needs."""
-    from ablate.power import needs_text, seeds_needed
     from ablate.stats import CORRECTION_NAMES
+    from ablate.stats.power import needs_text, seeds_needed
 
     m = len(outcome.comparisons)
     out = [f"{spec.metric}, paired t over seeds, {CORRECTION_NAMES[spec.correction]} over {m} comparison"
@@ -397,8 +397,8 @@ def decisions(outcome: Outcome, spec: UntilResolved) -> list[Decision]:
     and, once the looks went to the end of the plan, each one still open there (decided unresolved at the
     last look's level). A loop stopped early (runs that did not end) decides nothing about its open
     comparisons: a rerun goes on with them."""
-    from ablate.sequential import Decision, LookRecord
     from ablate.stats import Stats, correct
+    from ablate.stats.sequential import Decision, LookRecord
 
     complete = outcome.exit_code == 0 and bool(outcome.looks) and (
         len(outcome.looks) == len(outcome.plan) or len(outcome.resolved_at) == len(outcome.comparisons))

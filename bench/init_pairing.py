@@ -37,7 +37,7 @@ import numpy as np
 import yaml
 
 from ablate import studies
-from ablate.power import needs_text, seeds_needed
+from ablate.stats.power import needs_text, seeds_needed
 from ablate.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -219,9 +219,8 @@ def test_a_plugin_module_beside_its_grid_file_trains_in_the_workers(tmp_path, mo
     out = probe()
     assert out.returncode == 1
     assert re.search(rf"{plugged}: failed: .*: the plugin arm 'myattn:CappedSoftmax' has other code than it "
-                     r"trained with \(model.plugin.version sha256:\w+;init=own then, sha256:\w+;init=own now\): "
-                     r"restore that "
-                     r"code, or train the run again", out.stderr), out.stderr
+                     r"trained with \(model.plugin.version sha256:\w+;init=own then, sha256:\w+;init=own "
+                     r"now\): restore that code, or train the run again", out.stderr), out.stderr
 
 
 BAD_INIT = """

@@ -14,7 +14,6 @@ import pytest
 from scipy import stats as ss
 
 from ablate.errors import UserInputError
-from ablate.power import mde, power, seeds_needed, unresolved_line
 from ablate.reports.cells import delta_cell
 from ablate.stats import (
     BOOTSTRAP_MIN_N,
@@ -30,6 +29,7 @@ from ablate.stats import (
     t_interval,
     t_pvalue,
 )
+from ablate.stats.power import mde, power, seeds_needed, unresolved_line
 
 DRAWS = 6000
 NS = (2, 3, 5, 10)
@@ -128,7 +128,7 @@ def test_a_metric_of_few_values_is_significant_at_most_alpha_of_the_time_under_t
 
 
 def test_pairs_with_no_spread_carry_the_sign_flip_p_and_no_interval() -> None:
-    from ablate.power import needs, needs_text
+    from ablate.stats.power import needs, needs_text
 
     two = compare([0.0625, 0.0625])  # the quick start's massive_first: two seeds that both measured 1/16
     assert (two.p, two.lo, two.hi, two.no_spread) == (0.5, None, None, True) and not two.resolved
@@ -226,7 +226,7 @@ def test_worth_is_the_unpaired_seeds_with_the_same_precision(rho: float) -> None
     """``Pairing.worth``: n pairs at correlation rho are as precise as n / (1 - rho) unpaired seeds per arm
     (equal spreads). Simulated: the paired mean difference's variance at n = 6 equals the variance of two
     independent means of that many seeds; and the estimate converges to it."""
-    from ablate.pairing import pairing
+    from ablate.stats.pairing import pairing
 
     rng = np.random.default_rng(5)
     n, worth = 6, 6 / (1 - rho)
@@ -246,8 +246,8 @@ def test_worth_is_the_unpaired_seeds_with_the_same_precision(rho: float) -> None
 def test_a_paired_difference_of_exactly_zero_reads_identical_without_a_division() -> None:
     import warnings
 
-    from ablate.pairing import pairing
-    from ablate.power import needs, needs_text
+    from ablate.stats.pairing import pairing
+    from ablate.stats.power import needs, needs_text
 
     values = [(5.0, 5.0), (6.1, 6.1), (5.7, 5.7)]
     with warnings.catch_warnings(), np.errstate(all="raise"):
@@ -339,7 +339,7 @@ def test_the_family_is_corrected_and_the_footer_says_how() -> None:
 
 # ---------------------------------------------------------------- looking again
 def test_looking_again_with_alpha_spending_keeps_the_false_positive_rate_over_all_looks() -> None:
-    from ablate.sequential import look_levels, looks
+    from ablate.stats.sequential import look_levels, looks
 
     plan = looks(3, 2, 12)
     assert plan == [3, 5, 7, 9, 11, 12]

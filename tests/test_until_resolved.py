@@ -63,7 +63,7 @@ def test_looking_again_keeps_the_family_wise_false_positive_rate_at_5_percent(tm
 
 
 def test_a_true_effect_resolves_with_power_that_grows_with_the_seeds(tmp_path) -> None:
-    from ablate.power import power
+    from ablate.stats.power import power
 
     spec = UntilResolved(max_seeds=8, round=2)
     planner, ids = plan_until_resolved(_grid(tmp_path, arms=ARMS[:2]), (), spec, home=tmp_path / "home")

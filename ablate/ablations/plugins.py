@@ -46,9 +46,9 @@ Safety: only modules a grid lists in ``plugins:``, or that an installed package 
 folder goes at the end of the import path, so a file there never shadows an installed module). Identity: the
 arm's ``version`` is filled when the grid is loaded (``fill_version``): its distribution's version when the
 module comes from an installed package, else ``sha256:`` of its source files, so a changed plugin changes the
-run id, and the init its class asks for (``;init=own``, ``arm_version``). A run's checkpoint keeps the folder its arm was imported from (``origin``), so its weights load later
-without the grid file, and only with the code they trained with (``check_version``). Importing this module
-never imports torch or any plugin.
+run id, and the init its class asks for (``;init=own``, ``arm_version``). A run's checkpoint keeps the folder
+its arm was imported from (``origin``), so its weights load later without the grid file, and only with the
+code they trained with (``check_version``). Importing this module never imports torch or any plugin.
 """
 
 from __future__ import annotations
@@ -281,9 +281,9 @@ def version_of(module: str) -> str:
 def arm_version(arm: str) -> str:
     """The arm's version as its runs record it: its code's (``version_of``) and the init its class asks for,
     ``sha256:0123456789abcdef;init=own``. Naming the init keeps runs from before a plugin kept its own init
-    (when the decoder redrew every ``nn.Linear`` in it) under other ids than today's, so they are trained again
-    rather than read as done: the same source trains differently since, and an installed package's version
-    would not tell."""
+    (when the decoder redrew every ``nn.Linear`` in it) under other ids than today's, so they are trained
+    again rather than read as done: the same source trains differently since, and an installed package's
+    version would not tell."""
     cls = load(arm)
     return f"{version_of(module_of(arm))};init={getattr(cls, 'init', INITS[0])}"
 

@@ -12,7 +12,7 @@ factors a paired log ratio) and the runs have, a comparison says:
   metric (``reports.family``, named once: "Holm over 4 comparisons of val_ppl against baseline in this
   grid"), the same on every page; a comparison that ``ablate run --until-resolved`` decided is read at the
   look that decided it;
-- n, the seeds an unresolved comparison needs, and what the pairing did (``ablate.pairing``).
+- n, the seeds an unresolved comparison needs, and what the pairing did (``ablate.stats.pairing``).
 
 Pure: a function of ``GridData`` (``reports/data.py``); ``compare_render.py`` writes it out.
 """

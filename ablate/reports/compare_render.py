@@ -15,7 +15,6 @@ from typing import Any
 
 from ablate.errors import UserInputError, one_of
 from ablate.metrics import metric
-from ablate.power import NEEDS_MEANING
 from ablate.reports.cells import Cell, Column, Row, Table, delta_cell, summary_cell
 from ablate.reports.compare import CompareReport
 from ablate.reports.family import Comparison
@@ -23,6 +22,7 @@ from ablate.reports.render import html_document, to_html, to_latex, to_markdown
 from ablate.reports.spec import LABELS, digits
 from ablate.reports.tables import SPREAD_NOTE
 from ablate.stats import method_note
+from ablate.stats.power import NEEDS_MEANING
 
 FORMATS = ("markdown", "latex", "csv", "json", "html")
 SUFFIX = {"markdown": ".md", "latex": ".tex", "csv": ".csv", "json": ".json", "html": ".html"}

@@ -28,11 +28,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ablate.metrics import metric, order
-from ablate.power import needs, needs_text
 from ablate.reports.data import GridData
 from ablate.reports.rows import cell_value, context_key, finished
 from ablate.reports.verdict import pair_runs, paired, ratio_metric
 from ablate.stats import DEFAULT, Delta, Stats, Summary, correct, family_size, family_text, summarize
+from ablate.stats.power import needs, needs_text
 
 REFERENCE = "baseline"  # the arm a grid's comparisons are made against unless a report names another
 RunsKey = frozenset[str]  # the run ids a comparison pairs (both arms)
@@ -61,8 +61,8 @@ class Comparison:
 
     @property
     def needs(self) -> int | None:
-        """The seeds an open comparison needs at its family's level (``ablate.power.needs``); None once it is
-        resolved, for identical arms, below two pairs, or beyond what seeds could find."""
+        """The seeds an open comparison needs at its family's level (``ablate.stats.power.needs``); None once
+        it is resolved, for identical arms, below two pairs, or beyond what seeds could find."""
         d = self.delta
         return None if d.resolved or d.identical or d.n < 2 else needs(d, self.stats, self.m)
 
@@ -105,7 +105,7 @@ class Comparison:
 
     @property
     def pairing_text(self) -> str:
-        """What pairing by seed did (``ablate.pairing``)."""
+        """What pairing by seed did (``ablate.stats.pairing``)."""
         if self.delta.identical:
             return "identical runs: nothing left to pair away" if self.same_runs else ""
         p = self.delta.pairing

@@ -38,7 +38,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ablate.power import needs, needs_text
 from ablate.reports.data import GridData
 from ablate.reports.family import REFERENCE, Comparison, Families, own_family
 from ablate.reports.family import families as grid_families
@@ -46,7 +45,6 @@ from ablate.reports.render import wrappable
 from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
 from ablate.reports.verdict import paired, ratio_metric
-from ablate.sequential import Decision
 from ablate.stats import (
     ALPHA,
     DEFAULT,
@@ -60,6 +58,8 @@ from ablate.stats import (
     method_note,
     paired_delta,
 )
+from ablate.stats.power import needs, needs_text
+from ablate.stats.sequential import Decision
 
 HOLDS, CONTRADICTED, UNCLEAR = "holds", "contradicted", "not enough evidence"
 VERDICTS = (HOLDS, CONTRADICTED, UNCLEAR)
@@ -474,8 +474,8 @@ def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     import io
 
     buf = io.StringIO()
-    fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "scale", "n", "verdict", "detail", "kind", "metric", "paper",
-              "p", "p_adj", "p_perm", "method", "needs_seeds", "family", "correlation",
+    fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "scale", "n", "verdict", "detail", "kind", "metric",
+              "paper", "p", "p_adj", "p_perm", "method", "needs_seeds", "family", "correlation",
               "worth_unpaired_seeds", "resolved_at_look"]
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()

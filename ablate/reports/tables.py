@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.metrics import metric
-from ablate.power import NEEDS_MEANING, unresolved_line
 from ablate.reports.cells import (
     Cell,
     Column,
@@ -47,8 +46,9 @@ from ablate.reports.spec import (
     paper_rows,
 )
 from ablate.reports.verdict import paired
-from ablate.sequential import Decision
 from ablate.stats import DEFAULT, Delta, Stats, Summary, family_size, family_text, method_note, summarize
+from ablate.stats.power import NEEDS_MEANING, unresolved_line
+from ablate.stats.sequential import Decision
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """One verdict per comparison: two arms' runs paired by configuration and seed, read by ``ablate.stats``, or
-at the look of ``ablate run --until-resolved`` that decided them (``ablate.sequential``).
+at the look of ``ablate run --until-resolved`` that decided them (``ablate.stats.sequential``).
 
 Every report that compares two arms (the paper's tables, the scorecard, ``report compare``) pairs them here,
 so a comparison that ``--until-resolved`` decided reads "resolved at look k" in each of them, and none reads
@@ -14,8 +14,8 @@ from typing import Any
 
 from ablate.metrics import metric as declared
 from ablate.reports.rows import cell_value, pair_key
-from ablate.sequential import Decision, decided, with_decision
 from ablate.stats import DEFAULT, Delta, Stats, paired_delta, paired_ratio
+from ablate.stats.sequential import Decision, decided, with_decision
 
 
 def arm_values(runs: Any, metric: str) -> dict[Any, tuple[str, float | None]]:

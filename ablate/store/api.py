@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from ablate.runner.fingerprints import Fingerprints
-    from ablate.sequential import Decision
+    from ablate.stats.sequential import Decision
     from ablate.store.rehash import Move, RehashPlan
 
 log = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ class Store:
 
     def decisions(self, grid: str) -> list[Decision]:
         """What ``ablate run --until-resolved`` decided for grid ``grid``'s comparisons
-        (``ablate.sequential.Decision``); empty when it never ran on it."""
+        (``ablate.stats.sequential.Decision``); empty when it never ran on it."""
         from ablate.store import decisions as stored
 
         return self._read(lambda s: stored.decisions(s, grid))

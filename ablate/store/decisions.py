@@ -1,5 +1,5 @@
 """What ``ablate run --until-resolved`` decided, kept with its looks (``sequential_decisions``), and read back
-for the reports (``ablate.sequential.Decision``).
+for the reports (``ablate.stats.sequential.Decision``).
 
 Functions take a Session and never commit: the caller owns ``Session.begin()``.
 """
@@ -14,7 +14,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from ablate.errors import StoreError
-from ablate.sequential import Decision, LookRecord
+from ablate.stats.sequential import Decision, LookRecord
 from ablate.store.records import utcnow
 from ablate.store.schema import Grid, SequentialDecision
 

@@ -205,9 +205,10 @@ class Event(Base):
 
 
 class SequentialDecision(Base):
-    """What ``ablate run --until-resolved`` decided for one comparison of a grid (``ablate.sequential``'s
-    ``Decision``): ``treatment`` against ``reference`` on ``metric`` at ``cell`` (the grid's other axes),
-    over the paired ``runs``; ``look`` (1-based) resolved it, or it was open at the last planned look (NULL).
+    """What ``ablate run --until-resolved`` decided for one comparison of a grid
+    (``ablate.stats.sequential``'s ``Decision``): ``treatment`` against ``reference`` on ``metric`` at
+    ``cell`` (the grid's other axes), over the paired ``runs``; ``look`` (1-based) resolved it, or it was open
+    at the last planned look (NULL).
     ``n``, ``level`` and ``p_adj`` are that look's; ``family`` comparisons were corrected together
     (``correction``) at each look of ``plan``; ``looks`` holds each look it took part in. ``key`` names the
     comparison within its grid and metric (a hash of treatment, reference and cell): a later

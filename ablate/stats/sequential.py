@@ -13,7 +13,7 @@ A ``Decision`` is what the loop decided for one comparison, with its looks. The 
 it ("resolved at look 2 of 3, n=4 seeds"), never again at a fixed-n level: testing it again at alpha would be
 one more look, which the spending did not pay for (``decided``).
 
-Pure (numpy and scipy imported lazily, by ``ablate.stats``).
+Pure (numpy and scipy imported when called).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.errors import UserInputError
-from ablate.stats import ALPHA, CORRECTION_NAMES, DEFAULT, Delta, Stats, correct
+from ablate.stats.corrections import correct
+from ablate.stats.delta import ALPHA, CORRECTION_NAMES, DEFAULT, Delta, Stats
 
 
 def looks(first: int, step: int, most: int) -> list[int]:

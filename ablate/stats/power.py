@@ -2,14 +2,15 @@
 true mean with a given spread (noncentral t), the minimum effect n seeds detect with 80% power, the seeds an
 observed effect needs at the level its family asks, and the line a report prints for a comparison still open.
 
-The deltas, their families and their levels are ``ablate.stats``'s; this module reads them.
+The deltas (``stats.delta``), their families and their levels (``stats.corrections``) are read here.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ablate.stats import ALPHA, DEFAULT, MAX_SEEDS, POWER, Delta, Stats, family_of, level_for
+from ablate.stats.corrections import family_of, level_for
+from ablate.stats.delta import ALPHA, DEFAULT, MAX_SEEDS, POWER, Delta, Stats
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
