@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.ablations.config import ModelConfig
-from ablate.ablations.weights import causal_scores, mix
+from ablate.ablations.scores import causal_scores, mix
 
 
 def softmax_with_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,

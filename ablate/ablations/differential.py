@@ -37,7 +37,7 @@ from torch import nn
 
 from ablate.ablations.config import ModelConfig
 from ablate.ablations.layers import RMSNorm
-from ablate.ablations.weights import causal_scores, repeat_kv
+from ablate.ablations.scores import causal_scores, repeat_kv
 
 LAMBDA_STD = 0.1  # the λ vectors' init (the paper's code)
 

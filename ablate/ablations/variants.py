@@ -377,27 +377,3 @@ def apply_variant(model: ModelConfig, name: str) -> ModelConfig:
             f"variant {name!r} on preset {model.preset!r} gives an invalid model: {err['msg']}",
             where=f"model{'.' + loc if loc else ''}",
         ) from None
-
-
-def catalogue_rows(preset: str | None = None) -> list[dict[str, Any]]:
-    """``ablate variants``: every variant as a JSON-ready dict, then the plugin arms installed packages
-    register (``ablate.arms`` entry points), with ``added_params`` at ``preset`` when given (None for an
-    MoE-only variant on a dense preset, and for a plugin arm, whose arguments the grid gives). An unknown
-    preset is a ConfigError naming ``--preset``."""
-    from ablate.ablations.plugins import catalogue_rows as plugin_rows
-
-    rows = [v.as_dict() for v in VARIANTS.values()] + plugin_rows()
-    if preset is None:
-        return rows
-    from ablate.ablations.params import added_params
-    from ablate.ablations.presets import PRESETS
-
-    if preset not in PRESETS:
-        raise ConfigError(one_of(preset, PRESETS, what="preset"), where="--preset")
-    base = ModelConfig(preset=preset)
-    for row in rows:
-        # counted only when asked for the plugin's own arguments: none here
-        plugin = row["name"] not in VARIANTS
-        row["added_params"] = None if plugin or (row["requires_moe"] and not base.is_moe) else added_params(
-            base, row["name"])
-    return rows

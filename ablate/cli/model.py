@@ -23,7 +23,7 @@ def variants(
 ) -> None:
     """The variant catalogue: names, the paper rows each reproduces, what each changes (wrapped to the
     terminal, or 100 columns off one; --wide: every field)."""
-    from ablate.ablations.variants import catalogue_rows
+    from ablate.ablations.catalogue import catalogue_rows
     from ablate.cli.views import variants_table
 
     rows = catalogue_rows(preset)
