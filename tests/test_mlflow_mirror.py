@@ -141,9 +141,10 @@ def test_a_run_is_mirrored_live_and_resumes_into_the_same_mlflow_run(tmp_path):
     assert [r.info.run_id for r in runs] == [rid]
 
 
-def test_trials_nest_under_their_study_and_a_pruned_one_says_where(tmp_path):
+@pytest.mark.parametrize("experiment", [None, "team"], ids=["own-experiment", "named-experiment"])
+def test_trials_nest_under_their_study_and_a_pruned_one_says_where(tmp_path, experiment):
     home = tmp_path / "home"
-    thread = MirrorThread(home=home, grid="g/tune")
+    thread = MirrorThread(home=home, grid="g/tune", experiment=experiment)
     cfg = _result("t1", 0).config
     for rid, trial in (("t1", 0), ("t2", 1)):
         thread.start(rid, cfg, parent="g-study", tags={"study": "g-study", "trial_id": str(trial)})
@@ -152,8 +153,9 @@ def test_trials_nest_under_their_study_and_a_pruned_one_says_where(tmp_path):
     thread.submit(_result("t1", 0), parent="g-study")
     thread.close()
     assert thread.errors == []
-    mirror = MlflowMirror(home=home, grid="g/tune")
+    mirror = MlflowMirror(home=home, grid="g/tune", experiment=experiment)
     client = mirror.client
+    assert [e.name for e in client.search_experiments() if e.name != "Default"] == [experiment or "g/tune"]
     study = client.search_runs([mirror.experiment_id], filter_string="tags.`ablate.parent` = 'g-study'")
     assert len(study) == 1 and study[0].data.tags["ablate.role"] == "study"
     runs = {r.data.tags["run_id"]: r for r in
@@ -191,3 +193,139 @@ def test_processes_opening_a_new_tracking_store_together_all_log(tmp_path, monke
     assert [p.exitcode for p in procs] == [0, 0, 0]
     client = MlflowMirror(home=tmp_path / "home", grid="g0").client
     assert sorted(e.name for e in client.search_experiments() if e.name != "Default") == ["g0", "g1", "g2"]
+
+
+# ---------------------------------------------------------------- into the user's own experiment
+def _snapshot(client, run_ids: list[str]) -> dict:
+    """Everything MLflow holds of these runs: status, times, name, params, tags, every metric's history."""
+    out = {}
+    for rid in run_ids:
+        run = client.get_run(rid)
+        history = {k: sorted((m.step, m.value, m.timestamp) for m in client.get_metric_history(rid, k))
+                   for k in run.data.metrics}
+        out[rid] = (run.info.status, run.info.start_time, run.info.end_time, run.info.lifecycle_stage,
+                    run.info.run_name, dict(run.data.params), dict(run.data.tags), history)
+    return out
+
+
+def _ours(client, experiment_id: str, grid: str) -> dict[str, object]:
+    """``{run id: its nested MLflow run}`` of a grid's runs in an experiment."""
+    query = f"tags.`ablate.role` = 'run' and tags.grid = '{grid}'"
+    runs = client.search_runs([experiment_id], filter_string=query)
+    return {r.data.tags["run_id"]: r for r in runs}
+
+
+@pytest.mark.slow
+def test_a_grid_logs_into_the_users_experiment_and_leaves_its_other_runs_alone(tmp_path, monkeypatch):
+    """``--mlflow-experiment team`` (and ``MLFLOW_EXPERIMENT_NAME``) on a tracking store whose experiment
+    ``team`` already holds a user's runs (one carrying a ``run_id`` tag equal to one of the grid's) and
+    another grid's parent run: the grid's runs are logged there under a parent run of their own, tagged, each
+    once; a grid mirrored before into its own experiment is logged there too, once; nothing else in ``team``
+    changes."""
+    from mlflow.entities import Metric, Param, RunTag
+    from tiny_grids import tiny_grid
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.grid import expand, load_grid
+    from ablate.store import Store
+    from ablate.store.mlflow_mirror import grid_page, open_client
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    home = tmp_path / "home"
+    home.mkdir()
+    uri = tracking_uri(home)
+    g1, g2 = tmp_path / "g1.yaml", tmp_path / "g2.yaml"
+    g1.write_text(tiny_grid("g1", seeds=[0], steps=10))
+    g2.write_text(tiny_grid("g2", variants=["baseline"], seeds=[1], steps=10))
+    g1_ids = sorted(r.run_id for r in expand(load_grid(g1)))
+
+    # the user's experiment, as the user left it
+    client = open_client(uri)
+    team = client.create_experiment("team", tags={"project": "attention"})
+    theirs = []
+    for name, tags in (("their-baseline", {"run_id": g1_ids[0], "owner": "ana"}),
+                       ("their-sweep", {"owner": "ben"})):
+        run = client.create_run(team, run_name=name, tags=tags)
+        client.log_batch(run.info.run_id, metrics=[Metric("loss", 5.0 - s, 1000 + s, s) for s in range(3)],
+                         params=[Param("lr", "0.01")], tags=[RunTag("note", "keep me")])
+        client.set_terminated(run.info.run_id, "FINISHED")
+        theirs.append(run.info.run_id)
+    other = client.create_run(team, run_name="other", tags={"ablate.role": "grid", "ablate.parent": "other",
+                                                            "grid": "other"})
+    client.set_terminated(other.info.run_id, "FINISHED")
+    theirs.append(other.info.run_id)
+    before = _snapshot(client, theirs)
+    team_tags = client.get_experiment(team).tags
+
+    def run(*args: str) -> None:
+        out = CliRunner().invoke(app, ["run", *args, "--jobs", "2", "--home", str(home)])
+        assert out.exit_code == 0, out.output
+        assert "warning" not in out.output, out.output
+
+    run(str(g1), "--mlflow-experiment", "team")  # trained, mirrored live into team
+    run(str(g2))  # into its own experiment, g2
+    run(str(g2), "--mlflow-experiment", "team")  # nothing trains; its run is logged into team from its result
+
+    def check() -> None:
+        assert _snapshot(client, theirs) == before  # the user's runs and the other grid's: untouched
+        assert client.get_experiment(team).tags == team_tags  # no tag of ablate's on the user's experiment
+        assert sorted(e.name for e in client.search_experiments()) == ["Default", "g2", "team"]
+        parents = {r.data.tags["ablate.parent"]: r.info.run_id for r in client.search_runs(
+            [team], filter_string="tags.`ablate.role` = 'grid'")}
+        assert sorted(parents) == ["g1", "g2", "other"]  # each grid its own parent run
+        with Store.open(home=home) as store:
+            stored = {grid: store.runs_frame(grid=grid).set_index("run_id")["mlflow_run_id"]
+                      for grid in ("g1", "g2")}
+        for grid in ("g1", "g2"):
+            ours = _ours(client, team, grid)
+            assert sorted(ours) == sorted(stored[grid].index)  # every run, once
+            for rid, r in ours.items():
+                assert r.info.run_id == stored[grid][rid]  # the store points at it
+                assert r.data.tags["mlflow.parentRunId"] == parents[grid]
+                assert {k: r.data.tags[k] for k in ("grid", "run_id")} == {"grid": grid, "run_id": rid}
+                assert r.data.tags["seed"] == r.data.params["seed"] and r.data.tags["variant"] in (
+                    "baseline", "sdpa-elementwise")
+                assert r.info.status == "FINISHED"
+                assert _history(client, r.info.run_id) == list(range(10))  # each step once
+        assert sorted(_ours(client, team, "g1")) == g1_ids
+        # g2's first mirror stays where it was
+        assert len(_ours(client, client.get_experiment_by_name("g2").experiment_id, "g2")) == 1
+
+    check()
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team")  # the same, named by MLflow's variable
+    run(str(g1))
+    run(str(g2))
+    check()  # nothing logged twice
+    assert grid_page(uri, "g1") == (f"#/experiments/{team}/runs", "g1")  # ablate ui --grid g1 opens team
+
+
+def test_mlflow_experiment_bad_input_is_one_line(tmp_path):
+    from tiny_grids import tiny_grid
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    path = tmp_path / "g.yaml"
+    path.write_text(tiny_grid("g", seeds=[0], steps=10))
+    for cmd in ("run", "tune"):
+        for args, message in ((["--mlflow-experiment", " "], "--mlflow-experiment: an empty name"),
+                              (["--mlflow-experiment", "team", "--no-mlflow"], "--mlflow-experiment: names "
+                               "where to mirror, but --no-mlflow mirrors nothing")):
+            out = CliRunner().invoke(app, [cmd, str(path), *args, "--home", str(tmp_path / "h")])
+            assert out.exit_code == 2 and out.output.startswith(f"error: {message}"), out.output
+            assert out.output.count("\n") == 1
+    assert not (tmp_path / "h").exists()
+
+
+def test_a_deleted_experiment_is_named_with_how_to_restore_it(tmp_path):
+    from ablate.errors import UserInputError
+    from ablate.store.mlflow_mirror import open_client
+
+    client = open_client(tracking_uri(tmp_path))
+    gone = client.create_experiment("team")
+    client.delete_experiment(gone)
+    with pytest.raises(UserInputError, match=rf"the MLflow experiment 'team' is deleted: restore it "
+                                             rf"\(mlflow experiments restore --experiment-id {gone}\) or "
+                                             "name another"):
+        MlflowMirror(home=tmp_path, grid="g", experiment="team")

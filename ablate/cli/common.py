@@ -202,6 +202,33 @@ RayAddressOpt = Annotated[str | None, typer.Option(
     "--ray-address", help="ray: the cluster to join (host:port) [default: $RAY_ADDRESS, else a Ray instance "
                           "started here for this command]")]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
+MlflowExperimentOpt = Annotated[str | None, typer.Option(
+    "--mlflow-experiment", show_default=False,
+    help="mirror into this MLflow experiment (made only if missing; its other runs are left alone), each "
+         "run tagged grid, variant, seed, run_id [default: $MLFLOW_EXPERIMENT_NAME, else one experiment per "
+         "grid, named after it]")]
+
+
+class Mlflow(TypedDict):
+    mlflow: bool
+    mlflow_experiment: str | None
+
+
+def mlflow_target(no_mlflow: bool, experiment: str | None) -> Mlflow:
+    """The options' MLflow fields from ``--no-mlflow`` and ``--mlflow-experiment`` (else
+    ``MLFLOW_EXPERIMENT_NAME``); a blank name, or both options, is one line (exit 2)."""
+    from ablate.errors import ConfigError
+    from ablate.store.mlflow_mirror import experiment_name
+
+    if experiment is not None and not experiment.strip():
+        raise ConfigError("an empty name; name an experiment, or leave the option out (each grid gets its "
+                          "own)", where="--mlflow-experiment")
+    if experiment is not None and no_mlflow:
+        raise ConfigError("names where to mirror, but --no-mlflow mirrors nothing; give one of the two",
+                          where="--mlflow-experiment")
+    return {"mlflow": not no_mlflow, "mlflow_experiment": None if no_mlflow else experiment_name(experiment)}
+
+
 StorePatienceOpt = Annotated[float | None, typer.Option(
     "--store-patience", min=0, show_default=False,
     help="seconds the store may stay unreachable before the command stops cleanly (training goes on "

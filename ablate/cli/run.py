@@ -15,6 +15,7 @@ from ablate.cli.common import (
     GridArg,
     HomeOpt,
     JobsOpt,
+    MlflowExperimentOpt,
     NoMlflowOpt,
     RayAddressOpt,
     SetOpt,
@@ -26,6 +27,7 @@ from ablate.cli.common import (
     echo_json,
     handles_errors,
     home_dir,
+    mlflow_target,
     patience,
     print_wide,
     terminal_ask,
@@ -195,6 +197,7 @@ def run(
                                          "it, as runs of an older configuration (without it such a grid is "
                                          "refused)")] = False,
     no_mlflow: NoMlflowOpt = False,
+    mlflow_experiment: MlflowExperimentOpt = None,
     home: HomeOpt = None,
     store: StoreOpt = None,
     executor: ExecutorOpt = "local",
@@ -249,7 +252,8 @@ def run(
     memory = parse_memory(device_memory) if device_memory is not None else None
     options = RunOptions(home=home_dir(home), store=store, executor=executor, jobs=jobs, devices=devices,
                          threads=threads, jobs_per_device=jobs_per_device, retry_failed=retry_failed,
-                         mlflow=not no_mlflow, wait=wait or spec is not None, append=append,
+                         **mlflow_target(no_mlflow, mlflow_experiment), wait=wait or spec is not None,
+                         append=append,
                          progress_every_s=progress_every, device_memory=memory, own=own,
                          idle_table=spec is None, yes=yes, ask=terminal_ask(), **patience(store_patience))
 

@@ -14,6 +14,7 @@ from ablate.cli.common import (
     ExecutorOpt,
     HomeOpt,
     JobsOpt,
+    MlflowExperimentOpt,
     RayAddressOpt,
     SetOpt,
     StoreOpt,
@@ -23,6 +24,7 @@ from ablate.cli.common import (
     grid_file,
     handles_errors,
     home_dir,
+    mlflow_target,
     open_store,
     patience,
 )
@@ -68,6 +70,7 @@ def tune_cmd(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not mirror the trials and --then-run "
                                             "runs into MLflow")]
     = False,
+    mlflow_experiment: MlflowExperimentOpt = None,
     home: HomeOpt = None,
     store: StoreOpt = None,
     store_patience: StorePatienceOpt = None,
@@ -103,7 +106,7 @@ def tune_cmd(
                           find_max_stable=find_max_stable, stable_steps=stable_steps, home=home_dir(home),
                           store=store, executor=executor, jobs=jobs, devices=devices, threads=threads,
                           own={"ray_address": ray_address} if ray_address is not None else {},
-                          mlflow=not no_mlflow,
+                          **mlflow_target(no_mlflow, mlflow_experiment),
                           **patience(store_patience),
                           device_memory=None if device_memory is None else parse_memory(device_memory))
     report = tune(grid, sets or [], options)

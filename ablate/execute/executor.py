@@ -65,6 +65,7 @@ class RunOptions:
     threads: int | None = None  # torch threads per run (--threads); local default: the usable CPUs // workers
     retry_failed: bool = False
     mlflow: bool = True
+    mlflow_experiment: str | None = None  # the MLflow experiment the user named; None: the grid's own
     wait: bool = False  # wait for runs another process is training (slurm: for the array to end)
     append: bool = False  # a grid whose name the store holds with another base: the same study grown
     device_memory: float | None = None  # bytes per device every run to train must fit

@@ -32,7 +32,7 @@ from ablate import layout
 from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.executor import RunOptions, Session, check_flags, executor
 from ablate.execute.large import confirm_large
-from ablate.execute.lifecycle import Lifecycle, unmirrored
+from ablate.execute.lifecycle import Lifecycle, mlflow_ids, unmirrored
 from ablate.execute.messages import Job
 from ablate.execute.opening import Opened, expand_grid, job_liveness, open_grid, planning
 
@@ -150,7 +150,7 @@ def _run_opened(o: Opened, session: Session, opts: RunOptions, console: Console,
         hint = "" if opts.wait else "; --wait waits for them"
         console.print(f"ablate run {o.name}: {report.held}{hint}", highlight=False, soft_wrap=True)
     finished = [d.run_id for d in o.decisions if d.status in ("done", "diverged")] + list(o.reused)
-    mirror = _mirror(o, finished, bool(o.todo)) if opts.mlflow else None
+    mirror = _mirror(o, finished, bool(o.todo), opts.mlflow_experiment) if opts.mlflow else None
     lifecycle = Lifecycle(o.store, home=o.home, mirror=mirror, patience_s=opts.store_patience_s)
     try:
         if o.todo:
@@ -202,14 +202,24 @@ def _wait_for(o: Opened) -> None:
 
 
 # ------------------------------------------------------------ MLflow
-def _mirror(o: Opened, finished: list[str], will_train: bool) -> Any:
+def _mirror(o: Opened, finished: list[str], will_train: bool, experiment: str | None) -> Any:
     """The MLflow mirror thread, with the grid's finished runs MLflow never got queued first (e.g. the last
-    ``ablate run`` was killed); None when nothing will be logged (MLflow is then not even imported)."""
+    ``ablate run`` was killed); None when nothing will be logged (MLflow is then not even imported). Into an
+    experiment the user named, the finished runs it does not hold yet (mirrored into the grid's own, say) are
+    queued too: that asks MLflow, so it is opened whenever the grid has finished runs."""
+    from ablate.execute.mirror import MirrorThread
+
+    if experiment is not None:
+        stored = mlflow_ids(o.store, o.home, o.name, finished) if finished else {}
+        if not stored and not will_train:
+            return None
+        mirror = MirrorThread(home=o.home, grid=o.name, experiment=experiment)
+        if stored:
+            mirror.backfill(stored)
+        return mirror
     missing = unmirrored(o.store, o.home, o.name, finished) if finished else []
     if not missing and not will_train:
         return None
-    from ablate.execute.mirror import MirrorThread
-
     mirror = MirrorThread(home=o.home, grid=o.name)
     for result in missing:
         mirror.submit(result)

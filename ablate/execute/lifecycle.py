@@ -229,6 +229,18 @@ def _nesting(job: Job | None) -> dict[str, Any]:
     return out
 
 
+def mlflow_ids(store: Store, home: Path, grid: str, run_ids: Iterable[str]) -> dict[str, str | None]:
+    """``{run id: the MLflow run id the store records, or None}`` of the finished runs of ``grid`` among
+    ``run_ids`` that left a ``result.json``: what ``MirrorThread.backfill`` checks against an experiment the
+    user named."""
+    wanted = {rid for rid in run_ids if (layout.run_dir(home, rid) / RESULT_FILE).is_file()}
+    if not wanted:
+        return {}
+    frame = store.runs_frame(grid=grid)
+    return {rid: mid if isinstance(mid, str) else None
+            for rid, mid in zip(frame["run_id"], frame["mlflow_run_id"], strict=True) if rid in wanted}
+
+
 def unmirrored(store: Store, home: Path, grid: str, run_ids: Iterable[str]) -> list[RunResult]:
     """Finished runs of ``grid`` among ``run_ids`` that MLflow never got (e.g. the last ``ablate run`` was
     killed, or ran with ``--no-mlflow``): their results, to mirror now."""

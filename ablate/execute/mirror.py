@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ablate.result import RunResult
+from ablate import layout
+from ablate.result import RunResult, read_result
 from ablate.store.faults import first_line
 from ablate.store.mlflow_mirror import STEPS_EVERY_S, MlflowMirror, tracking_uri
 
@@ -32,8 +33,9 @@ class MirrorThread:
     ``result.json`` still hold everything, which the next mirror of the run fills in.
     """
 
-    def __init__(self, *, home: Path, grid: str, uri: str | None = None):
+    def __init__(self, *, home: Path, grid: str, uri: str | None = None, experiment: str | None = None):
         self._home, self._grid, self._uri = home, grid, uri
+        self.experiment = experiment  # the MLflow experiment the user named; None: the grid's own
         self._inbox: queue.Queue[tuple[str, str, tuple[Any, ...], dict[str, Any]] | None] = queue.Queue()
         self._done: queue.Queue[tuple[str, str]] = queue.Queue()
         self.errors: list[str] = []
@@ -72,6 +74,12 @@ class MirrorThread:
         """A run ended without a result (``interrupted``, ``pruned``)."""
         self._put(("end", run_id, (status,), {"tags": dict(tags or {})}))
 
+    def backfill(self, stored: Mapping[str, str | None]) -> None:
+        """Finished runs (``{run id: the MLflow run id the store records, or None}``): each one the
+        experiment does not hold as that MLflow run (never mirrored, mirrored halfway, or into another
+        experiment) is logged from its ``result.json``; one it holds is left as it is."""
+        self._put(("backfill", "", (dict(stored),), {}))
+
     def logged(self) -> list[tuple[str, str]]:
         """``(run_id, mlflow_run_id)`` of every nested run completed since the last call."""
         out = []
@@ -92,7 +100,7 @@ class MirrorThread:
 
     def _loop(self) -> None:
         try:
-            mirror = MlflowMirror(home=self._home, grid=self._grid, uri=self._uri)
+            mirror = MlflowMirror(home=self._home, grid=self._grid, uri=self._uri, experiment=self.experiment)
         except Exception as exc:  # noqa: BLE001 - reported, the grid goes on
             self._fail(f"MLflow at {self._uri or tracking_uri(self._home)}: {first_line(exc)}")
             while self._inbox.get() is not None:
@@ -132,10 +140,27 @@ class MirrorThread:
             elif kind == "end":
                 flush(rid)  # commands about a run keep their order
                 self._call(mirror, kind, rid, args, kwargs)
+            elif kind == "backfill":
+                self._backfill(mirror, args[0])
         try:
             mirror.close()
         except Exception as exc:  # noqa: BLE001
             self._fail(f"MLflow: {first_line(exc)}")
+
+    def _backfill(self, mirror: MlflowMirror, stored: Mapping[str, str | None]) -> None:
+        try:
+            held = mirror.nested()
+        except Exception as exc:  # noqa: BLE001
+            self._fail(f"MLflow: {first_line(exc)}")
+            return
+        for run_id, mlflow_id in stored.items():
+            if mlflow_id is not None and held.get(run_id) == mlflow_id:
+                continue  # complete there: the store records it once its mirror is
+            try:
+                result = read_result(layout.run_dir(self._home, run_id))
+            except Exception:  # noqa: BLE001 - not a result: nothing to mirror
+                continue
+            self._call(mirror, "result", run_id, (result,), {})
 
     def _call(self, mirror: MlflowMirror, kind: str, run_id: str, args: tuple[Any, ...],
               kwargs: dict[str, Any]

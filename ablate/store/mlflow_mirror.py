@@ -1,4 +1,5 @@
-"""MLflow mirroring: each grid is an experiment with a parent run, each ablate run one nested run, live.
+"""MLflow mirroring: each grid is a parent run in an experiment (the grid's own, or one the user names), each
+ablate run one nested run, live.
 
 A nested run is opened when its run starts (status RUNNING, the flattened config as params, tags ``grid``,
 ``variant``, ``seed``, ``run_id``), its step metrics (``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
@@ -8,6 +9,12 @@ values ``probe/<name>`` at step = layer, artifacts: the resolved config, ``resul
 before it is set FINISHED (FAILED for a crash, KILLED for an interrupted run). There is one nested run per
 ablate run: a resumed run, or a run mirrored again, continues the same MLflow run (found by its ``run_id``
 tag) and never logs a point twice. A tuning trial nests under its study's parent run instead of the grid's.
+
+The experiment is the grid's name, unless the user names one (``--mlflow-experiment``, else
+``MLFLOW_EXPERIMENT_NAME``: ``experiment_name``), which is used as it is when it exists (its tags and its
+other runs are left alone) and made only when missing. Several grids may share it: each finds its own parent
+run by its name, and its nested runs by their ``run_id`` tag among the runs ablate made (``ablate.role =
+run``), so the experiment's other runs are never read as, or deleted as, a duplicate of one of ours.
 
 The default tracking store is ``sqlite:///$ABLATE_HOME/mlflow.db`` with artifacts under
 ``$ABLATE_HOME/mlartifacts`` (never a stray ``./mlruns``); ``MLFLOW_TRACKING_URI`` points elsewhere. Creating
@@ -54,6 +61,12 @@ def mlflow_key(name: str) -> str:
     """A metric's name as MLflow accepts it: each character it refuses becomes ':' (``bench/mqar@256`` is
     ``bench/mqar:256`` in MLflow; MLflow allows letters, digits, ``_ - . : /`` and spaces)."""
     return _MLFLOW_REFUSES.sub(":", name)
+
+
+def experiment_name(named: str | None = None) -> str | None:
+    """The MLflow experiment the user names for a grid: ``named`` (``--mlflow-experiment``), else
+    ``MLFLOW_EXPERIMENT_NAME``; None: each grid its own experiment, of its name."""
+    return named or os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
 
 
 def tracking_uri(home: Path) -> str:
@@ -134,7 +147,8 @@ def open_client(uri: str) -> Any:
 def grid_page(uri: str, grid: str | None = None) -> tuple[str, str | None]:
     """``(page, grid)``: the path of MLflow's UI page of a grid's runs (``#/experiments/<id>/runs``), for
     ``grid`` or else the grid whose experiment changed last; ``("", None)`` when the store holds no grid yet,
-    or is not a SQLite file (a UserInputError names the grids there are when ``grid`` is not one).
+    or is not a SQLite file (a UserInputError names the grids there are when ``grid`` is not one). A grid
+    mirrored into an experiment the user named is found by its parent run there.
 
     Read from the SQLite file as MLflow keeps it, read-only, without importing MLflow: ``ablate ui`` stays a
     small process that stops at once. The experiments opening on their runs is the mirror's doing
@@ -150,14 +164,22 @@ def grid_page(uri: str, grid: str | None = None) -> tuple[str, str | None]:
         with contextlib.closing(sqlite3.connect(read_only, uri=True)) as db:
             grids = db.execute("SELECT experiment_id, name FROM experiments WHERE lifecycle_stage = 'active' "
                                "AND name != 'Default' ORDER BY last_update_time DESC").fetchall()
+            # (experiment, grid) of each grid's parent run: a grid in a named experiment is found by it
+            parents = db.execute(
+                "SELECT r.experiment_id, p.value FROM runs r JOIN tags p ON p.run_uuid = r.run_uuid "
+                "JOIN tags g ON g.run_uuid = r.run_uuid WHERE r.lifecycle_stage = 'active' AND "
+                f"p.key = '{PARENT_TAG}' AND g.key = '{ROLE_TAG}' AND g.value = 'grid'").fetchall()
     except sqlite3.Error:  # not MLflow's schema (another version's): the UI's own home page
         return "", None
     if not grids and grid is None:
         return "", None
-    chosen = grids[0] if grid is None else next((g for g in grids if g[1] == grid), None)
-    if chosen is None:
-        raise UserInputError(f"--grid: {one_of(grid, [name for _, name in grids], what='grid')}")
-    return f"#/experiments/{chosen[0]}/runs", str(chosen[1])
+    named = {name: eid for eid, name in grids}
+    found = {name: eid for eid, name in parents} | named  # a grid's own experiment first
+    if grid is None:
+        return f"#/experiments/{grids[0][0]}/runs", str(grids[0][1])
+    if grid not in found:
+        raise UserInputError(f"--grid: {one_of(grid, sorted(found), what='grid')}")
+    return f"#/experiments/{found[grid]}/runs", grid
 
 
 def _log_batches(client: Any, rid: str, metrics: Sequence[Any], tags: Sequence[Any] = ()) -> None:
@@ -193,12 +215,13 @@ def log_probes(client: Any, mlflow_run_id: str, result: RunResult) -> int:
 
 class MlflowMirror:
     """Logs one grid's runs into MLflow (in the calling thread; ``ablate.execute.mirror.MirrorThread`` drives
-    it from a background thread)."""
+    it from a background thread): into the experiment ``experiment``, else the grid's own (of its name)."""
 
-    def __init__(self, *, home: Path, grid: str, uri: str | None = None):
+    def __init__(self, *, home: Path, grid: str, uri: str | None = None, experiment: str | None = None):
         self.home = Path(home)
         self.uri = uri or tracking_uri(self.home)
         self.grid = grid
+        self.experiment = experiment or grid
         # a local store (SQLite, a folder) keeps its artifacts under home; a tracking server decides for
         # itself
         self._local_store = not self.uri.startswith(("http://", "https://", "databricks"))
@@ -213,20 +236,29 @@ class MlflowMirror:
         self._exact: set[str] = set()
 
     def _experiment(self) -> str:
-        exp = self.client.get_experiment_by_name(self.grid)
+        """The experiment's id: found by its name, else made (tagged to open on its runs). A user's experiment
+        that exists is used as it is; the grid's own, made by an older ablate, gets the tag."""
+        from ablate.errors import UserInputError
+
+        exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow keeps its name, and refuses runs
+            raise UserInputError(f"the MLflow experiment {self.experiment!r} is deleted: restore it (mlflow "
+                                 f"experiments restore --experiment-id {exp.experiment_id}) or name another")
         if exp is not None:
             found: str = exp.experiment_id
-            if KIND_TAG not in exp.tags:  # made by an older ablate
+            if self.experiment == self.grid and KIND_TAG not in exp.tags:  # made by an older ablate
                 self.client.set_experiment_tag(found, KIND_TAG, KIND)
             return found
-        location = artifact_root(self.home) + f"/{self.grid}" if self._local_store else None
-        made: str = self.client.create_experiment(self.grid, artifact_location=location,
+        folder = re.sub(r"[^\w./-]", "_", self.experiment)  # a grid's name as it is; a user's made a path
+        location = artifact_root(self.home) + f"/{folder}" if self._local_store else None
+        made: str = self.client.create_experiment(self.experiment, artifact_location=location,
                                                   tags={KIND_TAG: KIND})
         return made
 
     def _parent(self, name: str, *, role: str) -> str:
-        """The parent run named ``name`` (the grid's, or a tuning study's), made on first use."""
-        query = f"tags.`{ROLE_TAG}` = 'grid'" if role == "grid" else f"tags.`{PARENT_TAG}` = '{name}'"
+        """The parent run named ``name`` (the grid's, or a tuning study's), made on first use; among the
+        experiment's runs, only one ablate made for this name (another grid's, a user's own, are not it)."""
+        query = f"tags.`{ROLE_TAG}` = '{role}' and tags.`{PARENT_TAG}` = '{name}'"
         found = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1)
         run = found[0] if found else self.client.create_run(
             self.experiment_id, run_name=name, tags={ROLE_TAG: role, PARENT_TAG: name, "grid": self.grid})
@@ -301,9 +333,10 @@ class MlflowMirror:
              name: str | None = None) -> tuple[str, Any]:
         """The nested run of ``run_id`` (found by its tag, made if none) and the existing Run (None if
         new)."""
-        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.run_id = '{run_id}'",
+        query = f"tags.run_id = '{run_id}' and tags.`{ROLE_TAG}` = 'run'"
+        found = self.client.search_runs([self.experiment_id], filter_string=query,
                                         order_by=["attributes.start_time DESC"])
-        for extra in found[1:]:  # one per run: an older mirror's duplicates go
+        for extra in found[1:]:  # one per run: an older mirror's duplicates go (only ablate's own runs)
             self.client.delete_run(extra.info.run_id)
         if found:
             self._runs[run_id] = found[0].info.run_id
@@ -320,6 +353,19 @@ class MlflowMirror:
                                      tags=tags)
         self._runs[run_id] = run.info.run_id
         return run.info.run_id, None
+
+    def nested(self) -> dict[str, str]:
+        """``{run id: its nested MLflow run id}`` of this grid's runs the experiment holds."""
+        query = f"tags.`{ROLE_TAG}` = 'run' and tags.grid = '{self.grid}'"
+        out: dict[str, str] = {}
+        token = None
+        while True:
+            page = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1000,
+                                           page_token=token)
+            out |= {r.data.tags["run_id"]: r.info.run_id for r in page if "run_id" in r.data.tags}
+            token = page.token
+            if not token:
+                return out
 
     def _new_points(self, rid: str, metrics: list[Any]) -> list[Any]:
         """``metrics`` without the (key, step) points the run already has: for a run this mirror made and

@@ -38,16 +38,17 @@ __all__ = ["TRIAL_JOB", "Outcome", "trial_runner"]
 
 @contextmanager
 def trial_runner(session: Session, *, home: Path, store: Store, title: str, console: Console | None = None,
-                 metric: str = "val_ppl", mlflow: bool = False, store_patience_s: float = STORE_PATIENCE_S,
-                 jobs: int | None = None) -> Iterator[Runner]:
+                 metric: str = "val_ppl", mlflow: bool = False, mlflow_experiment: str | None = None,
+                 store_patience_s: float = STORE_PATIENCE_S, jobs: int | None = None) -> Iterator[Runner]:
     """The session's runner on the trial job, kept across rounds (``jobs``: the most at once); its
     lifecycle's threads stop with it."""
     mirror = None
-    # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), nested under their study
+    # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), or of the one the user named,
+    # nested under their study
     if mlflow:
         from ablate.execute.mirror import MirrorThread
 
-        mirror = MirrorThread(home=home, grid=title)
+        mirror = MirrorThread(home=home, grid=title, experiment=mlflow_experiment)
     lifecycle = Lifecycle(store, home=home, mirror=mirror, metric=metric, patience_s=store_patience_s)
     try:
         with session.runner(lifecycle, title=title, console=console, job_fn=TRIAL_JOB, jobs=jobs) as runner:

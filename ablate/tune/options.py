@@ -38,6 +38,7 @@ class TuneOptions:
     jobs_per_device: int = 1
     device_memory: float | None = None  # bytes per device every run must fit (default: a local GPU's)
     mlflow: bool = True  # trials (experiment <grid>/tune, under their study) and the --then-run runs
+    mlflow_experiment: str | None = None  # the experiment the user named for both; None: each grid's own
     # a store unreachable this long while trials train stops the tuning
     store_patience_s: float = STORE_PATIENCE_S
     console: Console | None = None

@@ -122,7 +122,8 @@ def _tune_on(session: Any, grid: Any, cells: list[Cell], space: SearchSpace, met
             tuner = _Tuner(grid, cells, space, metric, pruner, opts, store,
                            optuna_storage(store.url), console)
             with trial_runner(session, home=home, store=store, title=f"{grid.name}/tune", console=console,
-                              metric=metric, mlflow=opts.mlflow, store_patience_s=opts.store_patience_s,
+                              metric=metric, mlflow=opts.mlflow, mlflow_experiment=opts.mlflow_experiment,
+                              store_patience_s=opts.store_patience_s,
                               jobs=most) as pool:
                 tuner.search(pool)
                 if opts.find_max_stable and not pool.interrupted:
@@ -406,7 +407,8 @@ class _Tuner:
         self.report.tuned = run_grid(path, [],
                                      RunOptions(home=o.home, store=o.store, executor=o.executor, jobs=o.jobs,
                                                 devices=o.devices, jobs_per_device=o.jobs_per_device,
-                                                threads=o.threads, mlflow=o.mlflow, own=dict(o.own),
+                                                threads=o.threads, mlflow=o.mlflow,
+                                                mlflow_experiment=o.mlflow_experiment, own=dict(o.own),
                                                 device_memory=o.device_memory, console=self.console))
 
 

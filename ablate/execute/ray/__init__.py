@@ -55,9 +55,10 @@ class RaySession:
         from ablate.execute.ray.runner import RayRunner
         from ablate.execute.ray.task import TaskSpec
 
+        mirror = lifecycle.mirror
         spec = TaskSpec(home=str(lifecycle.home.absolute()), store=lifecycle.store.url,
-                        address=self.cluster.address, job_fn=job_fn, grid=title,
-                        mlflow=lifecycle.mirror is not None)
+                        address=self.cluster.address, job_fn=job_fn, grid=title, mlflow=mirror is not None,
+                        mlflow_experiment=getattr(mirror, "experiment", None))
         return RayRunner(lifecycle, cluster=self.cluster, asks=self.asks, spec=spec, title=title,
                          width=min(self.width, jobs or self.width), console=console,
                          progress_every_s=progress_every_s)

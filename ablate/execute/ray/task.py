@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What every task of a grid shares: where it records (``home``, ``store``, the MLflow ``grid``), the job
-    function it runs, and the cluster's address (its tasks' jobs are named by it)."""
+    """What every task of a grid shares: where it records (``home``, ``store``, the MLflow ``grid`` and the
+    experiment the user named), the job function it runs, and the cluster's address (its tasks' jobs are named
+    by it)."""
 
     home: str
     store: str
@@ -41,6 +42,7 @@ class TaskSpec:
     job_fn: str
     grid: str = ""
     mlflow: bool = False
+    mlflow_experiment: str | None = None
 
 
 def ray_task(spec: TaskSpec, job: Job) -> Ended:
@@ -96,7 +98,7 @@ def _lifecycle(spec: TaskSpec, task: str) -> Lifecycle:
     if spec.mlflow and spec.grid:
         from ablate.execute.mirror import MirrorThread
 
-        mirror = MirrorThread(home=Path(spec.home), grid=spec.grid)
+        mirror = MirrorThread(home=Path(spec.home), grid=spec.grid, experiment=spec.mlflow_experiment)
     # no patience: the task trains on while the store is away, and its result waits in the run directory
     return Lifecycle(Store.open(spec.store), home=Path(spec.home), mirror=mirror, patience_s=None,
                      job=("ray", task))

@@ -44,7 +44,8 @@ class Slurm:
                             array_parallelism=own.get("array_parallelism"),
                             slurm_opts=own.get("slurm_opts", ()), retry_failed=options.retry_failed,
                             append=options.append, device_memory=options.device_memory,
-                            mlflow=options.mlflow, wait=options.wait, stale_after_s=options.stale_after_s,
+                            mlflow=options.mlflow, mlflow_experiment=options.mlflow_experiment,
+                            wait=options.wait, stale_after_s=options.stale_after_s,
                             store_patience_s=options.store_patience_s, console=options.console,
                             extra=options.extra, yes=options.yes, ask=options.ask)
 

@@ -73,6 +73,7 @@ class SlurmOptions:
     append: bool = False  # a grid whose name the store holds with another base: the same study grown
     device_memory: float | None = None  # bytes per device every run to submit must fit (--device-memory)
     mlflow: bool = True  # each task mirrors its run into MLflow, live
+    mlflow_experiment: str | None = None  # into the experiment the user named; None: the grid's own
     wait: bool = False
     poll_s: float = 5.0
     stale_after_s: float = 300.0
@@ -302,7 +303,7 @@ def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: Slur
     except ValueError as exc:
         raise ConfigError(str(exc).splitlines()[0], where="--slurm-opt") from None
     task = SlurmTask(home=str(home), store=url, grace_s=max(10.0, params["signal_delay_s"] - 15.0),
-                     grid=report.grid, mlflow=opts.mlflow)
+                     grid=report.grid, mlflow=opts.mlflow, experiment=opts.mlflow_experiment)
     jobs = [Job(d.run_id, str(run_dir(home, d.run_id)), d.run.config.model_dump(mode="json")) for d in todo]
     try:
         submitted = executor.map_array(task, jobs)

@@ -37,13 +37,16 @@ log = logging.getLogger(__name__)
 class SlurmTask(Checkpointable):
     """The callable each array task runs: ``SlurmTask(home=, store=)(job)`` with ``job`` a ``messages.Job``.
 
-    Only ``home``, ``store``, ``grace_s``, ``grid`` and ``mlflow`` are pickled; the training thread, its stop
-    event and the lifecycle live in the running process only. With ``mlflow`` the run is mirrored live into
-    the grid's MLflow experiment (the tracking store must be reachable from the nodes, as the store is).
+    Only ``home``, ``store``, ``grace_s``, ``grid``, ``mlflow`` and ``experiment`` are pickled; the training
+    thread, its stop event and the lifecycle live in the running process only. With ``mlflow`` the run is
+    mirrored live into ``experiment`` (None: the grid's own MLflow experiment; the tracking store must be
+    reachable from the nodes, as the store is).
     """
 
-    def __init__(self, *, home: str, store: str, grace_s: float = 75.0, grid: str = "", mlflow: bool = False):
+    def __init__(self, *, home: str, store: str, grace_s: float = 75.0, grid: str = "", mlflow: bool = False,
+                 experiment: str | None = None):
         self.home, self.store, self.grace_s, self.grid, self.mlflow = home, store, grace_s, grid, mlflow
+        self.experiment = experiment
         self._reset()
 
     def _reset(self) -> None:
@@ -54,10 +57,10 @@ class SlurmTask(Checkpointable):
 
     def __getstate__(self) -> dict[str, Any]:
         return {"home": self.home, "store": self.store, "grace_s": self.grace_s, "grid": self.grid,
-                "mlflow": self.mlflow}
+                "mlflow": self.mlflow, "experiment": self.experiment}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"experiment": None, **state})  # a task pickled before the experiment was
         self._reset()
 
     # ------------------------------------------------------------ the task
@@ -97,7 +100,7 @@ class SlurmTask(Checkpointable):
         if self.mlflow and self.grid:
             from ablate.execute.mirror import MirrorThread
 
-            mirror = MirrorThread(home=Path(self.home), grid=self.grid)
+            mirror = MirrorThread(home=Path(self.home), grid=self.grid, experiment=self.experiment)
         # no patience: the task trains on while the store is away, and its result waits in the run directory
         return Lifecycle(Store.open(self.store), home=Path(self.home), mirror=mirror, patience_s=None)
 
