@@ -42,7 +42,7 @@ Int = Annotated[int, BeforeValidator(_not_a_bool)]
 def identity_field(filled_by: str, description: str) -> Any:
     """A field that ablate fills when a grid is loaded, by calling ``filled_by`` ("module:function", given the
     model that holds the field and a resolver; it returns the fields to update), never set by a grid file. The
-    run id covers it; the stem id (``ablate.grid.ids.stem_id``) does not, so a change of it reads as stale."""
+    run id covers it; the stem id (``grid.identity.stem_id``) does not, so a change of it reads as stale."""
     return Field(None, description=description, json_schema_extra={"identity": True, "filled_by": filled_by})
 
 

@@ -22,7 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ablate.ablations.presets import PRESETS
 from ablate.config import CONFIG_VERSION, RunConfig
+from ablate.grid.ids import canonical, reduced
 
 RECORD = Path(__file__).with_name("defaults.yaml")
 RECORD_COMMAND = "python -m ablate.grid.defaults --record"
@@ -45,8 +47,6 @@ def _models_in(annotation: Any) -> list[tuple[type[BaseModel], str]]:
 
 def defaults(root: type[BaseModel] = RunConfig) -> dict[str, Any]:
     """Every field's default by dotted path (required fields have none), then every model preset's values."""
-    from ablate.ablations.presets import PRESETS
-    from ablate.grid.ids import canonical
 
     out: dict[str, Any] = {}
 
@@ -54,7 +54,7 @@ def defaults(root: type[BaseModel] = RunConfig) -> dict[str, Any]:
         for name, info in cls.model_fields.items():
             path = f"{prefix}{name}"
             if not info.is_required():
-                out[path] = _reduced(info.get_default(call_default_factory=True))
+                out[path] = reduced(info.get_default(call_default_factory=True))
             for sub, suffix in _models_in(info.annotation):
                 walk(sub, f"{path}{suffix}.")
 
@@ -62,21 +62,6 @@ def defaults(root: type[BaseModel] = RunConfig) -> dict[str, Any]:
     for preset, values in PRESETS.items():
         out.update({f"model.preset={preset}.{k}": canonical(v) for k, v in values.items()})
     return dict(sorted(out.items()))
-
-
-def _reduced(value: Any) -> Any:
-    """A default as it counts in a run id: models reduced to their non-default fields (their own fields are
-    recorded one by one), so adding a field to ``SourceConfig`` does not read as a change of
-    ``data.train``."""
-    from ablate.grid.ids import canonical, minimal
-
-    if isinstance(value, BaseModel):
-        return minimal(value)  # a fresh copy (no YAML anchors between equal defaults)
-    if isinstance(value, list):
-        return [_reduced(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _reduced(v) for k, v in value.items()}
-    return canonical(value)
 
 
 def recorded(path: Path = RECORD) -> tuple[int | None, dict[str, Any]]:

@@ -25,7 +25,8 @@ from ablate.ablations.variants import without_variant
 from ablate.config import RunConfig, vocab_from_tokenizer
 from ablate.errors import ConfigError
 from ablate.grid import identity
-from ablate.grid.ids import canonical, run_and_stem_ids
+from ablate.grid.identity import run_and_stem_ids
+from ablate.grid.ids import canonical
 from ablate.grid.paths import assign, describe, explain, get_path
 from ablate.grid.schema import Grid
 
@@ -42,7 +43,7 @@ class PlannedRun:
     params: int
     added_params: int
     match_residual: float | None = None
-    stem_id: str = ""  # the id without what the run reads outside its config (``ablate.grid.ids.stem_id``)
+    stem_id: str = ""  # the id without what the run reads outside its config (``identity.stem_id``)
 
 
 def _assignments(grid: Grid) -> Iterator[tuple[dict[str, Any], dict[str, str], bool]]:

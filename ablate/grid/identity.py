@@ -10,7 +10,7 @@ for "an input outside the config":
   identity field and any it resolves with it (a relative path made absolute). Only a field that is still None
   is filled, so a stored run keeps what it read.
 - A grid file never sets it: ``given`` lists the ones a config sets, and ``expand`` refuses them.
-- The run id covers it (it is a config field); the stem id (``ablate.grid.ids.stem_id``) is the id without any
+- The run id covers it (it is a config field); the stem id (``stem_id``) is the id without any
   of them (``strip``), so a run whose stem the store holds under another id read something else: ``changed``
   names the fields that differ, and ``ablate plan`` shows the run as stale.
 
@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from ablate.config import RunConfig
+from ablate.grid.ids import hash_reduced, reduced, reduced_config
 
 Filler = Callable[[BaseModel, Any], dict[str, Any]]
 M = typing.TypeVar("M", bound=BaseModel)
@@ -378,13 +379,33 @@ def _strip_stage(stage: dict[str, Any]) -> dict[str, Any]:
 @cache
 def _reduced_default(cls: type[BaseModel], name: str) -> Any:
     """The reduced form of a field's default (``{}`` for a model section left at its defaults)."""
-    from ablate.grid.defaults import _reduced
-
     info = cls.model_fields[name]
-    return None if info.is_required() else _reduced(info.get_default(call_default_factory=True))
+    return None if info.is_required() else reduced(info.get_default(call_default_factory=True))
 
 
 def _dumped(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_defaults=True)
     return value
+
+
+def run_and_stem_ids(config: RunConfig, dumped: dict[str, Any] | None = None) -> tuple[str, str]:
+    """``(run_id(config), stem_id(config))`` at the cost of one: the stem is hashed from the run's own reduced
+    config with its identity fields taken out (``strip_minimal``)."""
+    small = reduced_config(config, dumped)
+    stripped = strip_minimal(small)
+    rid = hash_reduced(small)
+    return rid, (rid if stripped is small else hash_reduced(stripped))
+
+
+def stem_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
+    """The run id of ``config`` without its identity fields (``strip``): runs of one stem
+    differ only in what they read outside their config. A config without identity values is its own stem.
+
+    >>> from ablate.grid.ids import run_id
+    >>> cfg = RunConfig(data={"train": [{"kind": "text", "path": "/d/a.txt", "fingerprint": "ab12"}]})
+    >>> stem_id(cfg) == run_id(cfg.model_copy(update={"data": cfg.data.model_copy(update={
+    ...     "train": [cfg.data.train[0].model_copy(update={"fingerprint": None})]})}))
+    True
+    """
+    return run_and_stem_ids(config, dumped)[1]

@@ -129,11 +129,11 @@ def minimal(model: BaseModel) -> dict[str, Any]:
     {'train': {'steps': 50}, 'seed': 2}
     """
     # a copy: the cache's dicts are shared
-    out: dict[str, Any] = json.loads(json.dumps(_shared_minimal(model)))
+    out: dict[str, Any] = json.loads(json.dumps(reduced_config(model)))
     return out
 
 
-def _shared_minimal(model: BaseModel, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
+def reduced_config(model: BaseModel, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
     return _minimal(type(model), model, model.model_dump(mode="json") if dumped is None else dumped)
 
 
@@ -181,7 +181,7 @@ def _revalidated(cls: type[BaseModel], key: str, dumped: dict[str, Any]) -> list
 def identity(config: RunConfig, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a run id hashes: ``{"config_version": CONFIG_VERSION, "config": minimal(config)}`` (``dumped``:
     the config's ``model_dump(mode="json")`` when the caller has it already)."""
-    return {"config_version": CONFIG_VERSION, "config": _shared_minimal(config, dumped)}
+    return {"config_version": CONFIG_VERSION, "config": reduced_config(config, dumped)}
 
 
 def canonical_json(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
@@ -189,21 +189,11 @@ def canonical_json(config: RunConfig, dumped: dict[str, Any] | None = None) -> s
     return json.dumps(identity(config, dumped), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _hashed(reduced: dict[str, Any]) -> str:
+def hash_reduced(reduced: dict[str, Any]) -> str:
+    """The id of a reduced config (``reduced_config``): the run id, or a stem's (``identity.stem_id``)."""
     text = json.dumps({"config_version": CONFIG_VERSION, "config": reduced}, sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:ID_LENGTH]
-
-
-def run_and_stem_ids(config: RunConfig, dumped: dict[str, Any] | None = None) -> tuple[str, str]:
-    """``(run_id(config), stem_id(config))`` at the cost of one: the stem is hashed from the run's own reduced
-    config with its identity fields taken out (``ablate.grid.identity.strip_minimal``)."""
-    from ablate.grid.identity import strip_minimal
-
-    reduced = _shared_minimal(config, dumped)
-    stripped = strip_minimal(reduced)
-    rid = _hashed(reduced)
-    return rid, (rid if stripped is reduced else _hashed(stripped))
 
 
 def run_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
@@ -217,13 +207,14 @@ def run_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
     return hashlib.sha256(canonical_json(config, dumped).encode()).hexdigest()[:ID_LENGTH]
 
 
-def stem_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
-    """The run id of ``config`` without its identity fields (``ablate.grid.identity.strip``): runs of one stem
-    differ only in what they read outside their config. A config without identity values is its own stem.
-
-    >>> cfg = RunConfig(data={"train": [{"kind": "text", "path": "/d/a.txt", "fingerprint": "ab12"}]})
-    >>> stem_id(cfg) == run_id(cfg.model_copy(update={"data": cfg.data.model_copy(update={
-    ...     "train": [cfg.data.train[0].model_copy(update={"fingerprint": None})]})}))
-    True
-    """
-    return run_and_stem_ids(config, dumped)[1]
+def reduced(value: Any) -> Any:
+    """A default as it counts in a run id: models reduced to their non-default fields (their own fields are
+    recorded one by one), so adding a field to ``SourceConfig`` does not read as a change of
+    ``data.train``."""
+    if isinstance(value, BaseModel):
+        return minimal(value)  # a fresh copy (no YAML anchors between equal defaults)
+    if isinstance(value, list):
+        return [reduced(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): reduced(v) for k, v in value.items()}
+    return canonical(value)

@@ -99,8 +99,8 @@ def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str 
     from pydantic import ValidationError
 
     from ablate.config import RunConfig
+    from ablate.grid.identity import stem_id
     from ablate.grid.ids import run_id as make_id
-    from ablate.grid.ids import stem_id
 
     try:
         cfg = RunConfig.model_validate(dict(config))
@@ -167,7 +167,7 @@ def _stem(planned: Any, config: Mapping[str, Any]) -> str | None:
     if stem is not None:
         return str(stem)
     from ablate.config import RunConfig
-    from ablate.grid.ids import stem_id
+    from ablate.grid.identity import stem_id
 
     cfg = _field(planned, "config")
     return stem_id(cfg if isinstance(cfg, RunConfig) else RunConfig.model_validate(dict(config)))

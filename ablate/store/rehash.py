@@ -57,7 +57,7 @@ class Move:
     old: str
     new: str
     config: dict[str, Any]
-    stem: str | None = None  # the new id's stem (``ablate.grid.ids.stem_id``)
+    stem: str | None = None  # the new id's stem (``ablate.grid.identity.stem_id``)
 
 
 @dataclass
@@ -106,7 +106,8 @@ def plan(session: Session, *, only_outdated: bool = True,
     from ablate.config import RunConfig
     from ablate.errors import InputMissingError
     from ablate.grid import identity
-    from ablate.grid.ids import run_id, stem_id
+    from ablate.grid.identity import stem_id
+    from ablate.grid.ids import run_id
     from ablate.runner.fingerprints import Fingerprints
 
     fingerprints = fingerprints if fingerprints is not None else Fingerprints()

@@ -104,7 +104,7 @@ class Run(Base):
     # the CONFIG_VERSION run_id was computed under; None: an older scheme (``ablate db rehash`` carries it
     # over)
     config_version: Mapped[int | None]
-    # the run id without its identity fields (``ablate.grid.ids.stem_id``): another run of the same stem read
+    # the run id without its identity fields (``grid.identity.stem_id``): another run of the same stem read
     # other data; None: not yet known (``ablate db rehash`` fills it)
     stem_id: Mapped[str | None] = mapped_column(String(64), index=True)
     variant: Mapped[str] = mapped_column(String(100), index=True)
