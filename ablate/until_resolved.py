@@ -37,8 +37,7 @@ from ablate.errors import UserInputError, one_of
 
 if TYPE_CHECKING:
     from ablate.grid.expand import PlannedRun
-    from ablate.stats import Delta
-    from ablate.stats.sequential import Decision
+    from ablate.stats import Decision, Delta
     from ablate.store import Store
 
 SEED = "seed"
@@ -397,8 +396,7 @@ def decisions(outcome: Outcome, spec: UntilResolved) -> list[Decision]:
     and, once the looks went to the end of the plan, each one still open there (decided unresolved at the
     last look's level). A loop stopped early (runs that did not end) decides nothing about its open
     comparisons: a rerun goes on with them."""
-    from ablate.stats import Stats, correct
-    from ablate.stats.sequential import Decision, LookRecord
+    from ablate.stats import Decision, LookRecord, Stats, correct
 
     complete = outcome.exit_code == 0 and bool(outcome.looks) and (
         len(outcome.looks) == len(outcome.plan) or len(outcome.resolved_at) == len(outcome.comparisons))

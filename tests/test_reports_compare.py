@@ -20,8 +20,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import UserInputError
-from ablate.stats import sign_flip_pvalue
-from ablate.stats.sequential import Decision, LookRecord
+from ablate.stats import Decision, LookRecord, sign_flip_pvalue
 
 runner = CliRunner()
 G1 = "sdpa-elementwise"

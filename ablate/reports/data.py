@@ -18,7 +18,7 @@ from ablate.reports.rows import RESULT_STATUSES, context_key
 from ablate.reports.spec import VariantInfo, catalogue_info
 
 if TYPE_CHECKING:
-    from ablate.stats.sequential import Decision
+    from ablate.stats import Decision
     from ablate.store.api import Store
 
 log = logging.getLogger(__name__)

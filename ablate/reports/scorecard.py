@@ -49,6 +49,7 @@ from ablate.stats import (
     ALPHA,
     DEFAULT,
     EMPTY,
+    Decision,
     Delta,
     Stats,
     family_of,
@@ -59,7 +60,6 @@ from ablate.stats import (
     paired_delta,
 )
 from ablate.stats.power import needs, needs_text
-from ablate.stats.sequential import Decision
 
 HOLDS, CONTRADICTED, UNCLEAR = "holds", "contradicted", "not enough evidence"
 VERDICTS = (HOLDS, CONTRADICTED, UNCLEAR)

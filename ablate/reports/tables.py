@@ -46,9 +46,18 @@ from ablate.reports.spec import (
     paper_rows,
 )
 from ablate.reports.verdict import paired
-from ablate.stats import DEFAULT, Delta, Stats, Summary, family_size, family_text, method_note, summarize
+from ablate.stats import (
+    DEFAULT,
+    Decision,
+    Delta,
+    Stats,
+    Summary,
+    family_size,
+    family_text,
+    method_note,
+    summarize,
+)
 from ablate.stats.power import NEEDS_MEANING, unresolved_line
-from ablate.stats.sequential import Decision
 
 log = logging.getLogger(__name__)
 

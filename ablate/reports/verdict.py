@@ -14,8 +14,8 @@ from typing import Any
 
 from ablate.metrics import metric as declared
 from ablate.reports.rows import cell_value, pair_key
-from ablate.stats import DEFAULT, Delta, Stats, paired_delta, paired_ratio
-from ablate.stats.sequential import Decision, decided, with_decision
+from ablate.stats import DEFAULT, Decision, Delta, Stats, paired_delta, paired_ratio
+from ablate.stats.sequential import decided, with_decision
 
 
 def arm_values(runs: Any, metric: str) -> dict[Any, tuple[str, float | None]]:

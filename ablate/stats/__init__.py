@@ -72,7 +72,9 @@ from ablate.stats.delta import (
     INTERVALS,
     MAX_SEEDS,
     POWER,
+    Decision,
     Delta,
+    LookRecord,
     Scale,
     Stats,
     Summary,
@@ -100,8 +102,6 @@ from ablate.stats.power import (
 )
 from ablate.stats.pvalues import PERM_MAX_N, evidence_p, sign_flip_pvalue, t_pvalue, ties
 from ablate.stats.sequential import (
-    Decision,
-    LookRecord,
     decided,
     look_levels,
     looks,

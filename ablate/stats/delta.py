@@ -1,6 +1,7 @@
 """A comparison's result and how a report reads it: ``Stats`` (the interval method and the family
 correction), ``Summary`` (the runs behind one table cell), ``Delta`` (one comparison: its mean, interval,
-p-values and what pairing and the looks of ``--until-resolved`` did), and the constants every reading uses.
+p-values and what pairing and the looks of ``--until-resolved`` did), ``Decision`` and ``LookRecord`` (what
+those looks decided, as the store keeps it), and the constants every reading uses.
 
 Pure: the standard library (and ``ablate.errors``).
 """
@@ -10,14 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 from ablate.errors import UserInputError, one_of
 from ablate.stats.pairing import Pairing
 from ablate.stats.pvalues import ties
-
-if TYPE_CHECKING:
-    from ablate.stats.sequential import Decision
 
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_DRAWS = 4000
@@ -85,6 +83,73 @@ def summarize(values: Iterable[float | None], *, diverged: int = 0) -> Summary:
     return Summary(finite, diverged)
 
 
+# ---------------------------------------------------------------- what the looks of --until-resolved decided
+@dataclass(frozen=True)
+class LookRecord:
+    """One look at one comparison: its seeds, the look's level, and what the paired t test found there
+    (``p_adj``: corrected over the family at that look)."""
+
+    n: int
+    level: float
+    mean: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    p: float | None = None
+    p_adj: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "level": self.level, "mean": self.mean, "lo": self.lo, "hi": self.hi,
+                "p": self.p, "p_adj": self.p_adj}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``--until-resolved`` decided for one comparison of grid ``grid``: ``treatment`` against
+    ``reference`` on ``metric`` at ``cell`` (the grid's other axes), over the paired ``runs`` (both arms' run
+    ids) read at the deciding look. ``look`` is the look (1-based) that resolved it, None when it was still
+    open at the last planned look; ``n``, ``level`` and ``p_adj`` are that look's (or the last one's).
+    ``family`` comparisons were corrected together (``correction``) at every look of the plan ``plan`` (the
+    seeds of each look); ``history`` holds each look it took part in."""
+
+    grid: str
+    treatment: str
+    reference: str
+    metric: str
+    cell: dict[str, Any]
+    runs: tuple[str, ...]
+    look: int | None
+    n: int
+    level: float
+    p_adj: float | None
+    family: int
+    correction: str
+    plan: tuple[int, ...]
+    history: tuple[LookRecord, ...] = field(default=(), repr=False)
+
+    @property
+    def resolved(self) -> bool:
+        return self.look is not None
+
+    @property
+    def last_look(self) -> int:
+        """The look it was decided at: the one that resolved it, else the last planned one."""
+        return self.look if self.look is not None else len(self.plan)
+
+    def reading(self) -> str:
+        """``resolved at look 2 of 3, n=4 seeds`` / ``unresolved after 3 looks, n=6 seeds``."""
+        if self.look is not None:
+            return f"resolved at look {self.look} of {len(self.plan)}, n={self.n} seeds"
+        return f"unresolved after {len(self.plan)} looks, n={self.n} seeds"
+
+    def family_text(self) -> str:
+        """The family its p was corrected over, in words."""
+        m, name = self.family, CORRECTION_NAMES.get(self.correction, self.correction)
+        return (f"{name} over {m} comparison{'s' * (m != 1)} at each look of --until-resolved, "
+                f"O'Brien-Fleming spending over n="
+                f"{', '.join(map(str, self.plan))} (level {self.level:.2g} at look {self.last_look})")
+
+
+# ---------------------------------------------------------------- one comparison
 @dataclass(frozen=True)
 class Delta:
     """One comparison: ``mean`` with its interval ``[lo, hi]`` over ``n`` values, on the scale the reader sees

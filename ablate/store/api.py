@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from ablate.runner.fingerprints import Fingerprints
-    from ablate.stats.sequential import Decision
+    from ablate.stats import Decision
     from ablate.store.rehash import Move, RehashPlan
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from ablate.errors import StoreError
-from ablate.stats.sequential import Decision, LookRecord
+from ablate.stats import Decision, LookRecord
 from ablate.store.records import utcnow
 from ablate.store.schema import Grid, SequentialDecision
 
