@@ -20,7 +20,7 @@ from ablate.grid import expand, parse_grid
 from ablate.grid.ids import canonical
 from ablate.result import RunResult, read_result, write_result
 from ablate.store import Store
-from ablate.store.rehash import rehash
+from ablate.store.carry import rehash
 
 GRID = "name: g\nbase: {train: {steps: 40}}\ngrid: {variant: [baseline, sdpa-elementwise], seed: [0, 1]}\n"
 
@@ -113,7 +113,7 @@ def test_rehash_carries_every_run_over_without_retraining(old_store) -> None:  #
 
 
 def test_an_interrupted_rehash_is_finished_by_running_it_again(old_store) -> None:  # noqa: ANN001
-    from ablate.store.rehash import move_dir
+    from ablate.store.carry import move_dir
 
     url, home, planned, old_ids = old_store
     with Store.open(url) as store:

@@ -181,7 +181,7 @@ def db_rehash_cmd(
     run stored before ids covered its data gets its data's fingerprints as the data is now: run it from the
     folder its grid ran in (a relative data path is read from there)."""
     from ablate.store.mlflow_mirror import tracking_uri
-    from ablate.store.rehash import rehash
+    from ablate.store.carry import rehash
 
     root = home_dir(home)
     with open_store(home, store) as opened:
