@@ -74,15 +74,19 @@ def _table(results: list[Any]) -> Any:
 
 def _results_table(title: str, results: list[Any], values: Any, fmt: str, note: Any) -> Any:
     """One row a run: its ``values(r)`` (a dict; columns in first-seen order, ``fmt`` each) and
-    ``note(r)``."""
+    ``note(r)``. A column is headed by its name without ``bench/`` (the title says it), whole: a name wider
+    than its column folds onto the next line, never cut to ``…`` (two tasks once both read
+    ``bench/ablate_n…``)."""
     from rich.table import Table
 
     columns = list(dict.fromkeys(k for r in results for k in values(r)))
-    table = Table(title=f"{title}: {len(results)} run{'s' * (len(results) != 1)}")
+    bench = bool(columns) and all(c.startswith("bench/") for c in columns)
+    table = Table(title=f"{title}: {len(results)} run{'s' * (len(results) != 1)}"
+                        + (" (bench/<task> scores)" if bench else ""))
     table.add_column("run", no_wrap=True, style="bold")
     for c in columns:
-        table.add_column(c, justify="right")
-    table.add_column("note")
+        table.add_column(c.removeprefix("bench/") if bench else c, justify="right", overflow="fold")
+    table.add_column("note", overflow="fold")
     for r in results:
         cells = ["-" if values(r).get(c) is None else fmt.format(values(r)[c]) for c in columns]
         table.add_row(r.run_id, *cells, note(r))

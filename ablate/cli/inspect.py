@@ -61,7 +61,7 @@ def _pairs(title: str, rows: dict[str, Any]) -> Any:
 
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("field", style="bold", no_wrap=True)
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long value (data.train's list) wraps whole, never cut
     for key, value in rows.items():
         table.add_row(key, _text(value))
     return table
@@ -99,12 +99,22 @@ def _show_parts(view: dict[str, Any]) -> list[Any]:
 
 
 def loss_plot(points: list[tuple[int, float]]) -> str:
-    """The loss curve as unicode block characters (uniplot), for a terminal or a log."""
+    """The loss curve as unicode block characters (uniplot), for a terminal or a log. The x axis reaches a
+    little past the last step, so that its last label (300 of 0..299) is drawn; the title names the last
+    step."""
     from uniplot import plot_to_string
 
     steps, losses = [s for s, _ in points], [v for _, v in points]
-    return plot_to_string(losses, steps, title="loss by step", width=PLOT_WIDTH, height=PLOT_HEIGHT,
-                          lines=True, color=False)
+    first, last = min(steps), max(steps)
+    return plot_to_string(losses, steps, title=f"loss by step (steps {first}-{last})", width=PLOT_WIDTH,
+                          height=PLOT_HEIGHT, lines=True, color=False, x_min=first,
+                          x_max=last + max(1, (last - first) // 16))
+
+
+def _who(d: dict[str, Any], side: str) -> str:
+    """``a: 1021ca96a5b6`` over ``sdpa-elementwise, seed 1``: which run a column of ``ablate diff`` is."""
+    variant, seed = d.get("variants", {}).get(side), d.get("seeds", {}).get(side)
+    return f"{side}: {d[side]}\n{variant or '?'}, seed {'?' if seed is None else seed}"
 
 
 def _diff_parts(d: dict[str, Any]) -> list[Any]:
@@ -114,18 +124,20 @@ def _diff_parts(d: dict[str, Any]) -> list[Any]:
     sections = [("", d["lifecycle"], "field"), ("config fields that differ", d["config"], "field")]
     if d.get("provenance"):
         sections.append(("provenance that differs", d["provenance"], "field"))
+    a, b = (_who(d, side) for side in ("a", "b"))  # a column's head: the run, its variant and seed
     for title, rows, key in sections:
         table = Table(title=title or f"{d['a']} vs {d['b']}", title_justify="left")
-        for col in (key, d["a"], d["b"]):
-            table.add_column(col)
+        table.add_column(key, overflow="fold")
+        for col in (a, b):
+            table.add_column(col, overflow="fold")
         for r in rows:
             table.add_row(r[key], _text(r["a"]), _text(r["b"]))
         if not rows and title:
             table.add_row("(none: the same config)", "", "")
         parts.append(table)
     table = Table(title="results", title_justify="left")
-    for col, justify in (("metric", "left"), (d["a"], "right"), (d["b"], "right"), ("b - a", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for col, justify in (("metric", "left"), (a, "right"), (b, "right"), ("b - a", "right")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in d["results"]:
         table.add_row(r["metric"], _text(r["a"]), _text(r["b"]),
                       "" if r["b_minus_a"] is None else f"{r['b_minus_a']:+.4g}")

@@ -31,10 +31,11 @@ def report_cmd(
     paper: Annotated[bool,
                      typer.Option("--paper", help="add the paper's own number beside each measured one")]
     = False,
-    fmt: Annotated[Literal["markdown", "latex", "csv", "html", "json"], typer.Option(
+    fmt: Annotated[Literal["markdown", "latex", "csv", "html", "json"] | None, typer.Option(
         "--format", help="markdown, latex, csv, json or html (tables and compare); markdown, json, csv or "
-                         "html (scorecard)")]
-    = "markdown",
+                         "html (scorecard) [default: at a terminal, a table that fits its width; else "
+                         "markdown]", show_default=False)]
+    = None,
     out: Annotated[Path | None, typer.Option("--out", help="file for a table (if not given: stdout); "
                                              "directory for figures/all (if not given: ./report) and for "
                                              "ladder (the report and its figure; if not given: stdout, no "
@@ -80,9 +81,11 @@ def report_cmd(
         if given and name not in ("compare", "all"):
             raise UserInputError(f"option {option} is for `ablate report compare` and `ablate report all`, "
                                  f"not {name}")
-    request = Request(grid=grid, paper=paper, fmt=fmt, out=out, where=where, warn=warn,
+    request = Request(grid=grid, paper=paper, fmt=fmt or "markdown", out=out, where=where, warn=warn,
                       stats=Stats(interval, correction), target=ladder_target, reference=reference,
                       metrics=tuple(metrics or ()))
+    if fmt is None and out is None:  # asked for nothing: at a terminal, a table that fits it
+        request = _at_terminal(request)
     with open_store(home, store) as opened:
         if grid is None and name != "lr":  # lr reads the grid with tuning studies
             request = _last_study(opened, request)
@@ -99,6 +102,19 @@ def report_cmd(
 
         atomic_write(out, text)
         typer.echo(f"wrote {out}", err=True)
+
+
+def _at_terminal(request: Request) -> Request:
+    """``request`` for a terminal's width when stdout is one (``reports.terminal``); else as it is
+    (markdown)."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from ablate.reports.render import TERMINAL
+
+    console = Console()
+    return replace(request, fmt=TERMINAL, width=console.width) if console.is_terminal else request
 
 
 def _last_study(opened: Store, request: Request) -> Request:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import click
 import typer
@@ -61,12 +61,15 @@ def runs_cmd(
         return
     with open_store(home, store) as opened:
         frame = opened.runs_frame(grid=grid, where=where)
+        axes = _axes(opened, grid, frame) if fmt in ("table", "markdown") else []
     if names is not None:
         cols = render.pick_columns(frame, names)
     elif every or fmt in ("csv", "json"):
         cols = list(frame.columns)
     else:
-        cols = render.summary_columns(frame)
+        cols = render.summary_columns(frame, axes)
+    if fmt in ("table", "markdown"):  # for a reader: in the grid's order, not by run id (a hash)
+        frame = render.in_grid_order(frame, axes)
     frame = frame[cols]
     title = f"runs{f' of {grid}' if grid else ''}: {len(frame)}"
     if fmt == "json":
@@ -75,18 +78,41 @@ def runs_cmd(
         typer.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "markdown":
         typer.echo(render.to_markdown(frame))
-    elif len(frame) > RICH_ROWS:  # as a long plan: plain columns, the same cells
-        from ablate.cli.views import runs_cells, text_table
+    else:
+        _print_table(frame, title, cols, fit=names is None and not every)
 
+
+def _axes(opened: Any, grid: str | None, frame: Any) -> list[str]:
+    """The config paths the runs' grids vary (``grid``'s, else every grid's the runs belong to)."""
+    grids = [grid] if grid else sorted({g.strip() for v in frame["grid"].dropna() for g in str(v).split(",")})
+    return list(dict.fromkeys(a for g in grids for a in opened.grid_axes(g)))
+
+
+def _print_table(frame: Any, title: str, cols: list[str], *, fit: bool) -> None:
+    """The runs as a table: at a terminal (``fit``: unless --columns or --all chose the columns) the columns
+    that fit its width, and a line naming the ones left out; off one every column, whole (a long table as
+    plain columns)."""
+    from rich.console import Console
+
+    from ablate.cli.views import fit_columns, left_out_line, runs_cells, runs_table, text_table
+
+    console = Console()
+    fit = fit and console.is_terminal
+    left: list[str] = []
+    if fit:
+        if "grid" in cols and frame["grid"].nunique(dropna=False) <= 1:  # the title names it
+            cols = [c for c in cols if c != "grid"]
+        cols, left = fit_columns(frame, cols, console.width, keep=cols.index("status") + 1)
+    if len(frame) > RICH_ROWS:  # as a long plan: plain columns, the same cells
         typer.echo(text_table(title, *runs_cells(frame, cols)))
     else:
-        from rich.console import Console
+        table, width = runs_table(frame, title, cols, fit=fit)
+        # off a terminal never squeeze columns into '…': the table is as wide as its cells (`less -S`)
+        (console if fit else Console(width=max(console.width, width))).print(table)
+    if left:
+        import textwrap
 
-        from ablate.cli.views import runs_table
-
-        table, width = runs_table(frame, title, cols)
-        # never squeeze columns into '…': a wide table is wider than the terminal (pipe it to `less -S`)
-        Console(width=max(Console().width, width)).print(table)
+        typer.echo(textwrap.fill(left_out_line(left, console.width), console.width))
 
 
 @app.command("status")

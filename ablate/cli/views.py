@@ -39,8 +39,10 @@ def variants_table(rows: list[dict[str, Any]], preset: str | None, *, wide: bool
     if not wide:
         table = Table(title="ablate variants (--wide: activation, score shape, source)", box=box.SIMPLE_HEAD,
                       title_justify="left")
+        papers = [paper_cell(row["paper"], row["source"]) for row in rows]
+        longest = max((len(word) for p in papers for word in p.split()), default=1)  # table2:2,4,8,10,13,14
         table.add_column("variant", no_wrap=True, style="bold")
-        table.add_column("paper rows (or source)", overflow="fold", max_width=22)
+        table.add_column("paper rows (or source)", overflow="fold", min_width=min(longest, 22), max_width=22)
         table.add_column("description", overflow="fold", ratio=1)
         if preset is not None:
             table.add_column(f"added @ {preset}", justify="right", no_wrap=True)
@@ -112,18 +114,67 @@ def runs_cells(frame: pd.DataFrame, cols: list[str]) -> tuple[list[tuple[str, st
     return columns, [[render.text(v) for v in row] for row in frame[cols].itertuples(index=False)]
 
 
-def runs_table(frame: pd.DataFrame, title: str, cols: list[str]) -> tuple[Table, int]:
-    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole."""
+ERROR_WIDTH = 40  # at a terminal, a run's error wraps in this many columns (`ablate show` has it whole)
+GAP = 2  # spaces between two columns of a table fitted to a terminal, and of a plain text table
+
+
+def runs_table(frame: pd.DataFrame, title: str, cols: list[str], *, fit: bool = False) -> tuple[Table, int]:
+    """``ablate runs``: the columns ``cols`` of ``frame``; also the width that shows every cell whole.
+    ``fit``: for a terminal the columns ``fit_columns`` chose, borderless (two spaces apart) and the error
+    wrapped at ``ERROR_WIDTH``."""
     from rich.table import Table
 
     columns, cells = runs_cells(frame, cols)
-    table = Table(title=title)
+    table = (Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False,
+                   header_style="bold underline") if fit else Table(title=title))
     for c, justify in columns:
-        table.add_column(c, no_wrap=True, justify=justify)  # type: ignore[arg-type]
+        wrap = fit and c == "error"
+        table.add_column(c, no_wrap=not wrap, justify=justify, overflow="fold" if wrap else "ellipsis",  # type: ignore[arg-type]
+                         max_width=ERROR_WIDTH if wrap else None)
     for row in cells:
         table.add_row(*row)
     width = sum(max([len(c), *(len(r[i]) for r in cells)]) + 3 for i, c in enumerate(cols)) + 1
     return table, width
+
+
+def fit_columns(frame: pd.DataFrame, cols: list[str], width: int, keep: int) -> tuple[list[str], list[str]]:
+    """``ablate runs`` at a terminal ``width`` columns wide: of ``cols``, the first ``keep`` (who the run is)
+    and as many of the others as fit, ``GAP`` apart: the held-out perplexities first (what every paper table
+    compares), then the other outcomes ``ablate.metrics`` compares (in their declared order), then the other
+    numbers (counts, throughput), then the error; returned in ``cols``' order, with the columns left out (in
+    that order of what matters)."""
+    from ablate.metrics import metric
+    from ablate.store.render import text
+
+    def need(c: str) -> int:
+        widest = max([len(c), *(len(text(v)) for v in frame[c].tolist())])
+        return min(widest, ERROR_WIDTH) if c == "error" else widest
+
+    def rank(c: str) -> int:
+        m = metric(c)
+        if c == "error":
+            return 3
+        if m is None or m.compare is None or m.timing:
+            return 2
+        return 0 if m.name in ("val_ppl", "ppl/") else 1
+
+    shown = set(cols[:keep])
+    room = width - sum(need(c) for c in cols[:keep]) - GAP * (keep - 1)
+    left = []
+    for c in sorted(cols[keep:], key=rank):
+        if need(c) + GAP <= room:
+            shown.add(c)
+            room -= need(c) + GAP
+        else:
+            left.append(c)
+    return [c for c in cols if c in shown], left
+
+
+def left_out_line(left: list[str], width: int) -> str:
+    """The line under a table that left columns out for room: which (the first few), and how to get them."""
+    named = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+    return (f"left out to fit {width} columns: {named} (--columns picks columns, e.g. --columns "
+            f"'run_id,variant,{left[0]}'; --format csv or json has every one)")
 
 
 def status_tables(summary: dict[str, Any], statuses: tuple[str, ...]) -> list[Table]:

@@ -19,15 +19,18 @@ from ablate.reports.family import families
 from ablate.reports.figures import write_figures
 from ablate.reports.page import report_page
 from ablate.reports.registry import REPORTS, TABLE_REPORTS
-from ablate.reports.render import FORMATS, SUFFIX, render
+from ablate.reports.render import FORMATS, SUFFIX, TERMINAL, render
 from ablate.reports.scorecard import (
     SCORECARD_FORMATS,
     Verdict,
     scorecard,
     scorecard_markdown,
+    scorecard_table,
     unresolved_lines,
 )
+from ablate.reports.scorecard import TERMINAL_LEAVES as SCORECARD_LEAVES
 from ablate.reports.tables import build_table
+from ablate.reports.terminal import to_terminal
 from ablate.stats import DEFAULT, Stats
 
 if TYPE_CHECKING:
@@ -71,41 +74,47 @@ def _tell(lines: list[str], fmt: str, warn: Warn | None) -> None:
 
 def report_table(store: Store, target: str, *, grid: str | None = None, paper: bool = False,
                  fmt: str = "markdown", where: str | None = None, warn: Warn | None = None,
-                 stats: Stats = DEFAULT) -> str:
-    """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html), of the runs that
-    satisfy ``where``, at one configuration (``warn`` gets the line naming what was left out, and for CSV the
-    unresolved deltas' lines), read with ``stats`` (interval method, family correction)."""
+                 stats: Stats = DEFAULT, width: int = 100) -> str:
+    """``ablate report tableN``: the table as text in ``fmt`` (markdown, latex, csv, html, or ``terminal``:
+    ``width`` columns wide), of the runs that satisfy ``where``, at one configuration (``warn`` gets the line
+    naming what was left out, and for CSV the unresolved deltas' lines), read with ``stats`` (interval method,
+    family correction)."""
     number = table_number(target)
-    if fmt not in FORMATS:  # before any query
+    if fmt not in FORMATS and fmt != TERMINAL:  # before any query
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
     table = grid_table(load_grid_data(store, grid, where=where, warn=warn), number, paper=paper, stats=stats)
     _tell(table.unresolved, fmt, warn)
-    return render(table, fmt)
+    return render(table, fmt, width=width)
 
 
 def report_scorecard(store: Store, *, grid: str | None = None, fmt: str = "markdown",
-                     where: str | None = None, warn: Warn | None = None, stats: Stats = DEFAULT) -> str:
-    """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html), the
-    claims' p-values corrected together (``stats``)."""
-    if fmt not in SCORECARD_FORMATS:  # before any query
+                     where: str | None = None, warn: Warn | None = None, stats: Stats = DEFAULT,
+                     width: int = 100) -> str:
+    """``ablate report scorecard``: every claim the grid can test, in ``fmt`` (markdown, json, csv, html, or
+    ``terminal``: ``width`` columns wide), the claims' p-values corrected together (``stats``)."""
+    if fmt not in SCORECARD_FORMATS and fmt != TERMINAL:  # before any query
         raise UserInputError(one_of(fmt, SCORECARD_FORMATS, what="scorecard format") + " (option --format)")
     data = load_grid_data(store, grid, where=where, warn=warn)
     verdicts = grid_scorecard(data, stats)
     _tell(unresolved_lines(verdicts), fmt, warn)
+    if fmt == TERMINAL:
+        return to_terminal(scorecard_table(verdicts, stats), width, leave_out=SCORECARD_LEAVES,
+                           said_by="detail")
     return SCORECARD_FORMATS[fmt](verdicts, stats)
 
 
 def report_compare(store: Store, *, grid: str | None = None, reference: str | None = None,
                    metrics: Sequence[str] = (), fmt: str = "markdown", where: str | None = None,
-                   warn: Warn | None = None, stats: Stats = DEFAULT) -> str:
+                   warn: Warn | None = None, stats: Stats = DEFAULT, width: int = 100) -> str:
     """``ablate report compare``: every arm against ``reference`` (``baseline`` when None), in ``fmt``
-    (markdown, latex, csv, json, html); the unresolved comparisons' lines go to ``warn`` for CSV and JSON."""
-    if fmt not in COMPARE_FORMATS:  # before any query
+    (markdown, latex, csv, json, html, or ``terminal``: ``width`` columns wide); the unresolved comparisons'
+    lines go to ``warn`` for CSV and JSON."""
+    if fmt not in COMPARE_FORMATS and fmt != TERMINAL:  # before any query
         raise UserInputError(one_of(fmt, COMPARE_FORMATS, what="compare format") + " (option --format)")
     data = load_grid_data(store, grid, where=where, warn=warn)
     report = build_compare(data, reference=reference or REFERENCE, metrics=metrics, stats=stats)
     _tell(to_table(report).unresolved, fmt, warn)
-    return render_compare(report, fmt)
+    return render_compare(report, fmt, width=width)
 
 
 def report_figures(store: Store, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,

@@ -21,6 +21,7 @@ from ablate.reports.family import Comparison
 from ablate.reports.render import html_document, to_html, to_latex, to_markdown
 from ablate.reports.spec import LABELS, digits
 from ablate.reports.tables import SPREAD_NOTE
+from ablate.reports.terminal import TERMINAL, to_terminal
 from ablate.stats import method_note
 from ablate.stats.power import NEEDS_MEANING
 
@@ -139,8 +140,18 @@ ROW_FIELDS = ("arm", "reference", "metric", "scale", "arm_mean", "arm_std", "arm
               "identical", "correlation", "worth_unpaired_seeds", "resolved_at_look", "looks")
 
 
-def render_compare(report: CompareReport, fmt: str = "markdown") -> str:
-    """The report in ``fmt``: markdown, latex, csv, json or html (a standalone page)."""
+# on a narrow terminal, the columns that leave first: the pairing's reading, the reference's mean (the same
+# on every row of a cell), the uncorrected p, then the verdict (then its unresolved lines say the seeds
+# needed)
+TERMINAL_LEAVES = ("pairing", "reference", "p", "verdict")
+
+
+def render_compare(report: CompareReport, fmt: str = "markdown", *, width: int = 100) -> str:
+    """The report in ``fmt``: markdown, latex, csv, json, html (a standalone page), or ``terminal`` (a table
+    ``width`` columns wide, whose verdict column says what the unresolved lines would repeat)."""
+    if fmt == TERMINAL:
+        return to_terminal(to_table(report), width, leave_out=TERMINAL_LEAVES, said_by="verdict",
+                           column_notes={"pairing": PAIRING_NOTE})
     if fmt not in FORMATS:
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
     if fmt == "json":

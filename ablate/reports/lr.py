@@ -210,11 +210,12 @@ def lr_figure(studies: list[StudyLR], path: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------- ablate report lr / all
-def report_lr(store: Store, *, grid: str | None = None, fmt: str = "markdown") -> str:
-    """``ablate report lr``: the table of best and largest stable LR as text in ``fmt``."""
-    from ablate.reports.render import FORMATS, render
+def report_lr(store: Store, *, grid: str | None = None, fmt: str = "markdown", width: int = 100) -> str:
+    """``ablate report lr``: the table of best and largest stable LR as text in ``fmt`` (``terminal``: a rich
+    table ``width`` columns wide)."""
+    from ablate.reports.render import FORMATS, TERMINAL, render
 
-    if fmt not in FORMATS:
+    if fmt not in FORMATS and fmt != TERMINAL:
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
     name = grid_with_studies(store, grid)
     studies = load_studies(store, name)
@@ -222,7 +223,7 @@ def report_lr(store: Store, *, grid: str | None = None, fmt: str = "markdown") -
         raise UserInputError(
             f"grid {tuned_from(name)!r} has no tuning studies: run `ablate tune` on it first"
         )
-    return render(lr_table(studies, name), fmt)
+    return render(lr_table(studies, name), fmt, width=width)
 
 
 def write_lr_report(store: Store, grid: str, out_dir: str | Path) -> tuple[dict[str, Path], str]:

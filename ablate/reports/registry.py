@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ablate.reports.render import TERMINAL
 from ablate.reports.spec import TABLES
 from ablate.stats import DEFAULT, Stats
 
@@ -36,6 +37,7 @@ class Request:
     target: str = "paper"  # ladder: where to predict
     reference: str | None = None  # compare (and all's compare table): the reference arm; None: baseline
     metrics: tuple[str, ...] = ()  # compare: the metrics shown; empty: every one the runs have
+    width: int = 100  # fmt "terminal" (a rich table, what a terminal shows without --format): its columns
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def _table(number: int) -> Callable[[Store, Request], Output]:
         from ablate.reports.api import report_table
 
         return Output(report_table(store, f"table{number}", grid=r.grid, paper=r.paper, fmt=r.fmt,
-                                   where=r.where, warn=r.warn, stats=r.stats))
+                                   where=r.where, warn=r.warn, stats=r.stats, width=r.width))
 
     return make
 
@@ -72,26 +74,28 @@ def _table(number: int) -> Callable[[Store, Request], Output]:
 def _lr(store: Store, r: Request) -> Output:
     from ablate.reports.lr import report_lr
 
-    return Output(report_lr(store, grid=r.grid, fmt=r.fmt))
+    return Output(report_lr(store, grid=r.grid, fmt=r.fmt, width=r.width))
 
 
 def _scorecard(store: Store, r: Request) -> Output:
     from ablate.reports.api import report_scorecard
 
-    return Output(report_scorecard(store, grid=r.grid, fmt=r.fmt, where=r.where, warn=r.warn, stats=r.stats))
+    return Output(report_scorecard(store, grid=r.grid, fmt=r.fmt, where=r.where, warn=r.warn, stats=r.stats,
+                                   width=r.width))
 
 
 def _compare(store: Store, r: Request) -> Output:
     from ablate.reports.api import report_compare
 
     return Output(report_compare(store, grid=r.grid, reference=r.reference, metrics=r.metrics, fmt=r.fmt,
-                                 where=r.where, warn=r.warn, stats=r.stats))
+                                 where=r.where, warn=r.warn, stats=r.stats, width=r.width))
 
 
 def _ladder(store: Store, r: Request) -> Output:
     from ablate.reports.ladder import report_ladder
 
-    text, written = report_ladder(store, grid=r.grid, target=r.target, fmt=r.fmt, out=r.out, warn=r.warn)
+    fmt = "markdown" if r.fmt == TERMINAL else r.fmt  # the ladder has no terminal table of its own yet
+    text, written = report_ladder(store, grid=r.grid, target=r.target, fmt=fmt, out=r.out, warn=r.warn)
     if r.out is None:
         return Output(text)
     return Output(note=f"wrote {', '.join(str(p) for p in written)}", note_err=True)

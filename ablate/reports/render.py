@@ -27,10 +27,16 @@ from ablate.reports.cells import Cell, Column, Row, Table
 
 FORMATS = ("markdown", "latex", "csv", "json", "html")
 SUFFIX = {"markdown": ".md", "latex": ".tex", "csv": ".csv", "json": ".json", "html": ".html"}
+TERMINAL = "terminal"  # not a --format: what `ablate report` prints at a terminal when none is given
 
 
-def render(table: Table, fmt: str = "markdown") -> str:
-    """``table`` in format ``fmt`` (markdown, latex, csv, json, html); html is a standalone page."""
+def render(table: Table, fmt: str = "markdown", *, width: int = 100) -> str:
+    """``table`` in format ``fmt`` (markdown, latex, csv, json, html; html is a standalone page), or
+    ``terminal``: a rich table ``width`` columns wide (``reports.terminal``)."""
+    if fmt == TERMINAL:
+        from ablate.reports.terminal import to_terminal  # it reads this module's caption and bold
+
+        return to_terminal(table, width)
     if fmt not in FORMATS:
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
     if fmt == "markdown":
@@ -112,7 +118,8 @@ def _tex_char(ch: str) -> str:
         return ch
     if ch in _LETTERS:
         return _LETTERS[ch]
-    base, *marks = unicodedata.normalize("NFKD", ch) or "?"  # é -> e + acute, ﬁ -> f i, ² -> 2
+    decomposed = unicodedata.normalize("NFKD", ch)  # é -> e + acute, ﬁ -> f i, ² -> 2
+    base, marks = decomposed[0], list(decomposed[1:])
     if all(c < "\x80" for c in (base, *marks)):
         return "".join(map(_tex_char, (base, *marks)))
     if base < "\x80" and all(unicodedata.combining(m) for m in marks):  # accents OT1 lacks (ą) are left off

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ablate.reports.cells import Cell, Column, Row, Table
 from ablate.reports.data import GridData
 from ablate.reports.family import REFERENCE, Comparison, Families, own_family
 from ablate.reports.family import families as grid_families
@@ -466,6 +467,28 @@ def scorecard_markdown(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     footer = _footer(verdicts, stats)
     lines += [""] + [f"*{line}*" for line in footer] if footer else []
     return "\n".join(lines) + "\n"
+
+
+# on a narrow terminal, the columns that leave first; the detail says what the unresolved lines would repeat
+TERMINAL_LEAVES = ("pairing", "paper", "detail")
+
+
+def scorecard_table(verdicts: list[Verdict], stats: Stats = DEFAULT) -> Table:
+    """The scorecard as a report ``Table`` (a row per claim; bold: a claim that holds), for the terminal's
+    renderer."""
+    cols = [Column("effect", "Effect", "measured"), Column("ci", "95% CI", "measured"),
+            Column("n", "n", "measured"), Column("verdict", "Verdict", "descriptor"),
+            Column("detail", "Detail", "descriptor"), Column("pairing", "Pairing", "descriptor"),
+            Column("paper", "Paper", "descriptor")]
+    rows = [Row(v.claim.text, None, None, [], {
+        "effect": Cell(v.effect, v.delta.mean), "ci": Cell(v.ci), "n": Cell(str(v.delta.n), v.delta.n),
+        "verdict": Cell(v.verdict), "detail": Cell(v.detail), "pairing": Cell(v.pairing),
+        "paper": Cell(v.claim.paper)}) for v in verdicts]
+    notes = [scorecard_note(verdicts, stats)] if verdicts else ["the grid runs no pair of arms that a claim "
+                                                                "compares"]
+    return Table(None, "The paper's claims, as measured in this grid (paired by config and seed; 95% paired "
+                 "t CI)", "", cols, rows, notes, unresolved_lines(verdicts), slug="scorecard",
+                 row_header="Claim")
 
 
 def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:

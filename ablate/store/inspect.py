@@ -102,7 +102,8 @@ def diff(store: Store, a: str, b: str) -> dict[str, Any]:
         delta = vb - va if _number(va) and _number(vb) else None
         results.append({"metric": key, "a": va, "b": vb, "b_minus_a": delta})
     prov = store.provenance(ids)
-    return {"a": ids[0], "b": ids[1],
+    return {"a": ids[0], "b": ids[1], "variants": {"a": row_a.get("variant"), "b": row_b.get("variant")},
+            "seeds": {"a": row_a.get("seed"), "b": row_b.get("seed")},
             "lifecycle": [{"field": k, "a": row_a.get(k), "b": row_b.get(k)} for k in ("status", "grid",
                                                                                        "error")
                           if row_a.get(k) is not None or row_b.get(k) is not None],

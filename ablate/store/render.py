@@ -47,12 +47,42 @@ def to_json(frame: pd.DataFrame) -> str:
     return json.dumps(records(frame), indent=1, default=str)
 
 
-def summary_columns(frame: pd.DataFrame) -> list[str]:
-    """The ``ablate runs`` columns a terminal shows: who the run is, its summary metrics (ablate.metrics, in
-    their declared order) and its error, without config fields and without all-empty columns."""
+def summary_columns(frame: pd.DataFrame, axes: Sequence[str] = ()) -> list[str]:
+    """The ``ablate runs`` columns a table shows: who the run is (its grid's other ``axes`` after its
+    variant), its summary metrics (ablate.metrics, in their declared order) and its error, without the other
+    config fields and without all-empty columns."""
     metrics = [c for c in summary_order(list(frame.columns)) if metric(c) is not None]
-    wanted = [c for c in [*IDENTITY, *metrics, "error"] if c in frame.columns]
+    head = [c for c in IDENTITY if c != "seed"]
+    varied = [a for a in axes if a not in IDENTITY]
+    wanted = [*head[:head.index("variant") + 1], *varied, "seed", *head[head.index("variant") + 1:]]
+    wanted = [c for c in [*wanted, *metrics, "error"] if c in frame.columns]
     return [c for c in wanted if c in ("run_id", "status") or frame[c].notna().any()]
+
+
+def in_grid_order(frame: pd.DataFrame, axes: Sequence[str] = ()) -> pd.DataFrame:
+    """The runs in their grid's order: by grid, variant, the grid's other ``axes`` (in that order), seed, then
+    run id (the store returns them by run id, a hash). Numbers sort as numbers, and a missing value last.
+
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"run_id": ["c", "a", "b"], "variant": ["g1", "base", "g1"], "seed": [1, 0, 0]})
+    >>> list(in_grid_order(frame)["run_id"])
+    ['a', 'b', 'c']
+    """
+    keys = [c for c in ("grid", "variant", *(a for a in axes if a not in IDENTITY), "seed", "run_id")
+            if c in frame.columns]
+    columns = [[_order(v) for v in frame[c].tolist()] for c in keys]
+    order = sorted(range(len(frame)), key=lambda i: tuple(col[i] for col in columns))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def _order(value: Any) -> tuple[int, float, str]:
+    """A sort key for a cell of any type: numbers first (by value), then text, then missing."""
+    value = _cell(value)
+    if value is None:
+        return (2, 0.0, "")
+    if isinstance(value, int | float):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
 
 
 def pick_columns(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
