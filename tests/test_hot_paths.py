@@ -25,7 +25,7 @@ from ablate.config import RunConfig
 from ablate.grid import expand, load_grid
 from ablate.result import RunResult
 from ablate.store import Store
-from ablate.store.queries import IN_CHUNK
+from ablate.store.chunks import IN_CHUNK
 
 EXTRA = """  train.lr: [0.001, 0.002]
   train.batch_size: [4, 8]

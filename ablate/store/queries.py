@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from ablate.errors import UserInputError, one_of
 from ablate.metrics import COLUMNS, SUMMARY, metric
 from ablate.metrics import order as summary_order
+from ablate.store.chunks import IN_CHUNK, in_chunks
 from ablate.store.records import flatten, utcnow
 from ablate.store.schema import STATUSES, Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
 
@@ -37,7 +38,6 @@ INT_COLUMNS = ["seed", "heartbeat_step", *(m.name for m in COLUMNS if m.kind is 
 FLOAT_COLUMNS = [m.name for m in COLUMNS if m.kind is float]
 _RUN_FIELDS = [c for c in [*IDENTITY, *METRIC_COLUMNS, "error", *EXTRA] if c not in ("grid",
                                                                                      "heartbeat_step")]
-IN_CHUNK = 500  # run ids per IN (...) list
 
 
 @cache
@@ -258,18 +258,6 @@ def _typed(column: pd.Series, dtype: str) -> pd.Series:
         return column.astype(dtype)
     except (TypeError, ValueError, OverflowError):
         return column.astype("float64")
-
-
-def in_chunks(session: Session, query: Any, column: Any, run_ids: Sequence[str] | None) -> list[Any]:
-    """The rows of ``query`` whose ``column`` is one of ``run_ids`` (every row for None), asked ``IN_CHUNK``
-    ids at a time."""
-    if run_ids is None:
-        return list(session.execute(query))
-    ids = list(dict.fromkeys(run_ids))
-    rows: list[Any] = []
-    for i in range(0, len(ids), IN_CHUNK):
-        rows.extend(session.execute(query.where(column.in_(ids[i:i + IN_CHUNK]))))
-    return rows
 
 
 def curves(session: Session, *, run_ids: Sequence[str] | None = None,

@@ -20,6 +20,7 @@ from ablate.config import CONFIG_VERSION, total_steps
 from ablate.errors import StoreError
 from ablate.metrics import COLUMNS
 from ablate.result import RunResult, RunStatus, curve_step
+from ablate.store.chunks import IN_CHUNK, in_chunks
 from ablate.store.schema import Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
 
 # summary keys stored as columns of ``runs`` (ablate.metrics: column=True); every other one is a row of
@@ -121,7 +122,6 @@ def other_seeds(session: Session, grid_id: int, rows: Mapping[str, Mapping[str, 
     function of what the file plans). Only members whose columns match a row's at a seed no such row has are
     read and compared, so a grid's older configurations cost no config validation. One statement when the
     grid has no other members."""
-    from ablate.store.queries import in_chunks
 
     members = sorted(set(session.scalars(select(GridRun.run_id).where(GridRun.grid_id == grid_id)))
                      - set(rows))
@@ -195,7 +195,6 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     # configs and flattened configs held 1.7 GB
     rows = _Rows({str(_field(planned, "run_id")): planned for planned in runs}, now)
     if whole:
-        from ablate.store.queries import IN_CHUNK
 
         kept = other_seeds(session, grid_id, rows)
         session.execute(update(GridRun).where(GridRun.grid_id == grid_id, GridRun.current.is_(True))
