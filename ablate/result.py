@@ -52,6 +52,7 @@ class RunStatus(StrEnum):
 ENDED = (RunStatus.DONE, RunStatus.DIVERGED, RunStatus.PRUNED, RunStatus.FAILED)
 ENDED_OK = (RunStatus.DONE, RunStatus.DIVERGED, RunStatus.PRUNED)
 WITH_RESULT = (RunStatus.DONE, RunStatus.DIVERGED)  # ends that measured something (what the reports read)
+RESULT_STATUSES = tuple(s.value for s in WITH_RESULT)  # the same, as the runs table spells them
 Status = RunStatus  # the name earlier code imported
 
 

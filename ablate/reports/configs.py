@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ablate.reports.rows import RESULT_STATUSES
+from ablate.result import RESULT_STATUSES
 
 _IDENTITY = ("variant", "seed")
 _PREFIXES = ("model.", "data.", "train.", "eval.")

@@ -20,11 +20,9 @@ intervals from a bootstrap over seeds (``ablate.reports.fit``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import UserInputError
@@ -41,7 +39,7 @@ from ablate.reports.fit import (
 from ablate.reports.rows import RESULT_STATUSES, cell_value, context_columns
 
 if TYPE_CHECKING:
-    from ablate.store.api import Store
+    pass
 
 LADDER_COLUMNS = ("model.preset", "model.n_layers", "model.d_model", "train.steps")
 METRIC = "final held-out loss: mean ln(PPL) over the held-out sets (nats/token)"
@@ -339,29 +337,3 @@ def pd_concat(frames: list[Any]) -> Any:
     import pandas as pd
 
     return pd.concat(frames, ignore_index=True)
-
-
-def report_ladder(store: Store, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",
-                  out: str | Path | None = None, baseline: str = "baseline",
-                  warn: Callable[[str], None] | None = None) -> tuple[str, list[Path]]:
-    """``ablate report ladder``: the report as text in ``fmt``; with ``out`` (a directory) also written there
-    as ``ladder.<md|json|csv>`` with its figure ``ladder.png``. Returns the text and the files written.
-    ``warn`` gets the line saying how many runs of older configurations of the grid were left out."""
-    from ablate.errors import one_of
-    from ablate.reports.data import current_runs, resolve_grid
-    from ablate.reports.ladder_render import FIGURE, FORMATS, SUFFIX, ladder_figure, render_ladder
-
-    if fmt not in FORMATS:  # before any query
-        raise UserInputError(one_of(fmt, FORMATS, what="format for the ladder report") + " (option --format)")
-    targets = parse_targets(target)
-    name = resolve_grid(list(store.grids()), grid)
-    report = analyse(current_runs(store, name, warn=warn), targets, baseline=baseline, grid=name)
-    text = render_ladder(report, fmt)
-    written: list[Path] = []
-    if out is not None:
-        from ablate.layout import atomic_write
-
-        out = Path(out)
-        written.append(atomic_write(out / f"ladder{SUFFIX[fmt]}", text))
-        written.append(ladder_figure(report, out / FIGURE))
-    return text, written

@@ -1,4 +1,5 @@
-"""The ladder report (``ablate.reports.ladder.analyse``'s data) as markdown, CSV or JSON, and its figure.
+"""The ladder report (``ablate.reports.ladder.analyse``'s data) as markdown, CSV or JSON, and its figure; and
+``report_ladder``, what ``ablate report ladder`` does with a store (query, analyse, write).
 
 No number from an unreliable fit is printed: its predictions read "unreliable" with the reasons, and a
 predicted difference whose interval holds zero reads "unresolved" with the interval only.
@@ -10,10 +11,17 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ablate.reports.ladder import MAX_EXTRAPOLATION, MIN_SEEDS
+from ablate.errors import UserInputError, one_of
+from ablate.layout import atomic_write
+from ablate.reports.data import current_runs, resolve_grid
+from ablate.reports.ladder import MAX_EXTRAPOLATION, MIN_SEEDS, analyse, parse_targets
+
+if TYPE_CHECKING:
+    from ablate.store.api import Store
 
 FORMATS = ("markdown", "json", "csv")
 SUFFIX = {"markdown": ".md", "json": ".json", "csv": ".csv"}
@@ -258,3 +266,23 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
         fig.savefig(tmp, format="png")
     plt.close(fig)
     return path
+
+
+def report_ladder(store: Store, *, grid: str | None = None, target: str = "paper", fmt: str = "markdown",
+                  out: str | Path | None = None, baseline: str = "baseline",
+                  warn: Callable[[str], None] | None = None) -> tuple[str, list[Path]]:
+    """``ablate report ladder``: the report as text in ``fmt``; with ``out`` (a directory) also written there
+    as ``ladder.<md|json|csv>`` with its figure ``ladder.png``. Returns the text and the files written.
+    ``warn`` gets the line saying how many runs of older configurations of the grid were left out."""
+    if fmt not in FORMATS:  # before any query
+        raise UserInputError(one_of(fmt, FORMATS, what="format for the ladder report") + " (option --format)")
+    targets = parse_targets(target)
+    name = resolve_grid(list(store.grids()), grid)
+    report = analyse(current_runs(store, name, warn=warn), targets, baseline=baseline, grid=name)
+    text = render_ladder(report, fmt)
+    written: list[Path] = []
+    if out is not None:
+        out = Path(out)
+        written.append(atomic_write(out / f"ladder{SUFFIX[fmt]}", text))
+        written.append(ladder_figure(report, out / FIGURE))
+    return text, written

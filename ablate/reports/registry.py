@@ -92,7 +92,7 @@ def _compare(store: Store, r: Request) -> Output:
 
 
 def _ladder(store: Store, r: Request) -> Output:
-    from ablate.reports.ladder import report_ladder
+    from ablate.reports.ladder_render import report_ladder
 
     fmt = "markdown" if r.fmt == TERMINAL else r.fmt  # the ladder has no terminal table of its own yet
     text, written = report_ladder(store, grid=r.grid, target=r.target, fmt=fmt, out=r.out, warn=r.warn)

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.reports.cells import fmt_count, fmt_len
+from ablate.reports.configs import finish_times
 from ablate.reports.spec import TableSpec, VariantInfo, paper_number, row_refs
-from ablate.result import WITH_RESULT
+from ablate.result import RESULT_STATUSES  # pruned and failed runs measured nothing to report
 
-RESULT_STATUSES = tuple(s.value for s in WITH_RESULT)  # pruned and failed runs measured nothing to report
 # Model fields that set the scale of a run and that no variant changes: part of a run's configuration context.
 SCALE_FIELDS = ("model.preset", "model.n_layers", "model.d_model", "model.vocab_size", "model.rope_theta",
                 "model.rope_yarn_factor", "model.rope_yarn_original_len")
@@ -111,8 +111,6 @@ def modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int
     if len(counts) == 1:
         return runs, 0, ""
     done = Counter(k for k, st in zip(keys, runs["status"], strict=True) if st == "done")
-    from ablate.reports.configs import finish_times
-
     latest: dict[tuple, str] = {}
     for k, when in zip(keys, finish_times(runs), strict=True):
         latest[k] = max(latest.get(k, ""), when)
