@@ -19,6 +19,10 @@ def __getattr__(name: str) -> Any:
         from ablate.reports.tables import build_table
 
         return build_table
+    if name == "TARGETS":
+        from ablate.reports.registry import TARGETS
+
+        return TARGETS
     if name in __all__:
         from ablate.reports import api
 

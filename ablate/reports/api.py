@@ -1,5 +1,5 @@
-"""What the reports of ``ablate report`` (``reports.registry.REPORTS``) call: a table as text, the scorecard,
-the figures, the whole report directory, from a store."""
+"""What the reports of ``ablate report`` (``reports.registry.REPORTS``, which sits above this module) call: a
+table as text, the scorecard, the figures, the whole report directory, from a store."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from ablate.reports.data import GridData, load_grid_data
 from ablate.reports.family import families
 from ablate.reports.figures import write_figures
 from ablate.reports.page import report_page
-from ablate.reports.registry import REPORTS, TABLE_REPORTS
 from ablate.reports.render import FORMATS, SUFFIX, TERMINAL, render
 from ablate.reports.scorecard import (
     SCORECARD_FORMATS,
@@ -29,6 +28,7 @@ from ablate.reports.scorecard import (
     unresolved_lines,
 )
 from ablate.reports.scorecard import TERMINAL_LEAVES as SCORECARD_LEAVES
+from ablate.reports.spec import TABLES
 from ablate.reports.tables import build_table
 from ablate.reports.terminal import to_terminal
 from ablate.stats import DEFAULT, Stats
@@ -37,18 +37,16 @@ if TYPE_CHECKING:
     from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
-TARGETS = tuple(REPORTS)  # every report's name
 PAGE = "report.html"
 Warn = Callable[[str], None]
 
 
 def table_number(target: str) -> int:
     """``table3`` -> 3; a clear error for anything else."""
-    report = REPORTS.get(target)
-    if report is None or report.table is None:
-        raise UserInputError(one_of(target, [r for r, v in REPORTS.items() if v.table is not None],
-                                    what="table"))
-    return report.table
+    names = {f"table{n}": n for n in TABLES}
+    if target not in names:
+        raise UserInputError(one_of(target, list(names), what="table"))
+    return names[target]
 
 
 def grid_table(data: GridData, number: int, *, paper: bool = False, stats: Stats = DEFAULT) -> Table:
@@ -145,7 +143,7 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
         compared = _compare_or_note(data, reference, metrics, stats)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLE_REPORTS]
+    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLES]
     written: dict[str, Path] = {}
     if isinstance(compared, CompareReport):
         for fmt in ("markdown", "latex", "csv", "json"):

@@ -187,3 +187,17 @@ def delta_cell(delta: Delta, d: int, usual_n: int) -> Cell:
         text += f" ({', '.join(said)})"
     return Cell(text, delta.mean, None, delta.n, 0, delta.lo, delta.hi, delta.p, delta.p_adj,
                 delta.p_adj is not None and delta.resolved)
+
+
+# ---------------------------------------------------------------- what every renderer reads the same way
+TERMINAL = "terminal"  # not a --format: what `ablate report` prints at a terminal when none is given
+
+
+def caption(table: Table) -> str:
+    head = f"Table {table.number}: {table.title}" if table.number is not None else table.title
+    return head + (f", grid '{table.grid}'" if table.grid else "")
+
+
+def bold(col: Column, cell: Cell) -> bool:
+    """What is bold, in every format: a delta that is significant after its correction, nothing else."""
+    return col.kind == "delta" and cell.significant and bool(cell.text)

@@ -128,4 +128,4 @@ REPORTS: dict[str, Report] = {
     "figures": Report("figures", "Figures 1-7 as PNG files", _figures),
     "all": Report("all", "the HTML page and every table, figure and the scorecard as files", _all),
 }
-TABLE_REPORTS = tuple(r.table for r in REPORTS.values() if r.table is not None)  # what `report all` writes
+TARGETS = tuple(REPORTS)  # every report's name

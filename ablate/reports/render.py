@@ -23,19 +23,18 @@ import unicodedata
 from collections.abc import Iterator
 
 from ablate.errors import UserInputError, one_of
-from ablate.reports.cells import Cell, Column, Row, Table
+from ablate.reports.cells import TERMINAL, Row, Table, bold, caption
+from ablate.reports.terminal import to_terminal
 
 FORMATS = ("markdown", "latex", "csv", "json", "html")
 SUFFIX = {"markdown": ".md", "latex": ".tex", "csv": ".csv", "json": ".json", "html": ".html"}
-TERMINAL = "terminal"  # not a --format: what `ablate report` prints at a terminal when none is given
+
 
 
 def render(table: Table, fmt: str = "markdown", *, width: int = 100) -> str:
     """``table`` in format ``fmt`` (markdown, latex, csv, json, html; html is a standalone page), or
     ``terminal``: a rich table ``width`` columns wide (``reports.terminal``)."""
     if fmt == TERMINAL:
-        from ablate.reports.terminal import to_terminal  # it reads this module's caption and bold
-
         return to_terminal(table, width)
     if fmt not in FORMATS:
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
@@ -50,11 +49,6 @@ def render(table: Table, fmt: str = "markdown", *, width: int = 100) -> str:
     return html_document(f"ablate {table.name}: {table.title}", to_html(table))
 
 
-def caption(table: Table) -> str:
-    head = f"Table {table.number}: {table.title}" if table.number is not None else table.title
-    return head + (f", grid '{table.grid}'" if table.grid else "")
-
-
 def _segments(table: Table) -> Iterator[str | Row]:
     """Rows in order, with a group header (the group's name, a ``str``) wherever the group changes."""
     current: object = object()
@@ -63,11 +57,6 @@ def _segments(table: Table) -> Iterator[str | Row]:
             yield row.group
         current = row.group
         yield row
-
-
-def bold(col: Column, cell: Cell) -> bool:
-    """What is bold, in every format: a delta that is significant after its correction, nothing else."""
-    return col.kind == "delta" and cell.significant and bool(cell.text)
 
 
 # ---------------------------------------------------------------- markdown

@@ -31,8 +31,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ablate.reports.cells import Column, Row, Table
-from ablate.reports.render import TERMINAL, bold, caption
+from ablate.reports.cells import TERMINAL, Column, Row, Table, bold, caption
 
 __all__ = ["TERMINAL", "fit_widths", "layout", "shown_rows", "to_terminal", "wrap_number"]
 GAP = 2  # spaces between two columns
