@@ -54,6 +54,11 @@ def plan(path: Path, home: Path):
      r"CappedSoftmax, HeadGate"),
     ("[myattn]", '{arm: "myatn:CappedSoftmax"}',
      r"is from module 'myatn' \(did you mean 'myattn'\?\), which the grid does not list"),
+    # the typo is the listed name, beside a folder myattn/: name the arm's module, not the typo back
+    ("[myatn]", '{arm: "myattn:CappedSoftmax"}',
+     r"plugins: the grid lists `plugins: \[myatn\]`, but no module 'myatn' is beside the grid or on the "
+     r"import path; plugin arm 'myattn:CappedSoftmax' is from module 'myattn': did you mean "
+     r"`plugins: \[myattn\]`\?"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: -1}}',
      r"model.plugin.args.cap: myattn:CappedSoftmax: Input should be greater than 0 \(got -1\)"),
     ("[myattn]", '{arm: "myattn:CappedSoftmax", args: {cap: 5, width: 2}}',

@@ -53,10 +53,12 @@ code they trained with (``check_version``). Importing this module never imports 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import logging
 import os
@@ -234,6 +236,14 @@ def check(spec: PluginArm, listed: Iterable[str], model: ModelConfig | None = No
     allowed = set(listed) | {module_of(v) for v in registered().values()}
     module = module_of(spec.arm)
     if module not in allowed:
+        missing = [m for m in listed if m not in allowed - set(listed) and not _findable(m)]
+        if did_you_mean(module, missing):  # the listed name is the typo, not the arm's module
+            typo = difflib.get_close_matches(module, missing, n=1, cutoff=0.6)[0]
+            raise ConfigError(
+                f"the grid lists `plugins: [{typo}]`, but no module {typo!r} is beside the grid or on the "
+                f"import path; plugin arm {spec.arm!r} is from module {module!r}: did you mean "
+                f"`plugins: [{module}]`?",
+                where="plugins")
         near = did_you_mean(module, allowed)
         raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}{near}, which the grid does not "
                           f"list: add `plugins: [{module}]` (only listed modules and installed "
@@ -241,6 +251,15 @@ def check(spec: PluginArm, listed: Iterable[str], model: ModelConfig | None = No
     arguments(spec)
     if model is not None:
         slot(model)
+
+
+def _findable(module: str) -> bool:
+    """Whether ``module`` can be imported from the import path (the grids' folders included), without
+    importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def slot(cfg: ModelConfig) -> str | None:
