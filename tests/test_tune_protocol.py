@@ -207,6 +207,26 @@ def test_the_tune_summary_off_a_terminal_prints_whole_labels_and_values(capsys) 
     assert "…" not in out and label in out and "0.0025" in out and "12.35" in out, out
 
 
+@pytest.mark.parametrize("width", [80, 100])
+def test_the_tune_summary_fits_a_terminal_and_cuts_no_header(width: int) -> None:
+    """On a terminal the table fits its width; its headers wrap at their spaces instead of ending in '…'
+    (``ok/div/pruned/fa…`` once)."""
+    from rich.console import Console
+
+    from ablate.tune.options import CellResult, TuneReport
+    from ablate.tune.summary import print_summary
+
+    best = Point(2.5e-3, "ok", 12.3456, run_id="0123456789abcdef")
+    worse = Point(5e-2, "diverged")
+    cell = CellResult("sdpa-elementwise", "sdpa-elementwise", "s", [0, 1], [best, worse], best, best, worse)
+    console = Console(width=width, record=True, force_terminal=True)
+    print_summary(TuneReport("g", "g/tune", cells=[cell], counts={"done": 2}), "train.lr", "val_ppl", console)
+    text = console.export_text()
+    table = text.split("this time:")[0]
+    assert all(len(line) <= width for line in table.splitlines()), table
+    assert "…" not in table and "diverged" in table and "failed" in table, table
+
+
 @pytest.mark.parametrize(("best", "edge"), [(0.0286, "high"), (0.0288, "high"), (1.1e-4, "low"), (3e-3, None),
                                             (0.01, None)])
 def test_a_best_value_at_an_end_of_the_range_is_at_the_edge(best, edge):

@@ -24,9 +24,10 @@ def summary_table(report: TuneReport, param: str, metric: str) -> Table:
     diverged / pruned / failed)."""
     table = Table(title=f"ablate tune {report.grid}: {param} per cell (metric {metric})",
                   title_justify="left")
+    # headers wrap at their spaces and cells fold rather than end in '…' on a narrow terminal
     for col in ("cell", f"best {param}", metric, "largest stable", worse_header(report.tolerance),
-                "ok/div/pruned/failed"):
-        table.add_column(col, justify="left" if col == "cell" else "right")
+                "trials ok / diverged / pruned / failed"):
+        table.add_column(col, justify="left" if col == "cell" else "right", overflow="fold")
     for c in report.cells:
         n = {k: sum(p.outcome == k for p in c.points) for k in ("ok", "diverged", "pruned", "failed")}
         table.add_row(c.label, _num(c.best.value if c.best else None),
