@@ -206,8 +206,8 @@ def db_rehash_cmd(
     directories, store rows, tune trials and MLflow tags follow (run it again to finish an interrupted one). A
     run stored before ids covered its data gets its data's fingerprints as the data is now: run it from the
     folder its grid ran in (a relative data path is read from there)."""
-    from ablate.store.mlflow_mirror import tracking_uri
     from ablate.store.carry import rehash
+    from ablate.store.mlflow_mirror import tracking_uri
 
     root = home_dir(home)
     with open_store(home, store) as opened:

@@ -38,7 +38,6 @@ from ablate.execute.recorder import STORE_PATIENCE_S
 if TYPE_CHECKING:
     from ablate.execute.lifecycle import Ended, Lifecycle
     from ablate.execute.messages import Job
-    from ablate.execute.opening import Expanded
 
 TRAIN_JOB = "ablate.execute.job:train"
 
@@ -48,6 +47,20 @@ EXECUTORS: dict[str, str] = {
     "slurm": "ablate.execute.slurm:SLURM",
     "ray": "ablate.execute.ray:RAY",
 }
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """A grid file loaded and expanded, once: what the memory check, the worker count and the opening all
+    read."""
+
+    path: Path
+    grid: Any  # ablate.grid.Grid, with the extra runs among its include entries
+    planned: list[Any]  # [PlannedRun]
+    # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
+    fingerprints: Any
+    joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
+
 
 
 @dataclass
@@ -162,3 +175,9 @@ def check_flags(chosen: Executor, own: Mapping[str, Any]) -> None:
             if owner is None:
                 raise ConfigError(f"no executor reads {flag}", where=flag)
             raise ConfigError(f"{owner.flags[key]}; add --executor {owner.name}", where=flag)
+
+
+def executor_name(name: str, job_id: str) -> str:
+    """A job in its executor's words (``Slurm job 12_3``); an executor this ablate does not know: as
+    stored."""
+    return executor(name).job_name(job_id) if name in EXECUTORS else f"{name} job {job_id}"

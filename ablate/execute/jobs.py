@@ -23,10 +23,9 @@ def grid_jobs(store: Store, grid: str | None = None, *, unfinished: bool = False
     """The runs (of ``grid``, or all; only the queued and running ones with ``unfinished``) that carry an
     executor's job: ``{"run_id", "grid", "variant", "seed", "status", "executor", "job_id"}``, ordered by
     executor and job. An unknown grid is a UserInputError."""
-    from sqlalchemy import select
-
     from ablate.store.queries import _grid_filter
     from ablate.store.schema import Grid, GridRun, Run
+    from sqlalchemy import select
 
     with store.session(write=False) as s:
         members = _grid_filter(s, grid)
@@ -57,8 +56,7 @@ def job_rows(store: Store, grid: str | None = None) -> list[dict[str, Any]]:
     """What ``ablate status`` shows of the executors' jobs: each unfinished run that carries one, with the
     job in its executor's words (``job``) and its state as the executor says it (``state``: ``"gone"`` when
     the executor no longer knows it, None when it cannot tell from here)."""
-    from ablate.execute.executor import executors
-    from ablate.execute.opening import executor_name
+    from ablate.execute.executor import executor_name, executors
 
     rows = grid_jobs(store, grid, unfinished=True)
     for ex in executors({r["executor"] for r in rows}):

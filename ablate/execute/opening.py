@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ablate import layout, provenance
 from ablate.errors import PlanningInterrupted
+from ablate.execute.executor import Expanded, executor_name, executors
 from ablate.execute.job import ERROR_FILE
 from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
 from ablate.execute.triage import Decision, triage
@@ -122,7 +123,6 @@ def job_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]],
                  run_ids: Iterable[str] | None = None) -> Liveness:
     """The liveness rule with the jobs holding the unfinished runs among ``run_ids`` (all runs when None)
     asked of their executors (``squeue``, Ray's state API)."""
-    from ablate.execute.executor import executors
     from ablate.execute.jobs import grid_jobs
 
     wanted = None if run_ids is None else set(run_ids)
@@ -132,14 +132,6 @@ def job_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]],
     names = {r["run_id"]: executor_name(r["executor"], r["job_id"]) for r in rows}
     return Liveness(home, running, jobs={r["run_id"]: (r["executor"], r["job_id"]) for r in rows}, live=live,
                     names=names)
-
-
-def executor_name(name: str, job_id: str) -> str:
-    """A job in its executor's words (``Slurm job 12_3``); an executor this ablate does not know: as
-    stored."""
-    from ablate.execute.executor import EXECUTORS, executor
-
-    return executor(name).job_name(job_id) if name in EXECUTORS else f"{name} job {job_id}"
 
 
 @dataclass
@@ -174,19 +166,6 @@ class Opened:
             return None
         who = sorted({str(h) for h in self.held.values()})
         return f"{len(self.held)} running in another process ({', '.join(who)}), skipped"
-
-
-@dataclass(frozen=True)
-class Expanded:
-    """A grid file loaded and expanded, once: what the memory check, the worker count and the opening all
-    read."""
-
-    path: Path
-    grid: Any  # ablate.grid.Grid, with the extra runs among its include entries
-    planned: list[Any]  # [PlannedRun]
-    # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
-    fingerprints: Any
-    joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
 
 
 @contextmanager

@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
          options: TuneOptions | None = None) -> TuneReport:
     """Tune ``options.param`` per cell of the grid at ``path``; see the module docstring."""
-    from ablate.execute.opening import Expanded, planning
+    from ablate.execute.executor import Expanded
+    from ablate.execute.opening import planning
     from ablate.grid import expand, load_grid
     from ablate.runner.fingerprints import Fingerprints
     from ablate.tune.storage import parse_pruner

@@ -19,8 +19,8 @@ from ablate.execute.executor import TRAIN_JOB, RunOptions
 from ablate.execute.local.runner import LocalRunner
 
 if TYPE_CHECKING:
+    from ablate.execute.executor import Expanded
     from ablate.execute.lifecycle import Lifecycle
-    from ablate.execute.opening import Expanded
 
 
 @dataclass

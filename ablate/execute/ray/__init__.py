@@ -21,8 +21,8 @@ from rich.console import Console
 from ablate.execute.executor import TRAIN_JOB, RunOptions
 
 if TYPE_CHECKING:
+    from ablate.execute.executor import Expanded
     from ablate.execute.lifecycle import Lifecycle
-    from ablate.execute.opening import Expanded
     from ablate.execute.ray.cluster import Ask, Cluster
     from ablate.execute.ray.runner import RayRunner
 

@@ -18,7 +18,7 @@ from ablate.errors import UserInputError
 from ablate.execute.executor import RunOptions
 
 if TYPE_CHECKING:
-    from ablate.execute.opening import Expanded
+    from ablate.execute.executor import Expanded
     from ablate.execute.slurm.submit import SlurmOptions
 
 WHAT = "a Slurm option"
