@@ -23,9 +23,10 @@ def grid_jobs(store: Store, grid: str | None = None, *, unfinished: bool = False
     """The runs (of ``grid``, or all; only the queued and running ones with ``unfinished``) that carry an
     executor's job: ``{"run_id", "grid", "variant", "seed", "status", "executor", "job_id"}``, ordered by
     executor and job. An unknown grid is a UserInputError."""
+    from sqlalchemy import select
+
     from ablate.store.queries import _grid_filter
     from ablate.store.schema import Grid, GridRun, Run
-    from sqlalchemy import select
 
     with store.session(write=False) as s:
         members = _grid_filter(s, grid)
