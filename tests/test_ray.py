@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -254,6 +255,9 @@ def test_eight_runs_over_two_nodes_are_recorded_in_postgres_until_resolved(ray_c
     assert runs["mlflow_run_id"].notna().all()
     for rid in runs.index:  # every step once, the whole curve
         assert sorted(curves[curves["run_id"] == rid]["step"]) == list(range(30))
+        # its line names it as a local run's does: variant, seed, the task's time
+        variant, seed = runs.loc[rid, "variant"], runs.loc[rid, "seed"]
+        assert re.search(rf"^ +done {rid} {variant} {seed} in \d+s  loss ", out.stderr, re.M), out.stderr
     tasks = {j.partition("@")[0] for j in runs["job_id"]}
     assert len(tasks) == 8 and {gcs(j) for j in runs["job_id"]} == {gcs(j) for j in runs["job_id"][:1]}
     nodes = {t.node_id for t in ray_cluster.tasks(tasks)}
@@ -301,7 +305,9 @@ def test_a_plugin_arm_reaches_the_workers_through_the_runtime_env(ray_cluster, t
 
 # ------------------------------------------------------------ status and cancel
 def test_status_shows_the_ray_tasks_and_cancel_puts_the_runs_back_in_the_queue(ray_cluster, tmp_path):
-    path = grid(tmp_path / "c.yaml", "cancelled", seeds=[0], steps=5000)
+    """Four runs on two one-CPU nodes: two train, two wait for a node. ``ablate cancel`` says which were
+    which, and the grid's counts it prints are those ``ablate status`` reads right after."""
+    path = grid(tmp_path / "c.yaml", "cancelled", seeds=[0, 1], steps=5000)
     home = tmp_path / "home"
     driver = subprocess.Popen([ABLATE, "run", str(path), "--executor", "ray", "--ray-address",
                                ray_cluster.address, "--devices", "cpu", "--home", str(home), "--no-mlflow"],
@@ -316,38 +322,54 @@ def test_status_shows_the_ray_tasks_and_cancel_puts_the_runs_back_in_the_queue(r
 
         wait_until(training, 300, "both runs to train past a checkpoint")
         status = json.loads(ablate(ray_cluster, "status", "--home", str(home), "--format", "json").stdout)
-        assert [(r["executor"], r["state"]) for r in status["jobs"]] == [("ray", "RUNNING")] * 2
+        states = sorted(r["state"] for r in status["jobs"] if r["status"] == "running")
+        assert states == ["RUNNING"] * 2 and {r["executor"] for r in status["jobs"]} == {"ray"}
+        assert len(status["jobs"]) == 4 and all(r["state"].startswith("PENDING") for r in status["jobs"]
+                                                if r["status"] == "queued")
+        training = {r["run_id"] for r in status["running"]}
         assert all(r["job"].startswith("Ray task ") for r in status["jobs"])
         assert not any(r["stale"] for r in status["running"])  # alive by their tasks
         table = ablate(ray_cluster, "status", "--home", str(home)).stdout
         assert "in executors' jobs" in table and "RUNNING" in table
 
         out = ablate(ray_cluster, "cancel", "cancelled", "--home", str(home))
+        after = json.loads(ablate(ray_cluster, "status", "--home", str(home), "--format", "json").stdout)
         assert out.returncode == 0, out.stderr
-        assert "cancelled 2 Ray task(s) of grid cancelled" in out.stdout
-        assert "2 run(s) of cancelled back in the queue" in out.stdout
+        assert out.stdout.splitlines() == [
+            "cancelled 4 Ray task(s) of grid cancelled (2 training, 2 waiting to start)",
+            "4 run(s) of cancelled back in the queue",
+            "grid cancelled now: 4 queued, 0 running of 4 (as ablate status counts them)"]
+        (counts,) = after["grids"]
+        assert (counts["queued"], counts["running"], counts["total"]) == (4, 0, 4)  # as cancel said
+        assert after["jobs"] == [] and after["running"] == []
         _, err = driver.communicate(timeout=300)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
     assert driver.returncode == 130, err  # interrupted: the next `ablate run` resumes the runs
-    assert "ablate cancel: cancelling 2 Ray task(s)" in err
+    assert "ablate cancel: cancelling 4 Ray task(s)" in err
     with Store.open(home=home) as store:
         runs = store.runs_frame(grid="cancelled").set_index("run_id")
     assert set(runs["status"]) == {"queued"} and runs["job_id"].isna().all()
-    for rid in runs.index:  # each saved a checkpoint to resume from
-        assert (home / "runs" / rid / CHECKPOINT).is_file()
+    for rid in runs.index:  # each that trained saved a checkpoint to resume from
+        assert (home / "runs" / rid / CHECKPOINT).is_file() == (rid in training)
+        variant, seed = runs.loc[rid, "variant"], runs.loc[rid, "seed"]
+        shown = rf"^interrupted {rid} {variant} {seed}" + (r" in \d+s" if rid in training else "  cancelled")
+        assert re.search(shown, err, re.M), err
     assert json.loads(ablate(ray_cluster, "status", "--home", str(home), "--format", "json").stdout)[
         "jobs"] == []
 
 
 # ------------------------------------------------------------ the local default
 def test_without_an_address_a_ray_instance_is_started_here_and_stopped_at_the_end(ray_cluster, tmp_path):
+    """... and the tasks mirror into the MLflow experiment the user named (carried in the tasks' spec)."""
     path = grid(tmp_path / "l.yaml", "embedded", seeds=[0], steps=20)
     home = tmp_path / "home"
-    out = ablate(ray_cluster, "run", str(path), "--executor", "ray", "--home", str(home), "--no-mlflow")
+    out = ablate(ray_cluster, "run", str(path), "--executor", "ray", "--home", str(home),
+                 "--mlflow-experiment", "team")
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "warning" not in out.stderr, out.stderr
     assert "one Ray task per run on a Ray instance started here" in out.stderr
     with Store.open(home=home) as store:
         runs = store.runs_frame(grid="embedded")
@@ -357,6 +379,14 @@ def test_without_an_address_a_ray_instance_is_started_here_and_stopped_at_the_en
     host, _, port = address.rpartition(":")
     with pytest.raises(ConnectionRefusedError):  # stopped at the end of the command
         socket.create_connection((host, int(port)), timeout=5).close()
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    assert client.get_experiment_by_name("embedded") is None
+    nested = client.search_runs([client.get_experiment_by_name("team").experiment_id],
+                                filter_string="tags.`ablate.role` = 'run'")
+    assert sorted(r.data.tags["run_id"] for r in nested) == sorted(runs["run_id"])
+    assert {(r.data.tags["grid"], r.info.status) for r in nested} == {("embedded", "FINISHED")}
 
 
 # ------------------------------------------------------------ tune's trials as Ray tasks

@@ -42,8 +42,7 @@ def cancel_cmd(
         name = load_grid(grid, sets or ()).name
     with open_store(home, store) as opened:
         report = cancel_grid(opened, name, wait_s=wait)
-    if report.cancelled:
-        typer.echo(f"cancelled {'; '.join(report.cancelled)} of grid {name}")
-    typer.echo(f"{len(report.requeued)} run(s) of {name} back in the queue")
+    for line in report.lines():
+        typer.echo(line)
     if report.still_alive:
         warn(f"still alive: {', '.join(report.still_alive)}; those runs record their own end")

@@ -121,15 +121,20 @@ class GridDisplay:
             if a.first_step is None:
                 a.first_step, a.first_at = a.step, self.clock()
 
-    def ended(self, run_id: str, outcome: str, note: str = "") -> None:
-        """A job ended: one line above the live area (variant, seed, time), and the bar moves on."""
+    def ended(self, run_id: str, outcome: str, note: str = "", *, label: str | None = None,
+              took: float | None = None) -> None:
+        """A job ended: one line above the live area (variant, seed, time), and the bar moves on. ``label``
+        (``variant seed``) and ``took`` (its seconds, as the process that trained it measured them) stand in
+        for what this display saw of it: a Ray task may start and end between two looks at the store."""
         a = self.active.pop(run_id, None)
         line = Text.assemble(styled(outcome, f"{LABEL.get(outcome, outcome):>11}"), f" {run_id}")
-        if a is not None:
-            took = self.clock() - a.since
-            if outcome in ("done", "diverged"):
-                self.took.append(took)
-            line.append(f" {a.label} in {duration(took)}")
+        took = took if took is not None else self.clock() - a.since if a is not None else None
+        if took is not None and outcome in ("done", "diverged"):
+            self.took.append(took)
+        if a is not None or label:
+            line.append(f" {a.label if a is not None else label}")
+        if took is not None:
+            line.append(f" in {duration(took)}")
         if note:
             line.append(f"  {note}")
         self.console.print(line, highlight=False, soft_wrap=not self.console.is_terminal)

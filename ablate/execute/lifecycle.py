@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class Ended:
     """How one run ended in this command: ``kind`` is ``done``, ``diverged``, ``failed``, ``pruned``,
-    ``interrupted`` or ``busy`` (another process holds it); ``note`` is the line the user sees after it."""
+    ``interrupted`` or ``busy`` (another process holds it); ``note`` is the line the user sees after it;
+    ``took_s`` the seconds from its start to its end, where the process that trained it measured them (a Ray
+    task)."""
 
     run_id: str
     kind: str
@@ -70,6 +72,7 @@ class Ended:
     error: str | None = None
     step: int | None = None
     value: float | None = None
+    took_s: float | None = None
 
 
 class Lifecycle:

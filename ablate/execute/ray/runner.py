@@ -169,11 +169,18 @@ class RayRunner(ShownRounds):
             ended = Ended(job.run_id, "interrupted", "cancelled; the next run resumes it")
         except Exception as exc:  # noqa: BLE001 - the task was lost (its node or worker died every time)
             ended = self._lost(job, exc)
-        if job.run_id in self._started:
-            self.job_times[job.run_id] = (self._started.pop(job.run_id), time.monotonic())
+        now = time.monotonic()
+        seen = self._started.pop(job.run_id, None)
+        start = now - ended.took_s if ended.took_s is not None else seen
+        if start is not None:
+            self.job_times[job.run_id] = (start, now)
         assert self.display is not None
+        # the task's own start-to-end time: the store's running row, read every LOOK_S, may never show a
+        # short run, and shows a long one up to LOOK_S late
         self.display.ended(job.run_id, ended.kind,
-                           f"{job.label}  {ended.note}".strip() if job.label else ended.note)
+                           f"{job.label}  {ended.note}".strip() if job.label else ended.note,
+                           label=f"{job.config.get('variant', '?')} {job.config.get('seed', 0)}",
+                           took=ended.took_s)
         return ended
 
     def _lost(self, job: Job, exc: Exception) -> Ended:

@@ -16,14 +16,15 @@ import logging
 import os
 import signal
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ablate.execute.devices import Slot, quiet_threads
 from ablate.execute.job import JobContext, load_job, run_job
 from ablate.execute.lifecycle import Ended, Lifecycle
-from ablate.execute.messages import Job
+from ablate.execute.messages import Job, Started
 from ablate.execute.ray.cluster import job_id
 from ablate.execute.recorder import TASK
 
@@ -58,8 +59,11 @@ def ray_task(spec: TaskSpec, job: Job) -> Ended:
     lifecycle = _lifecycle(spec, task)
     fn, prepare = load_job(spec.job_fn)
     ended: list[Ended] = []
+    began: list[float] = []  # when the run started: the driver's line says how long it took
 
     def send(event: Any) -> None:
+        if isinstance(event, Started):
+            began.append(time.monotonic())
         if (e := lifecycle.record(event)) is not None:
             ended.append(e)
 
@@ -88,7 +92,9 @@ def ray_task(spec: TaskSpec, job: Job) -> Ended:
         signal.signal(signal.SIGINT, ignored)
         lifecycle.close()
         lifecycle.store.close()
-    return ended[-1] if ended else Ended(job.run_id, "interrupted")
+    if not ended:
+        return Ended(job.run_id, "interrupted")
+    return replace(ended[-1], took_s=time.monotonic() - began[0]) if began else ended[-1]
 
 
 def _lifecycle(spec: TaskSpec, task: str) -> Lifecycle:
