@@ -23,3 +23,4 @@ test: setup
 lint: setup
 	$(BIN)/ruff check ablate tests bench examples
 	$(BIN)/mypy  # all of ablate, strict where [tool.mypy] says (pyproject.toml)
+	$(BIN)/lint-imports  # the layers of docs/internals.md ([tool.importlinter] in pyproject.toml): no circles
