@@ -66,7 +66,7 @@ def _declared(summary: dict[str, float | int | None]) -> dict[str, float | int |
     return summary
 
 
-class Event(BaseModel):
+class RunEvent(BaseModel):
     """Something that happened at a step: ``loss_spike`` (loss, trend, size), ``diverged`` (loss, reason),
     ``resumed`` (the step a restarted run continued from), ``pruned`` (metric, value: what the pruner saw)."""
 
@@ -102,7 +102,7 @@ class RunResult(BaseModel):
     probes: dict[str, list[float | None]] = Field(default_factory=dict)
     histograms: dict[str, list[list[float]]] = Field(default_factory=dict)
     histogram_edges: list[float] = Field(default_factory=list)
-    events: list[Event] = Field(default_factory=list)
+    events: list[RunEvent] = Field(default_factory=list)
     resumed_from: int | None = None
     started: str | None = None
     finished: str | None = None

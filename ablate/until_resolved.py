@@ -78,7 +78,7 @@ class UntilResolved:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class PairedCells:
     """A cell against its reference cell: their axis values without the seed, and the seeds they pair on."""
 
     label: str
@@ -105,7 +105,7 @@ class Outcome:
     """What ``until_resolved`` did: the plan of looks, each look, the look each comparison was resolved at and
     the executor's last exit status."""
 
-    comparisons: list[Comparison]
+    comparisons: list[PairedCells]
     plan: list[int]
     looks: list[Look] = field(default_factory=list)
     resolved_at: dict[int, int] = field(default_factory=dict)  # comparison index -> look index
@@ -145,7 +145,7 @@ def cells(planned: Iterable[PlannedRun]) -> dict[str, dict[int, str]]:
     return out
 
 
-def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: str) -> list[Comparison]:
+def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: str) -> list[PairedCells]:
     """Every cell of a ``compare`` variant (any non-reference one when none is named) that has a reference
     cell in the grid. A grid without a variant axis, a seed axis of two or more seeds, or such a pair is
     refused."""
@@ -170,7 +170,7 @@ def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: s
         at = ", ".join(f"{k}={v}" for k, v in sorted(axes.items()) if k not in (SEED, VARIANT))
         own = {k: v for k, v in axes.items() if k != SEED} | {VARIANT: written.get(name, name)}
         ref_axes[VARIANT] = written.get(spec.reference, spec.reference)
-        out.append(Comparison(f"{name} vs {spec.reference}" + (f" at {at}" if at else ""), key, ref, own,
+        out.append(PairedCells(f"{name} vs {spec.reference}" + (f" at {at}" if at else ""), key, ref, own,
                               ref_axes))
     if not out:
         raise UserInputError(f"{source}: --until-resolved found no cell to compare with a {spec.reference} "
@@ -178,7 +178,7 @@ def comparisons(planned: Sequence[PlannedRun], spec: UntilResolved, *, source: s
     return out
 
 
-def first_seeds(comps: Sequence[Comparison], grid_cells: dict[str, dict[int, str]]) -> list[int]:
+def first_seeds(comps: Sequence[PairedCells], grid_cells: dict[str, dict[int, str]]) -> list[int]:
     """The seeds the file gives every compared pair (both cells), in order: the first look's."""
     common = None
     for c in comps:
@@ -187,7 +187,7 @@ def first_seeds(comps: Sequence[Comparison], grid_cells: dict[str, dict[int, str
     return sorted(common or ())
 
 
-def extra_runs(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
+def extra_runs(comps: Sequence[PairedCells], seeds: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
     """The include entries for ``seeds[i]`` added to comparison ``i`` (both cells; each entry once)."""
     out: dict[str, dict[str, Any]] = {}
     for c, added in zip(comps, seeds, strict=True):
@@ -203,7 +203,7 @@ class Planner:
     """The seeds each comparison has at each look: the file's first ``n0``, then new seeds after the grid's
     largest, the same ones for every open comparison."""
 
-    comps: list[Comparison]
+    comps: list[PairedCells]
     first: list[int]
     plan: list[int]
     next_seed: int
@@ -211,7 +211,7 @@ class Planner:
     grid: str = ""  # the grid's name
 
     @classmethod
-    def make(cls, comps: list[Comparison], grid_cells: dict[str, dict[int, str]], spec: UntilResolved, *,
+    def make(cls, comps: list[PairedCells], grid_cells: dict[str, dict[int, str]], spec: UntilResolved, *,
              source: str) -> Planner:
         from ablate.stats.sequential import looks
 
@@ -234,7 +234,7 @@ class Planner:
         return extra_runs(self.comps, [added] * len(self.comps))
 
 
-def read_look(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]],
+def read_look(comps: Sequence[PairedCells], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]],
               values: dict[str, float | None], *, ratio: bool = False
               ) -> tuple[list[Delta], list[tuple[str, ...]]]:
     """Each comparison's paired delta over its ``seeds`` (``ratio``: its paired log ratio, the metric's
@@ -351,7 +351,7 @@ def most_line(planner: Planner) -> str:
             f"n={', '.join(map(str, planner.plan))} seeds; at most {most} more run{'s' * (most != 1)}")
 
 
-def _ids_of(comps: Sequence[Comparison], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]]
+def _ids_of(comps: Sequence[PairedCells], seeds: Sequence[Sequence[int]], ids: dict[str, dict[int, str]]
             ) -> list[str]:
     return [ids[key][s] for c, ss in zip(comps, seeds, strict=True) for key in (c.cell,
                                                                                 c.reference) for s in ss

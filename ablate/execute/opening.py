@@ -36,7 +36,7 @@ from ablate.errors import PlanningInterrupted
 from ablate.execute.executor import Expanded, executor_name, executors
 from ablate.execute.job import ERROR_FILE
 from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
-from ablate.execute.triage import Decision, triage
+from ablate.execute.triage import RunAction, triage
 from ablate.layout import CHECKPOINT
 
 if TYPE_CHECKING:
@@ -143,8 +143,8 @@ class Opened:
     planned: list[Any]
     store: Store
     home: Path
-    decisions: list[Decision]
-    todo: list[Decision] = field(default_factory=list)  # resumed first, then new
+    decisions: list[RunAction]
+    todo: list[RunAction] = field(default_factory=list)  # resumed first, then new
     skipped: dict[str, str] = field(default_factory=dict)  # run_id -> why
     held: dict[str, Holder] = field(default_factory=dict)  # run_id -> who trains it now
     # run_id -> status of a result found on disk and ingested

@@ -19,7 +19,7 @@ Action = Literal["train", "resume", "skip"]
 
 
 @dataclass(frozen=True)
-class Decision:
+class RunAction:
     """What happens to one planned run, and why (shown to the user)."""
 
     run: Any  # ablate.grid.PlannedRun
@@ -33,20 +33,20 @@ class Decision:
 
 
 def triage(runs: Sequence[Any], statuses: dict[str, str], *, retry_failed: bool,
-           is_alive: Callable[[str], bool], has_checkpoint: Callable[[str], bool]) -> list[Decision]:
-    """One ``Decision`` per distinct run id, in the grid's order.
+           is_alive: Callable[[str], bool], has_checkpoint: Callable[[str], bool]) -> list[RunAction]:
+    """One ``RunAction`` per distinct run id, in the grid's order.
 
     ``is_alive(run_id)``: whether a live process is training a ``running`` run now;
     ``has_checkpoint(run_id)``: whether its run directory holds a checkpoint to resume from.
     """
-    decisions: list[Decision] = []
+    decisions: list[RunAction] = []
     seen: set[str] = set()
     for run in runs:
         if run.run_id in seen:
             continue
         seen.add(run.run_id)
         status = statuses.get(run.run_id)
-        decisions.append(Decision(run, *_decide(run.run_id, status, retry_failed, is_alive, has_checkpoint),
+        decisions.append(RunAction(run, *_decide(run.run_id, status, retry_failed, is_alive, has_checkpoint),
                                   status))
     return decisions
 
@@ -65,7 +65,7 @@ def _decide(run_id: str, status: str | None, retry_failed: bool, is_alive: Calla
     return "train", {None: "new", "failed": "retrying"}.get(status, status or "new")
 
 
-def counts(decisions: Sequence[Decision]) -> dict[str, int]:
+def counts(decisions: Sequence[RunAction]) -> dict[str, int]:
     """How many runs each action got: ``{"train": n, "resume": n, "skip": n}``."""
     out = {"train": 0, "resume": 0, "skip": 0}
     for d in decisions:

@@ -19,7 +19,7 @@ import lightning as L
 
 from ablate.config import RunConfig
 from ablate.layout import partial_removed
-from ablate.result import Event
+from ablate.result import RunEvent
 from ablate.runner.module import lr_factor
 from ablate.runner.monitors import DivergenceDetector, SpikeDetector
 
@@ -49,7 +49,7 @@ class RunMonitor(L.Callback):
         tc = config.train
         self.tokens_per_step = tc.batch_size * config.data.seq_len
         self.metrics: dict[str, list[float | None]] = {k: [] for k in CURVES}
-        self.events: list[Event] = []
+        self.events: list[RunEvent] = []
         self.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)
         self.divergence = DivergenceDetector.for_run(tc)
         self.train_wall_s = 0.0
@@ -67,7 +67,7 @@ class RunMonitor(L.Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.metrics = {k: list(v) for k, v in state["metrics"].items()}
-        self.events = [Event.model_validate(e) for e in state["events"]]
+        self.events = [RunEvent.model_validate(e) for e in state["events"]]
         self.spikes.load_state_dict(state["spikes"])
         self.divergence.load_state_dict(state["divergence"])
         self.train_wall_s, self.started = state["train_wall_s"], state["started"]
@@ -75,7 +75,7 @@ class RunMonitor(L.Callback):
     # ---- hooks
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.resumed_from is not None:
-            self.events.append(Event(kind="resumed", step=self.resumed_from))
+            self.events.append(RunEvent(kind="resumed", step=self.resumed_from))
         self._t_last = time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -101,12 +101,12 @@ class RunMonitor(L.Callback):
         if spike is not None:
             log.info("loss spike at step %d: %.4g (trend %.4g, %.1f std)", step, loss, spike.trend,
                      spike.size)
-            self.events.append(Event(kind="loss_spike", step=step,
+            self.events.append(RunEvent(kind="loss_spike", step=step,
                                      data={"loss": loss, "trend": spike.trend, "size": spike.size}))
         reason = self.divergence.update(loss)
         if reason is not None:
             log.warning("run diverged at step %d: %s", step, reason)
-            self.events.append(Event(kind="diverged", step=step,
+            self.events.append(RunEvent(kind="diverged", step=step,
                                      data={"loss": _finite_or_none(loss), "reason": reason}))
             self.diverged_at = step
             trainer.should_stop = True

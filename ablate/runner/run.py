@@ -34,7 +34,7 @@ from ablate.ablations.memory import resolved_precision
 from ablate.config import RunConfig
 from ablate.layout import CHECKPOINT
 from ablate.provenance import collect
-from ablate.result import Event, RunResult, write_result
+from ablate.result import RunEvent, RunResult, write_result
 from ablate.runner import RunInterrupted
 from ablate.runner.callbacks import RunMonitor
 from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data, row_bos
@@ -177,7 +177,8 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     if resumed_from is not None and not any(
         e.kind == "resumed" and e.step == resumed_from for e in monitor.events
     ):
-        monitor.events.append(Event(kind="resumed", step=resumed_from))  # the checkpoint was at the last step
+        # the checkpoint was at the last step
+        monitor.events.append(RunEvent(kind="resumed", step=resumed_from))
 
     final = stage.config
     model, precision, heldout = trained.model, trained.precision, trained.heldout

@@ -49,7 +49,7 @@ from ablate.tune.protocol import (
     is_stable,
     max_stable,
 )
-from ablate.tune.space import Cell, SearchSpace, cells_of, check_metric, study_name, with_value
+from ablate.tune.space import SearchSpace, TuneCell, cells_of, check_metric, study_name, with_value
 from ablate.tune.studies import open_study, result_point, study_points, tell
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def tune(path: str | Path, sets: list[str] | tuple[str, ...] = (),
         return _tune_on(session, grid, cells, space, metric, pruner, opts, most, console, t0)
 
 
-def _tune_on(session: Any, grid: Any, cells: list[Cell], space: SearchSpace, metric: str, pruner: str,
+def _tune_on(session: Any, grid: Any, cells: list[TuneCell], space: SearchSpace, metric: str, pruner: str,
              opts: TuneOptions, most: int, console: Console, t0: float) -> TuneReport:
     """``tune``'s studies and rounds on an executor's ``session``."""
     from ablate.store import Store
@@ -147,7 +147,7 @@ class _Item:
     """A run to make in this round: a study's trial (``number``, ``trial_id``) or a probe (``number``
     None)."""
 
-    cell: Cell
+    cell: TuneCell
     value: float
     number: int | None = None
     trial_id: int | None = None
@@ -156,7 +156,7 @@ class _Item:
 
 
 class _Tuner:
-    def __init__(self, grid: Any, cells: list[Cell], space: SearchSpace, metric: str, pruner: str,
+    def __init__(self, grid: Any, cells: list[TuneCell], space: SearchSpace, metric: str, pruner: str,
                  opts: TuneOptions, store: Store, storage: Any, console: Console):
         self.grid, self.cells, self.space, self.metric, self.pruner = grid, cells, space, metric, pruner
         self.opts, self.store, self.storage, self.console = opts, store, storage, console
@@ -169,13 +169,13 @@ class _Tuner:
         self.studies = {c.key: self._open(c) for c in cells}
 
     # ------------------------------------------------------------ studies
-    def _eval_every(self, cell: Cell) -> int | None:
+    def _eval_every(self, cell: TuneCell) -> int | None:
         cfg = cell.base.config
         if cfg.eval.every or self.pruner == "none":
             return None
         return max(1, cfg.train.steps // 10)
 
-    def _open(self, cell: Cell) -> Any:
+    def _open(self, cell: TuneCell) -> Any:
         from ablate.tune.storage import make_pruner
 
         cfg = cell.base.config
@@ -235,7 +235,7 @@ class _Tuner:
                     assert item.number is not None  # the search makes trials only (probes are the bracket's)
                     tell(self.studies[item.cell.key], item.number, point, error=error)
 
-    def _next(self, cell: Cell, queue: dict[str, tuple[list[Any], int]]) -> _Item | None:
+    def _next(self, cell: TuneCell, queue: dict[str, tuple[list[Any], int]]) -> _Item | None:
         resume, n_new = queue[cell.key]
         if resume:
             t = resume.pop(0)

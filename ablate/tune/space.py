@@ -84,7 +84,7 @@ class SearchSpace:
 
 
 @dataclass(frozen=True)
-class Cell:
+class TuneCell:
     """The runs of a grid that differ only in seed and in the tuned parameter (one per seed, grid order)."""
 
     key: str  # a short hash of the config without seed and parameter: the study's identity
@@ -128,7 +128,7 @@ def _label(variant: str, axes: dict[str, Any]) -> str:
     return ", ".join([variant, *others])
 
 
-def cells_of(planned: Sequence[Any], param: str) -> list[Cell]:
+def cells_of(planned: Sequence[Any], param: str) -> list[TuneCell]:
     """The grid's runs grouped into cells, in grid order; within a cell one run per seed (the first)."""
     groups: dict[str, list[Any]] = {}
     for run in planned:
@@ -140,11 +140,11 @@ def cells_of(planned: Sequence[Any], param: str) -> list[Cell]:
             per_seed.setdefault(run.config.seed, run)
         base = runs[0]
         axes = {k: v for k, v in base.axes.items() if k not in ("seed", param)}
-        cells.append(Cell(key, _label(base.config.variant, axes), axes, tuple(per_seed.values())))
+        cells.append(TuneCell(key, _label(base.config.variant, axes), axes, tuple(per_seed.values())))
     return cells
 
 
-def study_name(grid: str, param: str, cell: Cell) -> str:
+def study_name(grid: str, param: str, cell: TuneCell) -> str:
     """``<grid>/tune/<param>/<cell label>#<cell key>``: unique per grid, parameter and cell."""
     return f"{grid}/{STUDY_PREFIX}/{param}/{cell.label}#{cell.key}"
 

@@ -34,7 +34,7 @@ from ablate.errors import ConfigError, RunError
 from ablate.execute.messages import Job
 from ablate.execute.recorder import STORE_PATIENCE_S, Wording
 from ablate.execute.slurm.queue import ALIVE, have_slurm, job_states
-from ablate.execute.triage import Decision
+from ablate.execute.triage import RunAction
 from ablate.layout import run_dir
 
 if TYPE_CHECKING:
@@ -286,8 +286,8 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
     return report
 
 
-def _submit(todo: list[Decision], store: Store, home: Path, url: str, opts: SlurmOptions, report: SlurmReport,
-            console: Console) -> None:
+def _submit(todo: list[RunAction], store: Store, home: Path, url: str, opts: SlurmOptions,
+            report: SlurmReport, console: Console) -> None:
     import submitit
 
     from ablate.execute.slurm.task import SlurmTask
