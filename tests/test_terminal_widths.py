@@ -174,7 +174,7 @@ def tables(url: str) -> list[Any]:
     from ablate.reports.compare import build_compare
     from ablate.reports.compare_render import to_table
     from ablate.reports.data import load_grid_data
-    from ablate.reports.scorecard import scorecard_table
+    from ablate.reports.scorecard_render import scorecard_table
     from ablate.store import Store
 
     with Store.open(url) as store:

@@ -19,15 +19,14 @@ from ablate.reports.family import families
 from ablate.reports.figures import write_figures
 from ablate.reports.page import report_page
 from ablate.reports.render import FORMATS, SUFFIX, TERMINAL, render
-from ablate.reports.scorecard import (
+from ablate.reports.scorecard import Verdict, scorecard
+from ablate.reports.scorecard_render import (
     SCORECARD_FORMATS,
-    Verdict,
-    scorecard,
     scorecard_markdown,
     scorecard_table,
     unresolved_lines,
 )
-from ablate.reports.scorecard import TERMINAL_LEAVES as SCORECARD_LEAVES
+from ablate.reports.scorecard_render import TERMINAL_LEAVES as SCORECARD_LEAVES
 from ablate.reports.spec import TABLES
 from ablate.reports.tables import build_table
 from ablate.reports.terminal import to_terminal

@@ -15,7 +15,8 @@ from ablate import __version__
 from ablate.reports.cells import Table
 from ablate.reports.figures import FIGURES, TITLES
 from ablate.reports.render import html_document, to_html
-from ablate.reports.scorecard import Verdict, scorecard_html
+from ablate.reports.scorecard import Verdict
+from ablate.reports.scorecard_render import scorecard_html
 from ablate.stats import DEFAULT, Stats
 
 

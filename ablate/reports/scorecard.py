@@ -33,21 +33,18 @@ read every configuration.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
-from ablate.reports.cells import Cell, Column, Row, Table
+from ablate.reports.claims import CLAIM_DIGITS, CLAIMS, METRIC_NAMES, Claim
 from ablate.reports.data import GridData
 from ablate.reports.family import REFERENCE, Comparison, Families, own_family
 from ablate.reports.family import families as grid_families
-from ablate.reports.render import wrappable
 from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
 from ablate.reports.verdict import paired, ratio_metric
 from ablate.stats import (
-    ALPHA,
     DEFAULT,
     EMPTY,
     Decision,
@@ -57,89 +54,12 @@ from ablate.stats import (
     family_size,
     family_text,
     level,
-    method_note,
     paired_delta,
 )
 from ablate.stats.power import needs, needs_text
 
 HOLDS, CONTRADICTED, UNCLEAR = "holds", "contradicted", "not enough evidence"
 VERDICTS = (HOLDS, CONTRADICTED, UNCLEAR)
-Kind = Literal["delta", "ratio", "level", "stability"]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One claim of the paper. ``treatment`` is the arm it is about, ``reference`` the arm it is compared with
-    (unused by a level claim); ``expect`` the sign of ``treatment - reference`` the paper reports (delta,
-    stability); ``bound`` the line a ratio stays under or a level reaches; ``paper`` the paper's own
-    numbers."""
-
-    key: str
-    text: str
-    treatment: str
-    reference: str
-    metric: str  # a runs column; for stability claims "survival" or "trouble"
-    expect: int = -1
-    kind: Kind = "delta"
-    bound: float | None = None
-    paper: str = ""
-
-    @property
-    def modal(self) -> bool:
-        """Measured at the grid's most common configuration only, as Tables 1 and 4 read it (so a paired
-        claim is the same comparison as their row and as ``report compare``'s in that cell); a stability
-        claim reads every configuration, for the learning rates where something went wrong."""
-        return self.kind != "stability"
-
-
-# a sink: at least this share of attention on the first token (paper: baseline 0.467, Fig. 2)
-SINK_F_ATTN = 0.3
-_BASE, _G1, _G1_HEAD, _SHARED, _G2 = "table1:1", "table1:5", "table1:10", "table1:12", "table1:6"
-
-CLAIMS = (
-    Claim("sink", f"The baseline forms an attention sink (F-Attn >= {SINK_F_ATTN})", _BASE, _BASE, "f_attn",
-          kind="level", bound=SINK_F_ATTN, paper="baseline 0.467 (Table 4 row 1, Fig. 2)"),
-    Claim("lower_f_attn", "G1 lowers the attention sink (F-Attn)", _G1, _BASE, "f_attn",
-          paper="0.048 vs 0.467 (Table 4 rows 2, 1)"),
-    Claim("g1_removes_sink", "G1 leaves at most 1/3 of the baseline's F-Attn", _G1, _BASE, "f_attn",
-          kind="ratio", bound=1 / 3, paper="0.048 / 0.467 = 0.10"),
-    Claim("lower_m_act", "G1 lowers massive activations (M-Act)", _G1, _BASE, "m_act",
-          paper="94 vs 1053 (Table 4 rows 2, 1)"),
-    Claim("g1_halves_m_act", "G1 leaves at most 1/2 of the baseline's M-Act", _G1, _BASE, "m_act",
-          kind="ratio", bound=0.5, paper="94 / 1053 = 0.09"),
-    Claim("g1_beats_baseline", "G1 (SDPA output gate) beats the baseline's PPL", _G1, _BASE, "val_ppl",
-          paper="Table 1 rows 5, 1; Table 2 rows 2, 1"),
-    Claim("stable_lr", "G1 trains through a learning rate at which the baseline diverges or spikes", _G1,
-          _BASE, "trouble", expect=1, kind="stability", paper="Table 2 rows 6, 10, 12, 14; Fig. 1"),
-    Claim("survives_lr", "G1 survives a learning rate at which the baseline diverges", _G1, _BASE, "survival",
-          expect=1, kind="stability", paper="Table 2 rows 12, 14"),
-    Claim("headwise_lower_f_attn", "G1 headwise also lowers the attention sink", _G1_HEAD, _BASE, "f_attn",
-          paper="0.073 vs 0.467 (Table 4 rows 3, 1)"),
-    Claim("head_specific", "Head-specific beats head-shared gating on PPL", _G1, _SHARED, "val_ppl",
-          paper="Table 1 rows 5, 12"),
-    Claim("head_shared_keeps_sink", "Head-shared gating keeps more of the sink than head-specific", _SHARED,
-          _G1, "f_attn", expect=1, paper="0.301 vs 0.048 (Table 4 rows 4, 2)"),
-    Claim("sparse_gate", "Head-specific gate scores are sparser (lower) than head-shared ones", _G1, _SHARED,
-          "gate_score", paper="0.116 vs 0.271 (Table 4 rows 2, 4)"),
-    Claim("multiplicative", "Multiplicative beats additive gating on PPL", _G1, "table1:14", "val_ppl",
-          paper="Table 1 rows 5, 14"),
-    Claim("sigmoid", "Sigmoid beats SiLU as the gate's activation on PPL", _G1, "table1:15", "val_ppl",
-          paper="Table 1 rows 5, 15"),
-    Claim("g1_beats_g2", "G1 beats G2 (value gate) on PPL", _G1, _G2, "val_ppl", paper="Table 1 rows 5, 6"),
-    Claim("g2_keeps_sink", "G2 (value gate) keeps more of the sink than G1", _G2, _G1, "f_attn", expect=1,
-          paper="0.297 vs 0.048 (Table 4 rows 5, 2)"),
-    Claim("g2_lowers_m_act", "G2 lowers massive activations too (they are not what makes the sink)", _G2,
-          _BASE, "m_act", paper="125 vs 1053 (Table 4 rows 5, 1)"),
-    Claim("independent_keeps_sink", "An input-independent gate keeps more of the sink than G1", "table4:6",
-          _G1, "f_attn", expect=1, paper="0.364 vs 0.048 (Table 4 rows 6, 2)"),
-    Claim("ns_sigmoid_keeps_sink", "A non-sparse (NS-sigmoid) gate keeps more of the sink than G1",
-          "table4:7", _G1, "f_attn", expect=1, paper="0.451 vs 0.048 (Table 4 rows 7, 2)"),
-)
-METRIC_NAMES = {"val_ppl": "PPL", "f_attn": "F-Attn", "m_act": "M-Act", "gate_score": "gate score",
-                "survival": "survived", "trouble": "trained through"}
-_DIGITS = {"val_ppl": 2, "m_act": 1}
-
-
 @dataclass(frozen=True)
 class Verdict:
     """A claim measured: ``delta`` holds the effect (mean over pairs or runs), its CI and n."""
@@ -161,7 +81,7 @@ class Verdict:
         return self.claim.kind == "ratio" or self.delta.scale == "log"
 
     def _fmt(self, x: float) -> str:
-        digits = 2 if self._ratio else _DIGITS.get(self.claim.metric, 3)
+        digits = 2 if self._ratio else CLAIM_DIGITS.get(self.claim.metric, 3)
         sign = "+" if self.claim.kind in ("delta", "stability") and not self._ratio else ""
         return f"{x:{sign}.{digits}f}"
 
@@ -407,114 +327,3 @@ def _in_grid(v: Verdict, runs: Any, families: Families) -> Comparison | None:
         pool, _, _ = modal_context(pool)
     treat, ref = pool[pool["variant"] == v.treatment], pool[pool["variant"] == v.reference]
     return families.read(claim.metric, treat, ref, ratio=ratio_metric(claim.metric))
-
-
-def scorecard_note(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
-    """The line under the scorecard: method, n, and the families the claims' p were corrected in."""
-    note = method_note([v.delta for v in verdicts], stats, what="CIs").replace("(bold)", "(holds)")
-    families = sorted({v.family for v in verdicts if v.family and v.delta.decision is None})
-    if not families:
-        return note
-    head = note.split("; significant")[0]
-    return (f"{head}; a claim holds when significant after its family's correction at alpha={ALPHA:g}: "
-            + "; ".join(families))
-
-
-def unresolved_lines(verdicts: list[Verdict]) -> list[str]:
-    """One line per claim without enough evidence that more seeds could resolve."""
-    return [f"{v.claim.text}: {v.effect} {v.ci}, {needs_text(v.needs, v.delta)} ({v.family})"
-            for v in verdicts if v.verdict == UNCLEAR and v.delta.n >= 2]
-
-
-def _css(verdict: str) -> str:
-    return {HOLDS: "holds", CONTRADICTED: "contradicted"}.get(verdict, "unclear")
-
-
-def scorecard_html(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
-    """The scorecard as an HTML table (``id="scorecard"``)."""
-    e = html.escape
-    out = ['<table class="ablate" id="scorecard"><caption>The paper\'s claims, as measured in this grid '
-           '(paired by config and seed; 95% paired t CI)</caption>',
-           "<thead><tr><th class=\"method\">Claim</th><th>Effect</th><th>95% "
-           "CI</th><th>n</th><th>Verdict</th>"
-           '<th class="method">Detail</th><th class="method">Pairing</th><th class="method">Paper</th>'
-           "</tr></thead><tbody>"]
-    for v in verdicts:
-        out.append(f'<tr><td class="method">{e(v.claim.text)}</td><td>{wrappable(v.effect)}</td>'
-                   f'<td>{wrappable(v.ci)}</td><td>{v.delta.n}</td>'
-                   f'<td class="{_css(v.verdict)}">{e(v.verdict)}</td><td class="method">{e(v.detail)}</td>'
-                   f'<td class="method">{e(v.pairing)}</td><td class="method">{e(v.claim.paper)}</td></tr>')
-    if not verdicts:
-        out.append(
-            '<tr><td class="method" colspan="8">the grid runs no pair of arms that a claim compares</td></tr>'
-        )
-    out.append("</tbody></table>")
-    out += [f'<p class="note">{e(line)}</p>' for line in _footer(verdicts, stats)]
-    return "\n".join(out) + "\n"
-
-
-def _footer(verdicts: list[Verdict], stats: Stats) -> list[str]:
-    return [scorecard_note(verdicts, stats), *unresolved_lines(verdicts)] if verdicts else []
-
-
-def scorecard_markdown(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
-    """The scorecard as a markdown table."""
-    lines = ["| Claim | Effect | 95% CI | n | Verdict | Detail | Pairing | Paper |",
-             "| --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
-    for v in verdicts:
-        lines.append(f"| {v.claim.text} | {v.effect} | {v.ci} | {v.delta.n} | {v.verdict} | {v.detail} | "
-                     f"{v.pairing} | {v.claim.paper} |")
-    footer = _footer(verdicts, stats)
-    lines += [""] + [f"*{line}*" for line in footer] if footer else []
-    return "\n".join(lines) + "\n"
-
-
-# on a narrow terminal, the columns that leave first; the detail says what the unresolved lines would repeat
-TERMINAL_LEAVES = ("pairing", "paper", "detail")
-
-
-def scorecard_table(verdicts: list[Verdict], stats: Stats = DEFAULT) -> Table:
-    """The scorecard as a report ``Table`` (a row per claim; bold: a claim that holds), for the terminal's
-    renderer."""
-    cols = [Column("effect", "Effect", "measured"), Column("ci", "95% CI", "measured"),
-            Column("n", "n", "measured"), Column("verdict", "Verdict", "descriptor"),
-            Column("detail", "Detail", "descriptor"), Column("pairing", "Pairing", "descriptor"),
-            Column("paper", "Paper", "descriptor")]
-    rows = [Row(v.claim.text, None, None, [], {
-        "effect": Cell(v.effect, v.delta.mean), "ci": Cell(v.ci), "n": Cell(str(v.delta.n), v.delta.n),
-        "verdict": Cell(v.verdict), "detail": Cell(v.detail), "pairing": Cell(v.pairing),
-        "paper": Cell(v.claim.paper)}) for v in verdicts]
-    notes = [scorecard_note(verdicts, stats)] if verdicts else ["the grid runs no pair of arms that a claim "
-                                                                "compares"]
-    return Table(None, "The paper's claims, as measured in this grid (paired by config and seed; 95% paired "
-                 "t CI)", "", cols, rows, notes, unresolved_lines(verdicts), slug="scorecard",
-                 row_header="Claim")
-
-
-def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
-    """The scorecard as CSV: the JSON rows' fields, the CI as ``ci_lo``/``ci_hi``."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "scale", "n", "verdict", "detail", "kind", "metric",
-              "paper", "p", "p_adj", "p_perm", "method", "needs_seeds", "family", "correlation",
-              "worth_unpaired_seeds", "resolved_at_look"]
-    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    for v in verdicts:
-        row = v.as_dict()
-        ci = row.pop("ci") or (None, None)
-        writer.writerow({**row, "ci_lo": ci[0], "ci_hi": ci[1]})
-    return buf.getvalue()
-
-
-def scorecard_json(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
-    """The scorecard as a JSON list of ``Verdict.as_dict()`` rows."""
-    import json
-
-    return json.dumps([v.as_dict() for v in verdicts], indent=2) + "\n"
-
-
-SCORECARD_FORMATS = {"markdown": scorecard_markdown, "json": scorecard_json, "csv": scorecard_csv,
-                     "html": scorecard_html}
