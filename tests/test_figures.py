@@ -27,22 +27,19 @@ from PIL import Image
 
 from ablate.config import RunConfig
 from ablate.reports.data import load_grid_data
-from ablate.reports.figures import (
+from ablate.reports.figure_kit import (
     DPI,
-    DRAW,
-    FIGURES,
     MAX_LINES,
     PALETTE,
     PRIORITY,
     REFERENCE_COLOR,
-    _ordered_variants,
-    _plt,
-    _variant_of,
     arm_colors,
-    captions,
     ema,
-    write_figures,
+    ordered_variants,
+    pyplot,
+    variant_of,
 )
+from ablate.reports.figures import DRAW, FIGURES, captions, write_figures
 from ablate.reports.page import report_page
 from ablate.result import RunResult
 from ablate.stats import t_interval
@@ -149,7 +146,7 @@ def drawn(data: Any) -> Any:
         fig.canvas.draw()
     yield figures
     for fig in figures.values():
-        _plt().close(fig)
+        pyplot().close(fig)
 
 
 @pytest.fixture(scope="module")
@@ -210,14 +207,14 @@ def test_colours_hold_across_grids(data: Any) -> None:
     def colours(arms: list[str]) -> dict[str, str]:
         return arm_colors(dataclasses.replace(data, runs=pd.DataFrame({"variant": arms})))
 
-    paper = [v for ref in PRIORITY if (v := _variant_of(data, ref))]
+    paper = [v for ref in PRIORITY if (v := variant_of(data, ref))]
     fixed = colours(paper)
     assert len(set(fixed.values())) == len(paper)
     for name, path in shipped().items():
         arms = yaml.safe_load(path.read_text())["grid"].get("variant") or ["baseline", G1]
         got = colours(arms)
         assert len(set(got.values())) == min(len(arms), len(PALETTE) + 1), name  # Table 1: 15 arms
-        shown = _ordered_variants(data, arms)[:MAX_LINES]  # what a figure draws: never two alike
+        shown = ordered_variants(data, arms)[:MAX_LINES]  # what a figure draws: never two alike
         assert len({got[v] for v in shown}) == len(shown), name
         assert {v: got[v] for v in arms if v in fixed} == {v: fixed[v] for v in arms if v in fixed}, name
     # a plugin arm's colour is its name's wherever no catalogue arm of the grid has it; else the paper's arm

@@ -329,7 +329,8 @@ def test_markdown_and_html(data: Any) -> None:
 # ---------------------------------------------------------------- figures
 def test_every_figure_is_written(data: Any, tmp_path: Path) -> None:
     from ablate.reports.data import GridData
-    from ablate.reports.figures import FIGURES, per_layer, write_figures
+    from ablate.reports.figure_kit import per_layer
+    from ablate.reports.figures import FIGURES, write_figures
 
     paths = write_figures(data, tmp_path / "figs")
     assert sorted(paths) == list(range(1, 8))

@@ -18,11 +18,9 @@ caption (what is drawn, the band, what coincides by construction and is drawn on
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +28,36 @@ import numpy as np
 import pandas as pd
 
 from ablate.reports.data import GridData
-from ablate.reports.rows import context_key
-from ablate.stats import t_interval
+from ablate.reports.figure_kit import (
+    BAND,
+    EMA,
+    MAX_PANELS,
+    TEXT,
+    arm_colors,
+    draw_arm,
+    ema,
+    integer_ticks,
+    legend_below,
+    legend_key,
+    mean_band,
+    modal_runs,
+    n_label,
+    new_figure,
+    ordered_variants,
+    own_arms,
+    panels,
+    per_layer_panel,
+    per_layer_runs,
+    say_empty,
+    styled,
+    unchanged,
+    variant_of,
+    write_figure,
+)
 
 log = logging.getLogger(__name__)
 
 # Variants the paper's figures show, in its order (by catalogue ref); others follow by name.
-PRIORITY = ("table1:1", "table1:5", "table1:6", "table1:12", "table4:7", "table1:10", "table4:6", "table1:14")
-MAX_LINES = 7
-MAX_PANELS = 4
-EMA = 0.9
-DPI = 200
-COLUMN, TEXT = 3.4, 6.8  # inches: a column's width and the text's, in a two-column paper
 FIGURES: dict[int, str] = {
     1: "fig1_training_loss.png", 2: "fig2_first_token_attention.png", 3: "fig3_gate_score_distributions.png",
     4: "fig4_mean_abs_before_after_gate.png", 5: "fig5_sdpa_sparsity.png",
@@ -56,286 +72,6 @@ TITLES: dict[int, str] = {
     6: "massive activations (M-Act) and attention sink (F-Attn) per layer across configurations",
     7: "gate score distributions per layer",
 }
-STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
-         "legend.fontsize": 7, "legend.title_fontsize": 7, "figure.titlesize": 9, "lines.linewidth": 1.3,
-         "lines.markersize": 3, "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5,
-         "pdf.fonttype": 42}  # TrueType in the PDF: the text stays text, as journals ask
-BAND_ALPHA = 0.2
-REFERENCE_COLOR = "#222222"  # the baseline
-# The other arms' colours: tab10 less its grey, nine hues a reader tells apart.
-PALETTE = ("#ff7f0e", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
-BAND = ("band: the 95% Student t interval of the mean over seeds (n-1 df; none at n=1); n: the seeds, in the "
-        "legend")
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _styled(draw: Callable[[GridData], Any]) -> Callable[[GridData], Any]:
-    """Draw under ``STYLE``: matplotlib reads sizes when each artist is made."""
-    @functools.wraps(draw)
-    def styled(data: GridData) -> Any:
-        with _plt().rc_context(STYLE):
-            return draw(data)
-
-    return styled
-
-
-def _ordered_variants(data: GridData, variants: Iterable[str]) -> list[str]:
-    """The figures' order: the paper's figure arms in its order (``PRIORITY``), an arm the catalogue does not
-    know (a plugin arm: the researcher's own) right after the baseline and G1, then the catalogue's other arms
-    in its order."""
-    names = list(data.catalogue)
-
-    def rank(v: str) -> tuple[float, int, str]:
-        if v not in data.catalogue:
-            return (1.5, 0, v)
-        hits = [PRIORITY.index(r) for r in data.catalogue[v].paper if r in PRIORITY]
-        return (min(hits), 0, "") if hits else (len(PRIORITY), names.index(v), "")
-
-    return sorted(set(variants), key=rank)
-
-
-def own_arms(data: GridData, runs: Any) -> list[str]:
-    """The arms of ``runs`` the catalogue does not know (plugin arms), by name."""
-    return sorted({str(v) for v in runs["variant"]} - set(data.catalogue)) if len(runs) else []
-
-
-def _modal_runs(data: GridData) -> Any:
-    runs = data.finished
-    if not len(runs):
-        return runs
-    keys = [context_key(r) for _, r in runs.iterrows()]
-    done = [k for k, st in zip(keys, runs["status"], strict=True) if st == "done"]
-    modal = max(set(keys), key=lambda k: (keys.count(k), done.count(k), repr(k)))
-    return runs[[k == modal for k in keys]]
-
-
-def _variant_of(data: GridData, ref: str) -> str | None:
-    return next((v.name for v in data.catalogue.values() if ref in v.paper), None)
-
-
-# ---------------------------------------------------------------- one colour per arm
-def colour_order(data: GridData) -> list[str]:
-    """The catalogue's arms but the baseline, in the figures' order (``_ordered_variants``: the paper's figure
-    arms, then the others in catalogue order, where a new arm is added last); an arm's place here is its
-    colour's place in ``PALETTE``."""
-    return _ordered_variants(data, set(data.catalogue) - {_variant_of(data, "table1:1")})
-
-
-def arm_colors(data: GridData) -> dict[str, str]:
-    """Each arm of the grid (every run, whatever its status) its colour, the same in every figure.
-
-    The baseline is ``REFERENCE_COLOR``. Another arm takes the palette colour at its place in ``colour_order``
-    (a plugin arm: at a hash of its name) or, where an arm before it has that colour, the next free one; the
-    paper's figure arms choose first, then plugin arms, then the others. So the paper's figure arms have one
-    colour in every grid, any other arm has its own unless an arm before it in the grid took it, and no two
-    arms of a grid share a colour while the palette lasts (9 arms besides the baseline): a figure, which draws
-    the first 7 at most, never repeats one."""
-    arms = {str(v) for v in data.runs["variant"]} if len(data.runs) else set()
-    order = colour_order(data)
-    base = _variant_of(data, "table1:1")
-    out = {v: REFERENCE_COLOR for v in arms if v == base}
-    paper = {v for v in order if any(ref in PRIORITY for ref in data.catalogue[v].paper)}
-    for v in sorted(arms - {base}, key=lambda v: (v not in paper, v in data.catalogue, order.index(v)
-                                                  if v in order else 0, v)):
-        home = order.index(v) if v in order else zlib.crc32(v.encode())
-        turns = [PALETTE[(home + k) % len(PALETTE)] for k in range(len(PALETTE))]
-        out[v] = next((c for c in turns if c not in out.values()), turns[0])
-    return out
-
-
-# ---------------------------------------------------------------- means over seeds
-def mean_band(matrix: Any, *, log: bool = False) -> tuple[Any, Any, Any]:
-    """Per row of ``matrix`` (points x runs, NaN where a run has no value): the mean over the runs that have a
-    value there, and the bounds of its 95% Student t interval (``ablate.stats.t_interval``; NaN under two
-    runs). ``log``: the geometric mean and the interval of the mean log, back on the values' scale (for a log
-    axis, as the reports read ratios); values <= 0 are left out.
-
-    >>> mean, lo, hi = mean_band([[1.0, 2.0, 3.0], [2.0, float("nan"), float("nan")]])
-    >>> mean.tolist(), round(float(lo[0]), 3), round(float(hi[0]), 3), bool(np.isnan(lo[1]))
-    ([2.0, 2.0], -0.484, 4.484, True)
-    """
-    m = np.asarray(matrix, dtype=float).reshape(len(matrix), -1)
-    if log:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            m = np.log(np.where(m > 0, m, np.nan))
-    m = np.where(np.isfinite(m), m, np.nan)
-    n = np.isfinite(m).sum(axis=1)
-    packed = np.sort(m, axis=1)  # each row's values first, its NaNs last
-    mean, lo, hi = (np.full(len(m), np.nan) for _ in range(3))
-    for k in sorted(set(n.tolist()) - {0}):
-        rows = n == k
-        mean[rows] = packed[rows, :k].mean(axis=1)
-        if k > 1:
-            lo[rows], hi[rows] = t_interval(packed[rows, :k])
-    return (np.exp(mean), np.exp(lo), np.exp(hi)) if log else (mean, lo, hi)
-
-
-def per_layer_runs(data: GridData, name: str, *, gated_only: bool = False,
-                   limit: int = MAX_LINES) -> dict[str, Any]:
-    """``{variant: DataFrame(layer x run)}`` of probe ``name`` at the grid's modal configuration: a column per
-    run (seed), NaN where it has no value; the variants in the figures' order, at most ``limit``."""
-    runs = _modal_runs(data)
-    runs = runs[runs["status"] == "done"]
-    if gated_only and "gate_score" in runs:
-        runs = runs[runs["gate_score"].notna()]
-    p = data.probes
-    if not len(runs) or not len(p):
-        return {}
-    p = p[(p["name"] == name) & p["run_id"].isin(set(runs["run_id"]))].dropna(subset=["value"])
-    variant_of = p["run_id"].map(dict(zip(runs["run_id"], runs["variant"], strict=True)))
-    out = {v: p[variant_of == v].pivot_table(index="layer", columns="run_id", values="value", aggfunc="mean")
-           for v in _ordered_variants(data, variant_of.unique())}
-    return dict(list(out.items())[:limit])
-
-
-def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int = MAX_LINES) -> dict[str,
-                                                                                                      Any]:
-    """``{variant: Series(layer -> mean over seeds)}`` of probe ``name`` at the grid's modal configuration."""
-    return {v: f.mean(axis=1) for v, f in per_layer_runs(data, name, gated_only=gated_only,
-                                                            limit=limit).items()}
-
-
-def unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """The arms of ``after`` whose values equal ``before``'s at every layer in every run: a probe that reads
-    the SDPA output past a gate that does not act on it (G2-G5 gate the values, keys, queries or dense
-    output), so "after the gate" is "before it" by construction."""
-    same = []
-    for v, a in after.items():
-        b = before.get(v)
-        if (b is not None and a.index.equals(b.index) and a.columns.equals(b.columns)
-                and np.allclose(a.to_numpy(), b.to_numpy(), rtol=1e-9, atol=0, equal_nan=True)):
-            same.append(v)
-    return same
-
-
-def n_label(arm: str, frame: Any, note: str = "") -> str:
-    """An arm's legend label: its name and n, the runs (seeds) its mean is over: ``G1 (n=3)``."""
-    return f"{arm} (n={frame.shape[1]}{note})"
-
-
-# ---------------------------------------------------------------- drawing
-def _figure(ncols: int = 1, nrows: int = 1, *, width: float = COLUMN, height: float = 2.9, **kw: Any
-            ) -> tuple[Any, list[Any]]:
-    fig, axes = _plt().subplots(nrows, ncols, figsize=(width, height), layout="constrained", squeeze=False,
-                                **kw)
-    return fig, list(axes.ravel())
-
-
-def _panels(k: int, **kw: Any) -> tuple[Any, list[Any]]:
-    """``k`` panels in rows of two (a grid, not a strip: it stays readable at the text's width); the unused
-    last cell hidden, and x labels on each column's lowest panel."""
-    cols = min(k, 2)
-    rows = -(-k // cols)
-    fig, axes = _figure(cols, rows, width=TEXT if cols > 1 else COLUMN, height=0.7 + 2.1 * rows, **kw)
-    for i, ax in enumerate(axes):
-        ax.set_visible(i < k)
-        if i < k and i + cols >= k:
-            ax.tick_params(labelbottom=True)
-    return fig, axes[:k]
-
-
-def _empty(ax: Any, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in this grid", ha="center", va="center", transform=ax.transAxes,
-            color="#777", wrap=True, in_layout=False)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.grid(False)
-
-
-def _arm(ax: Any, frame: Any, color: str, arm: str, label: str | None, *, kind: str = "mean",
-         style: str = "-", marker: str = "o", log: bool = False) -> None:
-    """One arm's mean over its seeds (``frame``: points x runs) as a line, its 95% t interval as a band; the
-    artists' gid ``{kind}:{arm}`` and ``{kind}-band:{arm}``."""
-    mean, lo, hi = mean_band(frame.to_numpy(), log=log)
-    x = frame.index.to_numpy()
-    if np.isfinite(lo).any():
-        ax.fill_between(x, lo, hi, color=color, alpha=BAND_ALPHA, lw=0, gid=f"{kind}-band:{arm}")
-    ax.plot(x, mean, style, marker=marker, color=color, label=label, gid=f"{kind}:{arm}")
-
-
-def _per_layer_panel(ax: Any, frames: dict[str, Any], colors: dict[str, str], *, ylabel: str, what: str,
-                     log: bool = False) -> None:
-    if not frames:
-        _empty(ax, what)
-        return
-    for v, f in frames.items():
-        _arm(ax, f, colors[v], v, n_label(v, f), log=log)
-    ax.set_xlabel("layer")
-    _integer_ticks(ax.xaxis)
-    ax.set_ylabel(ylabel)
-
-
-def _legend(fig: Any, axes: list[Any], *, ncol: int, extra: Iterable[Any] = (), title: str | None = None
-            ) -> None:
-    """One legend for the figure, below its panels (off the data), each label once."""
-    found: dict[str, Any] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            found.setdefault(label, handle)
-    for handle in extra:
-        found.setdefault(handle.get_label(), handle)
-    if not found and not title:
-        return
-    renderer = fig.canvas.get_renderer()
-    for cols in range(max(1, min(ncol, len(found))), 0, -1):  # as many columns as fit the figure's width
-        legend = fig.legend(list(found.values()), list(found), loc="outside lower center", ncol=cols,
-                            frameon=False, title=title)
-        if cols == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
-            return
-        legend.remove()
-
-
-def _key(label: str, **kw: Any) -> Any:
-    """A legend entry for a line style rather than an arm."""
-    from matplotlib.lines import Line2D
-
-    return Line2D([], [], color="#555", label=label, **kw)
-
-
-def _integer_ticks(axis: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    axis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _save(fig: Any, path: Path, *, layout: bool = True) -> Path:
-    """``fig`` as a PNG file at ``DPI`` (the learning-rate figure of ``ablate tune``)."""
-    if layout:
-        fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    _plt().close(fig)
-    return path
-
-
-def _write(fig: Any, png: Path, title: str, caption: str) -> Path:
-    """``fig`` as ``png`` at ``DPI`` and as a PDF beside it (fonts embedded as TrueType, no creation date: the
-    same figure gives the same file), each carrying its title and caption."""
-    with _plt().rc_context(STYLE):
-        fig.savefig(png, dpi=DPI, metadata={"Title": title, "Description": caption})
-        fig.savefig(png.with_suffix(".pdf"),
-                    metadata={"Title": title, "Subject": caption, "CreationDate": None})
-    _plt().close(fig)
-    return png
-
-
-def ema(values: list[float], coeff: float = EMA) -> list[float]:
-    """Exponential moving average as the paper smooths its loss curves: s_t = c s_{t-1} + (1 - c) x_t.
-
-    >>> ema([1.0, 0.0], 0.9)
-    [1.0, 0.9]
-    """
-    out: list[float] = []
-    for x in values:
-        out.append(x if not out else coeff * out[-1] + (1 - coeff) * x)
-    return out
 
 
 # ---------------------------------------------------------------- Figure 1: training loss
@@ -343,7 +79,7 @@ def _loss_runs(data: GridData) -> tuple[Any, float | None]:
     """Figure 1's runs (the baseline, G1 and any plugin arm) at the largest lr that most of these arms ran,
     and that lr."""
     runs = data.finished
-    shown = [_variant_of(data, "table1:1"), _variant_of(data, "table1:5"), *own_arms(data, runs)]
+    shown = [variant_of(data, "table1:1"), variant_of(data, "table1:5"), *own_arms(data, runs)]
     pick = runs[runs["variant"].isin(shown)] if len(runs) else runs
     if len(pick) and "train.lr" in pick:
         arms = pick.groupby("train.lr")["variant"].nunique()
@@ -362,23 +98,23 @@ def _smoothed(curves: Any, run_ids: Iterable[str]) -> Any:
     return pd.DataFrame(cols)
 
 
-@_styled
+@styled
 def draw_fig1(data: GridData) -> Any:
     """Training loss of the baseline, G1 and any plugin arm (EMA 0.9 per run, then the mean over seeds with
     its band; each seed faint), loss spikes marked on their seed's line. A matplotlib Figure."""
-    fig, (ax,) = _figure(height=3.3)
+    fig, (ax,) = new_figure(height=3.3)
     pick, lr = _loss_runs(data)
     c = data.curves
     curves = c[c["run_id"].isin(set(pick["run_id"])) & (c["metric"] == "loss")] if len(c) else c
     ax.set_title(f"Training loss (EMA {EMA})" + (f", lr {lr:g}" if lr is not None and len(curves) else ""))
     if not len(curves):
-        _empty(ax, "training loss curves of the baseline and the SDPA-gated model")
+        say_empty(ax, "training loss curves of the baseline and the SDPA-gated model")
         return fig
     ev = data.events
     spikes = ev[ev["kind"] == "loss_spike"] if len(ev) else ev
     colors = arm_colors(data)
-    keys = [_key("one seed", lw=0.6, alpha=0.4)]
-    for v in _ordered_variants(data, pick["variant"]):
+    keys = [legend_key("one seed", lw=0.6, alpha=0.4)]
+    for v in ordered_variants(data, pick["variant"]):
         runs = pick[pick["variant"] == v].sort_values("seed")
         smooth = _smoothed(curves, runs["run_id"])
         if smooth.empty:
@@ -392,24 +128,24 @@ def draw_fig1(data: GridData) -> Any:
                            gid=f"spike:{v}")
         ended = runs[runs["run_id"].isin(smooth.columns)]["status"].value_counts()
         note = "".join(f", {k} {s}" for s, k in ended.items() if s != "done")
-        _arm(ax, smooth, colors[v], v, n_label(v, smooth, note), marker="")
+        draw_arm(ax, smooth, colors[v], v, n_label(v, smooth, note), marker="")
     if len(spikes) and spikes["run_id"].isin(set(pick["run_id"])).any():
-        keys.append(_key("loss spike", ls="none", marker="x", ms=4))
+        keys.append(legend_key("loss spike", ls="none", marker="x", ms=4))
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (smoothed)")
-    _legend(fig, [ax], ncol=2, extra=keys)
+    legend_below(fig, [ax], ncol=2, extra=keys)
     return fig
 
 
 # ---------------------------------------------------------------- Figures 2, 4, 5, 6: per layer
-@_styled
+@styled
 def draw_fig2(data: GridData) -> Any:
     """F-Attn per layer: the share of attention on the first token."""
-    fig, (ax,) = _figure(height=3.0)
-    _per_layer_panel(ax, per_layer_runs(data, "f_attn"), arm_colors(data),
+    fig, (ax,) = new_figure(height=3.0)
+    per_layer_panel(ax, per_layer_runs(data, "f_attn"), arm_colors(data),
                      ylabel="attention on the first token", what="F-Attn probe values")
     ax.set_title("Attention sink: F-Attn per layer")
-    _legend(fig, [ax], ncol=2)
+    legend_below(fig, [ax], ncol=2)
     return fig
 
 
@@ -418,30 +154,31 @@ def _fig4_arms(data: GridData) -> tuple[dict[str, Any], dict[str, Any], list[str
     whose after equals their before."""
     post = per_layer_runs(data, "mean_abs_post", gated_only=True, limit=MAX_PANELS)
     pre_all = per_layer_runs(data, "mean_abs_pre", limit=10_000)
-    pre = {v: pre_all[v] for v in [_variant_of(data, "table1:1"), *post] if v in pre_all}
+    pre = {v: pre_all[v] for v in [variant_of(data, "table1:1"), *post] if v in pre_all}
     return pre, post, unchanged(pre, post)
 
 
-@_styled
+@styled
 def draw_fig4(data: GridData) -> Any:
     """Mean |Y| of the SDPA output before the gate (solid) and after it (dashed, the arm's colour); an arm
     whose gate does not act on the SDPA output has one line, labelled ``after = before``."""
-    fig, (ax,) = _figure(height=3.3)
+    fig, (ax,) = new_figure(height=3.3)
     pre, post, same = _fig4_arms(data)
     colors = arm_colors(data)
     if not pre:
-        _empty(ax, "mean |Y| probe values")
+        say_empty(ax, "mean |Y| probe values")
     for v, f in pre.items():
-        _arm(ax, f, colors[v], v, n_label(v, f, "; after = before" if v in same else ""))
+        draw_arm(ax, f, colors[v], v, n_label(v, f, "; after = before" if v in same else ""))
         if v in post and v not in same:
-            _arm(ax, post[v], colors[v], v, None, kind="after", style="--", marker="s")
+            draw_arm(ax, post[v], colors[v], v, None, kind="after", style="--", marker="s")
     if pre:
         ax.set_xlabel("layer")
-        _integer_ticks(ax.xaxis)
+        integer_ticks(ax.xaxis)
         ax.set_ylabel("mean |Y| of the SDPA output")
     ax.set_title("Mean |Y| before and after the gate")
-    keys = [_key("before the gate", marker="o"), _key("after the gate", ls="--", marker="s")] if post else []
-    _legend(fig, [ax], ncol=2, extra=keys)
+    keys = ([legend_key("before the gate", marker="o"), legend_key("after the gate", ls="--", marker="s")]
+            if post else [])
+    legend_below(fig, [ax], ncol=2, extra=keys)
     return fig
 
 
@@ -456,32 +193,33 @@ def _fig5_arms(data: GridData, t: str) -> tuple[dict[str, Any], dict[str, Any], 
     return shown, {v: scaled[v] for v in shown if v in scaled}, same, bool(post)
 
 
-@_styled
+@styled
 def draw_fig5(data: GridData) -> Any:
     """Figure 5 as a matplotlib Figure: the gated SDPA output (solid) and its mean-score control (dotted) in
     the arm's colour; arms whose gate does not act on the SDPA output are named, not drawn; one legend
     below."""
-    fig, axes = _figure(2, width=TEXT, height=3.1, sharex=True)
+    fig, axes = new_figure(2, width=TEXT, height=3.1, sharex=True)
     colors = arm_colors(data)
     left_out: list[str] = []
     for ax, t in zip(axes, ("1e-2", "1e-3"), strict=True):
         shown, control, same, measured = _fig5_arms(data, t)
         left_out += [v for v in same if v not in left_out]
         if not shown:
-            _empty(ax, f"frac_below_{t} probe values" if not measured else "gate on the SDPA output")
+            say_empty(ax, f"frac_below_{t} probe values" if not measured else "gate on the SDPA output")
         for v, f in shown.items():
-            _arm(ax, f, colors[v], v, n_label(v, f))
+            draw_arm(ax, f, colors[v], v, n_label(v, f))
             if v in control:
-                _arm(ax, control[v], colors[v], v, None, kind="control", style=":", marker="")
+                draw_arm(ax, control[v], colors[v], v, None, kind="control", style=":", marker="")
         if shown:
             ax.set_xlabel("layer")
-            _integer_ticks(ax.xaxis)
+            integer_ticks(ax.xaxis)
             ax.set_ylabel(f"share of |Y'| < {t}")
         ax.set_title(f"SDPA output below {t}")
-    keys = [_key("gated output", marker="o"), _key("control: pre-gate values x the layer's mean gate score",
-                                                   ls=":")] if any(ax.get_lines() for ax in axes) else []
+    control_label = "control: pre-gate values x the layer's mean gate score"
+    keys = ([legend_key("gated output", marker="o"), legend_key(control_label, ls=":")]
+            if any(ax.get_lines() for ax in axes) else [])
     title = f"not drawn (after the gate = before it): {', '.join(left_out)}" if left_out else None
-    _legend(fig, axes, ncol=3, extra=keys, title=title)
+    legend_below(fig, axes, ncol=3, extra=keys, title=title)
     fig.suptitle("Sparsity of the gated SDPA output")
     return fig
 
@@ -518,19 +256,19 @@ def _label_log_axis(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-@_styled
+@styled
 def draw_fig6(data: GridData) -> Any:
     """Figure 6 as a matplotlib Figure: M-Act (geometric mean over seeds, log axis) and F-Attn per layer."""
-    fig, axes = _figure(2, width=TEXT, height=3.1)
+    fig, axes = new_figure(2, width=TEXT, height=3.1)
     colors = arm_colors(data)
-    _per_layer_panel(axes[0], per_layer_runs(data, "m_act"), colors, ylabel="max |hidden state| (log scale)",
+    per_layer_panel(axes[0], per_layer_runs(data, "m_act"), colors, ylabel="max |hidden state| (log scale)",
                      what="M-Act probe values", log=True)
     _label_log_axis(axes[0])
     axes[0].set_title("Massive activations: M-Act per layer")
-    _per_layer_panel(axes[1], per_layer_runs(data, "f_attn"), colors, ylabel="attention on the first token",
+    per_layer_panel(axes[1], per_layer_runs(data, "f_attn"), colors, ylabel="attention on the first token",
                      what="F-Attn probe values")
     axes[1].set_title("Attention sink: F-Attn per layer")
-    _legend(fig, axes, ncol=3)
+    legend_below(fig, axes, ncol=3)
     return fig
 
 
@@ -540,26 +278,26 @@ def _hist(data: GridData) -> Any:
     if not len(h):
         return h
     name = "gate_score" if (h["name"] == "gate_score").any() else "gate_hist"
-    runs = _modal_runs(data)
+    runs = modal_runs(data)
     return h[(h["name"] == name) & h["run_id"].isin(set(runs["run_id"]))].assign(
         variant=lambda f: f["run_id"].map(dict(zip(runs["run_id"], runs["variant"], strict=True))))
 
 
 def _hist_arms(data: GridData) -> tuple[Any, list[str]]:
     h = _hist(data)
-    return h, (_ordered_variants(data, h["variant"].unique())[:MAX_PANELS] if len(h) else [])
+    return h, (ordered_variants(data, h["variant"].unique())[:MAX_PANELS] if len(h) else [])
 
 
-@_styled
+@styled
 def draw_fig3(data: GridData) -> Any:
     """Gate score distributions over all layers, a panel per gated arm (rows of two, shared axes): each bin's
     share of scores, the mean over seeds with its 95% t interval, and the mean gate score (dashed)."""
     h, variants = _hist_arms(data)
     colors = arm_colors(data)
     scores = per_layer_runs(data, "gate_score", gated_only=True, limit=10_000)
-    fig, axes = _panels(max(1, len(variants)), sharex=True, sharey=True)
+    fig, axes = panels(max(1, len(variants)), sharex=True, sharey=True)
     if not variants:
-        _empty(axes[0], "gate score histograms")
+        say_empty(axes[0], "gate score histograms")
         axes[0].set_title("Gate score distribution")
     for i, (ax, v) in enumerate(zip(axes, variants, strict=False)):
         rows = h[h["variant"] == v]
@@ -578,20 +316,20 @@ def draw_fig3(data: GridData) -> Any:
         ax.set_title(f"{n_label(v, shares)}, mean score {score:.3f}")
         ax.set_xlabel("gate score" if i + 2 >= len(variants) else "")
         ax.set_ylabel("share of scores" if i % 2 == 0 else "")
-    keys = [_key("mean gate score", ls="--")] if variants else []
-    _legend(fig, axes, ncol=2, extra=keys)
+    keys = [legend_key("mean gate score", ls="--")] if variants else []
+    legend_below(fig, axes, ncol=2, extra=keys)
     fig.suptitle("Gate score distributions (all layers)")
     return fig
 
 
-@_styled
+@styled
 def draw_fig7(data: GridData) -> Any:
     """Per-layer gate score distributions: a layer x score heat map per gated arm (rows of two), the mean over
     seeds of each run's shares, on one colour scale for every panel."""
     h, variants = _hist_arms(data)
-    fig, axes = _panels(max(1, len(variants)), sharex=True, sharey=True)
+    fig, axes = panels(max(1, len(variants)), sharex=True, sharey=True)
     if not variants:
-        _empty(axes[0], "gate score histograms")
+        say_empty(axes[0], "gate score histograms")
         axes[0].set_title("Gate scores per layer")
         return fig
     grids, n = {}, {}
@@ -612,7 +350,7 @@ def draw_fig7(data: GridData) -> Any:
         ax.set_xlabel("gate score" if i + 2 >= len(variants) else "")
         ax.set_ylabel("layer" if i % 2 == 0 else "")
         ax.grid(False)
-        _integer_ticks(ax.yaxis)
+        integer_ticks(ax.yaxis)
     fig.colorbar(image, ax=axes, label="share of the layer's scores", shrink=0.9)
     fig.suptitle("Gate score distribution per layer (one colour scale)")
     return fig
@@ -626,7 +364,7 @@ def captions(data: GridData) -> dict[int, str]:
     _, _, same4 = _fig4_arms(data)
     same5 = list(dict.fromkeys(v for t in ("1e-2", "1e-3") for v in _fig5_arms(data, t)[2]))
     out = {
-        1: f"Training loss{at} of {', '.join(_ordered_variants(data, pick['variant'])) or 'no run'}: each "
+        1: f"Training loss{at} of {', '.join(ordered_variants(data, pick['variant'])) or 'no run'}: each "
            f"run's loss smoothed (EMA {EMA}), then the mean over seeds; faint: each seed; x: a loss spike; "
            f"{BAND}.",
         2: "F-Attn, the share of attention each query gives the first token, per layer: the mean over seeds; "
@@ -667,6 +405,6 @@ def write_figures(data: GridData, out_dir: str | Path) -> dict[int, Path]:
     text = captions(data)
     paths = {}
     for n, draw in DRAW.items():
-        paths[n] = _write(draw(data), out / FIGURES[n], f"Figure {n}: {TITLES[n]}", text[n])
+        paths[n] = write_figure(draw(data), out / FIGURES[n], f"Figure {n}: {TITLES[n]}", text[n])
         log.info("figure %d -> %s (and .pdf)", n, paths[n])
     return paths

@@ -171,9 +171,9 @@ def lr_table(studies: list[StudyLR], grid: str) -> LRTable:
 def lr_figure(studies: list[StudyLR], path: str | Path) -> Path:
     """Final metric vs value per study (a line through the finished points), diverged (x) and pruned (v)
     marked along the top, the best starred, the largest stable value as a dotted line."""
-    from ablate.reports.figures import _plt, _save
+    from ablate.reports.figure_kit import pyplot, save
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     done = [p.metric for s in studies for p in s.points if p.outcome == "ok" and p.metric is not None]
     top = max(done) * 1.15 if done else 1.0
@@ -206,7 +206,7 @@ def lr_figure(studies: list[StudyLR], path: str | Path) -> Path:
         ax.text(0.5, 0.5, "no tuning studies for this grid", ha="center", va="center", transform=ax.transAxes)
     else:
         ax.legend(fontsize=8)
-    return _save(fig, Path(path))
+    return save(fig, Path(path))
 
 
 # ---------------------------------------------------------------- ablate report lr / all
