@@ -86,6 +86,10 @@ class RunError(AblateError):
     """A run could not be trained or evaluated."""
 
 
+class RunInterrupted(RunError):
+    """The run was asked to stop; it saved a checkpoint and will resume from it when started again."""
+
+
 class DiskFullError(RunError):
     """A write failed because its disk is full: the text says "no space left" and names the path
     (``ablate.layout.disk_full``)."""

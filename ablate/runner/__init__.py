@@ -14,15 +14,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ablate.errors import RunError
+from ablate.errors import RunInterrupted
 
 if TYPE_CHECKING:
     from ablate.config import RunConfig
     from ablate.result import RunResult
-
-
-class RunInterrupted(RunError):
-    """The run was asked to stop; it saved a checkpoint and will resume from it when started again."""
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,

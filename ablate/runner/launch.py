@@ -1,5 +1,5 @@
 """Several processes for one run on this machine (``train.devices > 1`` outside a launcher): this process is
-rank 0, ranks 1..n-1 are started here as ``python -m ablate.runner.launch SPEC`` and train beside it.
+rank 0, ranks 1..n-1 are started here as ``python -m ablate.runner.rank SPEC`` and train beside it.
 
 Lightning sees the ranks through its plain environment (``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT`` set for every process: the ranks are created externally, so it launches nothing itself). Under
@@ -77,7 +77,7 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
         for rank in range(1, devices):
             with open(run_dir / f"rank{rank}.log", "ab") as out:
                 children.append(subprocess.Popen(
-                    [sys.executable, "-m", "ablate.runner.launch", str(spec)], stdout=out,
+                    [sys.executable, "-m", "ablate.runner.rank", str(spec)], stdout=out,
                     stderr=subprocess.STDOUT,
                     env={**os.environ, **env, "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": str(threads)},
                     preexec_fn=_die_with_parent))
@@ -107,21 +107,3 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
         rank, code = failed[0]
         raise RunError(f"rank {rank} of the run ended with exit status {code}; its log: "
                        f"{run_dir / f'rank{rank}.log'}")
-
-
-def main(spec_path: str) -> int:
-    """A rank > 0: train the run described in ``spec_path`` (``{"run_id", "config", "run_dir"}``)."""
-    from ablate.config import RunConfig
-    from ablate.runner import RunInterrupted, run_one
-
-    spec = json.loads(Path(spec_path).read_text())
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        run_one(RunConfig.model_validate(spec["config"]), spec["run_dir"], run_id=spec["run_id"])
-    except RunInterrupted:
-        return INTERRUPTED
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

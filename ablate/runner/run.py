@@ -32,10 +32,10 @@ from ablate.ablations import added_params, apply_variant, build_model, count_par
 from ablate.ablations.flops import flops_per_token
 from ablate.ablations.memory import resolved_precision
 from ablate.config import RunConfig
+from ablate.errors import RunInterrupted
 from ablate.layout import CHECKPOINT
 from ablate.provenance import collect
 from ablate.result import RunEvent, RunResult, write_result
-from ablate.runner import RunInterrupted
 from ablate.runner.callbacks import RunMonitor
 from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data, row_bos
 from ablate.runner.evaluate import perplexity, probe, probe_windows

@@ -1,0 +1,137 @@
+"""The house's figures, measured from the code's own syntax (issue 43's table): imports of ablate's modules inside
+functions, modules over 400 lines, public class names defined twice, ``Any`` per function, the flat modules at
+the top of the package, and import circles between modules (function bodies included).
+
+    python bench/house.py
+
+Prints one line per figure. Nothing is imported: every figure is read with ``ast`` from ``ablate/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "ablate"
+LIMIT = 400
+SKIP = ("migrations",)
+
+
+def modules() -> dict[str, Path]:
+    """``{dotted name: path}`` of every module of ablate but the migrations."""
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        if any(part in SKIP for part in path.parts):
+            continue
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        out[name] = path
+    return out
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")[: -node.level] if not module.endswith("__init__") else module.split(".")
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports(name: str, tree: ast.AST, known: set[str]) -> list[tuple[str, bool]]:
+    """``[(imported ablate module, inside a function)]`` of one module."""
+    out = []
+    inside: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            inside.update(id(n) for n in ast.walk(fn) if n is not fn)
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(name, node)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for t in targets:
+            if t.startswith("ablate"):
+                while t not in known and "." in t:
+                    t = t.rsplit(".", 1)[0]
+                out.append((t, id(node) in inside))
+    return out
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def main() -> None:
+    mods = modules()
+    known = set(mods)
+    graph: dict[str, set[str]] = collections.defaultdict(set)
+    total = inner = functions = anys = 0
+    long: list[tuple[int, str]] = []
+    classes: dict[str, list[str]] = collections.defaultdict(list)
+    for name, path in mods.items():
+        text = path.read_text()
+        tree = ast.parse(text)
+        for target, in_function in imports(name, tree, known):
+            total += 1
+            inner += in_function
+            if target != name:
+                graph[name].add(target)
+        lines = len(text.splitlines())
+        if lines > LIMIT:
+            long.append((lines, str(path.relative_to(ROOT.parent))))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                functions += 1
+                anys += sum(isinstance(n, ast.Name) and n.id == "Any" for n in ast.walk(node))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                classes[node.name].append(name)
+    twice = {k: v for k, v in classes.items() if len(v) > 1}
+    flat = sorted(p.name for p in ROOT.glob("*.py") if p.name != "__init__.py")
+    print(f"import circles (module level and in functions): {len(circles(graph))}")
+    print(f"imports of ablate's own modules inside functions: {inner} of {total} ({100 * inner / total:.0f}%)")
+    print(f"modules over {LIMIT} lines (migrations aside): {len(long)}: "
+          + ", ".join(f"{p} {n}" for n, p in sorted(long, reverse=True)))
+    print(f"public class names defined twice: {len(twice)}: "
+          + ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(twice.items())))
+    print(f"Any per function: {anys / functions:.2f} ({anys} in {functions} functions)")
+    print(f"flat top-level modules: {len(flat)}: {', '.join(flat)}")
+
+
+if __name__ == "__main__":
+    main()
