@@ -363,17 +363,27 @@ def test_status_shows_the_ray_tasks_and_cancel_puts_the_runs_back_in_the_queue(r
 
 # ------------------------------------------------------------ the local default
 def test_without_an_address_a_ray_instance_is_started_here_and_stopped_at_the_end(ray_cluster, tmp_path):
-    """... and the tasks mirror into the MLflow experiment the user named (carried in the tasks' spec)."""
-    path = grid(tmp_path / "l.yaml", "embedded", seeds=[0], steps=20)
+    """Its tasks are this machine's processes, in this working directory with this environment (no
+    runtime_env is carried): a plugin arm beside the grid file trains there. And the tasks mirror into the
+    MLflow experiment the user named (carried in the tasks' spec)."""
+    work = tmp_path / "work"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "plugin" / "myattn", work / "myattn")
+    text = tiny_grid("embedded", variants=["baseline"], seeds=[0], steps=20)
+    arm = '{arm: "myattn:CappedSoftmax", args: {cap: 5}}'
+    text = text.replace("variant: ['baseline']", f"variant: [baseline, {arm}]")
+    path = work / "l.yaml"
+    path.write_text(text.replace("\nbase:", "\nplugins: [myattn]\nbase:", 1))
     home = tmp_path / "home"
-    out = ablate(ray_cluster, "run", str(path), "--executor", "ray", "--home", str(home),
-                 "--mlflow-experiment", "team")
+    out = subprocess.run([ABLATE, "run", "l.yaml", "--executor", "ray", "--home", str(home),
+                          "--mlflow-experiment", "team"], env=ray_cluster.env, cwd=work, capture_output=True,
+                         text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "warning" not in out.stderr, out.stderr
     assert "one Ray task per run on a Ray instance started here" in out.stderr
     with Store.open(home=home) as store:
         runs = store.runs_frame(grid="embedded")
     assert set(runs["status"]) == {"done"} and set(runs["executor"]) == {"ray"}
+    assert any(v.startswith("myattn:CappedSoftmax") for v in runs["variant"])
     (address,) = {gcs(j) for j in runs["job_id"]}
     assert address.rpartition(":")[2] != str(ray_cluster.port)  # not the test cluster
     host, _, port = address.rpartition(":")

@@ -97,20 +97,26 @@ class Cluster:
 
 
 def connect(address: str | None, *, runtime_env: Mapping[str, Any] | None = None) -> Cluster:
-    """Join the cluster at ``address`` (``RAY_ADDRESS`` when None), else start a Ray instance here."""
+    """Join the cluster at ``address`` (``RAY_ADDRESS`` when None), else start a Ray instance here.
+
+    ``runtime_env`` (what the workers need from here: ``runtime_env``) goes to a cluster joined. A Ray
+    instance started here gets none: its workers are this machine's processes, started with this process's
+    working directory and environment (the grid's plugin folders in ``ABLATE_PLUGIN_PATH`` included), and
+    carrying them cost every grid seconds (the working directory zipped into Ray's object store, then a
+    runtime-env set-up before the first task and the mailbox: docs/scale.md has the figures)."""
     ray = ray_module()
     joining = address_given(address)
     if joining is not None:
         check_reachable(joining)
     kw: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "logging_level": logging.WARNING,
-                          "runtime_env": dict(runtime_env or {}), "configure_logging": False}
+                          "configure_logging": False}
     logging.getLogger("ray").setLevel(logging.ERROR)  # its notices; what goes wrong is raised
     try:
         if joining is None:  # a local instance of this command's own ("local": never one found running)
             ray.init(address="local", include_dashboard=True, object_store_memory=100 * 2**20,
                      num_cpus=_local_cpus(), **kw)
         else:
-            ray.init(address=joining, **kw)
+            ray.init(address=joining, runtime_env=dict(runtime_env or {}), **kw)
     except (ConnectionError, TimeoutError, RuntimeError) as exc:
         raise ConfigError(f"could not join the Ray cluster at {joining}: {str(exc).splitlines()[0]}",
                           where=FLAG) from None
