@@ -23,7 +23,7 @@ Pure: a function of ``GridData``; computed once per grid data, reference and rea
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -279,11 +279,6 @@ def own_family(deltas: Sequence[Delta], found: Sequence[Comparison | None], stat
     for i, d in zip(own, fixed, strict=True):
         out[i] = d
     return out
-
-
-def family_sizes(found: Iterable[Comparison | None]) -> set[int]:
-    """The sizes of the grid families a page's comparisons came from."""
-    return {c.m for c in found if c is not None}
 
 
 def _cells(runs: Any, model_axes: Sequence[str]) -> tuple[list[tuple], list[dict[str, Any]]]:
