@@ -26,17 +26,19 @@ def grid_jobs(store: Store, grid: str | None = None, *, unfinished: bool = False
     from sqlalchemy import select
 
     from ablate.store.queries import _grid_filter
-    from ablate.store.schema import Grid, GridRun, Run
+    from ablate.store.schema import GridRun, RegisteredGrid, Run
 
     with store.session(write=False) as s:
         members = _grid_filter(s, grid)
-        q = (select(Run.run_id, Grid.name, Run.variant, Run.seed, Run.status, Run.executor, Run.job_id)
-             .outerjoin(GridRun, GridRun.run_id == Run.run_id).outerjoin(Grid, Grid.id == GridRun.grid_id)
+        q = (select(Run.run_id, RegisteredGrid.name, Run.variant, Run.seed, Run.status, Run.executor,
+                    Run.job_id)
+             .outerjoin(GridRun, GridRun.run_id == Run.run_id)
+             .outerjoin(RegisteredGrid, RegisteredGrid.id == GridRun.grid_id)
              .where(Run.job_id.is_not(None)))
         if unfinished:
             q = q.where(Run.status.in_(UNFINISHED))
         if members is not None:
-            q = q.where(Run.run_id.in_(members), Grid.name == grid)
+            q = q.where(Run.run_id.in_(members), RegisteredGrid.name == grid)
         rows: list[dict[str, Any]] = [dict(zip(COLUMNS, r, strict=True)) for r in s.execute(q)]
     seen: dict[str, dict[str, Any]] = {}
     for r in rows:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from ablate.errors import StoreError
 from ablate.stats import Decision, LookRecord
 from ablate.store.records import utcnow
-from ablate.store.schema import Grid, SequentialDecision
+from ablate.store.schema import RegisteredGrid, SequentialDecision
 
 
 def comparison_key(decision: Decision) -> str:
@@ -30,7 +30,7 @@ def record_decisions(session: Session, *, grid: str, decisions: Sequence[Decisio
     """Store ``decisions`` of grid ``grid``, each replacing an earlier decision of the same comparison;
     returns how many. A grid the store does not hold is a StoreError (the grid is registered before it
     runs)."""
-    grid_id = session.scalar(select(Grid.id).where(Grid.name == grid))
+    grid_id = session.scalar(select(RegisteredGrid.id).where(RegisteredGrid.name == grid))
     if grid_id is None:
         raise StoreError(f"cannot record --until-resolved's decisions: the store has no grid {grid!r}")
     now = utcnow()
@@ -51,8 +51,8 @@ def record_decisions(session: Session, *, grid: str, decisions: Sequence[Decisio
 def decisions(session: Session, grid: str) -> list[Decision]:
     """The decisions stored for grid ``grid`` (none for a grid without them, or unknown)."""
     rows = session.scalars(
-        select(SequentialDecision).join(Grid, Grid.id == SequentialDecision.grid_id)
-        .where(Grid.name == grid).order_by(SequentialDecision.id)).all()
+        select(SequentialDecision).join(RegisteredGrid, RegisteredGrid.id == SequentialDecision.grid_id)
+        .where(RegisteredGrid.name == grid).order_by(SequentialDecision.id)).all()
     return [Decision(grid=grid, treatment=r.treatment, reference=r.reference, metric=r.metric,
                      cell=dict(r.cell), runs=tuple(r.runs), look=r.look, n=r.n, level=r.level, p_adj=r.p_adj,
                      family=r.family, correction=r.correction, plan=tuple(r.plan),

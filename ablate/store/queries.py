@@ -22,7 +22,7 @@ from ablate.metrics import COLUMNS, SUMMARY, metric
 from ablate.metrics import order as summary_order
 from ablate.store.chunks import IN_CHUNK, in_chunks
 from ablate.store.records import flatten, utcnow
-from ablate.store.schema import STATUSES, Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
+from ablate.store.schema import STATUSES, Event, GridRun, Histogram, Metric, Probe, RegisteredGrid, Run, Score
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,15 +63,16 @@ def known_columns(frame: pd.DataFrame | None = None) -> list[str]:
 
 def grid_names(session: Session) -> list[str]:
     """The registered grids' names."""
-    return list(session.scalars(select(Grid.name).order_by(Grid.name)))
+    return list(session.scalars(select(RegisteredGrid.name).order_by(RegisteredGrid.name)))
 
 
 def grids_by_activity(session: Session) -> list[str]:
     """The registered grids' names, the one whose runs last started, ended or joined first (a grid without
     runs: when it was registered); ties by name."""
-    last = func.max(func.coalesce(Run.finished, Run.started, Run.created, Grid.created)).label("last")
-    rows = session.execute(select(Grid.name, last).outerjoin(GridRun, GridRun.grid_id == Grid.id)
-                           .outerjoin(Run, Run.run_id == GridRun.run_id).group_by(Grid.name)).all()
+    last = func.max(func.coalesce(Run.finished, Run.started, Run.created, RegisteredGrid.created))
+    rows = session.execute(select(RegisteredGrid.name, last.label("last"))
+                           .outerjoin(GridRun, GridRun.grid_id == RegisteredGrid.id)
+                           .outerjoin(Run, Run.run_id == GridRun.run_id).group_by(RegisteredGrid.name)).all()
     return [name for name, _ in sorted(rows, key=lambda r: (-_stamp(r[1]), r[0]))]
 
 
@@ -111,13 +112,13 @@ def provenance(session: Session, run_ids: Sequence[str]) -> dict[str, dict[str, 
 
 def grid_text(session: Session, name: str) -> str | None:
     """The text a grid was last registered with (None: no such grid)."""
-    return session.scalar(select(Grid.text).where(Grid.name == name))
+    return session.scalar(select(RegisteredGrid.text).where(RegisteredGrid.name == name))
 
 
 def older_runs(session: Session, grid: str) -> int:
     """How many runs of ``grid`` belong to older configurations of it (``grid_runs.current`` false)."""
-    q = (select(func.count()).select_from(GridRun).join(Grid)
-         .where(Grid.name == grid, GridRun.current.is_(False)))
+    q = (select(func.count()).select_from(GridRun).join(RegisteredGrid)
+         .where(RegisteredGrid.name == grid, GridRun.current.is_(False)))
     return int(session.scalar(q) or 0)
 
 
@@ -139,7 +140,7 @@ def same_stem(session: Session, stems: dict[str, str]) -> dict[str, tuple[str, s
 def grid_axes(session: Session, grid: str) -> list[str]:
     """The config paths the grid varies on purpose: its runs' axes (from the grid file's ``grid``, ``zip`` and
     ``include`` keys), sorted."""
-    q = select(GridRun.axes).join(Grid).where(Grid.name == grid)
+    q = select(GridRun.axes).join(RegisteredGrid).where(RegisteredGrid.name == grid)
     return sorted({k for axes in session.scalars(q) if axes for k in axes})
 
 
@@ -147,13 +148,13 @@ def _grid_filter(session: Session, grid: str | None, *, current: bool = False) -
     """The run ids of ``grid`` (of its current configuration only, with ``current``), as a subquery."""
     if grid is None:
         return None
-    if session.scalar(select(Grid.id).where(Grid.name == grid)) is None:
+    if session.scalar(select(RegisteredGrid.id).where(RegisteredGrid.name == grid)) is None:
         raise UserInputError(
             one_of(grid, grid_names(session), what="grid")
             if grid_names(session)
             else f"unknown grid {grid!r}: the store has no grids yet (run `ablate run GRID`)"
         )
-    q = select(GridRun.run_id).join(Grid).where(Grid.name == grid)
+    q = select(GridRun.run_id).join(RegisteredGrid).where(RegisteredGrid.name == grid)
     return q.where(GridRun.current.is_(True)) if current else q
 
 
@@ -221,7 +222,7 @@ def _runs_read(session: Session, *, grid: str | None, run_ids: Sequence[str] | N
     flat = cast(t.config_flat, Text).label("config_flat")
     q = select(*(t[c] for c in _RUN_FIELDS), t.step.label("heartbeat_step"), flat).order_by(t.run_id)
     sq = select(Score.run_id, Score.name, Score.value)
-    gq = select(GridRun.run_id, Grid.name).join(Grid).order_by(Grid.name)
+    gq = select(GridRun.run_id, RegisteredGrid.name).join(RegisteredGrid).order_by(RegisteredGrid.name)
     for ids in (members, None if run_ids is None else list(run_ids)):  # a grid's runs; a few (`ablate show`)
         if ids is not None:
             q, sq, gq = (
@@ -340,11 +341,12 @@ def status_summary(session: Session, *, grid: str | None = None, stale_after_s: 
 ``older`` argument: count those in the statuses too).
     """
     members = _grid_filter(session, grid)
-    q = (select(Grid.name, Run.status, GridRun.current, func.count()).select_from(Run)
-         .outerjoin(GridRun, GridRun.run_id == Run.run_id).outerjoin(Grid, Grid.id == GridRun.grid_id)
-         .group_by(Grid.name, Run.status, GridRun.current))
+    q = (select(RegisteredGrid.name, Run.status, GridRun.current, func.count()).select_from(Run)
+         .outerjoin(GridRun, GridRun.run_id == Run.run_id)
+         .outerjoin(RegisteredGrid, RegisteredGrid.id == GridRun.grid_id)
+         .group_by(RegisteredGrid.name, Run.status, GridRun.current))
     if grid is not None:
-        q = q.where(Grid.name == grid)
+        q = q.where(RegisteredGrid.name == grid)
     counts: dict[str | None, dict[str, int]] = {}
     left: dict[str | None, int] = defaultdict(int)
     for name, status, current, n in session.execute(q):

@@ -21,7 +21,7 @@ from ablate.errors import StoreError
 from ablate.metrics import COLUMNS
 from ablate.result import RunResult, RunStatus, curve_step
 from ablate.store.chunks import IN_CHUNK, in_chunks
-from ablate.store.schema import Event, Grid, GridRun, Histogram, Metric, Probe, Run, Score
+from ablate.store.schema import Event, GridRun, Histogram, Metric, Probe, RegisteredGrid, Run, Score
 
 # summary keys stored as columns of ``runs`` (ablate.metrics: column=True); every other one is a row of
 # ``scores``
@@ -188,9 +188,9 @@ def register_grid(session: Session, *, name: str, text: str, runs: Iterable[Any]
     they join the current ones (``--set``, ``--until-resolved``'s seeds, tune's trials).
     """
     now = utcnow()
-    ins = _upsert(session, Grid.__table__).values(name=name, text=text, created=now)
+    ins = _upsert(session, RegisteredGrid.__table__).values(name=name, text=text, created=now)
     ins = ins.on_conflict_do_update(index_elements=["name"], set_={"text": ins.excluded.text})
-    grid_id: int = session.execute(ins.returning(Grid.__table__.c.id)).scalar_one()
+    grid_id: int = session.execute(ins.returning(RegisteredGrid.__table__.c.id)).scalar_one()
     # each run's row is made when its batch is written (_Rows), not all at once: 100,000 rows with their
     # configs and flattened configs held 1.7 GB
     rows = _Rows({str(_field(planned, "run_id")): planned for planned in runs}, now)

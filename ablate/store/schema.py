@@ -60,7 +60,7 @@ def _run_fk() -> ForeignKey:
     return ForeignKey("runs.run_id", ondelete="CASCADE")
 
 
-class Grid(Base):
+class RegisteredGrid(Base):
     """A grid file as registered: its name (unique) and text."""
 
     __tablename__ = "grids"
@@ -84,7 +84,7 @@ class GridRun(Base):
     run_id: Mapped[str] = mapped_column(_run_fk(), primary_key=True)
     axes: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     current: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
-    grid: Mapped[Grid] = relationship(back_populates="members", lazy="raise")
+    grid: Mapped[RegisteredGrid] = relationship(back_populates="members", lazy="raise")
     run: Mapped[Run] = relationship(back_populates="memberships", lazy="raise")
 
 
