@@ -35,6 +35,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ablate import __version__
+from ablate.config import CONFIG_VERSION
+
 SOURCE_ENV = "ABLATE_GRID_SOURCE"
 # what must agree for runs to compare in one table: the id scheme and the model's code
 COMPARABLE = ("config_version", "model_code")
@@ -52,15 +55,24 @@ def _version(package: str) -> str | None:
 NOT_MODEL = ("catalogue.py", "export.py", "flops.py", "memory.py", "meta_counts.py", "plugins.py")
 
 
+# A run stores the hash of the model code it trained under. Hashes that name one model's code compare as one
+# (``comparable``): ``{old hash: the hash it equals}``.
+# a9b79855457b is the model code of ablate/ablations at commit 876e701 under the old normalization, which
+# counted imports and type annotations; the present one (``code_of``) leaves them out, and that same code
+# reads 69309cefe87b under it. Without the entry, every run trained before that change would read as trained
+# by a different model from every run trained after it.
+SAME_MODEL = {"a9b79855457b": "69309cefe87b"}
+
+
 @functools.cache
 def model_code() -> str:
-    """A short hash of the model's code (``ablate/ablations/*.py`` but ``NOT_MODEL``, by name and syntax
-    tree)."""
+    """A short hash of the model's code (``ablate/ablations/*.py`` but ``NOT_MODEL``, by name and what each
+    computes: ``code_of``)."""
     return code_hash(Path(__file__).parent / "ablations")
 
 
 def code_hash(folder: Path, *, leave_out: Iterable[str] = NOT_MODEL) -> str:
-    """A short hash of the ``*.py`` modules of ``folder`` but ``leave_out``, by name and syntax tree."""
+    """A short hash of the ``*.py`` modules of ``folder`` but ``leave_out``, by name and ``code_of``."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.glob("*.py") if p.name not in set(leave_out)):
         digest.update(path.name.encode() + b"\0" + code_of(path.read_text()).encode() + b"\0")
@@ -68,31 +80,87 @@ def code_hash(folder: Path, *, leave_out: Iterable[str] = NOT_MODEL) -> str:
 
 
 def code_of(source: str) -> str:
-    """What a module does, apart from how it is written: its syntax tree without docstrings, comments, line
-    positions or layout.
+    """What a module computes, apart from how it is written: its syntax tree without docstrings, comments,
+    line positions, layout, imports or type annotations (``typing.cast`` included), written the same way by
+    every Python version.
 
     >>> code_of('def f(x):\\n    "Double."\\n    return 2 * x  # twice') == code_of("def f(x): return 2*x")
+    True
+    >>> code_of("import torch\\ndef f(x: torch.Tensor) -> int:\\n    y: int = 2 * x\\n    return y"
+    ...         ) == code_of("def f(x):\\n    import torch\\n    y = 2 * x\\n    return y")
     True
     >>> code_of("def f(x): return 2 * x") == code_of("def f(x): return 3 * x")
     False
     """
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
-            first = node.body[0]
+    return _dump(_Computation().visit(ast.parse(source)))
+
+
+class _Computation(ast.NodeTransformer):
+    """Drops from a syntax tree what does not change what it computes: docstrings, imports (``if
+    TYPE_CHECKING:`` blocks too), annotations and ``cast``."""
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+            first = body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
                     first.value.value, str):
-                node.body = node.body[1:] or [ast.Pass()]
-    return ast.dump(tree)
+                node.body = body[1:]
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            node.returns = None
+        if isinstance(node, ast.arg):
+            node.annotation = None
+        return super().generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        return None
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        return None
+
+    def visit_If(self, node: ast.If) -> ast.AST | None:
+        test = node.test
+        name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else ""
+        return None if name == "TYPE_CHECKING" else self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        if node.value is None:
+            return None
+        return self.visit(ast.Assign(targets=[node.target], value=node.value))
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name == "cast" and len(node.args) == 2 and not node.keywords:
+            return self.visit(node.args[1])
+        return self.generic_visit(node)
+
+
+def _dump(node: object) -> str:
+    """``ast.dump`` without the fields that are None or empty, whose defaults differ between Python versions
+    (3.12 added ``type_params``; 3.13 leaves out empty fields)."""
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={_dump(value)}" for name, value in ast.iter_fields(node)
+                  if value is not None and value != []]
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_dump(item) for item in node)}]"
+    return repr(node)
+
+
+def comparable(key: str, value: object) -> object:
+    """A provenance value as runs compare on it: a model code's hash as ``SAME_MODEL`` maps it.
+
+    >>> comparable("model_code", "a9b79855457b") == comparable("model_code", SAME_MODEL["a9b79855457b"])
+    True
+    """
+    return SAME_MODEL.get(value, value) if key == "model_code" and isinstance(value, str) else value
 
 
 @functools.cache
 def software() -> dict[str, Any]:
     """The versions of this process's software, and the model code's hash (imports torch)."""
-    import torch
-
-    from ablate import __version__
-    from ablate.config import CONFIG_VERSION
+    import torch  # here, not at the top: ablate show and diff read provenance without training
 
     return {"ablate": __version__, "torch": torch.__version__, "lightning": _version("lightning"),
             "cuda": torch.version.cuda, "python": platform.python_version(), "model_code": model_code(),
@@ -142,19 +210,22 @@ def collect(device: str, plugin_init: Mapping[str, str] | None = None) -> dict[s
 
 
 def differing(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The provenance keys whose values differ between two runs, as ``{field, a, b}`` rows (sorted).
+    """The provenance keys whose values differ between two runs, as ``{field, a, b}`` rows (sorted); two model
+    codes' hashes that ``SAME_MODEL`` makes one do not differ.
 
     >>> differing({"torch": "2.13.0", "python": "3.11.9"}, {"torch": "2.14.0", "python": "3.11.9"})
     [{'field': 'torch', 'a': '2.13.0', 'b': '2.14.0'}]
     """
     a, b = a or {}, b or {}
-    return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
+    return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in sorted({*a, *b})
+            if comparable(k, a.get(k)) != comparable(k, b.get(k))]
 
 
 def spread_warning(provenances: Iterable[Mapping[str, Any] | None], *, what: str) -> str | None:
     """One line when the runs compared in ``what`` span more than one config version or model code, else None.
 
-    Runs recorded before provenance existed (None) are left out of the check.
+    Runs recorded before provenance existed (None) are left out of the check; model codes' hashes are compared
+    as ``SAME_MODEL`` maps them.
 
     >>> spread_warning([{"config_version": 2, "model_code": "a"}, {"config_version": 2, "model_code": "b"}],
     ...                what="table1")  # doctest: +ELLIPSIS
@@ -163,7 +234,8 @@ def spread_warning(provenances: Iterable[Mapping[str, Any] | None], *, what: str
     True
     """
     known = [p for p in provenances if p]
-    spread = {key: sorted({str(p.get(key)) for p in known if p.get(key) is not None}) for key in COMPARABLE}
+    spread = {key: sorted({str(comparable(key, p.get(key))) for p in known if p.get(key) is not None})
+              for key in COMPARABLE}
     names = {"config_version": "config versions", "model_code": "model code"}
     parts = [f"{names[key]} ({', '.join(values)})" for key, values in spread.items() if len(values) > 1]
     if not parts:
