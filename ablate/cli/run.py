@@ -80,9 +80,10 @@ def plan(
     --threads); with --until-resolved, the looks and the most runs it can add."""
     from ablate.errors import ConfigError, InputMissingError
     from ablate.grid import expand, load_grid
-    from ablate.grid.view import plan_imports, plan_json, plan_rows, statuses
+    from ablate.grid.view import plan_imports, plan_json, plan_rows
     from ablate.runner.fingerprints import Fingerprints
     from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
+    from ablate.store.plan_status import statuses
 
     spec = load_grid(grid, sets or ())
     runs = expand(spec, fingerprints=Fingerprints.for_home(home_dir(home)))

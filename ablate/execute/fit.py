@@ -54,7 +54,7 @@ def require_fit(runs: Sequence[PlannedRun], device_memory: float | None, *, loca
         return
     status: dict[str, str] = {}
     if home is not None:
-        from ablate.grid.view import statuses
+        from ablate.store.plan_status import statuses
 
         status = statuses(runs, store=store, home=home)
     check_memory(runs, status, *budget)

@@ -147,7 +147,7 @@ def confirm_large(grid: str, planned: Sequence[Any], *, home: Path, store: str |
     if every run trained is let through at once; else each run's status is read from the store, when there is
     one (``ablate plan``'s lookup: nothing is made)."""
     from ablate.ablations.memory import gpu_here
-    from ablate.grid.view import statuses
+    from ablate.store.plan_status import statuses
 
     gpu = gpu_here()
     if not estimate(grid, planned, {}, workers=workers, gpu=gpu, retry_failed=True).large:
