@@ -1,0 +1,6 @@
+"""A training command as a trainer: the grid's ``trainer:`` section (``spec``), the run's parameters
+(``params``), the command line and environment of one run (``render``), its metrics read from stdout or a
+JSONL file (``parse``), the process group that runs it (``process``) and the identity of its code (``code``).
+
+Each module is pure but for what it says: ``process`` starts processes, ``code`` reads the repository,
+``render.check`` looks at the disk and PATH, ``parse.JsonlTail`` reads a file."""
