@@ -2,7 +2,8 @@
 store's own database, trials trained as ordinary runs by ``ablate run``'s worker pool; then each variant's
 best and largest stable value, and the grid's seeds at the best one (``--then-run``).
 
-- ``tune(path, sets, TuneOptions(...)) -> TuneReport`` (``search.py``): the command.
+- ``search.py``: the command, ``tune(path, sets, TuneOptions(...)) -> TuneReport``; ``options.py`` what it is
+  asked and answers; ``tuner.py`` the studies, rounds and probes on an executor's session.
 - ``protocol.py``: best / largest stable value and the bracketing search, pure.
 - ``space.py``: the search space, the grid's cells, study names, trial configs, pure.
 - ``studies.py`` / ``storage.py``: the studies in the store's database; pruners.
@@ -10,19 +11,6 @@ best and largest stable value, and the grid's seeds at the best one (``--then-ru
   pruning.
 - ``dashboard.py``: optuna-dashboard over the same storage.
 
-Importing this package imports neither Optuna nor torch.
+Importing this package imports nothing: the report of ``ablate tune``'s results reads ``protocol.py`` without
+Optuna, the executors or torch.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["TuneOptions", "TuneReport", "tune"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from ablate.tune import search
-
-        return getattr(search, name)
-    raise AttributeError(name)

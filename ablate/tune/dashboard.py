@@ -8,9 +8,11 @@ the database with Optuna's schema check, which reads ablate's Alembic revision a
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError
+from ablate.tune.storage import optuna_storage
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -20,7 +22,7 @@ log = logging.getLogger(__name__)
 INSTALL = "pip install 'ablate[dashboard]'"  # the extra pins optuna-dashboard (constraints.txt)
 
 
-def dashboard_module() -> Any:
+def dashboard_module() -> ModuleType:
     """The ``optuna_dashboard`` module, or a UserInputError saying how to install it."""
     try:
         import optuna_dashboard
@@ -28,12 +30,11 @@ def dashboard_module() -> Any:
         raise UserInputError(f"optuna-dashboard is not installed; install it with `{INSTALL}` (or `pip "
                              "install optuna-dashboard`, in ablate's environment), then run `ablate tune "
                              "--dashboard` again") from None
-    return optuna_dashboard
+    module: ModuleType = optuna_dashboard
+    return module
 
 
 def serve(store: Store, *, port: int = 8080) -> None:
     """Serve optuna-dashboard for an open ablate ``Store`` on http://127.0.0.1:``port`` until interrupted."""
-    from ablate.tune.storage import optuna_storage
-
     module = dashboard_module()
     module.run_server(optuna_storage(store.url), host="127.0.0.1", port=port)

@@ -25,6 +25,7 @@ from rich.console import Console
 
 from ablate.execute.executor import Runner, Session
 from ablate.execute.lifecycle import Ended, Lifecycle
+from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ def trial_runner(session: Session, *, home: Path, store: Store, title: str, cons
     # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), or of the one the user named,
     # nested under their study
     if mlflow:
-        from ablate.execute.mirror import MirrorThread
-
         mirror = MirrorThread(home=home, grid=title, experiment=mlflow_experiment)
     lifecycle = Lifecycle(store, home=home, mirror=mirror, metric=metric, patience_s=store_patience_s)
     try:

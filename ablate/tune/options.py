@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ablate.execute.recorder import STORE_PATIENCE_S
 from ablate.tune.protocol import DEFAULT_TOLERANCE, Point
+
+if TYPE_CHECKING:
+    from ablate.execute.grid_run import GridReport
 
 
 @dataclass
@@ -31,7 +34,7 @@ class TuneOptions:
     home: Path = Path("ablate-runs")
     store: str | None = None
     executor: str = "local"  # where the trials train (ablate.execute.executor.EXECUTORS)
-    own: dict[str, Any] = field(default_factory=dict)  # the executor's own options (ray_address)
+    own: dict[str, object] = field(default_factory=dict)  # the executor's own options (ray_address)
     jobs: int | None = None
     devices: str | None = None
     threads: int | None = None
@@ -71,7 +74,7 @@ class TuneReport:
     cells: list[CellResult] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> jobs this time (plus "reused")
     interrupted: bool = False
-    tuned: Any = None  # the --then-run GridReport
+    tuned: GridReport | None = None  # the --then-run grid's report
     tuned_grid: Path | None = None
     wall_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
@@ -81,6 +84,6 @@ class TuneReport:
         """130 interrupted; 1 when a trial crashed this time or a tuned run failed; else 0."""
         if self.interrupted:
             return 130
-        if self.tuned is not None and self.tuned.exit_code:
-            return self.tuned.exit_code
+        if self.tuned is not None and (code := self.tuned.exit_code):
+            return int(code)
         return 1 if self.counts.get("failed") else 0

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import math
 from types import SimpleNamespace
-from typing import Any
 
 import lightning as L
+import optuna
 import torch
 from optuna_integration import PyTorchLightningPruningCallback
 
@@ -27,19 +27,19 @@ from ablate.tune.protocol import PENALTY
 log = logging.getLogger(__name__)
 
 
-class StepPruning(PyTorchLightningPruningCallback):
+class StepPruning(PyTorchLightningPruningCallback):  # type: ignore[misc]  # optuna-integration: untyped
     """Report ``monitor`` (``val_ppl``, or ``loss`` for train_loss studies) at each of the run's evaluations
     and prune the trial when its pruner says so. A non-finite value is reported as ``PENALTY`` (the worst
     value)."""
 
-    def __init__(self, trial: Any, monitor: str = "val_ppl"):
+    def __init__(self, trial: optuna.trial.Trial, monitor: str = "val_ppl"):
         super().__init__(trial, monitor)
         self._seen = 0
         self.last_step: int | None = None
         self.last_value: float | None = None
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: object,
+                           batch: object, batch_idx: int) -> None:
         run = next((c for c in trainer.callbacks if isinstance(c, RunMonitor)), None)
         if run is None:
             return

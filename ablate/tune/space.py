@@ -13,15 +13,19 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from pydantic import ValidationError
 
 from ablate.config import RunConfig
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, one_of
 from ablate.grid.ids import canonical
 from ablate.grid.paths import assign, describe, explain, field_type, unwrap_optional
 from ablate.tune.protocol import EDGE, edge_of
+
+if TYPE_CHECKING:
+    from ablate.grid import PlannedRun
 
 STUDY_PREFIX = "tune"
 METRICS = ("val_ppl", "train_loss")  # and ppl/<held-out set>
@@ -54,15 +58,13 @@ class SearchSpace:
     def is_int(self) -> bool:
         return unwrap_optional(field_type(self.param)) is int
 
-    def distribution(self) -> Any:
+    def distribution(self) -> BaseDistribution:
         """The Optuna distribution of the parameter."""
-        from optuna.distributions import FloatDistribution, IntDistribution
-
         if self.is_int:
             return IntDistribution(int(self.low), int(self.high), log=self.log)
         return FloatDistribution(float(self.low), float(self.high), log=self.log)
 
-    def as_attrs(self) -> dict[str, Any]:
+    def as_attrs(self) -> dict[str, str | float | bool]:
         return {"param": self.param, "low": self.low, "high": self.high, "log": self.log}
 
     def edge_warning(self, cell: str, best: float) -> str | None:
@@ -89,11 +91,11 @@ class TuneCell:
 
     key: str  # a short hash of the config without seed and parameter: the study's identity
     label: str  # what the report calls the cell: the variant, then the other axes that vary
-    axes: dict[str, Any]  # the cell's axis values, without seed and the parameter
-    runs: tuple[Any, ...]  # ablate.grid.PlannedRun
+    axes: dict[str, object]  # the cell's axis values, without seed and the parameter
+    runs: tuple[PlannedRun, ...]
 
     @property
-    def base(self) -> Any:
+    def base(self) -> PlannedRun:
         """The run whose config the trials start from: the cell's first run (its first seed)."""
         return self.runs[0]
 
@@ -111,8 +113,6 @@ def check_metric(metric: str, config: RunConfig) -> str:
     sets = [f"ppl/{name}" for name in config.data.heldout]
     if metric in METRICS or metric in sets:
         return metric
-    from ablate.errors import one_of
-
     raise ConfigError(one_of(metric, [*METRICS, *sets], what="metric"), where="--metric")
 
 
@@ -123,19 +123,19 @@ def _identity(config: RunConfig, param: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def _label(variant: str, axes: dict[str, Any]) -> str:
+def _label(variant: str, axes: dict[str, object]) -> str:
     others = [f"{k}={v}" for k, v in axes.items() if k != "variant"]
     return ", ".join([variant, *others])
 
 
-def cells_of(planned: Sequence[Any], param: str) -> list[TuneCell]:
+def cells_of(planned: Sequence[PlannedRun], param: str) -> list[TuneCell]:
     """The grid's runs grouped into cells, in grid order; within a cell one run per seed (the first)."""
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[PlannedRun]] = {}
     for run in planned:
         groups.setdefault(_identity(run.config, param), []).append(run)
     cells = []
     for key, runs in groups.items():
-        per_seed: dict[int, Any] = {}
+        per_seed: dict[int, PlannedRun] = {}
         for run in runs:
             per_seed.setdefault(run.config.seed, run)
         base = runs[0]

@@ -15,11 +15,15 @@ pool's workers reporting intermediate values and the main process telling result
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ablate.errors import ConfigError
+from sqlalchemy import Engine, inspect
+
+from ablate.errors import ConfigError, did_you_mean
+from ablate.store.engine import _sqlite_settings  # the store's own SQLite settings, for Optuna's engine
 
 if TYPE_CHECKING:
+    import optuna
     from optuna.storages import RDBStorage
 
     from ablate.store.api import Store
@@ -38,33 +42,30 @@ def optuna_storage(url: str) -> RDBStorage:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is the caller's to print
     sqlite = url.startswith("sqlite")
-    kwargs: dict[str,
-                 Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}} if sqlite else {"pool_pre_ping": True}
+    kwargs: dict[str, object] = ({"connect_args": {"timeout": BUSY_TIMEOUT_S}} if sqlite
+                                 else {"pool_pre_ping": True})
     storage = RDBStorage(url, engine_kwargs=kwargs, skip_compatibility_check=True)
     if sqlite:
         # the store's own connection settings: a writer takes the lock up front (BEGIN IMMEDIATE) and waits
         # for it, instead of failing when its read snapshot went stale while a worker wrote a report
-        from ablate.store.engine import _sqlite_settings
-
         _sqlite_settings(storage.engine)
         storage.engine.dispose()  # connections made before the settings are dropped
     return storage
 
 
-def has_study_tables(engine: Any) -> bool:
+def has_study_tables(engine: Engine) -> bool:
     """Whether Optuna's tables exist in the database of ``engine`` (without creating them)."""
-    from sqlalchemy import inspect
+    found: bool = inspect(engine).has_table("studies")
+    return found
 
-    return inspect(engine).has_table("studies")
 
-
-def grid_studies(storage: Any, grid: str) -> list[Any]:
+def grid_studies(storage: RDBStorage, grid: str) -> list[optuna.study.FrozenStudy]:
     """The studies ``ablate tune`` made for ``grid`` (FrozenStudy objects), by name."""
     studies = [s for s in storage.get_all_studies() if s.user_attrs.get("grid") == grid]
     return sorted(studies, key=lambda s: s.study_name)
 
 
-def store_studies(store: Store, grid: str) -> list[Any]:
+def store_studies(store: Store, grid: str) -> list[optuna.study.FrozenStudy]:
     """The tuning studies of ``grid`` in an open ablate ``Store`` ([] when it has none, creating nothing)."""
     if not has_study_tables(store.engine):
         return []
@@ -84,15 +85,14 @@ def parse_pruner(spec: str) -> str:
         except ValueError:
             ok = False
     if not ok:
-        from ablate.errors import did_you_mean
-
         raise ConfigError("unknown pruner "
                           f"{spec!r}{did_you_mean(name, ['median', 'hyperband', 'threshold', 'none'])}; "
                           f"allowed: {', '.join(PRUNERS)}", where="--pruner")
     return spec.strip()
 
 
-def make_pruner(spec: str, *, min_resource: int = 1, max_resource: int | str = "auto") -> Any:
+def make_pruner(spec: str, *, min_resource: int = 1, max_resource: int | str = "auto"
+                ) -> optuna.pruners.BasePruner:
     """The Optuna pruner of a ``--pruner`` spec. Resources count training steps (what the trials report)."""
     import optuna
 

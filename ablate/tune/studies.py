@@ -15,10 +15,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from ablate.errors import ConfigError
 from ablate.tune.protocol import PENALTY, Outcome, Point
+from ablate.tune.storage import optuna_storage, store_studies
+
+if TYPE_CHECKING:
+    from optuna.pruners import BasePruner
+    from optuna.storages import RDBStorage
+
+    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +40,9 @@ def _seed(name: str, n: int) -> int:
     return int(hashlib.sha256(f"{name}:{n}".encode()).hexdigest()[:8], 16)
 
 
-def open_study(storage: Any, name: str, attrs: dict[str, Any], *, trials: int, pruner: Any) -> Any:
+def open_study(storage: RDBStorage, name: str, attrs: Mapping[str, object], *, trials: int,
+               pruner: BasePruner) -> optuna.Study:
     """Create the study ``name`` or continue it; ``ConfigError`` when it was made for another search."""
-    import optuna
-
     existing = next((s for s in storage.get_all_studies() if s.study_name == name), None)
     old = existing.user_attrs if existing is not None else {}
     changed = [k for k in CHECKED if k in old and old[k] != attrs[k]]
@@ -53,10 +63,17 @@ def open_study(storage: Any, name: str, attrs: dict[str, Any], *, trials: int, p
     return study
 
 
-def trial_point(trial: Any, param: str) -> Point | None:
-    """A finished trial (FrozenTrial) as a ``Point``; None while it runs or waits."""
-    from optuna.trial import TrialState
+def stored_studies(store: Store, grid: str) -> list[optuna.Study]:
+    """The tuning studies of ``grid`` in an open ablate ``Store``, by name; [] when it has none."""
+    frozen = store_studies(store, grid)
+    if not frozen:
+        return []
+    storage = optuna_storage(store.url)
+    return [optuna.load_study(study_name=fs.study_name, storage=storage) for fs in frozen]
 
+
+def trial_point(trial: FrozenTrial, param: str) -> Point | None:
+    """A finished trial as a ``Point``; None while it runs or waits."""
     if param not in trial.params:
         return None
     value, rid = float(trial.params[param]), trial.user_attrs.get("run_id")
@@ -71,14 +88,16 @@ def trial_point(trial: Any, param: str) -> Point | None:
     return None
 
 
-def probe_points(attrs: dict[str, Any]) -> list[Point]:
+def probe_points(attrs: Mapping[str, object]) -> list[Point]:
     """The bracketing search's runs recorded on a study."""
+    probes = attrs.get("probes") or []
+    assert isinstance(probes, list)  # ablate.tune.tuner records them as a list of JSON objects
     return [Point(float(p["value"]), p["outcome"], p.get("metric"), p.get("run_id"), source="probe")
-            for p in attrs.get("probes") or []]
+            for p in probes]
 
 
-def study_points(study: Any, param: str) -> list[Point]:
-    """Every finished trial and probe of ``study`` (a Study), in the order they were made."""
+def study_points(study: optuna.Study | optuna.study.FrozenStudy, param: str) -> list[Point]:
+    """Every finished trial and probe of ``study``, in the order they were made."""
     trials = [p for t in study.get_trials(deepcopy=False) if (p := trial_point(t, param)) is not None]
     return trials + probe_points(study.user_attrs)
 
@@ -94,10 +113,8 @@ def result_point(value: float, outcome: str, metric: float | None, run_id: str |
     return Point(value, ended, None, run_id, source)
 
 
-def tell(study: Any, number: int, point: Point, *, error: str | None = None) -> None:
+def tell(study: optuna.Study, number: int, point: Point, *, error: str | None = None) -> None:
     """Tell ``study`` how trial ``number`` ended (see the module docstring for the mapping)."""
-    from optuna.trial import TrialState
-
     trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     study._storage.set_trial_user_attr(trial_id, "outcome", point.outcome)
     if error:

@@ -9,16 +9,19 @@ and run by ``ablate run``'s executor, so ``ablate run`` on the same file later d
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from ablate.grid.paths import get_path
 
+if TYPE_CHECKING:
+    from ablate.grid import Grid, PlannedRun
 
-def tuned_grid(grid: Any, picks: Sequence[tuple[Any, float | int]], param: str) -> dict[str, Any]:
+
+def tuned_grid(grid: Grid, picks: Sequence[tuple[PlannedRun, float | int]], param: str) -> dict[str, object]:
     """The grid document ``<grid>/tuned``: each ``(PlannedRun, value)`` of ``picks`` as one row of a zip
     axis."""
     paths = list(dict.fromkeys(k for run, _ in picks for k in run.axes if k not in ("seed", param)))
@@ -27,17 +30,17 @@ def tuned_grid(grid: Any, picks: Sequence[tuple[Any, float | int]], param: str) 
         dump = run.config.model_dump(mode="json")
         rows.append([*(get_path(dump, p)[1] for p in paths), run.config.seed, value])
     columns = [*paths, "seed", param]
-    doc: dict[str, Any] = {"name": f"{grid.name}/tuned", "base": grid.base,
+    doc: dict[str, object] = {"name": f"{grid.name}/tuned", "base": grid.base,
                            "zip": [{p: [row[i] for row in rows] for i, p in enumerate(columns)}]}
     if grid.match_params is not None:
         doc["match_params"] = grid.match_params
     return doc
 
 
-def write_tuned_grid(doc: dict[str, Any], home: Path, *, note: str) -> Path:
+def write_tuned_grid(doc: Mapping[str, object], home: Path, *, note: str) -> Path:
     """Write ``doc`` to ``home/tune/<grid name>.yaml`` (``/`` and other odd characters as ``_``), ``note`` on
     top."""
-    path = Path(home) / "tune" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', doc['name'])}.yaml"
+    path = Path(home) / "tune" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', str(doc['name']))}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# {note}\n" + yaml.safe_dump(doc, sort_keys=False))
     return path
