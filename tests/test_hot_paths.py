@@ -264,9 +264,9 @@ def test_registering_a_grid_holds_one_batch_of_rows_at_a_time(tmp_path, monkeypa
     tracemalloc (exact for Python's allocations): four times the runs may add only the run ids it is given."""
     import tracemalloc
 
-    from ablate.store import records
+    from ablate.store import registration
 
-    monkeypatch.setattr(records, "CHUNK", 100)
+    monkeypatch.setattr(registration, "CHUNK", 100)
     peaks = {}
     for seeds in (200, 1_000, 4_000):  # the first: what a process does once (SQLAlchemy's caches)
         runs = expand(load_grid(_seeds_grid(tmp_path, seeds)))

@@ -57,9 +57,9 @@ else:  # after the grid's row and two batches of its runs are written, inside th
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    import ablate.store.records as records
+    import ablate.store.registration as registration
 
-    records.CHUNK = 50
+    registration.CHUNK = 50
     batches = [0]
 
     @event.listens_for(Engine, "after_cursor_execute")

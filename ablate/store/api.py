@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ablate.errors import StoreUnavailableError
 from ablate.result import RunResult, read_result
-from ablate.store import queries, records
+from ablate.store import ingest, queries, records, registration
 from ablate.store.engine import display_url, make_engine, resolve_url
 from ablate.store.faults import is_busy, translated
 from ablate.store.migrate import upgrade
@@ -122,9 +122,10 @@ class Store:
     def register_grid(self, *, name: str, text: str, runs: Iterable[Any], whole: bool = True) -> int:
         """Record a grid and its runs (PlannedRun objects or mappings); runs already stored keep their state.
         ``whole``: the runs are the grid's current configuration (its other runs become older ones); else they
-        join it (``records.register_grid``)."""
-        runs = list(runs)
-        return self._write(lambda s: records.register_grid(s, name=name, text=text, runs=runs, whole=whole))
+        join it (``registration.register_grid``)."""
+        planned = list(runs)
+        return self._write(lambda s: registration.register_grid(s, name=name, text=text, runs=planned,
+                                                                whole=whole))
 
     def grid_text(self, name: str) -> str | None:
         """The text a grid was last registered with; None for a grid the store does not hold."""
@@ -181,7 +182,7 @@ class Store:
         if not isinstance(result, RunResult):
             result = read_result(Path(result))
         res = result
-        return self._write(lambda s: records.ingest(s, res))
+        return self._write(lambda s: ingest.ingest(s, res))
 
     def move_run(self, move: Move) -> str | None:
         """Re-key one run to today's id (``ablate.store.rehash.Move``); None when done, else why it was

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, insert, select, update
 
 from ablate.config import CONFIG_VERSION
-from ablate.store.records import _upsert, config_columns
+from ablate.store.records import config_columns, upsert
 from ablate.store.schema import Event, GridRun, Histogram, Metric, Probe, Run, Score
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def move_rows(session: Session, move: Move) -> str | None:
     for table in (*_CHILDREN, GridRun):
         session.execute(update(table).where(table.run_id == move.old).values(run_id=move.new))
     if members:
-        session.execute(_upsert(session, GridRun.__table__).on_conflict_do_nothing(),
+        session.execute(upsert(session, GridRun.__table__).on_conflict_do_nothing(),
                         [{"grid_id": g, "run_id": move.new, "axes": axes, "current": current}
                          for g, axes, current in members])
     _move_optuna_attrs(session, move)
