@@ -126,13 +126,15 @@ class _Computation(ast.NodeTransformer):
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
         if node.value is None:
             return None
-        return self.visit(ast.Assign(targets=[node.target], value=node.value))
+        plain: ast.AST = self.visit(ast.Assign(targets=[node.target], value=node.value))
+        return plain
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         func = node.func
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
         if name == "cast" and len(node.args) == 2 and not node.keywords:
-            return self.visit(node.args[1])
+            value: ast.AST = self.visit(node.args[1])
+            return value
         return self.generic_visit(node)
 
 

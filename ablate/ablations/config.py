@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ablate.ablations.presets import PRESETS
+from ablate.errors import one_of
 
 GatePosition = Literal["G1", "G2", "G3", "G4", "G5"]
 InitRng = Literal["sequential", "per-parameter"]
@@ -167,8 +168,6 @@ class ModelConfig(_Strict):
             return data
         name = data.get("preset", "tiny")
         if not isinstance(name, str) or name not in PRESETS:
-            from ablate.errors import one_of
-
             raise ValueError(one_of(name, PRESETS, what="preset"))
         return {**PRESETS[name], **data}
 

@@ -28,7 +28,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
+from safetensors.torch import save_file
+
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.gates import fuse_query_gate, query_gate_rows
 from ablate.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -111,8 +116,6 @@ def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int
     ``max_positions``: the context the model was trained for (``max_position_embeddings``, what lm-eval and
     vLLM take as the window); ``eos_id``: the tokenizer's end-of-text id.
     """
-    import transformers
-
     target = hf_target(cfg)
     rope, max_pos = _rope(cfg, max_positions)
     common: dict[str, Any] = dict(
@@ -149,8 +152,6 @@ def _gated_q_proj(state: Mapping[str, Any], prefix: str, cfg: ModelConfig) -> An
     projection (all query rows, then all gate rows: ``QueryGateProjection``), apart from it
     (``fuse_g1=False``), or in the per-head layout of checkpoints from before.
     """
-    from ablate.ablations.gates import fuse_query_gate, query_gate_rows
-
     nq, dk, d = cfg.n_heads, cfg.head_dim, cfg.d_model
     rows = query_gate_rows(state, prefix + "attn.", nq, dk)
     if rows is None:
@@ -166,8 +167,6 @@ def _gated_q_proj(state: Mapping[str, Any], prefix: str, cfg: ModelConfig) -> An
 def hf_state_dict(state: Mapping[str, Any], cfg: ModelConfig) -> dict[str, Any]:
     """A ``Decoder`` state dict as the target class's parameters (contiguous CPU copies, a tied head left
     out)."""
-    import torch
-
     target = hf_target(cfg)
     next_norm = (lambda w: w - 1) if target == QWEN3_NEXT else (lambda w: w)  # Qwen3-Next scales by 1 + w
     out: dict[str, Any] = {"model.embed_tokens.weight": state["embed.weight"],
@@ -215,8 +214,6 @@ def export_hf(model: Any, cfg: ModelConfig, out_dir: str | os.PathLike[str], *,
     Raises ConfigError, before writing anything, for a config no transformers class can express (see
     ``hf_target``). ``ablate export`` calls this inside a staged folder, with the tokenizer and model card.
     """
-    from safetensors.torch import save_file
-
     target = hf_target(cfg)
     state = model if isinstance(model, Mapping) else model.state_dict()
     try:

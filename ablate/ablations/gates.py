@@ -18,6 +18,7 @@ from torch import nn
 
 from ablate.ablations import plugins
 from ablate.ablations.config import GateSpec, ModelConfig, SwitchSpec
+from ablate.ablations.layers import RMSNorm
 
 
 class NoGate(nn.Identity):
@@ -384,8 +385,6 @@ def kv_for(switch: SwitchSpec | None, d_model: int, n_kv_heads: int, head_dim: i
 def sdpa_post_for(sdpa_norm: bool, sdpa_silu: bool, n_heads: int, head_dim: int, eps: float) -> nn.Module:
     """What acts on the SDPA output before any G1 gate: per-head RMSNorm ("SDPA GroupNorm"), SiLU, or
     nothing."""
-    from ablate.ablations.layers import RMSNorm
-
     mods: list[nn.Module] = []
     if sdpa_norm:
         mods.append(RMSNorm((n_heads, head_dim), eps))

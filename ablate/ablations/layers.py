@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.yarn import yarn_inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -54,8 +55,6 @@ class Rotary(nn.Module):
         # (seconds), and forward moves these few numbers to the input's device anyway.
         with torch.device("cpu"):
             if cfg.rope_yarn_factor > 1:
-                from ablate.ablations.yarn import yarn_inv_freq
-
                 inv_freq, scale = yarn_inv_freq(dk, cfg.rope_theta, cfg.rope_yarn_factor,
                                                 cfg.rope_yarn_original_len)
             else:

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.ablations import plugins
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.params import count_params
+from ablate.ablations.variants import apply_variant
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -184,8 +186,6 @@ def estimate_memory(model: ModelConfig, *, seq_len: int, rows: int, accumulate: 
     ...                       precision="bf16-mixed", strategy="fsdp", devices=8).gb, 1) > 0
     True
     """
-    from ablate.ablations.params import count_params
-
     total = count_params(model)
     n = float(total.total)
     vocab = total.total - total.non_embedding
@@ -237,7 +237,6 @@ def resolved_precision(precision: str, gpu: bool) -> str:
 def run_memory(config: RunConfig, *, gpu: bool, **changes: Any) -> MemoryEstimate:
     """The estimate for a run config (each training stage's, the largest), with ``train`` fields changed by
     ``changes`` (e.g. ``micro_batch_size=1``) for trying fixes."""
-    from ablate.ablations.variants import apply_variant
     from ablate.config import stage_configs
 
     worst: MemoryEstimate | None = None

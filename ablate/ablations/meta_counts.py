@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ablate.layout import atomic_write
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -65,8 +67,6 @@ def kept(kind: str) -> Callable[[Callable[[str], T]], Callable[[str], T]]:
 
 
 def _save(known: dict[str, Any]) -> None:
-    from ablate.layout import atomic_write
-
     try:
         atomic_write(counts_file(), json.dumps(known))
     except OSError as exc:

@@ -84,7 +84,7 @@ class Attention(nn.Module):
         q_rows, gate_rows = self.q_proj.rows
         return {"q_proj.proj.weight": [("q_proj.weight", q_rows), ("gate_sdpa.proj.weight", gate_rows)]}
 
-    def _stack_query_gate(self, state: dict, prefix: str, *args) -> None:
+    def _stack_query_gate(self, state: dict[str, torch.Tensor], prefix: str, *args: object) -> None:
         key = f"{prefix}q_proj.proj.weight"
         rows = None if key in state else query_gate_rows(state, prefix, self.n_heads, self.head_dim)
         if rows is not None:

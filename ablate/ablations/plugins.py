@@ -70,7 +70,7 @@ from typing import Any, ClassVar, Protocol, get_args
 from pydantic import BaseModel, ValidationError
 
 from ablate.ablations.config import GatePosition, ModelConfig, PluginArm
-from ablate.errors import ConfigError, did_you_mean
+from ablate.errors import ConfigError, RunError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +148,6 @@ def origin(arm: str) -> str | None:
 def check_version(spec: PluginArm, where: str) -> None:
     """A RunError when the arm's code is no longer the code ``spec`` was trained with (its ``version``):
     probing or evaluating its weights with other code would give numbers of neither."""
-    from ablate.errors import RunError
-
     now = arm_version(spec.arm)
     if spec.version is not None and now != spec.version:
         raise RunError(f"{where}: the plugin arm {spec.arm!r} has other code than it trained with "

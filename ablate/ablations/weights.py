@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.cumulative import Forgetting, ForgettingPro, Selective
+from ablate.ablations.differential import Differential, DiffV2
 from ablate.ablations.scores import causal_scores, explicit_attention, mix
 
 SOFTPICK_EPS = 1e-6  # added to the e^-m-scaled sum, as the authors' kernel does
@@ -112,9 +114,6 @@ class Softpick(nn.Module):
 def weights_for(cfg: ModelConfig, layer: int = 0) -> nn.Module:
     """The weights module of ``cfg.attn_weights`` (validated there) for the decoder's ``layer`` (0-based:
     differential attention's lambda_init depends on it)."""
-    from ablate.ablations.cumulative import Forgetting, ForgettingPro, Selective
-    from ablate.ablations.differential import Differential, DiffV2
-
     kind = cfg.attn_weights
     if kind in ("sink-learned", "softmax1"):
         return SinkSoftmax(cfg.n_heads, learned=kind == "sink-learned")

@@ -10,10 +10,8 @@ ln(factor) + 1``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 def _dim_for_rotations(rotations: float, dim: int, theta: float, original_len: int) -> float:
@@ -42,8 +40,6 @@ def yarn_inv_freq(
     >>> tuple(inv.shape), round(att, 4)
     ((8,), 1.1386)
     """
-    import torch
-
     if head_dim % 2 or head_dim < 2:
         raise ValueError(f"head_dim must be even and >= 2, got {head_dim}")
     if original_len < 1:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None,
+            on_step: Callable[[dict[str, float]], None] | None = None, stop: threading.Event | None = None,
             callbacks: Sequence[Any] = ()) -> RunResult:
     """Train, evaluate and probe one run into ``run_dir`` (resuming from its checkpoint); see
     ``ablate.runner.run.run_one``."""

@@ -22,6 +22,7 @@ from ablate.layout import partial_removed
 from ablate.result import RunEvent
 from ablate.runner.module import lr_factor
 from ablate.runner.monitors import DivergenceDetector, SpikeDetector
+from ablate.runner.parallel import is_sharded, save_sharded
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ class RunMonitor(L.Callback):
     stability rules, saves ``last.ckpt`` every ``checkpoint_every`` steps and at the end, and honours
     ``stop``."""
 
-    def __init__(self, config: RunConfig, ckpt_path: Path, *, on_step: Callable[[dict], None] | None = None,
+    def __init__(self, config: RunConfig, ckpt_path: Path, *,
+                 on_step: Callable[[dict[str, float]], None] | None = None,
                  stop: threading.Event | None = None, evaluate: Callable[[], dict[str, float]] | None = None,
                  step_offset: int = 0):
         self.config, self.ckpt_path, self.on_step, self.stop, self.evaluate = (
@@ -141,8 +143,6 @@ class RunMonitor(L.Callback):
     def save(self, trainer: L.Trainer) -> None:
         """Write ``last.ckpt`` atomically (a temporary file, then a rename); a sharded run writes its shards
         to a folder first, which ``last.ckpt`` then names (``ablate.runner.parallel``)."""
-        from ablate.runner.parallel import is_sharded, save_sharded
-
         self.ckpt_path.parent.mkdir(parents=True, exist_ok=True)
         if is_sharded(self.config.train, trainer.world_size):
             stage = getattr(trainer.lightning_module, "stage", 0)

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Literal
 
 from ablate.config import BUILTIN_CORPORA, SourceConfig
-from ablate.errors import ConfigError, one_of
+from ablate.errors import ConfigError, did_you_mean, one_of
+from ablate.runner.tasks import task_documents, task_stream
 
 Split = Literal["train", "heldout"]
 _SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
@@ -116,8 +117,6 @@ def documents(src: SourceConfig, split: Split, fraction: float) -> Iterator[str]
     if src.kind == "hf":
         return _hf(src, split)
     if src.kind == "task":
-        from ablate.runner.tasks import task_documents
-
         assert src.name is not None  # SourceConfig requires it of a task source
         return task_documents(src.name, seed=STREAM_SEEDS[split])
     raise ConfigError(f"a '{src.kind}' source has token arrays, not documents", where="data.source.kind")
@@ -126,8 +125,6 @@ def documents(src: SourceConfig, split: Split, fraction: float) -> Iterator[str]
 def task_examples_of(src: SourceConfig, split: Split):
     """A ``task`` source's endless stream of examples (prompt, answer) for ``split``: ``documents`` gives the
     same examples as text."""
-    from ablate.runner.tasks import task_stream
-
     assert src.name is not None  # SourceConfig requires it of a task source
     return task_stream(src.name, seed=STREAM_SEEDS[split])
 
@@ -259,6 +256,4 @@ def _hf(src: SourceConfig, split: Split) -> Iterator[str]:
 
 
 def _near(value: str, allowed: list[str]) -> str:
-    from ablate.errors import did_you_mean
-
     return did_you_mean(value, allowed)

@@ -43,6 +43,7 @@ from ablate.config import DataConfig, SourceConfig
 from ablate.errors import ConfigError, RunError
 from ablate.layout import atomic_path, file_lock
 from ablate.runner.corpora import Split, corpus_version, documents, is_stream, task_examples_of, user_files
+from ablate.runner.tasks.scoring import encode_example
 from ablate.runner.tokenizers import ByteTokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -201,8 +202,6 @@ def _example_array(src: SourceConfig, tok: Tokenizer, budget: int | None, path: 
                    label: str) -> TokenArray:
     """A task source's training split: whole examples back to back, their starts and answer mask (cached as
     ``<key>.npy``, ``<key>.starts.npy``, ``<key>.mask.npy``; the tokens are written last)."""
-    from ablate.runner.tasks.scoring import encode_example
-
     starts_path, mask_path = path.with_suffix(".starts.npy"), path.with_suffix(".mask.npy")
     if not path.is_file():
         dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32

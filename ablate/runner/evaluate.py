@@ -39,7 +39,7 @@ import torch.nn.functional as F
 THRESHOLDS = ("1e-2", "1e-3")
 
 
-def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractContextManager[object]:
     """The autocast context of a training precision on this device (none for full precision)."""
     if precision in ("bf16-mixed", "16-mixed") and device.type in ("cuda", "cpu"):
         dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16

@@ -12,8 +12,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ablate import layout
+from ablate.ablations import apply_variant, get_variant
+from ablate.ablations.config import ModelConfig
+from ablate.ablations.export import QWEN3_NEXT, export_hf, hf_target
+from ablate.config import RunConfig
 from ablate.errors import UserInputError, one_of
+from ablate.result import RESULT_FILE, read_result
+from ablate.runner.checkpoints import load_run_model
 
 CARD = "README.md"
 # result.json summary keys shown first in the card, in this order; every other key follows, sorted
@@ -25,10 +33,6 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
                ) -> tuple[str, str]:
     """Export run ``run_id`` (or the one run it begins) of ``home`` into ``out`` (``fmt``: hf); return the
     run's id and a line saying what was written."""
-    from ablate.ablations import apply_variant
-    from ablate.ablations.export import export_hf, hf_target
-    from ablate.runner.checkpoints import load_run_model
-
     if fmt != "hf":
         raise UserInputError(one_of(fmt, ["hf"], what="export format"))
     if Path(out).exists() and not Path(out).is_dir():
@@ -49,18 +53,14 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
 
 def _summary(run_dir: Path) -> tuple[str, dict[str, Any]] | None:
     """``(status, summary)`` from the run's ``result.json``; None while it has not finished."""
-    from ablate.result import RESULT_FILE, read_result
-
     if not (run_dir / RESULT_FILE).is_file():
         return None
     result = read_result(run_dir)
     return result.status, result.summary
 
 
-def _notes(cfg: Any, target: str) -> list[str]:
+def _notes(cfg: ModelConfig, target: str) -> list[str]:
     """How the folder's architecture maps ablate's, where it is not a plain renaming."""
-    from ablate.ablations.export import QWEN3_NEXT
-
     if target != QWEN3_NEXT:
         return [f"Weights are ablate's under {target}'s names: the same function."]
     notes = [
@@ -71,12 +71,13 @@ def _notes(cfg: Any, target: str) -> list[str]:
         "dimension of a head rotates (transformers would default it to 0.25).",
         "RMSNorm weights are stored as `w - 1`, because Qwen3-Next's norms scale by `1 + w`.",
     ]
-    if cfg.gate.granularity == "headwise":
+    gate = cfg.gate  # Qwen3-Next holds the G1 gate
+    if gate is not None and gate.granularity == "headwise":
         notes.append("**Headwise gate written as elementwise:** ablate's gate has one score per head; "
                      "Qwen3-Next's has one per head and dimension, so each head's gate row is repeated over "
                      f"its {cfg.head_dim} dimensions. The function is the same; fine-tuning in transformers "
                      "may let the rows drift apart, and the model is then no longer headwise.")
-    if cfg.gate.shared:
+    if gate is not None and gate.shared:
         notes.append("**Head-shared gate written per head:** ablate averages the heads' gate logits; every "
                      "head's gate rows here are that average (the same function).")
     if cfg.is_moe:
@@ -85,13 +86,9 @@ def _notes(cfg: Any, target: str) -> list[str]:
     return notes
 
 
-def model_card(run_id: str, config: Any, cfg: Any, target: str,
+def model_card(run_id: str, config: RunConfig, cfg: ModelConfig, target: str,
                summary: tuple[str, dict[str, Any]] | None) -> str:
     """The folder's ``README.md``: what was trained, how it maps to ``target``, and what it measured."""
-    import yaml
-
-    from ablate.ablations import get_variant
-
     variant = get_variant(config.variant)
     lines = [
         "---", "library_name: transformers", "tags: [ablate, gated-attention]", "---", "",
@@ -126,7 +123,7 @@ def model_card(run_id: str, config: Any, cfg: Any, target: str,
     return "\n".join(lines)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):

@@ -35,6 +35,8 @@ from typing import Any
 
 from ablate.config import DataConfig, SourceConfig
 from ablate.errors import ConfigError, InputMissingError
+from ablate.layout import atomic_write
+from ablate.runner.corpora import stdlib_sources, user_files
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +95,6 @@ class Fingerprints:
     def builtin(self) -> str:
         """The fingerprint of the corpora read from the standard library: the Python version and its files."""
         if self._builtin is None:
-            from ablate.runner.corpora import stdlib_sources
-
             lines = [f"python {sys.version}", *(f"{rel}\t{self.file(p)}" for rel, p in stdlib_sources())]
             self._builtin = _short("\n".join(lines))
         return self._builtin
@@ -105,8 +105,6 @@ class Fingerprints:
         written."""
         if self.cache_file is None or not self._new or (self.home is not None and not self.home.is_dir()):
             return
-        from ablate.layout import atomic_write
-
         merged = {**_read_cache(self.cache_file), **self._new}
         try:
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -173,8 +171,6 @@ def fill_source(src: SourceConfig, fingerprints: Fingerprints) -> dict[str, Any]
         return {"fingerprint": fingerprints.builtin()} if src.name in FILE_CORPORA else {}
     if src.kind not in USER_KINDS or not src.path:
         return {}
-    from ablate.runner.corpora import user_files
-
     path = absolute(src.path)
     try:
         files = user_files(src.model_copy(update={"path": path}))

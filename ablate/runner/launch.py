@@ -25,6 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ablate.errors import RunError
+
 log = logging.getLogger(__name__)
 
 _ENV = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -62,15 +66,13 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
     """Start ranks 1..devices-1 of the run ``job`` (``{"run_id", "config"}``) and make this process rank 0 for
     the block; afterwards wait for them (a rank that failed fails the run), or stop them if the block
     raised."""
-    import torch
-
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = run_dir / "launch.json"
     spec.write_text(json.dumps({**job, "run_dir": str(run_dir)}))
     env = {"NODE_RANK": "0", "WORLD_SIZE": str(devices), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(_free_port())}
     threads = max(1, torch.get_num_threads() // devices)  # the cores this run had, shared by its ranks
-    children: list[subprocess.Popen] = []
+    children: list[subprocess.Popen[bytes]] = []
     saved = {k: os.environ.get(k) for k in _ENV}
     saved_threads = torch.get_num_threads()
     try:
@@ -102,8 +104,6 @@ def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[No
         spec.unlink(missing_ok=True)
     failed = [(i + 1, c.returncode) for i, c in enumerate(children) if c.returncode not in (0, INTERRUPTED)]
     if failed:
-        from ablate.errors import RunError
-
         rank, code = failed[0]
         raise RunError(f"rank {rank} of the run ended with exit status {code}; its log: "
                        f"{run_dir / f'rank{rank}.log'}")

@@ -21,6 +21,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ablate.errors import UserInputError, did_you_mean
+from ablate.runner.checkpoints import load_run_model
+from ablate.runner.lm_eval_tasks import TASKS_DIR
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LENGTH = 2048
@@ -96,8 +100,6 @@ def lm_eval_class() -> type:
                      max_gen_toks: int = DEFAULT_MAX_GEN_TOKS, **_: Any):
             super().__init__()
             if pretrained is not None:
-                from ablate.runner.checkpoints import load_run_model
-
                 model, tokenizer, cfg = load_run_model(Path(pretrained), device=device)
                 max_length = max_length or cfg.data.seq_len
             if model is None or tokenizer is None:
@@ -193,9 +195,6 @@ def task_manager(tasks: Sequence[str],
     ``include_path``; lm-eval's own catalogue (thousands of YAMLs, seconds to index) only when a task is in
     neither. An unknown task or a missing folder is a UserInputError."""
     from lm_eval.tasks import TaskManager
-
-    from ablate.errors import UserInputError, did_you_mean
-    from ablate.runner.lm_eval_tasks import TASKS_DIR
 
     given = [] if include_path is None else [include_path] if isinstance(include_path,
                                                                          str | Path) else include_path

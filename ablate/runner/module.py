@@ -16,13 +16,16 @@ gate biases and embeddings are not decayed, the usual GPT-2/nanoGPT grouping.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.ablations.gates import QueryGateProjection, split_query_gate
 from ablate.config import TrainConfig
+from ablate.runner.parallel import checkpoint_blocks, is_sharded, shard_model
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -40,7 +43,8 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def param_groups(model: nn.Module, weight_decay: float, *, decay_embeddings: bool = False) -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float, *,
+                 decay_embeddings: bool = False) -> list[dict[str, Any]]:
     """AdamW groups: decay on matrices, none on norms and biases, and on embeddings only with
     ``decay_embeddings`` (each parameter once)."""
     embeddings = (
@@ -57,13 +61,12 @@ def param_groups(model: nn.Module, weight_decay: float, *, decay_embeddings: boo
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def stack_per_head_gates(checkpoint: dict, model: nn.Module, *, decay_embeddings: bool = False) -> int:
+def stack_per_head_gates(checkpoint: dict[str, Any], model: nn.Module, *,
+                         decay_embeddings: bool = False) -> int:
     """A Lightning checkpoint from before the contiguous G1 layout (a fused gate's rows per head under
     ``q_proj.weight``), reordered in place to ``QueryGateProjection``'s rows: the weights and the AdamW
     moments, so that the run resumes exactly. Returns how many projections it reordered (0: a checkpoint of
     today)."""
-    from ablate.ablations.gates import QueryGateProjection, split_query_gate
-
     state, n = checkpoint.get("state_dict", {}), 0
     flat = [p for group in param_groups(model, 0.0,
                                         decay_embeddings=decay_embeddings) for p in group["params"]]
@@ -90,7 +93,7 @@ class LitDecoder(L.LightningModule):
     mid-step)."""
 
     def __init__(self, model: nn.Module, train_cfg: TrainConfig, *, compile: bool = False,
-                 run_config: dict | None = None, stage: int = 0, precision: str = "32-true",
+                 run_config: dict[str, Any] | None = None, stage: int = 0, precision: str = "32-true",
                  plugin_origin: str | None = None):
         super().__init__()
         self.run_config = run_config  # saved in every checkpoint, so a run directory loads on its own
@@ -109,8 +112,6 @@ class LitDecoder(L.LightningModule):
     def configure_model(self) -> None:
         """Activation checkpointing, then (sharded runs) FSDP2 per block and on the root, and compilation;
         once."""
-        from ablate.runner.parallel import checkpoint_blocks, is_sharded, shard_model
-
         if self._configured:
             return
         self._configured = True
@@ -177,7 +178,7 @@ class LitDecoder(L.LightningModule):
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
         self.last_grad_norm = norm
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.run_config is not None:
             checkpoint["run_config"] = self.run_config
         if self.plugin_origin is not None:
@@ -186,7 +187,7 @@ class LitDecoder(L.LightningModule):
         checkpoint["rng"] = {"torch": torch.get_rng_state(),
                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stack_per_head_gates(checkpoint, self.model, decay_embeddings=self.train_cfg.decay_embeddings)
         rng = checkpoint.get("rng") or {}
         if rng.get("torch") is not None:

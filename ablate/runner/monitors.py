@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +52,10 @@ class SpikeDetector:
         self.history.append(loss)
         return spike
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"history": list(self.history)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.history = deque(state["history"], maxlen=self.window)
 
 
@@ -93,8 +94,8 @@ class DivergenceDetector:
             return f"loss {loss:g} above {self.factor:g} x best {self.best:g}{margin} for {self.streak} steps"
         return None
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "streak": self.streak}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.streak = state["best"], state["streak"]

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ablate.layout import atomic_path
+
 log = logging.getLogger(__name__)
 
 SHARDED_KEY = "sharded"  # in last.ckpt: the name of the torch.distributed.checkpoint folder beside it
@@ -92,8 +94,6 @@ def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def save_sharded(trainer: Any, ckpt: Path, name: str) -> None:
     """Write the sharded checkpoint ``name`` beside ``ckpt`` (every rank its shard), then point ``ckpt`` at it
     and remove older sharded folders that no checkpoint file names (rank 0). Collective."""
-    from ablate.layout import atomic_path
-
     folder = ckpt.parent / name
     if trainer.is_global_zero and folder.exists():  # left by a run cut while writing it
         shutil.rmtree(folder)
@@ -130,8 +130,6 @@ def prune_sharded(folder: Path) -> None:
 def copy_checkpoint(src: Path, dst: Path) -> None:
     """Copy a checkpoint file to ``dst`` atomically; a sharded one keeps its folder (hard links: no data
     copied) under a name of its own, so that pruning the source's never removes it."""
-    from ablate.layout import atomic_path
-
     meta = torch.load(src, map_location="cpu", weights_only=False)
     if meta.get(SHARDED_KEY):
         name = f"sharded-{dst.stem}"

@@ -18,13 +18,14 @@ import os
 from collections.abc import Iterable, Iterator
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ablate.config import DataConfig, RunConfig, SourceConfig, stage_configs
 from ablate.errors import ConfigError
-
-if TYPE_CHECKING:
-    from ablate.runner.corpora import Split
+from ablate.runner.corpora import Split, stdlib_files, user_files
+from ablate.runner.data import read_shard
+from ablate.runner.tasks import TASKS, parse_task_spec, task_examples
+from ablate.runner.tokenizers import check_tokenizer
 
 _STREAMS = ("arithmetic", "bigram-backcopy")
 _STDLIB_SURELY = 65_536  # tokens that 1% of the standard library's files surely hold (10 MB of .py at 90%)
@@ -63,8 +64,6 @@ def check_tokenizers(runs: Iterable[Any], *, source: str | os.PathLike[str] | No
     vocabulary (``tokenizers.check_tokenizer``: an ``hf:`` one is loaded from this machine's files; one that
     is not here is an ``InputMissingError``, which ``ablate plan`` only warns of, as of missing data). Each
     distinct tokenizer and vocabulary once; stages keep both (``STAGE_FIXED_DATA_FIELDS``)."""
-    from ablate.runner.tokenizers import check_tokenizer
-
     seen: set[tuple[Any, ...]] = set()
     for run in runs:
         config: RunConfig = getattr(run, "config", run)
@@ -122,8 +121,6 @@ def _task(spec: str, *, byte: bool, where: str) -> None:
     """A ``kind: task`` spec names a task, and under the byte tokenizer (whose lengths are exact: an example
     that cannot fit fails every run) one example fits each of its lengths (its fixed part, needles and
     query)."""
-    from ablate.runner.tasks import TASKS, parse_task_spec, task_examples
-
     try:
         name, lengths = parse_task_spec(spec)
         if byte:
@@ -134,8 +131,6 @@ def _task(spec: str, *, byte: bool, where: str) -> None:
 
 
 def _files(src: SourceConfig, where: str) -> list[Path]:
-    from ablate.runner.corpora import user_files
-
     try:
         files = user_files(src)
     except ConfigError as exc:
@@ -149,8 +144,6 @@ def _files(src: SourceConfig, where: str) -> list[Path]:
 def _user_tokens(src: SourceConfig, files: list[Path], data: DataConfig) -> tuple[int, bool]:
     """(tokens, exact) of a user's source, from the files' sizes alone."""
     if src.kind == "tokens":
-        from ablate.runner.data import read_shard
-
         return sum(len(read_shard(p, src.dtype)) for p in files), True
     size = sum(p.stat().st_size for p in files)
     if src.kind == "text":  # one document per file, each ended by an end-of-document token
@@ -162,8 +155,6 @@ def _user_tokens(src: SourceConfig, files: list[Path], data: DataConfig) -> tupl
 def _stdlib_bytes(split: Split, fraction: float) -> int:
     """Bytes of the standard library's files in ``split``: the built-in corpora's size (``python-docs`` is a
     part of the same files, so this bounds it too)."""
-    from ablate.runner.corpora import stdlib_files
-
     return sum(path.stat().st_size + 1 for _, path in stdlib_files(split, fraction))
 
 
@@ -178,8 +169,6 @@ def heldout_warnings(runs: Iterable[Any], *, source: str | os.PathLike[str] | No
 
 
 def _overlaps(data: DataConfig, where: str) -> list[str]:
-    from ablate.runner.corpora import user_files
-
     def files(src: SourceConfig) -> set[Path]:
         if src.kind not in ("text", "jsonl", "tokens", "hf"):
             return set()

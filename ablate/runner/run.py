@@ -19,19 +19,20 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from ablate.ablations import added_params, apply_variant, build_model, count_params, plugins
 from ablate.ablations.flops import flops_per_token
 from ablate.ablations.memory import resolved_precision
-from ablate.config import RunConfig
+from ablate.config import RunConfig, TrainConfig
 from ablate.errors import RunInterrupted
 from ablate.layout import CHECKPOINT
 from ablate.provenance import collect
@@ -39,7 +40,8 @@ from ablate.result import RunEvent, RunResult, write_result
 from ablate.runner.callbacks import RunMonitor
 from ablate.runner.data import Batches, cache_dir_for, heldout_windows, load_data, row_bos
 from ablate.runner.evaluate import perplexity, probe, probe_windows
-from ablate.runner.launch import node_count
+from ablate.runner.fingerprints import Fingerprints
+from ablate.runner.launch import local_ranks, node_count, ranks_exist
 from ablate.runner.module import LitDecoder
 from ablate.runner.monitors import DivergenceDetector, SpikeDetector
 from ablate.runner.parallel import full_state, is_sharded, resume_path, strategy_for
@@ -52,7 +54,7 @@ from ablate.runner.stages import (
     stage_start,
     start_point,
 )
-from ablate.runner.tokenizers import get_tokenizer
+from ablate.runner.tokenizers import Tokenizer, get_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +73,14 @@ class StepBatches(IterableDataset):
         self.batches, self.start, self.steps, self.rank, self.world = batches, start, steps, rank, world
         self.offset, self.accumulate = offset, accumulate
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, int | torch.Tensor]]:
         for t in range(self.offset + self.start, self.offset + self.steps):
             rows, mask = self.batches.rows(t)
             mine = rows[self.rank:: self.world]
             size = len(mine) // self.accumulate
             for i in range(self.accumulate):
-                item = {"step": t, "micro": i, "tokens": torch.from_numpy(mine[i * size:(i + 1) * size])}
+                tokens = torch.from_numpy(mine[i * size:(i + 1) * size])
+                item: dict[str, int | torch.Tensor] = {"step": t, "micro": i, "tokens": tokens}
                 if mask is not None:
                     part = mask[self.rank:: self.world][i * size:(i + 1) * size]
                     item["mask"] = torch.from_numpy(np.ascontiguousarray(part))
@@ -103,7 +106,7 @@ class _Trained:
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None,
+            on_step: Callable[[dict[str, float]], None] | None = None, stop: threading.Event | None = None,
             callbacks: Sequence[L.Callback] = ()) -> RunResult:
     """Train, evaluate and probe ``config`` in ``run_dir``; write ``run_dir/result.json`` atomically.
 
@@ -120,8 +123,6 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     ``train.devices > 1``: one process per device. Started here (``ablate.runner.launch``: this process is
     rank 0) unless a launcher started them (Slurm's ``srun``, torchrun); only rank 0 writes ``result.json``.
     """
-    from ablate.runner.launch import local_ranks, ranks_exist
-
     if config.train.devices > 1 and not ranks_exist():
         job = {"run_id": run_id, "config": config.model_dump(mode="json")}
         with local_ranks(config.train.devices, Path(run_dir), job):
@@ -132,7 +133,6 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
 def _same_inputs(config: RunConfig, cache_dir: Path) -> None:
     """The data is what the run's id says (``ablate.grid.identity.check_current``), else a RunError."""
     from ablate.grid.identity import check_current
-    from ablate.runner.fingerprints import Fingerprints
 
     fingerprints = Fingerprints(cache_dir)
     check_current(config, fingerprints)
@@ -140,7 +140,7 @@ def _same_inputs(config: RunConfig, cache_dir: Path) -> None:
 
 
 def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-             on_step: Callable[[dict], None] | None, stop: threading.Event | None,
+             on_step: Callable[[dict[str, float]], None] | None, stop: threading.Event | None,
              callbacks: Sequence[L.Callback]) -> RunResult:
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -220,8 +220,8 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     return result
 
 
-def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer, *, resume: bool,
-                 resumed_from: int | None, started: str, on_step: Callable[[dict], None] | None,
+def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer: Tokenizer, *, resume: bool,
+                 resumed_from: int | None, started: str, on_step: Callable[[dict[str, float]], None] | None,
                  stop: threading.Event | None, callbacks: Sequence[L.Callback]) -> _Trained:
     """Train one stage: resumed from ``last.ckpt``, or started from the previous stage's final checkpoint
     (stage 0: from the init)."""
@@ -302,13 +302,13 @@ def _train_summary(config: RunConfig, stages: list[Stage], monitor: RunMonitor) 
     }
 
 
-def eval_rows(tc) -> int:
+def eval_rows(tc: TrainConfig) -> int:
     """Rows per forward pass when scoring: a training micro-batch's, which is known to fit in memory."""
     return tc.micro_batch_size or tc.batch_size // tc.devices
 
 
-def _evaluate(config: RunConfig, model, heldout: dict[str, np.ndarray], device, precision: str
-              ) -> dict[str, float | None]:
+def _evaluate(config: RunConfig, model: nn.Module, heldout: dict[str, np.ndarray], device: torch.device,
+              precision: str) -> dict[str, float | None]:
     ppl = {f"ppl/{name}": perplexity(model, windows, batch_size=eval_rows(config.train), device=device,
                                      precision=precision) for name, windows in heldout.items()}
     out: dict[str, float | None] = dict(ppl)

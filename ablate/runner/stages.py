@@ -30,8 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ablate.ablations.layers import Rotary
 from ablate.config import RunConfig, stage_configs
+from ablate.errors import RunError
 from ablate.layout import CHECKPOINT
+from ablate.runner.parallel import copy_checkpoint, decoder_state
+from ablate.runner.tasks import benchmark_plan, evaluate_tasks
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +82,6 @@ def final_checkpoint(run_dir: Path, stage: int) -> Path:
 
 def checkpoint_position(path: Path) -> tuple[int, int]:
     """``(stage, steps done within it)`` of a checkpoint (stage 0 for one written before stages existed)."""
-    import torch
-
     ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     return int(ckpt.get("stage", 0)), int(ckpt["global_step"])
 
@@ -92,8 +96,6 @@ def start_point(run_dir: Path, stages: list[Stage]) -> tuple[int, bool]:
     if last.is_file():
         k, done = checkpoint_position(last)
         if k >= len(stages):
-            from ablate.errors import RunError
-
             raise RunError(f"{last} is of stage {k}, but the run has {len(stages)} stage(s)")
         if done < stages[k].steps or k == len(stages) - 1:
             return k, True
@@ -108,8 +110,6 @@ def start_point(run_dir: Path, stages: list[Stage]) -> tuple[int, bool]:
 def finish_stage(run_dir: Path, stage: int) -> Path:
     """Keep ``last.ckpt`` (stage ``stage`` at its end) as the stage's final checkpoint, atomically (a sharded
     checkpoint keeps its shards too); idempotent."""
-    from ablate.runner.parallel import copy_checkpoint
-
     final = final_checkpoint(run_dir, stage)
     if not final.is_file():
         copy_checkpoint(run_dir / CHECKPOINT, final)
@@ -120,10 +120,6 @@ def stage_start(path: Path, monitor_key: str, model: Any = None) -> tuple[dict[s
                                                                           dict[str, Any] | None]:
     """``(decoder state dict, the run monitor's state)`` saved in a stage's final checkpoint (a sharded one is
     read into ``model``'s tensors)."""
-    import torch
-
-    from ablate.runner.parallel import decoder_state
-
     ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     return decoder_state(path, model), (ckpt.get("callbacks") or {}).get(monitor_key)
 
@@ -141,8 +137,6 @@ def yarn_rope(model: Any, factor: float, original_len: int) -> Iterator[Any]:
     if factor <= 1:
         yield model
         return
-    from ablate.ablations.layers import Rotary
-
     cfg = model.cfg.model_copy(update={"rope_yarn_factor": float(factor),
                                        "rope_yarn_original_len": original_len})
     original = model.rotary
@@ -162,8 +156,6 @@ def benchmark_scores(model: Any, tokenizer: Any, config: RunConfig, *, seed: int
     length that is no scaling: the plain score is the YaRN one); a number scales every length by it, as the
     paper extends one model to 4x its training length.
     """
-    from ablate.runner.tasks import benchmark_plan, evaluate_tasks
-
     ev, train_len = config.eval, config.data.seq_len
     lengths = sorted({max(1, round(m * train_len)) for m in ev.bench_multiples}) or None
     names = list(ev.benchmarks)

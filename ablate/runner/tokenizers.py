@@ -23,6 +23,7 @@ from ablate.ablations.config import ModelConfig
 from ablate.config import DataConfig, padded_vocab, tokenizer_ids
 from ablate.errors import ConfigError, InputMissingError, did_you_mean
 from ablate.layout import atomic_path
+from ablate.runner.corpora import corpus_version, documents
 
 if TYPE_CHECKING:
     import tokenizers
@@ -189,8 +190,6 @@ def _bpe_can_train(data_cfg: DataConfig, vocab_size: int) -> None:
 def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
     import tokenizers
     from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    from ablate.runner.corpora import corpus_version, documents
 
     _bpe_can_train(data_cfg, vocab_size)
     text_sources = [s for s in data_cfg.train if s.kind != "tokens"]
