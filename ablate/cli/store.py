@@ -185,7 +185,7 @@ def ingest_cmd(
 @handles_errors
 def db_upgrade_cmd(home: HomeOpt = None, store: StoreOpt = None) -> None:
     """Apply the store's schema migrations (opening the store does this too)."""
-    from ablate.store.api import upgrade_store
+    from ablate.store.opening import upgrade_store
     from ablate.store.engine import display_url
 
     url, before, after, warnings = upgrade_store(store, home=home_dir(home))

@@ -11,31 +11,35 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ablate.errors import StoreUnavailableError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from ablate.errors import StoreUnavailableError, UserInputError
+from ablate.layout import pick_run
 from ablate.result import RunResult, read_result
-from ablate.store import ingest, queries, records, registration
+from ablate.stats import Decision
+from ablate.store import decisions as stored
+from ablate.store import ingest, queries, records, registration, rehash
 from ablate.store.engine import display_url, make_engine, resolve_url
-from ablate.store.faults import is_busy, translated
+from ablate.store.faults import translated
 from ablate.store.migrate import upgrade
+from ablate.store.opening import folder_reason, making, reason, require_store, retry
+from ablate.store.rehash import Move, RehashPlan
+from ablate.store.where import Where
 
 if TYPE_CHECKING:
     import pandas as pd
     from sqlalchemy import Engine
-    from sqlalchemy.orm import Session
 
     from ablate.runner.fingerprints import Fingerprints
-    from ablate.stats import Decision
-    from ablate.store.rehash import Move, RehashPlan
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-RETRIES = 8
 TUNE_SUFFIX = "/tune"  # the grid `ablate tune` registers its trials under
 
 
@@ -56,21 +60,19 @@ class Store:
         (bad URL, missing driver, no answer, read-only file) is a StoreUnavailableError (exit 2). Without
         ``create`` (a command that only reads) a store that is not there, or a database that holds none, is
         a NoStoreError naming it, and nothing is made."""
-        from sqlalchemy.exc import DBAPIError
-
         given = url or os.environ.get("ABLATE_STORE")
         url = resolve_url(url, home=home)
         engine, warnings = make_engine(url, create=create)
         if not create:
-            _require_store(engine, url, home=None if given else home)
+            require_store(engine, url, home=None if given else home)
         if migrate:
             try:
-                with _making(url, create=create):
-                    _retry(lambda: upgrade(engine))
+                with making(url, create=create):
+                    retry(lambda: upgrade(engine))
             except DBAPIError as exc:
                 engine.dispose()
                 raise StoreUnavailableError(f"cannot open the store {display_url(url)}: "
-                                            f"{_reason(exc)}{_folder_reason(url)}") from None
+                                            f"{reason(exc)}{folder_reason(url)}") from None
         return cls(engine, url=url, warnings=warnings)
 
     def close(self) -> None:
@@ -101,8 +103,6 @@ class Store:
 
     @contextmanager
     def _session(self, *, write: bool = True) -> Iterator[Session]:
-        from sqlalchemy.orm import Session
-
         bind = self.engine if write else self.engine.execution_options(ablate_read_only=True)
         with Session(bind, expire_on_commit=False) as s, s.begin():
             yield s
@@ -112,7 +112,7 @@ class Store:
             with self._session() as s:
                 return fn(s)
         with translated(self.where):
-            return _retry(once)
+            return retry(once)
 
     def _read(self, fn: Callable[[Session], T]) -> T:
         with self.session(write=False) as s:
@@ -187,15 +187,11 @@ class Store:
     def move_run(self, move: Move) -> str | None:
         """Re-key one run to today's id (``ablate.store.rehash.Move``); None when done, else why it was
         left."""
-        from ablate.store import rehash
-
         return self._write(lambda s: rehash.move_rows(s, move))
 
     def record_decisions(self, *, grid: str, decisions: Sequence[Decision]) -> int:
         """Keep what ``ablate run --until-resolved`` decided for grid ``grid``'s comparisons, with their looks
         (each replaces an earlier decision of the same comparison); returns how many."""
-        from ablate.store import decisions as stored
-
         rows = list(decisions)
         return self._write(lambda s: stored.record_decisions(s, grid=grid, decisions=rows))
 
@@ -209,22 +205,16 @@ class Store:
     def rehash_plan(self, *, only_outdated: bool = True,
                     fingerprints: Fingerprints | None = None) -> RehashPlan:
         """Today's id of each run recorded under an older id scheme (``ablate.store.rehash.RehashPlan``)."""
-        from ablate.store import rehash
-
         return self._read(lambda s: rehash.plan(s, only_outdated=only_outdated, fingerprints=fingerprints))
 
     def outdated(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
         """Runs of ``run_ids`` that the store holds under an id from an older scheme: ``{id: (old id,
         status)}`` (empty at once when every stored id is current). ``ablate db rehash`` carries them over."""
-        from ablate.store import rehash
-
         return self._read(lambda s: rehash.outdated(s, run_ids))
 
     def require_current_ids(self, run_ids: Sequence[str]) -> None:
         """Raise UserInputError when runs of ``run_ids`` are stored under older ids: training them again would
         redo finished work (``ablate db rehash`` first)."""
-        from ablate.errors import UserInputError
-
         found = self.outdated(run_ids)
         if found:
             new, (old, status) = next(iter(found.items()))
@@ -258,8 +248,6 @@ class Store:
     def resolve_run(self, ref: str) -> str:
         """The run id that ``ref`` is, or the one run id it begins (as git does with commits); a
         UserInputError naming the candidates otherwise."""
-        from ablate.layout import pick_run
-
         found = self._read(lambda s: queries.run_ids_like(s, ref.strip())) if ref.strip() else []
         return pick_run(ref, found, where=f"the store {display_url(self.url)}")
 
@@ -274,8 +262,6 @@ class Store:
     def decisions(self, grid: str) -> list[Decision]:
         """What ``ablate run --until-resolved`` decided for grid ``grid``'s comparisons
         (``ablate.stats.sequential.Decision``); empty when it never ran on it."""
-        from ablate.store import decisions as stored
-
         return self._read(lambda s: stored.decisions(s, grid))
 
     def grid_axes(self, grid: str) -> list[str]:
@@ -290,8 +276,6 @@ class Store:
         UserInputError. ``run_ids``: only these runs. ``current``: only the runs of the grid's current
         configuration.
         """
-        from ablate.store.where import Where
-
         frame = self._read(lambda s: queries.runs_frame(s, grid=grid, run_ids=run_ids, current=current))
         if where is not None and where.strip():
             empty = [p for p in ("ppl/", "bench/") if not any(c.startswith(p) for c in frame.columns)]
@@ -338,111 +322,3 @@ class Store:
         stale)."""
         wanted = dict(stems)
         return self._read(lambda s: queries.same_stem(s, wanted)) if wanted else {}
-
-
-@contextmanager
-def _making(url: str, *, create: bool) -> Iterator[None]:
-    """While a new SQLite store is made (its file absent or empty), an exclusive file lock beside it
-    (``ablate.db.lock``): two processes that start together on a new home then make it one after the other
-    (the second finds it made), instead of racing on its first connection, where SQLite switches it to WAL and
-    makes its shared-memory file. An existing store needs none: its migrations queue on the write lock."""
-    from ablate.layout import file_lock
-    from ablate.store.engine import sqlite_path
-
-    path = sqlite_path(url) if create else None
-    if path is None or (path.is_file() and path.stat().st_size > 0):
-        yield
-        return
-    with ExitStack() as stack:
-        try:
-            stack.enter_context(file_lock(path.with_name(path.name + ".lock")))
-        except OSError as exc:  # a read-only folder (ABLATE_STORE pointing into one): nothing is made there
-            raise StoreUnavailableError(
-                f"cannot open the store {display_url(url)}: its folder {path.parent.absolute()} cannot be "
-                f"written ({exc.strerror or exc}); point ABLATE_STORE (or --store) at a folder ablate can "
-                "write") from None
-        yield
-
-
-def _require_store(engine: Engine, url: str, *, home: str | os.PathLike[str] | None) -> None:
-    """Raise NoStoreError, without creating anything, unless the database at ``url`` holds a store (its
-    ``runs`` table). ``home``: the ABLATE_HOME whose default store this is (None for a URL given)."""
-    from sqlalchemy.exc import DBAPIError
-
-    from ablate.errors import NoStoreError
-    from ablate.store.engine import home_dir, sqlite_path
-
-    path = sqlite_path(url)
-    if path is not None and any(p.exists() and not p.is_dir() for p in path.parents):
-        engine.dispose()
-        raise StoreUnavailableError(f"cannot open the store {display_url(url)}: the store's folder "
-                                    f"{path.parent} is not a directory (a file is in its way)")
-    there = path is None or path.is_file()  # connecting to a SQLite file that is not there would make it
-    if there:
-        try:
-            conn = engine.execution_options(ablate_read_only=True).connect()
-        except DBAPIError as exc:  # a server that does not answer: as when a store is opened to write
-            engine.dispose()
-            raise StoreUnavailableError(f"cannot open the store {display_url(url)}: {_reason(exc)}"
-                                        f"{_folder_reason(url)}") from None
-        with conn:
-            try:
-                conn.exec_driver_sql("SELECT 1 FROM runs WHERE 1 = 0").all()
-            except DBAPIError:  # no such table: an empty database
-                there = False
-    if not there:
-        engine.dispose()
-        if home is not None:
-            where = f"here (ABLATE_HOME={home_dir(home).absolute()}; --home or --store reads another)"
-        else:
-            where = "there (the URL of --store or ABLATE_STORE; `ablate run` makes it)"
-        raise NoStoreError(f"no store at {display_url(url)}: nothing has run {where}")
-
-
-def upgrade_store(url: str | None = None, *, home: str | os.PathLike[str] | None = None
-                  ) -> tuple[str, str | None, str, list[str]]:
-    """Apply the migrations to the store at ``url``: (url, revision before, revision after, warnings)."""
-    from sqlalchemy.exc import DBAPIError
-
-    url = resolve_url(url, home=home)
-    engine, warnings = make_engine(url)
-    try:
-        before, after = _retry(lambda: upgrade(engine))
-    except DBAPIError as exc:
-        raise StoreUnavailableError(f"cannot open the store {display_url(url)}: {_reason(exc)}") from None
-    finally:
-        engine.dispose()
-    return url, before, after, warnings
-
-
-def _retry(fn: Callable[[], T]) -> T:
-    """Run a transaction, again on a lock timeout / deadlock / serialization failure (with backoff)."""
-    from sqlalchemy.exc import DBAPIError
-
-    for attempt in range(RETRIES):
-        try:
-            return fn()
-        except DBAPIError as exc:
-            if attempt == RETRIES - 1 or not is_busy(exc):
-                raise
-            log.info("store busy (%s); retrying", exc.orig)
-            time.sleep(0.05 * 2 ** attempt)
-    raise AssertionError("unreachable")
-
-
-def _folder_reason(url: str) -> str:
-    """Why a SQLite store could not be opened, when its folder cannot be written (SQLite writes its journal
-    beside the store, even to read it): ``; its folder /x cannot be written``; else ''."""
-    from ablate.store.engine import sqlite_path
-
-    path = sqlite_path(url)
-    if path is None or not path.parent.is_dir() or os.access(path.parent, os.W_OK):
-        return ""
-    return (f" (its folder {path.parent.absolute()} cannot be written: SQLite keeps its journal beside the "
-            "store)")
-
-
-def _reason(exc: Any) -> str:
-    """A database error's reason on one line (the driver's message, without SQLAlchemy's SQL and links)."""
-    return " ".join(str(exc.orig or exc).split())
-
