@@ -240,4 +240,5 @@ class MetricsReader:
         if not self._head:
             return "the command printed nothing on stdout"
         head = " | ".join(self._head)
-        return f"the output began: {head[:HEAD_CHARS]!r}" + ("..." if len(head) > HEAD_CHARS else "")
+        more = len(head) > HEAD_CHARS or self.lines > len(self._head)
+        return f"the output began: {head[:HEAD_CHARS]!r}" + ("..." if more else "")
