@@ -203,7 +203,8 @@ def test_runs_that_cannot_fit_are_refused_before_anything_starts(grid, tmp_home,
 def test_tune_and_library_callers_go_through_the_same_check(grid, tmp_home) -> None:
     """The check is the library's: ``ablate tune`` and a ``run_grid`` call refuse what ``ablate run`` refuses,
     with its one line, before anything is made."""
-    from ablate.execute import RunOptions, run_grid
+    from ablate.execute.executor import RunOptions
+    from ablate.execute.grid_run import run_grid
 
     refused = CliRunner().invoke(app, ["run", str(grid), "--device-memory", "2MB"]).output.strip()
     tuned = CliRunner().invoke(app, ["tune", str(grid), "--low", "1e-4", "--high", "1e-2", "--trials", "1",

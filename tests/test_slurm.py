@@ -356,8 +356,8 @@ def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tm
     look reads it."""
     from ablate.grid import expand, load_grid
     from ablate.layout import run_dir
+    from ablate.resolve import UntilResolved, plan_until_resolved
     from ablate.result import RunResult, write_result
-    from ablate.until_resolved import UntilResolved, plan_until_resolved
 
     path, home = tmp_path / "g.yaml", tmp_path / "home"
     path.write_text(tiny_grid("seq", seeds=[0, 1], steps=8, checkpoint_every=1000))

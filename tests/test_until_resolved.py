@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import UserInputError
-from ablate.until_resolved import UntilResolved, plan_until_resolved, run_looks, verdict_lines
+from ablate.resolve import UntilResolved, plan_until_resolved, run_looks, verdict_lines
 
 runner = CliRunner()
 ARMS = ("baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise")

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypedDict, TypeVar
+from typing import Annotated, Any, TextIO, TypedDict, TypeVar
 
 import click
 import typer
@@ -21,6 +21,7 @@ from typer._click.exceptions import BadParameter, ClickException, MissingParamet
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
+from ablate.cli.declared import executor_help
 from ablate.errors import AblateError, one_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,7 +94,7 @@ class _ReaderGone:
     and what follows is dropped. So a command goes on to its end (a grid trains on, every run is
     recorded) and exits with its own status, not killed by what it prints."""
 
-    def __init__(self, stream: Any):
+    def __init__(self, stream: TextIO):
         self._stream = stream
 
     def write(self, text: str) -> int:
@@ -196,11 +197,7 @@ DeviceMemoryOpt = Annotated[str | None, typer.Option(
     "--device-memory", help="memory per device (80GB, 40GiB; 1 GB = 2^30 bytes): exit 2 before anything "
                             "starts if a run's estimated peak does not fit, naming the cheapest fix [run, on "
                             "a GPU: its memory]")]
-ExecutorOpt = Annotated[str, typer.Option("--executor", help="where the runs train: local (a pool of workers "
-                                          "here), slurm (one job array) or ray (one Ray task per run)")]
-RayAddressOpt = Annotated[str | None, typer.Option(
-    "--ray-address", help="ray: the cluster to join (host:port) [default: $RAY_ADDRESS, else a Ray instance "
-                          "started here for this command]")]
+ExecutorOpt = Annotated[str, typer.Option("--executor", help=executor_help())]
 NoMlflowOpt = Annotated[bool, typer.Option("--no-mlflow", help="do not mirror runs into MLflow")]
 MlflowExperimentOpt = Annotated[str | None, typer.Option(
     "--mlflow-experiment", show_default=False,

@@ -111,7 +111,7 @@ def _at_terminal(request: Request) -> Request:
 
     from rich.console import Console
 
-    from ablate.reports.render import TERMINAL
+    from ablate.reports.cells import TERMINAL
 
     console = Console()
     return replace(request, fmt=TERMINAL, width=console.width) if console.is_terminal else request

@@ -15,7 +15,6 @@ from ablate.cli.common import (
     HomeOpt,
     JobsOpt,
     MlflowExperimentOpt,
-    RayAddressOpt,
     SetOpt,
     StoreOpt,
     StorePatienceOpt,
@@ -28,10 +27,16 @@ from ablate.cli.common import (
     open_store,
     patience,
 )
+from ablate.cli.declared import declared
+from ablate.execute.registry import declared_options
+from ablate.options import Given
+
+EXECUTOR_OPTIONS = [opt for _, opt in declared_options(rounds=True)]  # the executors that deal rounds
 
 
 @app.command("tune")
 @handles_errors
+@declared(declared_options(rounds=True), after="executor")
 def tune_cmd(
     grid: Annotated[Path | None, typer.Argument(help=f"{GRID_HELP}; not needed with --dashboard",
                                                 show_default=False, callback=grid_file)] = None,
@@ -63,7 +68,6 @@ def tune_cmd(
     port: Annotated[int, typer.Option("--port", help="the dashboard's port on 127.0.0.1")] = 8080,
     sets: SetOpt = None,
     executor: ExecutorOpt = "local",
-    ray_address: RayAddressOpt = None,
     jobs: JobsOpt = None,
     devices: DevicesOpt = None,
     threads: ThreadsOpt = None,
@@ -75,6 +79,7 @@ def tune_cmd(
     store: StoreOpt = None,
     store_patience: StorePatienceOpt = None,
     device_memory: DeviceMemoryOpt = None,
+    **own: Given,
 ) -> None:
     """Search a parameter (the learning rate) per grid cell with Optuna; report each variant's best and
     largest stable value; --then-run compares the variants at their best. Studies live in the results
@@ -96,6 +101,7 @@ def tune_cmd(
         raise ConfigError("give the grid file to tune (or --dashboard)", where="GRID")
     from ablate.ablations.memory import parse_memory
     from ablate.execute.executor import executor as chosen_executor
+    from ablate.options import given
     from ablate.tune.search import TuneOptions, tune
 
     chosen_executor(executor)  # a misspelled name: one line, before anything else
@@ -105,14 +111,14 @@ def tune_cmd(
                           pruner=pruner, tolerance=tolerance, then_run=then_run,
                           find_max_stable=find_max_stable, stable_steps=stable_steps, home=home_dir(home),
                           store=store, executor=executor, jobs=jobs, devices=devices, threads=threads,
-                          own={"ray_address": ray_address} if ray_address is not None else {},
+                          own=given(EXECUTOR_OPTIONS, own),
                           **mlflow_target(no_mlflow, mlflow_experiment),
                           **patience(store_patience),
                           device_memory=None if device_memory is None else parse_memory(device_memory))
     report = tune(grid, sets or [], options)
     print_summary(report, param, metric)
     if report.tuned is not None:
-        from ablate.execute import print_summary as print_grid_summary
+        from ablate.execute.grid_run import print_summary as print_grid_summary
 
         print_grid_summary(report.tuned)
     raise typer.Exit(report.exit_code)

@@ -15,10 +15,10 @@ where the runs train and how their jobs are asked about:
 - ``cancel(job_ids) -> [what it cancelled]``: ``ablate cancel GRID``;
 - ``job_name(job_id)``: the job in its own words (``Slurm job 12_3``, ``Ray task 5f2e...``).
 
-A new executor is one subpackage of ``ablate.execute`` whose ``__init__`` defines an object with these, and
-one entry in ``EXECUTORS``. Its own ``ablate run`` options (``--partition``, ``--ray-address``) are listed
-in its ``flags`` (name -> what it is, said when one is given for another executor, which refuses it before
-anything starts).
+A new executor is one subpackage of ``ablate.execute`` whose ``executor`` module defines an object with
+these, whose ``options`` module declares its own ``ablate run`` options (``--partition``, ``--ray-address``:
+``ablate.options.Option``), and one entry in ``registry.EXECUTORS``. The command line builds its flags from
+those declarations; one given for another executor is refused before anything starts (``check_flags``).
 """
 
 from __future__ import annotations
@@ -34,19 +34,15 @@ from rich.console import Console
 
 from ablate.errors import ConfigError, UserInputError, one_of
 from ablate.execute.recorder import STORE_PATIENCE_S
+from ablate.execute.registry import EXECUTORS, owner
+from ablate.grid import Grid, PlannedRun
+from ablate.runner.fingerprints import Fingerprints
 
 if TYPE_CHECKING:
     from ablate.execute.lifecycle import Ended, Lifecycle
     from ablate.execute.messages import Job
 
 TRAIN_JOB = "ablate.execute.job:train"
-
-# name -> "module:attribute" of the executor; imported when chosen (Ray's module imports ray only then)
-EXECUTORS: dict[str, str] = {
-    "local": "ablate.execute.local:LOCAL",
-    "slurm": "ablate.execute.slurm:SLURM",
-    "ray": "ablate.execute.ray:RAY",
-}
 
 
 @dataclass(frozen=True)
@@ -55,10 +51,9 @@ class Expanded:
     read."""
 
     path: Path
-    grid: Any  # ablate.grid.Grid, with the extra runs among its include entries
-    planned: list[Any]  # [PlannedRun]
-    # runner.fingerprints.Fingerprints: the data hashes read for ``planned``, saved on opening
-    fingerprints: Any
+    grid: Grid  # with the extra runs among its include entries
+    planned: list[PlannedRun]
+    fingerprints: Fingerprints  # the data hashes read for ``planned``, saved on opening
     joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
 
 
@@ -139,8 +134,7 @@ class Executor(Protocol):
     """What every executor offers (see the module docstring)."""
 
     name: str
-    about: str  # one line: --executor's help
-    flags: Mapping[str, str]  # its own ablate run options, by RunOptions.own name -> what they are
+    about: str  # a few words: --executor's help (its registry entry's)
 
     def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int: ...
     def session(self, expanded: Expanded, options: RunOptions) -> AbstractContextManager[Session]: ...
@@ -154,7 +148,7 @@ def executor(name: str) -> Executor:
     """The executor registered as ``name``; a misspelled name is a UserInputError with a near match."""
     if name not in EXECUTORS:
         raise UserInputError(one_of(name, list(EXECUTORS), what="executor") + " (option --executor)")
-    module, _, attr = EXECUTORS[name].partition(":")
+    module, _, attr = EXECUTORS[name].target.partition(":")
     found: Executor = getattr(importlib.import_module(module), attr)
     return found
 
@@ -166,15 +160,19 @@ def executors(names: Collection[str | None]) -> Iterator[Executor]:
             yield executor(name)
 
 
-def check_flags(chosen: Executor, own: Mapping[str, Any]) -> None:
+def check_flags(chosen: Executor, own: Mapping[str, object]) -> None:
     """Refuse (ConfigError, exit 2) an executor option given for an executor that does not read it."""
+    reads = {o.name for o in EXECUTORS[chosen.name].options} if chosen.name in EXECUTORS else set()
     for key in own:
-        if key not in chosen.flags:
-            flag = "--" + key.replace("_", "-")
-            owner = next((executor(n) for n in EXECUTORS if key in executor(n).flags), None)
-            if owner is None:
-                raise ConfigError(f"no executor reads {flag}", where=flag)
-            raise ConfigError(f"{owner.flags[key]}; add --executor {owner.name}", where=flag)
+        if key in reads:
+            continue
+        name = owner(key)
+        opt = next((o for o in EXECUTORS[name].options if o.name == key), None) if name else None
+        flag = opt.flag if opt is not None else "--" + key.replace("_", "-")
+        if name is None or opt is None:
+            raise ConfigError(f"no executor reads {flag}", where=flag)
+        raise ConfigError(f"{opt.refusal or f'an option of the {name} executor'}; add --executor {name}",
+                          where=flag)
 
 
 def executor_name(name: str, job_id: str) -> str:

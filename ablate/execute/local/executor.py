@@ -1,7 +1,7 @@
 """The local executor: a pool of long-lived worker processes on this machine (``runner.LocalRunner``).
 
-``LOCAL`` is its registry entry (``ablate.execute.executor``): its runs hold no job (the run directory's lock
-says who trains them), so it has nothing to ask about or cancel.
+``LOCAL`` is the object its registry entry names (``ablate.execute.registry``): its runs hold no job (the
+run directory's lock says who trains them), so it has nothing to ask about or cancel.
 """
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ablate.execute.devices import Slot, crowding, describe, local_slots, usable_cpus
-from ablate.execute.executor import TRAIN_JOB, RunOptions
+from ablate.execute.executor import TRAIN_JOB, Expanded, RunOptions
+from ablate.execute.fit import require_fit
+from ablate.execute.grid_run import run_and_report
+from ablate.execute.lifecycle import Lifecycle
+from ablate.execute.local.options import ABOUT
 from ablate.execute.local.runner import LocalRunner
-
-if TYPE_CHECKING:
-    from ablate.execute.executor import Expanded
-    from ablate.execute.lifecycle import Lifecycle
 
 
 @dataclass
@@ -51,19 +50,14 @@ class Local:
     """``--executor local`` (the default)."""
 
     name = "local"
-    about = "a pool of worker processes on this machine"
-    flags: dict[str, str] = {}
+    about = ABOUT
 
     def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
-        from ablate.execute.grid_run import run_and_report
-
         return run_and_report(path, sets, options)
 
     @contextmanager
     def session(self, expanded: Expanded, options: RunOptions) -> Iterator[LocalSession]:
         """This machine's slots, after the memory check against its GPU (or ``--device-memory``)."""
-        from ablate.execute.fit import require_fit
-
         require_fit(expanded.planned, options.device_memory, local=True, home=Path(options.home),
                     store=options.store)
         per_run = max((p.config.train.devices for p in expanded.planned), default=1)  # GPUs per worker

@@ -1,12 +1,11 @@
 """The Ray executor: one Ray task per run on a Ray cluster, joined at ``--ray-address`` (or ``RAY_ADDRESS``),
 else on a Ray instance started on this machine for the command and stopped at its end.
 
-``RAY`` is its registry entry (``ablate.execute.executor``). Its session (``cluster.connect``) checks what
-can be checked before anything starts (an address nothing answers at, a run asking for more GPUs or CPUs
-than any node has: one line, exit 2), carries the grid's plugin modules and the working directory to the
-workers (a ``runtime_env``), and gives ``runner.RayRunner``s. Importing this package does not import Ray:
-without it, ``--executor ray`` is one line saying how to install it.
-"""
+``RAY`` is the object its registry entry names (``ablate.execute.registry``). Its session
+(``cluster.connect``) checks what can be checked before anything starts (an address nothing answers at, a run
+asking for more GPUs or CPUs than any node has: one line, exit 2), carries the grid's plugin modules and the
+working directory to the workers (a ``runtime_env``), and gives ``runner.RayRunner``s. Importing this module
+does not import Ray: without it, ``--executor ray`` is one line saying how to install it."""
 
 from __future__ import annotations
 
@@ -14,17 +13,28 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ablate.execute.executor import TRAIN_JOB, RunOptions
-
-if TYPE_CHECKING:
-    from ablate.execute.executor import Expanded
-    from ablate.execute.lifecycle import Lifecycle
-    from ablate.execute.ray.cluster import Ask, Cluster
-    from ablate.execute.ray.runner import RayRunner
+from ablate.execute.executor import TRAIN_JOB, Expanded, RunOptions
+from ablate.execute.fit import require_fit
+from ablate.execute.grid_run import run_and_report
+from ablate.execute.lifecycle import Lifecycle
+from ablate.execute.ray.cluster import (
+    ALIVE,
+    Ask,
+    Cluster,
+    ask_to_cancel,
+    connect,
+    ray_module,
+    requirements,
+    runtime_env,
+    split_job,
+    task_states,
+)
+from ablate.execute.ray.options import ABOUT
+from ablate.execute.ray.runner import RayRunner
+from ablate.execute.ray.task import TaskSpec
 
 
 @dataclass
@@ -52,9 +62,6 @@ class RaySession:
     def runner(self, lifecycle: Lifecycle, *, title: str, job_fn: str = TRAIN_JOB,
                console: Console | None = None, progress_every_s: float | None = None,
                jobs: int | None = None) -> RayRunner:
-        from ablate.execute.ray.runner import RayRunner
-        from ablate.execute.ray.task import TaskSpec
-
         mirror = lifecycle.mirror
         spec = TaskSpec(home=str(lifecycle.home.absolute()), store=lifecycle.store.url,
                         address=self.cluster.address, job_fn=job_fn, grid=title, mlflow=mirror is not None,
@@ -68,20 +75,14 @@ class Ray:
     """``--executor ray``."""
 
     name = "ray"
-    about = "one Ray task per run, on a Ray cluster (or a Ray instance started here)"
-    flags = {"ray_address": "an option of the Ray executor"}
+    about = ABOUT
 
     def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
-        from ablate.execute.grid_run import run_and_report
-
         return run_and_report(path, sets, options)
 
     @contextmanager
     def session(self, expanded: Expanded, options: RunOptions) -> Iterator[RaySession]:
         """Join (or start) the cluster, check every run fits a node of it, and stop what was started."""
-        from ablate.execute.fit import require_fit
-        from ablate.execute.ray.cluster import connect, ray_module, requirements, runtime_env
-
         ray_module()  # not installed: one line saying how, before anything else
         require_fit(expanded.planned, options.device_memory, local=False, home=Path(options.home),
                     store=options.store)
@@ -95,27 +96,19 @@ class Ray:
 
     def alive(self, job_ids: Collection[str]) -> set[str] | None:
         """The jobs whose tasks their clusters list as pending or running (None: no cluster answered)."""
-        from ablate.execute.ray.cluster import ALIVE, task_states
-
         states = task_states(job_ids) if job_ids else {}
         return None if states is None else {j for j, s in states.items() if s in ALIVE}
 
     def states(self, job_ids: Collection[str]) -> dict[str, str] | None:
         """Ray's state of each task (None: no cluster answered)."""
-        from ablate.execute.ray.cluster import task_states
-
         return task_states(job_ids) if job_ids else None
 
     def cancel(self, job_ids: Collection[str]) -> list[str]:
         """Ask the drivers that own the tasks to cancel them (only a task's owner can)."""
-        from ablate.execute.ray.cluster import ask_to_cancel
-
         asked = ask_to_cancel(job_ids) if job_ids else []
         return [f"{len(asked)} Ray task(s)"] if asked else []
 
     def job_name(self, job_id: str) -> str:
-        from ablate.execute.ray.cluster import split_job
-
         task, address = split_job(job_id)
         return f"Ray task {task[:16]} on {address}"
 

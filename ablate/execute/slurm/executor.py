@@ -1,42 +1,36 @@
 """The Slurm executor: one job array per grid, through submitit (``submit``), its tasks training and recording
 their runs themselves (``task``), squeue and scancel for what Slurm says of them (``queue``).
 
-``SLURM`` is its registry entry (``ablate.execute.executor``). Its ``ablate run`` submits and returns the
-array id (``--wait``: follows the array until every run has ended); its runs' jobs are ``<array>_<index>``.
-"""
+``SLURM`` is the object its registry entry names (``ablate.execute.registry``). Its ``ablate run`` submits and
+returns the array id (``--wait``: follows the array until every run has ended); its runs' jobs are
+``<array>_<index>``."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rich.console import Console
 from rich.text import Text
 
 from ablate.errors import UserInputError
-from ablate.execute.executor import RunOptions
-
-if TYPE_CHECKING:
-    from ablate.execute.executor import Expanded
-    from ablate.execute.slurm.submit import SlurmOptions
-
-WHAT = "a Slurm option"
-NODES = "only the Slurm executor spans nodes"
+from ablate.execute.display import stdout_console
+from ablate.execute.executor import Expanded, RunOptions, Session
+from ablate.execute.slurm.options import ABOUT
+from ablate.execute.slurm.queue import alive, cancel_arrays, have_slurm, job_states
+from ablate.execute.slurm.submit import DEFAULT_TIME, SlurmOptions, submit_grid
 
 
 class Slurm:
     """``--executor slurm``."""
 
     name = "slurm"
-    about = "one Slurm job array per grid (its tasks record their runs themselves)"
-    flags = {"partition": WHAT, "gpus_per_job": WHAT, "time": WHAT, "array_parallelism": WHAT,
-             "slurm_opts": WHAT, "nodes": NODES, "gpus_per_node": NODES}
+    about = ABOUT
 
     def options(self, options: RunOptions) -> SlurmOptions:
-        """``submit_grid``'s options from ``ablate run``'s."""
-        from ablate.execute.slurm.submit import DEFAULT_TIME, SlurmOptions
-
+        """``submit_grid``'s options from ``ablate run``'s (``own``: those ``slurm.options`` declares)."""
         own: dict[str, Any] = options.own
         return SlurmOptions(home=options.home, store=options.store, partition=own.get("partition"),
                             gpus_per_job=own.get("gpus_per_job"), nodes=own.get("nodes", 1),
@@ -52,11 +46,6 @@ class Slurm:
     def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
         """Submit the grid as one job array; print the array id (on stdout) and, after ``--wait``, the
         statuses."""
-        from rich.console import Console
-
-        from ablate.execute.display import stdout_console
-        from ablate.execute.slurm.submit import submit_grid
-
         report = submit_grid(path, sets, self.options(options))
         err = Console(stderr=True)
         for warning in report.warnings:
@@ -74,7 +63,7 @@ class Slurm:
         return report.exit_code
 
     @contextmanager
-    def session(self, expanded: Expanded, options: RunOptions) -> Iterator[Any]:
+    def session(self, expanded: Expanded, options: RunOptions) -> Iterator[Session]:
         """Rounds of jobs (``ablate tune``'s trials) are not dealt to Slurm yet: one line saying so."""
         raise UserInputError("--executor slurm submits whole grids (ablate run); rounds of jobs, as ablate "
                              "tune deals its trials, run on --executor local or ray")
@@ -82,20 +71,14 @@ class Slurm:
 
     def alive(self, job_ids: Collection[str]) -> set[str] | None:
         """The job ids squeue lists as pending or running (none when Slurm is not installed here)."""
-        from ablate.execute.slurm.queue import alive
-
         return alive(job_ids)
 
     def states(self, job_ids: Collection[str]) -> dict[str, str] | None:
         """squeue's state of each job it knows (None when Slurm is not installed here)."""
-        from ablate.execute.slurm.queue import have_slurm, job_states
-
         return job_states(job_ids) if job_ids and have_slurm() else None
 
     def cancel(self, job_ids: Collection[str]) -> list[str]:
         """``scancel`` of the arrays of the jobs still alive."""
-        from ablate.execute.slurm.queue import cancel_arrays
-
         arrays = cancel_arrays(job_ids)
         return [f"Slurm job(s) {', '.join(arrays)}"] if arrays else []
 
