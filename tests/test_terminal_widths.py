@@ -222,7 +222,7 @@ def test_eval_headers_are_whole_task_names(url: str) -> None:
     from rich.console import Console
 
     from ablate.cli.evaluate import _table
-    from ablate.scoring import RunScores
+    from ablate.scoring.harness import RunScores
 
     scores = {"bench/ablate_mqar": 12.5, "bench/ablate_niah_multikey": 40.0, "bench/ablate_niah_single": 55.0,
               "bench/ablate_vt": 3.0}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Protocol, TypeVar
 
 import typer
 
@@ -18,6 +19,12 @@ from ablate.cli.common import (
     open_store,
     print_wide,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ablate.scoring.harness import RunScores
+    from ablate.scoring.probes import RunProbes
 
 TASKS_HELP = ("comma list of lm-eval tasks: ablate's offline ablate_mqar, ablate_niah_multikey, "
               "ablate_niah_single, ablate_vt (all four: ablate), any lm-eval task whose data is on this "
@@ -44,7 +51,10 @@ def eval_cmd(
 ) -> None:
     """Score finished runs with lm-evaluation-harness and store the scores as bench/<task> columns (`ablate
     runs`, the reports). A rerun scores only what is missing; exit 1 if a run could not be scored."""
-    from ablate.scoring import RunScores, evaluate_runs, require_choice, select_runs
+    from ablate.scoring.select import require_choice, select_runs
+
+    require_choice(run_ids or [], grid)  # before the store and torch: a usage error wins over a missing store
+    from ablate.scoring.harness import evaluate_runs
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notes; failures still show
     names = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -54,7 +64,6 @@ def eval_cmd(
             f"scored {', '.join(res.scored)}" if res.scored else "already scored")
         typer.echo(f"{res.run_id}: {what}", err=True)
 
-    require_choice(run_ids or [], grid)  # before the store: a usage error wins over a missing store
     with open_store(home, store) as opened:
         chosen = select_runs(opened, run_ids or [], grid)
         results = evaluate_runs(opened, home_dir(home), chosen, names, limit=limit,
@@ -67,16 +76,23 @@ def eval_cmd(
     raise typer.Exit(1 if any(r.error for r in results) else 0)
 
 
-def _table(results: list[Any]) -> Any:
+def _table(results: Sequence[RunScores]) -> Table:
     return _results_table("ablate eval", results, lambda r: r.scores, "{:.1f}",
                           lambda r: r.error or ("scored now" if r.scored else "already scored"))
 
 
-def _results_table(title: str, results: list[Any], values: Any, fmt: str, note: Any) -> Any:
-    """One row a run: its ``values(r)`` (a dict; columns in first-seen order, ``fmt`` each) and
-    ``note(r)``. A column is headed by its name without ``bench/`` (the title says it), whole: a name wider
-    than its column folds onto the next line, never cut to ``…`` (two tasks once both read
-    ``bench/ablate_n…``)."""
+class _Row(Protocol):
+    run_id: str
+
+
+R = TypeVar("R", bound=_Row)
+
+
+def _results_table(title: str, results: Sequence[R], values: Callable[[R], Mapping[str, float | None]],
+                   fmt: str, note: Callable[[R], str]) -> Table:
+    """One row a run: its ``values(r)`` (columns in first-seen order, ``fmt`` each) and ``note(r)``. A column
+    is headed by its name without ``bench/`` (the title says it), whole: a name wider than its column folds
+    onto the next line, never cut to ``…`` (two tasks once both read ``bench/ablate_n…``)."""
     from rich.table import Table
 
     columns = list(dict.fromkeys(k for r in results for k in values(r)))
@@ -88,7 +104,8 @@ def _results_table(title: str, results: list[Any], values: Any, fmt: str, note: 
         table.add_column(c.removeprefix("bench/") if bench else c, justify="right", overflow="fold")
     table.add_column("note", overflow="fold")
     for r in results:
-        cells = ["-" if values(r).get(c) is None else fmt.format(values(r)[c]) for c in columns]
+        shown = values(r)
+        cells = ["-" if shown.get(c) is None else fmt.format(shown[c]) for c in columns]
         table.add_row(r.run_id, *cells, note(r))
     return table
 
@@ -109,14 +126,16 @@ def probe_cmd(
     """Probe done runs again from their last checkpoint, on the windows they probed, and store the probes (a
     probe added since a run trained, such as massive_ratio, without training it again); exit 1 if a run
     failed."""
-    from ablate.scoring import RunProbes, probe_runs, require_choice, select_runs
+    from ablate.scoring.select import require_choice, select_runs
+
+    require_choice(run_ids or [], grid)  # before the store and torch
+    from ablate.scoring.probes import probe_runs
 
     def report(res: RunProbes) -> None:
         typer.echo(f"{res.run_id}: {'failed: ' + res.error if res.error else 'probed'}", err=True)
         if res.warning:
             typer.echo(f"warning: {res.warning}", err=True)
 
-    require_choice(run_ids or [], grid)
     with open_store(home, store) as opened:
         chosen = select_runs(opened, run_ids or [], grid, finished=("done",), command="`ablate probe` probes")
         results = probe_runs(opened, home_dir(home), chosen, device=device, on_run=report)
@@ -127,6 +146,6 @@ def probe_cmd(
     raise typer.Exit(1 if any(r.error for r in results) else 0)
 
 
-def _probe_table(results: list[Any]) -> Any:
+def _probe_table(results: Sequence[RunProbes]) -> Table:
     return _results_table("ablate probe", results, lambda r: r.summary, "{:.3g}",
                           lambda r: r.error or "probed")
