@@ -184,7 +184,7 @@ def _yaml(value: Value) -> str:
     if isinstance(value, list):
         return "[" + ",".join(_yaml(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_yaml(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {_yaml(v)}" for k, v in value.items()) + "}"  # YAML needs the spaces
     if _PLAIN.fullmatch(value) and not _NOT_STRING.fullmatch(value):
         return value
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
