@@ -18,8 +18,8 @@ from ablate.cli import app
 from ablate.config import RunConfig, SourceConfig
 from ablate.errors import RunError
 from ablate.grid import expand, identity, parse_grid, run_id
-from ablate.grid.identity import stem_id
 from ablate.grid.ids import minimal
+from ablate.grid.stems import stem_id
 from ablate.runner.fingerprints import CACHE_FILE, Fingerprints, fill_source, fill_tokenizer
 
 runner = CliRunner()

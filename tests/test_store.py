@@ -220,8 +220,8 @@ def test_the_seeds_a_grid_grew_stay_current_until_its_arms_or_cells_change(store
 
 
 def test_runs_of_one_stem_are_found_under_their_other_ids(store: Store) -> None:
-    from ablate.grid.identity import stem_id
     from ablate.grid.ids import run_id
+    from ablate.grid.stems import stem_id
 
     store.register_grid(name="g", text="name: g\n", runs=[planned(0)])
     ingested = result(1).model_copy(update={"run_id": run_id(planned(1).config)})

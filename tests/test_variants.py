@@ -160,8 +160,8 @@ def test_a_revised_arm_gets_new_run_ids_and_its_old_runs_read_as_stale(tmp_path,
 
     from ablate.cli import app
     from ablate.grid import expand, identity, load_grid
-    from ablate.grid.identity import stem_id
     from ablate.grid.ids import run_id
+    from ablate.grid.stems import stem_id
     from ablate.store import Store
 
     revised = {n for n, v in VARIANTS.items() if v.revision > 1}

@@ -25,10 +25,10 @@ from ablate.ablations.variants import without_variant
 from ablate.config import RunConfig, vocab_from_tokenizer
 from ablate.errors import ConfigError
 from ablate.grid import identity
-from ablate.grid.identity import run_and_stem_ids
 from ablate.grid.ids import canonical
 from ablate.grid.paths import assign, describe, explain, get_path
 from ablate.grid.schema import Grid
+from ablate.grid.stems import run_and_stem_ids
 
 
 @dataclass(frozen=True)

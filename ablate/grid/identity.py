@@ -10,7 +10,7 @@ for "an input outside the config":
   identity field and any it resolves with it (a relative path made absolute). Only a field that is still None
   is filled, so a stored run keeps what it read.
 - A grid file never sets it: ``given`` lists the ones a config sets, and ``expand`` refuses them.
-- The run id covers it (it is a config field); the stem id (``stem_id``) is the id without any
+- The run id covers it (it is a config field); the stem id (``ablate.grid.stems``) is the id without any
   of them (``strip``), so a run whose stem the store holds under another id read something else: ``changed``
   names the fields that differ, and ``ablate plan`` shows the run as stale.
 
@@ -31,7 +31,6 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from ablate.config import RunConfig
-from ablate.grid.ids import hash_reduced, reduced, reduced_config
 
 Filler = Callable[[BaseModel, Any], dict[str, Any]]
 M = typing.TypeVar("M", bound=BaseModel)
@@ -94,7 +93,7 @@ def _annotation(info: FieldInfo) -> Hashable:
 
 
 @cache
-def _children(cls: type[BaseModel]) -> tuple[tuple[str, str, type[BaseModel]], ...]:
+def children(cls: type[BaseModel]) -> tuple[tuple[str, str, type[BaseModel]], ...]:
     """The fields of ``cls`` holding identity fields below them: ``(name, shape, model)`` (``stages``
     aside)."""
     out = []
@@ -120,7 +119,7 @@ def holds_identity(tp: Any) -> bool:
 
 
 @cache
-def _stage_shape(path: str) -> tuple[str, type[BaseModel]] | None:
+def stage_shape(path: str) -> tuple[str, type[BaseModel]] | None:
     from ablate.grid.paths import field_type
 
     try:
@@ -143,12 +142,12 @@ def _nodes(cls: type[BaseModel], node: Any, prefix: str) -> Iterator[tuple[str, 
         return
     if identity_fields(cls):
         yield prefix, cls, node
-    for name, shape, sub in _children(cls):
+    for name, shape, sub in children(cls):
         yield from _shaped(shape, sub, _get(node, name), f"{prefix}.{name}" if prefix else name)
     if cls is RunConfig:
         for i, stage in enumerate(_get(node, "stages") or []):
             for key, value in (stage.items() if isinstance(stage, dict) else ()):
-                found = _stage_shape(key)
+                found = stage_shape(key)
                 if found is not None:
                     yield from _shaped(*found, value, f"stages.{i}.{key}")
 
@@ -185,7 +184,7 @@ def values(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
 def names(cls: type[BaseModel] = RunConfig) -> frozenset[str]:
     """The names of every identity field below ``cls``."""
     out = set(identity_fields(cls))
-    for _name, _shape_kind, sub in _children(cls):
+    for _name, _shape_kind, sub in children(cls):
         out |= names(sub)
     return frozenset(out)
 
@@ -270,7 +269,7 @@ def _rebuild(model: M, own: Callable[[BaseModel], dict[str, Any]]) -> M:
     first)."""
     cls = type(model)
     updates: dict[str, Any] = {}
-    for name, _shape_kind, _sub in _children(cls):
+    for name, _shape_kind, _sub in children(cls):
         value = getattr(model, name)
         new = _rebuild_value(value, own)
         if new is not value:
@@ -301,7 +300,7 @@ def _stage(stage: dict[str, Any], own: Callable[[BaseModel], dict[str, Any]]) ->
     change are written, so a stage stays as it was written)."""
     out = dict(stage)
     for key, value in stage.items():
-        found = _stage_shape(key)
+        found = stage_shape(key)
         if found is not None:
             out[key] = _raw(*found, value, own)
     return out
@@ -325,87 +324,7 @@ def _raw(shape: str, cls: type[BaseModel], raw: Any, own: Callable[[BaseModel], 
     return {k: v for k, v in out.items() if not (k in identity_fields(cls) and v is None)}
 
 
-def strip_minimal(reduced: dict[str, Any]) -> dict[str, Any]:
-    """A run's reduced config (``ablate.grid.ids.minimal``) with its identity fields taken out, as the reduced
-    config of ``strip(config)`` is (a field left at its default by that is left out); ``reduced`` itself when
-    it holds none. What the stem id hashes, without reducing the config again."""
-    out: dict[str, Any] = _strip_reduced(RunConfig, reduced)
-    return out
-
-
-def _strip_reduced(cls: type[BaseModel], reduced: Any) -> Any:
-    if not isinstance(reduced, dict):
-        return reduced
-    out: dict[str, Any] = {}
-    changed = False
-    shapes = {name: (shape, sub) for name, shape, sub in _children(cls)}
-    for name, value in reduced.items():
-        if name in identity_fields(cls):
-            changed = True
-            continue
-        new = value
-        if name in shapes:
-            shape, sub = shapes[name]
-            new = _strip_shaped(shape, sub, value)
-        elif cls is RunConfig and name == "stages" and isinstance(value, list):
-            new = [_strip_stage(stage) if isinstance(stage, dict) else stage for stage in value]
-            new = value if all(a is b for a, b in zip(new, value, strict=True)) else new
-        if new is not value:
-            changed = True
-            if name in shapes and new == _reduced_default(cls, name):
-                continue  # back at its default: left out, as minimal() leaves it
-        out[name] = new
-    return out if changed else reduced
-
-
-def _strip_shaped(shape: str, sub: type[BaseModel], value: Any) -> Any:
-    if shape == "list" and isinstance(value, list):
-        new = [_strip_reduced(sub, v) for v in value]
-        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
-    if shape == "dict" and isinstance(value, dict):
-        new_d = {k: _strip_reduced(sub, v) for k, v in value.items()}
-        return value if all(new_d[k] is value[k] for k in value) else new_d
-    return _strip_reduced(sub, value) if shape == "model" else value
-
-
-def _strip_stage(stage: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in stage.items():
-        found = _stage_shape(key)
-        out[key] = _strip_shaped(*found, value) if found is not None else value
-    return stage if all(out[k] is stage[k] for k in stage) else out
-
-
-@cache
-def _reduced_default(cls: type[BaseModel], name: str) -> Any:
-    """The reduced form of a field's default (``{}`` for a model section left at its defaults)."""
-    info = cls.model_fields[name]
-    return None if info.is_required() else reduced(info.get_default(call_default_factory=True))
-
-
 def _dumped(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_defaults=True)
     return value
-
-
-def run_and_stem_ids(config: RunConfig, dumped: dict[str, Any] | None = None) -> tuple[str, str]:
-    """``(run_id(config), stem_id(config))`` at the cost of one: the stem is hashed from the run's own reduced
-    config with its identity fields taken out (``strip_minimal``)."""
-    small = reduced_config(config, dumped)
-    stripped = strip_minimal(small)
-    rid = hash_reduced(small)
-    return rid, (rid if stripped is small else hash_reduced(stripped))
-
-
-def stem_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
-    """The run id of ``config`` without its identity fields (``strip``): runs of one stem
-    differ only in what they read outside their config. A config without identity values is its own stem.
-
-    >>> from ablate.grid.ids import run_id
-    >>> cfg = RunConfig(data={"train": [{"kind": "text", "path": "/d/a.txt", "fingerprint": "ab12"}]})
-    >>> stem_id(cfg) == run_id(cfg.model_copy(update={"data": cfg.data.model_copy(update={
-    ...     "train": [cfg.data.train[0].model_copy(update={"fingerprint": None})]})}))
-    True
-    """
-    return run_and_stem_ids(config, dumped)[1]

@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from ablate.config import CONFIG_VERSION, RunConfig, total_steps
 from ablate.errors import StoreError
-from ablate.grid.identity import stem_id
 from ablate.grid.ids import run_id as make_id
+from ablate.grid.stems import stem_id
 from ablate.result import RunStatus
 from ablate.store.schema import Event, Metric, Run, Score
 

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from ablate.config import CONFIG_VERSION, RunConfig
 from ablate.errors import StoreError
-from ablate.grid.identity import stem_id
 from ablate.grid.ids import run_id
+from ablate.grid.stems import stem_id
 from ablate.result import RunStatus
 from ablate.store.chunks import IN_CHUNK, in_chunks
 from ablate.store.records import CHUNK, config_columns, upsert, utcnow

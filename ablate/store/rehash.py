@@ -84,8 +84,8 @@ def plan(session: Session, *, only_outdated: bool = True,
     from ablate.config import RunConfig
     from ablate.errors import InputMissingError
     from ablate.grid import identity
-    from ablate.grid.identity import stem_id
     from ablate.grid.ids import run_id
+    from ablate.grid.stems import stem_id
     from ablate.runner.fingerprints import Fingerprints
 
     fingerprints = fingerprints if fingerprints is not None else Fingerprints()
