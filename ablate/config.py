@@ -19,10 +19,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from ablate.ablations.config import ModelConfig, PluginArm
+from ablate.ablations.presets import PRESETS
+from ablate.errors import did_you_mean, one_of
 
 # What a field left out of a config means: bumped by hand when a default's value changes (ablate/grid/ids.py).
 # 2: data sources and hf: tokenizers carry fingerprints of their files, relative paths are made absolute.
@@ -119,8 +129,6 @@ class SourceConfig(_Strict):
             raise ValueError(f"loss 'answer' needs a 'task' source (a '{self.kind}' source has no answers); "
                              "use loss 'all'")
         if self.kind == "builtin" and self.name not in BUILTIN_CORPORA:
-            from ablate.errors import one_of
-
             raise ValueError(one_of(self.name, BUILTIN_CORPORA, what="built-in corpus"))
         return self
 
@@ -334,8 +342,6 @@ def _dotted_stage(stage: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_stage_path(path: str, where: str) -> None:
-    from ablate.errors import did_you_mean
-
     section, _, name = path.partition(".")
     sections: dict[str, type[BaseModel]] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
     if section not in sections or not name or "." in name:
@@ -367,8 +373,6 @@ def stage_configs(config: RunConfig) -> list[RunConfig]:
     """
     if not config.stages:  # most runs: one stage, the config itself (no dump, no copy)
         return [config]
-    from pydantic import ValidationError
-
     current = config.model_dump(mode="json") | {"stages": []}
     out = [config.model_copy(update={"stages": []})]
     for i, stage in enumerate(config.stages):
@@ -434,8 +438,6 @@ def vocab_from_tokenizer(raw: Any) -> Any:
     the config, so the run records it and its id covers it as if the grid had set it; a config whose model
     held its tokenizer is left as it is, so no id of a run that could train changes (the ones that change
     could not train: the runner refused their vocabulary)."""
-    from ablate.ablations.presets import PRESETS
-
     if not isinstance(raw, Mapping):
         return raw
     model, data = raw.get("model", {}), raw.get("data", {})

@@ -28,10 +28,8 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ablate.errors import DiskFullError
+from ablate.errors import DiskFullError, UserInputError
 
 RUNS_DIR = "runs"
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -46,8 +44,6 @@ def usable_home(home: str | os.PathLike[str]) -> Path:
     """``home``, proven able to hold run directories (its ``runs`` folder made, a file made and removed there,
     then the folders it made removed again: a check leaves nothing); a ``UserInputError`` naming the folder
     and the reason when it is a file, or cannot be created or written."""
-    from ablate.errors import UserInputError
-
     home = Path(home)
     runs = runs_dir(home)
     if home.exists() and not home.is_dir():
@@ -93,8 +89,6 @@ def pick_run(ref: str, found: Iterable[str], *, where: str) -> str:
     >>> pick_run("07d8", ["07d81c2e9f00"], where="the store")
     '07d81c2e9f00'
     """
-    from ablate.errors import UserInputError
-
     ref, found = ref.strip(), sorted(i for i in found if i.startswith(ref.strip()))
     if ref and ref in found:
         return ref
@@ -120,8 +114,6 @@ def disk_full(exc: BaseException, path: str | os.PathLike[str]) -> DiskFullError
     or EDQUOT anywhere in its chain, or a failed write (numpy and torch report a short one without an errno)
     where under ``FULL_BELOW`` bytes are left. None for any other failure. Look before the partial file is
     removed."""
-    from ablate.errors import DiskFullError
-
     if isinstance(exc, DiskFullError):
         return exc
     path = Path(path).absolute()

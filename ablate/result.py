@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ablate.errors import StoreError
+from ablate.layout import atomic_write
+from ablate.metrics import metric
 
 RESULT_FILE = "result.json"
 SCHEMA_VERSION = 1
@@ -57,8 +59,6 @@ Status = RunStatus  # the name earlier code imported
 
 
 def _declared(summary: dict[str, float | int | None]) -> dict[str, float | int | None]:
-    from ablate.metrics import metric
-
     unknown = [k for k in summary if (m := metric(k)) is None or not m.in_summary]
     if unknown:
         raise ValueError(f"summary keys {unknown} are not declared summary metrics; declare them in "
@@ -121,8 +121,6 @@ def curve_step(run_id: str, step: float | None) -> int:
 
 def write_result(result: RunResult, run_dir: str | os.PathLike[str]) -> Path:
     """Write ``run_dir/result.json`` atomically and return its path."""
-    from ablate.layout import atomic_write
-
     return atomic_write(Path(run_dir) / RESULT_FILE, result.model_dump_json(indent=1))
 
 
