@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import delete, insert, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
@@ -39,7 +38,9 @@ def utcnow() -> datetime:
 def upsert(session: Session, table: Any) -> Any:
     """The dialect's INSERT, which has ``on_conflict_do_nothing/_update``."""
     name = session.get_bind().dialect.name
-    if name == "postgresql":
+    if name == "postgresql":  # its dialect is imported only by a PostgreSQL store: `ablate runs` stays light
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
         return pg_insert(table)
     if name == "sqlite":
         return sqlite_insert(table)
