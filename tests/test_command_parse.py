@@ -85,9 +85,8 @@ def test_failure_says_why_and_how_the_output_began() -> None:
     reader = MetricsReader(spec_of({"stdout": REGEX}))
     for line in ("loading data", "iter 0: loss 4.1", "iter 1: loss 3.9"):
         reader.stdout_line(line)
-    assert reader.failure() == ("the objective 'val_loss' was never reported: the pattern matched no "
-                                "line; the "
-                                "output began: 'loading data | iter 0: loss 4.1 | iter 1: loss 3.9'")
+    assert reader.failure() == ("the objective 'val_loss' was never reported: the pattern matched no line; "
+                                "the output began: 'loading data | iter 0: loss 4.1 | iter 1: loss 3.9'")
     reader.stdout_line("step 10: train 2.5, val 2.6")
     assert reader.failure() is None and reader.summary() == {"train_loss": 2.5, "val_loss": 2.6}
     silent = MetricsReader(spec_of({"stdout": True}))

@@ -146,8 +146,9 @@ def test_what_a_command_leaves_behind_is_stopped(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mode", "sig"), [
-    ("handlers", signal.SIGINT), ("handlers", signal.SIGTERM), ("run", signal.SIGINT), ("run", signal.SIGTERM),
-    ("run", signal.SIGKILL)], ids=lambda v: v if isinstance(v, str) else signal.Signals(v).name)
+    ("handlers", signal.SIGINT), ("handlers", signal.SIGTERM),
+    ("run", signal.SIGINT), ("run", signal.SIGTERM), ("run", signal.SIGKILL)],
+    ids=lambda v: v if isinstance(v, str) else signal.Signals(v).name)
 def test_a_signal_to_the_runner_leaves_no_process(tmp_path: Path, mode: str, sig: signal.Signals) -> None:
     argv, out = family(tmp_path)
     (tmp_path / "runner.py").write_text(RUNNER)
@@ -173,7 +174,8 @@ def test_a_signal_to_the_runner_leaves_no_process(tmp_path: Path, mode: str, sig
 
 def test_a_thread_that_starts_a_command_may_end_first(tmp_path: Path) -> None:
     go = tmp_path / "go"
-    script = f"import os, time\nprint('up', flush=True)\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+    script = (f"import os, time\nprint('up', flush=True)\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n")
     lines: list[str] = []
     procs: list[CommandProcess] = []
 
@@ -194,10 +196,11 @@ def test_a_thread_that_starts_a_command_may_end_first(tmp_path: Path) -> None:
 def test_output_is_read_as_it_comes(tmp_path: Path) -> None:
     go = tmp_path / "go"
     script = (f"import os, sys, time\nprint('step 1: loss 2.5')\nprint('half', end='', flush=True)\n"
-              f"sys.stdout.flush()\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)\nprint(' done')\n")
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\nprint(' done')\n")
     lines: list[str] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = CommandProcess([sys.executable, "-c", script], cwd=tmp_path, env=env, on_stdout=lines.append).start()
+    proc = CommandProcess([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                          on_stdout=lines.append).start()
     wait_until(lambda: lines == ["step 1: loss 2.5"], "the first line arrived while the command runs")
     assert proc.wait(timeout=0) is None
     go.touch()
@@ -230,3 +233,62 @@ def test_a_failing_output_handler_stops_the_run(tmp_path: Path) -> None:
     outcome = run([sys.executable, "-c", script], cwd=tmp_path, env=None, on_stdout=handler, grace_s=30.0)
     assert outcome.reason == "reading its output failed: ValueError(\"cannot read 'hello'\")"
     assert outcome.exit_code == -signal.SIGTERM
+
+
+RANK = """\
+import os, sys, time
+path = os.path.join(sys.argv[1], f"rank{os.environ['RANK']}")
+with open(path + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(path + ".tmp", path)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["stop", "runner-sigkill"])
+def test_torchrun_ranks_in_sessions_of_their_own_are_ended(tmp_path: Path, how: str) -> None:
+    """torchrun starts each rank in a session of its own, out of reach of a signal to the group; with its
+    agent killed, they would run on."""
+    (tmp_path / "rank.py").write_text(RANK)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            str(tmp_path / "rank.py"), str(tmp_path)]
+    ranks = [tmp_path / "rank0", tmp_path / "rank1"]
+    if how == "stop":
+        proc = CommandProcess(argv, cwd=tmp_path, env=None, grace_s=60.0).start()
+        wait_until(lambda: all(r.exists() for r in ranks), "torchrun started two ranks")
+        pids = [int(r.read_text()) for r in ranks]
+        assert all(alive(p) for p in pids) and proc.pgid not in {stat(p)[2] for p in pids}  # type: ignore[index]
+        proc.stop("cancelled")
+        assert proc.wait() is not None
+    else:
+        (tmp_path / "runner.py").write_text(RUNNER)
+        runner = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), "run", *argv], cwd=tmp_path,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            wait_until(lambda: all(r.exists() for r in ranks), "torchrun started two ranks")
+            pids = [int(r.read_text()) for r in ranks]
+            runner.kill()
+            runner.wait(timeout=DEADLINE_S)
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+    wait_until(lambda: not any(alive(p) for p in pids), f"ranks left: {[p for p in pids if alive(p)]}")
+
+
+def test_an_orphan_in_a_session_of_its_own_is_ended(tmp_path: Path) -> None:
+    """A command that starts a process in a new session and exits orphans it out of its group's reach; the
+    guard, a child subreaper, adopts it and ends it."""
+    out = tmp_path / "orphan"
+    script = ("import subprocess, sys\n"
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],\n"
+              "                     start_new_session=True)\n"
+              f"open({str(out)!r}, 'w').write(str(p.pid))\n")
+    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env=None, grace_s=30.0)
+    orphan = int(out.read_text())
+    try:
+        assert outcome.ok
+        wait_until(lambda: not alive(orphan), f"the orphan {orphan} still runs")
+    finally:
+        if alive(orphan):
+            os.kill(orphan, signal.SIGKILL)

@@ -1,11 +1,13 @@
 """A training command running in a process group of its own, its output read as it comes, and stopped whole.
 
-- The command's group is led by ``guard.py``, which starts the command and kills the whole group if this
+- The command's group is led by ``guard.py``, which starts the command and ends everything below it if this
   process dies, even by SIGKILL (a parent-death signal, set on the guard and checked against the race with
-  this process's exit). The guard is started from one thread that lives as long as this process, since the
-  parent-death signal fires when the thread that started the child exits.
-- ``stop()`` sends SIGTERM to the whole group (DataLoader workers, torchrun's ranks), then SIGKILL after a
-  grace period; when the command ends by itself, whatever it left in its group is stopped the same way.
+  this process's exit), or when the command ends and leaves processes behind. The guard is started from one
+  thread that lives as long as this process, since the parent-death signal fires when the thread that started
+  the child exits.
+- ``stop()`` sends SIGTERM to the whole group (DataLoader workers; torchrun's agent, which passes it to its
+  ranks), then SIGKILL after a grace period to the group and to every process below the guard (torchrun's
+  ranks are sessions of their own, out of the group's reach).
 - Each stdout line goes to a callback (the metrics parser) as it is printed; the last lines of stderr are
   kept for the run's failure message.
 
@@ -33,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from ablate.trainers.command.guard import descendants, group_members
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +100,7 @@ class CommandProcess:
     def start(self) -> CommandProcess:
         """Start the command; a command that cannot start (a missing folder) ends at once with that reason."""
         self._started = time.monotonic()
-        argv = [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), "--", *self.argv]
+        argv = [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(self.grace_s), "--", *self.argv]
         try:
             self._popen = _spawner.submit(
                 subprocess.Popen, argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
@@ -153,13 +157,18 @@ class CommandProcess:
         return None if code == 0 else f"the command {describe_exit(code)}"
 
     def _end_group(self, grace_s: float) -> None:
+        """SIGTERM to the group; after ``grace_s``, SIGKILL to it and to every process below the guard (a
+        launcher's workers in sessions of their own); return once none is left."""
         assert self._popen is not None
         pgid = self._popen.pid
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            for pid in descendants(pgid) if sig == signal.SIGKILL else ():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
             deadline = time.monotonic() + wait_s
-            while group_members(pgid):
+            while group_members(pgid) or descendants(pgid):
                 if time.monotonic() >= deadline:
                     break
                 time.sleep(_POLL_S)
@@ -226,28 +235,3 @@ def stop_on_signals(proc: CommandProcess,
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
-
-
-def group_members(pgid: int) -> list[int]:
-    """The live processes of group ``pgid`` (zombies left out: they hold no memory, only an entry that their
-    new parent has not reaped yet). Read from ``/proc`` on Linux; elsewhere ``[pgid]`` while any is left."""
-    if not os.path.isdir("/proc/self"):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            pass
-        return [pgid]
-    members = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue  # it ended while we looked
-            fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-            if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                members.append(int(entry.name))
-    return members
