@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TextIO, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypedDict, TypeVar
 
 import click
 import typer
@@ -23,6 +23,11 @@ from typer.exceptions import Abort
 
 from ablate.cli.declared import executor_help
 from ablate.errors import AblateError, one_of
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from ablate.store.api import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -259,7 +264,7 @@ def home_dir(home: Path | None) -> Path:
     return Path(home or os.environ.get("ABLATE_HOME") or "ablate-runs")
 
 
-def open_store(home: Path | None, store: str | None, *, create: bool = False) -> Any:
+def open_store(home: Path | None, store: str | None, *, create: bool = False) -> Store:
     """Open the store, printing its warnings (e.g. SQLite on a network file system) on stderr. A command
     that only reads (the default) makes nothing: no store there is one line naming it, exit 1
     (``NoStoreError``); ``create`` for one that records runs (``ablate ingest``)."""
@@ -276,14 +281,14 @@ def warn(message: str) -> None:
     click.secho(f"warning: {message}", fg="yellow", err=True)
 
 
-def print_wide(renderable: Any) -> None:
+def print_wide(renderable: RenderableType) -> None:
     """Print a rich table on stdout; when piped, at full width rather than the 80 columns rich assumes."""
     from ablate.execute.display import stdout_console
 
     stdout_console().print(renderable)
 
 
-def print_wrapped(renderable: Any, *, width: int = 100) -> None:
+def print_wrapped(renderable: RenderableType, *, width: int = 100) -> None:
     """Print a rich table whose long cells wrap: at a terminal its width, off one ``width`` columns (a pipe, a
     file: readable as it is, nothing cut)."""
     from rich.console import Console
@@ -292,7 +297,7 @@ def print_wrapped(renderable: Any, *, width: int = 100) -> None:
     (console if console.is_terminal else Console(width=width)).print(renderable)
 
 
-def echo_json(data: Any, *, flat_from: int | None = None) -> None:
+def echo_json(data: object, *, flat_from: int | None = None) -> None:
     """``data`` as indented JSON on stdout; with ``flat_from``, the values that deep (0: ``data`` itself) each
     on one line: ``plan``'s 10,000 runs, one a line, take a tenth of the time of json's indenting encoder."""
     import json
@@ -301,7 +306,7 @@ def echo_json(data: Any, *, flat_from: int | None = None) -> None:
         typer.echo(json.dumps(data, indent=2, default=str))
         return
 
-    def text(value: Any, depth: int) -> str:
+    def text(value: object, depth: int) -> str:
         if depth >= flat_from or not isinstance(value, (dict, list)) or not value:
             return json.dumps(value, default=str)
         pad = "  " * (depth + 1)

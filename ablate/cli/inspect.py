@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
 from ablate.cli.common import HomeOpt, StoreOpt, app, echo_json, handles_errors, open_store
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
 
 RunArg = Annotated[str, typer.Argument(help="a run id, or its first characters", show_default=False)]
 FormatOpt = Annotated[Literal["table", "json"], typer.Option("--format", help="table or json")]
@@ -50,13 +55,13 @@ def diff_cmd(run_a: RunArg, run_b: RunArg, fmt: FormatOpt = "table", home: HomeO
 
 
 # ---------------------------------------------------------------- rendering (pure: data in, renderables out)
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     from ablate.store.render import text
 
     return text(value)
 
 
-def _pairs(title: str, rows: dict[str, Any]) -> Any:
+def _pairs(title: str, rows: Mapping[str, object]) -> Table:
     from rich.table import Table
 
     table = Table(title=title, show_header=False, title_justify="left")
@@ -67,7 +72,7 @@ def _pairs(title: str, rows: dict[str, Any]) -> Any:
     return table
 
 
-def _show_parts(view: dict[str, Any]) -> list[Any]:
+def _show_parts(view: dict[str, Any]) -> list[RenderableType]:
     from rich.table import Table
 
     head = {k: view[k] for k in ("status", "grid", "variant", "seed", "host", "device", "started", "finished",
@@ -77,7 +82,7 @@ def _show_parts(view: dict[str, Any]) -> list[Any]:
         p = view["progress"]
         eta = f", ETA {p['eta_s'] / 60:.1f} min" if p["eta_s"] is not None else ""
         head["progress"] = f"step {p['step']} / {p['total']}{eta}"
-    parts: list[Any] = [_pairs(f"run {view['run_id']}", head)]
+    parts: list[RenderableType] = [_pairs(f"run {view['run_id']}", head)]
     parts.append(_pairs("config (fields that differ from the defaults)",
                         view["config"] or {"(all defaults)": ""}))
     if view["results"]:
@@ -117,7 +122,7 @@ def _who(d: dict[str, Any], side: str) -> str:
     return f"{side}: {d[side]}\n{variant or '?'}, seed {'?' if seed is None else seed}"
 
 
-def _diff_parts(d: dict[str, Any]) -> list[Any]:
+def _diff_parts(d: dict[str, Any]) -> list[Table]:
     from rich.table import Table
 
     parts = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import click
 import typer
@@ -21,6 +21,11 @@ from ablate.cli.common import (
     print_wide,
     warn,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ablate.store.api import Store
 from ablate.cli.views import RICH_ROWS
 
 WHERE_HELP = (
@@ -82,13 +87,13 @@ def runs_cmd(
         _print_table(frame, title, cols, fit=names is None and not every)
 
 
-def _axes(opened: Any, grid: str | None, frame: Any) -> list[str]:
+def _axes(opened: Store, grid: str | None, frame: pd.DataFrame) -> list[str]:
     """The config paths the runs' grids vary (``grid``'s, else every grid's the runs belong to)."""
     grids = [grid] if grid else sorted({g.strip() for v in frame["grid"].dropna() for g in str(v).split(",")})
     return list(dict.fromkeys(a for g in grids for a in opened.grid_axes(g)))
 
 
-def _print_table(frame: Any, title: str, cols: list[str], *, fit: bool) -> None:
+def _print_table(frame: pd.DataFrame, title: str, cols: list[str], *, fit: bool) -> None:
     """The runs as a table: at a terminal (``fit``: unless --columns or --all chose the columns) the columns
     that fit its width, and a line naming the ones left out; off one every column, whole (a long table as
     plain columns)."""
@@ -185,8 +190,8 @@ def ingest_cmd(
 @handles_errors
 def db_upgrade_cmd(home: HomeOpt = None, store: StoreOpt = None) -> None:
     """Apply the store's schema migrations (opening the store does this too)."""
-    from ablate.store.opening import upgrade_store
     from ablate.store.engine import display_url
+    from ablate.store.opening import upgrade_store
 
     url, before, after, warnings = upgrade_store(store, home=home_dir(home))
     for warning in warnings:

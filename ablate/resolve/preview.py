@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.errors import ConfigError, InputMissingError
-from ablate.execute.devices import Slot, crowding, describe, local_slots, usable_cpus
+from ablate.execute import devices as machine
+from ablate.execute.devices import Slot, crowding, describe, local_slots
 from ablate.execute.fit import FLAG, check_memory
 from ablate.grid import Grid, PlannedRun, expand, load_grid
 from ablate.grid.view import plan_imports, plan_json, plan_rows
@@ -52,7 +53,7 @@ class Preview:
     def workers(self) -> tuple[str, str | None]:
         """The line on the workers ``ablate run`` would start here, and a warning when they crowd the
         CPUs."""
-        cpus = usable_cpus()
+        cpus = machine.usable_cpus()  # through the module: a test sets this machine's CPUs there
         workers = describe(self.slots) if self.slots else (
             f"no workers: nothing to train (every run {' or '.join(TRAINED)})")
         line = f"ablate run here: {workers} ({cpus} CPU{'s' * (cpus != 1)} usable; --jobs, --threads)"
