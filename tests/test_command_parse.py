@@ -61,11 +61,11 @@ def test_jsonl_tail_reads_complete_lines_only(tmp_path: Path, caplog: pytest.Log
         f.write('{"step": 1, "val_loss": 2.5, "note": "x", "ok": true}\n{"step": 2, "val_')
         f.flush()
         assert tail.poll() == [(1, {"val_loss": 2.5})]
-        f.write('loss": 2.25}\nnot json\n[1, 2]\n\n{"val_loss": 2}\nnot json either\n')
+        f.write('loss": 2.25}\nnot json\n[1, 2]\n\n{"val_loss": 2}\nnot json either\nnot json\n')
         f.flush()
         with caplog.at_level(logging.WARNING):
             assert tail.poll() == [(2, {"val_loss": 2.25}), (None, {"val_loss": 2})]
-    assert tail.bad == [3, 4, 7] and tail.lines == 7
+    assert tail.bad == [3, 4, 7, 8] and tail.lines == 8
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1
     assert f"{path} line 3 is not a JSON object; skipped, and the run goes on" in warned[0]

@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ablate.trainers.command.spec import STEP, CommandSpec, Reduce
@@ -104,22 +104,27 @@ class JsonlTail:
             return []
         self._offset += len(chunk)
         *complete, self._partial = (self._partial + chunk).split(b"\n")
-        numbered = [(self.lines + i, raw) for i, raw in enumerate(complete, 1) if raw.strip()]
+        first = self.lines + 1  # the number of complete[0]
         self.lines += len(complete)
+        lines = [raw for raw in complete if raw]
         try:  # the common case, every line JSON: one parse for the whole chunk
-            objects: list[object] = json.loads(b"[" + b",".join(raw for _, raw in numbered) + b"]")
-        except ValueError:
-            objects = [self._object(raw) for _, raw in numbered]
+            objects: list[object] = json.loads(b"[" + b",".join(lines) + b"]")
+        except ValueError:  # a line that is not JSON (or only blanks): one at a time
+            lines = [raw for raw in lines if raw.strip()]
+            objects = [self._object(raw) for raw in lines]
         out: list[Record] = []
-        for (number, raw), obj in zip(numbered, objects, strict=True):
+        append = out.append
+        where: list[int] = []  # each kept line's index in complete, worked out at the first bad line
+        for i, obj in enumerate(objects):
             if type(obj) is not dict:
-                self._bad(number, raw.decode(errors="replace"))
+                where = where or [j for j, raw in enumerate(complete) if raw.strip()]
+                self._bad(first + where[i], lines[i].decode(errors="replace"))
                 continue
             step = obj.pop(STEP, None)
             if not _NUMBERS.issuperset(map(type, obj.values())):  # exact types: true is no number
                 obj = {k: v for k, v in obj.items() if type(v) in _NUMBERS}
             if obj:
-                out.append((step if type(step) is int else None, obj))
+                append((step if type(step) is int else None, obj))
         return out
 
     @staticmethod
@@ -145,14 +150,20 @@ class Stream:
 
     def add(self, record: Record) -> None:
         """Keep one record."""
-        step, values = record
-        if step is not None:
-            self.last_step = step
-        for name, value in values.items():
-            points = self.series.get(name)
-            if points is None:
-                points = self.series[name] = []
-            points.append((step, value))
+        self.extend((record,))
+
+    def extend(self, records: Iterable[Record]) -> None:
+        """Keep each of ``records``, in order."""
+        series, last = self.series, self.last_step
+        for step, values in records:
+            if step is not None:
+                last = step
+            for name, value in values.items():
+                try:
+                    series[name].append((step, value))
+                except KeyError:
+                    series[name] = [(step, value)]
+        self.last_step = last
 
     def last(self) -> dict[str, float]:
         """Each metric's latest value (what ``ablate status`` shows)."""
@@ -209,8 +220,7 @@ class MetricsReader:
     def poll(self) -> None:
         """Read what the JSONL file gained since the last poll."""
         if self.jsonl is not None:
-            for record in self.jsonl.poll():
-                self.stream.add(record)
+            self.stream.extend(self.jsonl.poll())
 
     def summary(self) -> dict[str, float]:
         """The run's value of each metric (``trainer.summary``: last unless told min or max)."""
