@@ -1,6 +1,7 @@
 """A training command as a trainer: the grid's ``trainer:`` section (``spec``), the run's parameters
-(``params``), the command line and environment of one run (``render``), its metrics read from stdout or a
-JSONL file (``parse``), the process group that runs it (``process``) and the identity of its code (``code``).
+(``params``), the command line and environment of one run (``render``, with ``template`` for placeholders),
+its metrics read from stdout or a JSONL file (``parse``), the process group that runs it (``process``, led by
+the ``guard`` script) and the identity of its code (``code``).
 
-Each module is pure but for what it says: ``process`` starts processes, ``code`` reads the repository,
-``render.check`` looks at the disk and PATH, ``parse.JsonlTail`` reads a file."""
+Each module is pure but for what it says: ``process`` and ``guard`` start and signal processes, ``code`` reads
+the repository, ``render.check`` looks at the disk and PATH, ``parse.JsonlTail`` reads a file."""
