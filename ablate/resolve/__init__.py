@@ -36,14 +36,22 @@ in the order a look goes:
 """
 
 from ablate.resolve.cells import PairedCells, UntilResolved, cells, comparisons, extra_runs, first_seeds
-from ablate.resolve.looks import Look, Outcome, look_line, metric_values, read_look, run_looks, until_resolved
+from ablate.resolve.looks import (
+    Look,
+    Resolution,
+    look_line,
+    metric_values,
+    read_look,
+    run_looks,
+    until_resolved,
+)
 from ablate.resolve.plan import Planner, most_line, plan_until_resolved
 from ablate.resolve.preview import Preview, preview
 from ablate.resolve.rounds import run_until_resolved
 from ablate.resolve.verdicts import decisions, verdict_lines
 
 __all__ = [
-    "Look", "Outcome", "PairedCells", "Planner", "Preview", "UntilResolved", "cells", "comparisons",
+    "Look", "PairedCells", "Planner", "Preview", "Resolution", "UntilResolved", "cells", "comparisons",
     "decisions", "extra_runs", "first_seeds", "look_line", "metric_values", "most_line",
     "plan_until_resolved", "preview", "read_look", "run_looks", "run_until_resolved", "until_resolved",
     "verdict_lines",

@@ -33,7 +33,7 @@ class Look:
 
 
 @dataclass
-class Outcome:
+class Resolution:
     """What ``until_resolved`` did: the plan of looks, each look, the look each comparison was resolved at and
     the executor's last exit status."""
 
@@ -80,7 +80,7 @@ def metric_values(store: Store, run_ids: Sequence[str], metric: str) -> dict[str
 
 
 def until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolved, *, home: Path, read: Read,
-                   run_round: RunRound, say: Say) -> Outcome:
+                   run_round: RunRound, say: Say) -> Resolution:
     """Run the grid, look, add seeds where a comparison is open, look again (see ``ablate.resolve``).
 
     ``read(run_ids)``: each finished run's metric value; ``run_round(extra)``: run the grid with these include
@@ -92,11 +92,11 @@ def until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolved, *
 
 
 def run_looks(planner: Planner, ids: RunIds, spec: UntilResolved, *, read: Read, run_round: RunRound,
-              say: Say) -> Outcome:
+              say: Say) -> Resolution:
     """The looks of ``until_resolved`` over a planned grid (``plan_until_resolved``)."""
     stats = Stats(correction=spec.correction)
     comps = planner.comps
-    outcome = Outcome(comps, planner.plan, grid=planner.grid)
+    outcome = Resolution(comps, planner.plan, grid=planner.grid)
     levels = look_levels(planner.plan)
     at = [len(planner.first)] * len(comps)  # seeds each comparison has
     resolved = [False] * len(comps)

@@ -4,12 +4,12 @@ store keeps (``decisions``), so that every report reads a comparison at the look
 from __future__ import annotations
 
 from ablate.resolve.cells import VARIANT, UntilResolved, variant_name
-from ablate.resolve.looks import Outcome
+from ablate.resolve.looks import Resolution
 from ablate.stats import CORRECTION_NAMES, Decision, LookRecord, Stats, correct
 from ablate.stats.power import needs_text, seeds_needed
 
 
-def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
+def verdict_lines(outcome: Resolution, spec: UntilResolved) -> list[str]:
     """One line per comparison: its last delta, and the look that resolved it or the seeds it still needs."""
     m = len(outcome.comparisons)
     out = [f"{spec.metric}, paired t over seeds, {CORRECTION_NAMES[spec.correction]} over {m} comparison"
@@ -33,7 +33,7 @@ def verdict_lines(outcome: Outcome, spec: UntilResolved) -> list[str]:
     return out
 
 
-def decisions(outcome: Outcome, spec: UntilResolved) -> list[Decision]:
+def decisions(outcome: Resolution, spec: UntilResolved) -> list[Decision]:
     """What the looks decided, for the store (``Store.record_decisions``): each comparison a look resolved,
     and, once the looks went to the end of the plan, each one still open there (decided unresolved at the
     last look's level). A loop stopped early (runs that did not end) decides nothing about its open
