@@ -476,7 +476,7 @@ def test_the_cli_offers_and_report_all_writes_what_the_registry_holds(filled: An
     assert tuple(r.table for r in REPORTS.values() if r.table) == TABLES
     assert all(REPORTS[f"table{n}"].table == n for n in TABLES)
     assert {"lr", "scorecard", "ladder", "figures", "all"} <= set(REPORTS)
-    from ablate.reports.api import report_all
+    from ablate.reports.files import report_all
 
     written = report_all(filled, tmp_path / "r", grid=GRID)
     assert {f"table{n}.md" for n in TABLES} <= set(written) and "scorecard.md" in written

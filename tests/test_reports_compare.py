@@ -282,7 +282,7 @@ def test_a_comparison_until_resolved_decided_reads_resolved_in_every_report(tmp_
 # ---------------------------------------------------------------- report all: every grid, the plugin arm too
 def test_report_all_writes_the_comparison_and_the_plugin_arms_curve(filled: Any, tmp_path: Path) -> None:
     from ablate.reports.data import load_grid_data
-    from ablate.reports.figures import draw_fig1
+    from ablate.reports.figure_draw import draw_fig1
 
     res = _ask("all", "--grid", "cmp", "--out", str(tmp_path / "r"), store=filled)
     assert res.exit_code == 0, res.output
@@ -346,7 +346,7 @@ def test_a_plugin_arm_trained_beside_the_baseline_is_compared_in_report_compare_
     from tiny_grids import tiny_grid
 
     from ablate.reports.data import load_grid_data
-    from ablate.reports.figures import draw_fig1
+    from ablate.reports.figure_draw import draw_fig1
     from ablate.store import Store
 
     (tmp_path / "src" / "samefn").mkdir(parents=True)

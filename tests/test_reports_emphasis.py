@@ -152,7 +152,7 @@ def test_table2_counts_the_baselines_parameters_not_a_median_over_arms(paper_dat
 
 
 def test_figure5s_legend_covers_no_data(paper_data: Any) -> None:
-    from ablate.reports.figures import draw_fig5
+    from ablate.reports.figure_draw import draw_fig5
 
     fig = draw_fig5(paper_data)
     fig.canvas.draw()
@@ -172,7 +172,7 @@ def test_figure5s_legend_covers_no_data(paper_data: Any) -> None:
 
 @pytest.mark.parametrize("arms", [("baseline",), None], ids=["one-decade", "every-arm"])
 def test_figure6s_log_axis_is_labelled_where_the_lines_are(paper_data: Any, arms: tuple | None) -> None:
-    from ablate.reports.figures import draw_fig6
+    from ablate.reports.figure_draw import draw_fig6
 
     data = paper_data
     if arms:  # M-Act 50..150: inside one decade, where matplotlib's own labels sit at 10 and 1000 only

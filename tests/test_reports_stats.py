@@ -35,8 +35,8 @@ def _frame(rows: list[tuple[str, int, float | None, str]], lr: float = LOW_LR) -
 def test_scorecard_verdicts_on_constructed_data() -> None:
     import pandas as pd
 
+    from ablate.reports.data import catalogue_info
     from ablate.reports.scorecard import CLAIMS, CONTRADICTED, HOLDS, UNCLEAR, evaluate_claim
-    from ablate.reports.spec import catalogue_info
 
     cat = catalogue_info()
     g1 = next(c for c in CLAIMS if c.key == "g1_beats_baseline")

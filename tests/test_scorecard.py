@@ -12,8 +12,8 @@ import pytest
 from store_data import Planned
 
 from ablate.config import RunConfig
+from ablate.reports.data import catalogue_info
 from ablate.reports.scorecard import CLAIMS, CONTRADICTED, HOLDS, UNCLEAR, evaluate_claim, scorecard
-from ablate.reports.spec import catalogue_info
 from ablate.result import RunResult
 
 LOW, HIGH = 3e-3, 3e-2

@@ -256,7 +256,7 @@ def test_plan_the_table5_grids(tmp_path, name):
 def test_table5_report_places_plain_and_yarn_scores():
     import pandas as pd
 
-    from ablate.reports.spec import catalogue_info
+    from ablate.reports.data import catalogue_info
     from ablate.reports.tables import build_table
 
     rows = []

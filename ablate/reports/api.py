@@ -1,28 +1,24 @@
-"""What the reports of ``ablate report`` (``reports.registry.REPORTS``, which sits above this module) call: a
-table as text, the scorecard, the figures, the whole report directory, from a store."""
+"""What the reports of ``ablate report`` (``reports.registry.REPORTS``, which sits above this module) call
+for a text: a table, the scorecard, the comparison, from a store. The reports written as files (the
+figures, the whole report directory) are ``files.py``'s."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError, one_of
-from ablate.reports.cells import Table
-from ablate.reports.compare import REFERENCE, CompareReport, build_compare
+from ablate.reports.cells import TERMINAL, Table
+from ablate.reports.compare import REFERENCE, build_compare
 from ablate.reports.compare_render import FORMATS as COMPARE_FORMATS
-from ablate.reports.compare_render import SUFFIX as COMPARE_SUFFIX
 from ablate.reports.compare_render import render_compare, to_table
 from ablate.reports.data import GridData, load_grid_data
 from ablate.reports.family import families
-from ablate.reports.figures import write_figures
-from ablate.reports.page import report_page
-from ablate.reports.render import FORMATS, SUFFIX, TERMINAL, render
+from ablate.reports.render import FORMATS, render
 from ablate.reports.scorecard import Verdict, scorecard
 from ablate.reports.scorecard_render import (
     SCORECARD_FORMATS,
-    scorecard_markdown,
     scorecard_table,
     unresolved_lines,
 )
@@ -36,7 +32,6 @@ if TYPE_CHECKING:
     from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
-PAGE = "report.html"
 Warn = Callable[[str], None]
 
 
@@ -112,75 +107,3 @@ def report_compare(store: Store, *, grid: str | None = None, reference: str | No
     report = build_compare(data, reference=reference or REFERENCE, metrics=metrics, stats=stats)
     _tell(to_table(report).unresolved, fmt, warn)
     return render_compare(report, fmt, width=width)
-
-
-def report_figures(store: Store, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
-                   warn: Warn | None = None) -> dict[int, Path]:
-    """``ablate report figures``: Figures 1-7 as PNG files in ``out_dir``."""
-    return write_figures(load_grid_data(store, grid, where=where, warn=warn), out_dir)
-
-
-def _compare_or_note(data: GridData, reference: str | None, metrics: Sequence[str],
-                     stats: Stats) -> CompareReport | str:
-    """``report all``'s comparison table; where the grid has no default reference arm (``baseline``), the line
-    that says so instead (a reference named with ``--reference`` must exist)."""
-    try:
-        return build_compare(data, reference=reference or REFERENCE, metrics=metrics, stats=stats)
-    except UserInputError as exc:
-        if reference is not None or metrics:
-            raise
-        return f"no comparison table: {exc}"
-
-
-def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
-                 sections: tuple[str, ...] = (), stats: Stats = DEFAULT, reference: str | None = None,
-                 metrics: Sequence[str] = (), compared: CompareReport | str | None = None) -> dict[str, Path]:
-    """The whole report into ``out_dir``: ``report.html`` (self-contained), the comparison of every arm
-    against the reference as .md/.tex/.csv/.json (``compared``, when the caller built it), each paper table as
-    .md/.tex/.csv, the figures as PNG and the scorecard as markdown. Returns ``{name: path}``."""
-    if compared is None:  # before anything is written: a --reference or --metric that cannot be is one line
-        compared = _compare_or_note(data, reference, metrics, stats)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLES]
-    written: dict[str, Path] = {}
-    if isinstance(compared, CompareReport):
-        for fmt in ("markdown", "latex", "csv", "json"):
-            path = out / f"compare{COMPARE_SUFFIX[fmt]}"
-            path.write_text(render_compare(compared, fmt))
-            written[path.name] = path
-    for t in tables:
-        for fmt in ("markdown", "latex", "csv"):
-            path = out / f"{t.name}{SUFFIX[fmt]}"
-            path.write_text(render(t, fmt))
-            written[path.name] = path
-    figures = write_figures(data, out / "figures")
-    written.update({p.name: p for p in figures.values()})
-    verdicts = grid_scorecard(data, stats)
-    (out / "scorecard.md").write_text(scorecard_markdown(verdicts, stats))
-    written["scorecard.md"] = out / "scorecard.md"
-    counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}
-    page = out / PAGE
-    shown = to_table(compared) if isinstance(compared, CompareReport) else compared
-    page.write_text(report_page(data.grid, tables, figures, verdicts,
-                                counts={str(k): int(v) for k, v in counts.items()}, sections=sections,
-                                stats=stats, compare=shown))
-    written[PAGE] = page
-    log.info("report for grid %s -> %s", data.grid, page)
-    return written
-
-
-def report_all(store: Store, out_dir: str | Path, *, grid: str | None = None, paper: bool = False,
-               where: str | None = None, warn: Warn | None = None, stats: Stats = DEFAULT,
-               reference: str | None = None, metrics: Sequence[str] = ()) -> dict[str, Path]:
-    """``ablate report all``: see ``write_report``; plus ``ablate tune``'s learning-rate table and figure when
-    the grid has tuning studies."""
-    from ablate.reports.lr import write_lr_report
-
-    data = load_grid_data(store, grid, where=where, warn=warn)
-    compared = _compare_or_note(data, reference, metrics, stats)  # its bad input before anything is written
-    lr_files, lr_section = write_lr_report(store, data.grid, out_dir)
-    written = write_report(data, out_dir, paper=paper, sections=(lr_section,) if lr_section else (),
-                           stats=stats, compared=compared)
-    written.update(lr_files)
-    return written

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.result import RESULT_STATUSES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _IDENTITY = ("variant", "seed")
 _PREFIXES = ("model.", "data.", "train.", "eval.")
@@ -27,14 +30,14 @@ def _value(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
-def finish_times(runs: Any) -> list[str]:
+def finish_times(runs: pd.DataFrame) -> list[str]:
     """Each run's finish time as sortable ISO text ("" when it has none)."""
     if "finished" not in runs:
         return [""] * len(runs)
     return ["" if _value(v) is None or str(v) == "NaT" else str(v) for v in runs["finished"]]
 
 
-def configuration_fields(runs: Any, axes: Iterable[str]) -> list[str]:
+def configuration_fields(runs: pd.DataFrame, axes: Iterable[str]) -> list[str]:
     """The config fields whose value differs between runs with the same axis values (see the module
     docstring)."""
     axes = [a for a in axes if a in runs.columns and a not in _IDENTITY]
@@ -49,7 +52,7 @@ def configuration_fields(runs: Any, axes: Iterable[str]) -> list[str]:
     for c in candidates:
         if c in axes:
             continue
-        seen: dict[tuple, Any] = {}
+        seen: dict[tuple[object, ...], Any] = {}
         for k, v in zip(key, runs[c], strict=True):
             v = _value(v)
             if k in seen and seen[k] != v:
@@ -59,7 +62,7 @@ def configuration_fields(runs: Any, axes: Iterable[str]) -> list[str]:
     return fields
 
 
-def one_configuration(runs: Any, axes: Iterable[str], *, grid: str = "") -> tuple[Any, str | None]:
+def one_configuration(runs: pd.DataFrame, axes: Iterable[str], *, grid: str = "") -> tuple[Any, str | None]:
     """``runs`` restricted to one configuration (most finished runs, then the latest finished), and the line
     that says what was left out (None when the grid has one configuration)."""
     if not len(runs):
@@ -70,7 +73,7 @@ def one_configuration(runs: Any, axes: Iterable[str], *, grid: str = "") -> tupl
     keys = [tuple(_value(v) for v in row) for row in runs[fields].itertuples(index=False)]
     finished = runs["status"].isin(RESULT_STATUSES).tolist()
     latest = finish_times(runs)
-    score: dict[tuple, tuple[int, str]] = {}
+    score: dict[tuple[object, ...], tuple[int, str]] = {}
     for k, done, when in zip(keys, finished, latest, strict=True):
         n, last = score.get(k, (0, ""))
         score[k] = (n + int(done), max(last, when if done else ""))
@@ -79,7 +82,7 @@ def one_configuration(runs: Any, axes: Iterable[str], *, grid: str = "") -> tupl
     others = sorted((k for k in score if k != best), key=lambda k: (-score[k][0], repr(k)))
     left = len(runs) - sum(keep)
 
-    def describe(k: tuple) -> str:
+    def describe(k: tuple[object, ...]) -> str:
         return ", ".join(f"{f}={v}" for f, v in zip(fields, k, strict=True))
 
     shown = "; ".join(f"{describe(k)} ({score[k][0]} finished)" for k in others[:3])

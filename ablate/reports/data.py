@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ablate.errors import UserInputError, one_of
-from ablate.reports.rows import RESULT_STATUSES, context_key
-from ablate.reports.spec import VariantInfo, catalogue_info
+import pandas as pd
+
+from ablate.ablations import VARIANTS, ModelConfig, added_params
+from ablate.errors import AblateError, UserInputError, one_of
+from ablate.provenance import spread_warning
+from ablate.reports.configs import one_configuration
+from ablate.reports.rows import context_key
+from ablate.reports.spec import VariantInfo
+from ablate.result import RESULT_STATUSES
 
 if TYPE_CHECKING:
     from ablate.stats import Decision
@@ -32,20 +39,21 @@ class GridData:
     read by every report at the look that decided them)."""
 
     grid: str
-    runs: Any
-    curves: Any
-    probes: Any
-    histograms: Any
-    events: Any
+    runs: pd.DataFrame
+    curves: pd.DataFrame
+    probes: pd.DataFrame
+    histograms: pd.DataFrame
+    events: pd.DataFrame
     catalogue: Mapping[str, VariantInfo] = field(default_factory=dict)
     added_params: Callable[[str], int | None] | None = None
     axes: list[str] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     # what is computed once per grid data and read by every page (``reports.family.families``)
-    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    memo: dict[tuple[object, ...], object] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def finished(self) -> Any:
+    def finished(self) -> pd.DataFrame:
+        """The runs with a result (done, diverged, pruned)."""
         return self.runs[self.runs["status"].isin(RESULT_STATUSES)]
 
 
@@ -74,8 +82,6 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
     The runs are those of the grid's current configuration (what its last ``ablate run`` planned: the rule of
     ``ablate status`` too), satisfying ``where`` (a ``--where`` expression); among them one configuration
     (``reports.configs``, for runs ``--append`` joined). ``warn`` gets one line for each thing left out."""
-    from ablate.reports.configs import one_configuration
-
     name = resolve_grid(list(store.grids()), grid)
     axes = store.grid_axes(name)
     runs, left_out = one_configuration(current_runs(store, name, where=where, warn=warn), axes, grid=name)
@@ -97,14 +103,11 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
 
 
 def current_runs(store: Store, name: str, *, where: str | None = None,
-                 warn: Callable[[str], None] | None = None
-                 ) -> Any:
+                 warn: Callable[[str], None] | None = None) -> pd.DataFrame:
     """The runs of grid ``name``'s current configuration (``ablate status`` counts the same) that satisfy
     ``where``; ``warn`` gets one line saying how many runs of older configurations were left out, if any, and
     one line when the finished runs were trained under different config versions or model code
     (``ablate.provenance.spread_warning``)."""
-    from ablate.provenance import spread_warning
-
     runs = store.runs_frame(grid=name, where=where, current=True)
     older = store.older_runs(name)
     lines = []
@@ -121,25 +124,36 @@ def current_runs(store: Store, name: str, *, where: str | None = None,
     return runs
 
 
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def catalogue_info() -> dict[str, VariantInfo]:
+    """The live variant catalogue (``ablate.ablations.VARIANTS``) as VariantInfo, by name."""
+    out = {}
+    for name, v in VARIANTS.items():
+        out[name] = VariantInfo(
+            name=name, paper=tuple(getattr(v, "paper", ()) or ()), act_func=getattr(v, "act_func", None),
+            score_shape=getattr(v, "score_shape", None), description=getattr(v, "description", "") or "",
+        )
+    return out
+
+
+def _unflatten(flat: Mapping[str, object]) -> dict[str, object]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; a key under a path that holds a value is dropped."""
+    out: dict[str, object] = {}
     for key, value in flat.items():
         parts = key.split(".")
         node = out
         for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
                 break
+            node = child
         else:
             node[parts[-1]] = value
     return out
 
 
-def _added_params_at_scale(runs: Any) -> Callable[[str], int | None] | None:
+def _added_params_at_scale(runs: pd.DataFrame) -> Callable[[str], int | None] | None:
     """``added_params(variant)`` for the grid's base model (its most common one), or None if it has no
     runs."""
-    import math
-
     if not len(runs):
         return None
     keys = [context_key(r) for _, r in runs.iterrows()]
@@ -156,9 +170,6 @@ def _added_params_at_scale(runs: Any) -> Callable[[str], int | None] | None:
 
     @functools.cache
     def added(variant: str) -> int | None:
-        from ablate.ablations import ModelConfig, added_params
-        from ablate.errors import AblateError
-
         try:
             base = ModelConfig(**_unflatten(model))
             return added_params(base, variant)

@@ -25,14 +25,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ablate.metrics import metric, order
 from ablate.reports.data import GridData
-from ablate.reports.rows import cell_value, context_key, finished
+from ablate.reports.rows import Context, cell_value, context_key, finished
 from ablate.reports.verdict import pair_runs, paired, ratio_metric
 from ablate.stats import DEFAULT, Delta, Stats, Summary, correct, family_size, family_text, summarize
 from ablate.stats.power import needs, needs_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REFERENCE = "baseline"  # the arm a grid's comparisons are made against unless a report names another
 RunsKey = frozenset[str]  # the run ids a comparison pairs (both arms)
@@ -189,14 +192,14 @@ class Families:
             return None
         return fam.find(runs)
 
-    def read(self, name: str, treatment: Any, reference: Any, *, ratio: bool = False,
+    def read(self, name: str, treatment: pd.DataFrame, reference: pd.DataFrame, *, ratio: bool = False,
              bound: float = 1.0) -> Comparison | None:
         """The family's comparison of two arms' runs (frames) on ``name``, or None when a page's question
         is not one of the grid's comparisons."""
         return self.find(name, pair_runs(treatment, reference, name, ratio=ratio), ratio=ratio, bound=bound)
 
 
-def compared_metrics(runs: Any) -> list[str]:
+def compared_metrics(runs: pd.DataFrame) -> list[str]:
     """The runs' columns that ``ablate.metrics`` declares an outcome to compare, with a value in some done
     run, in the declared order."""
     done = runs[runs["status"] == "done"] if len(runs) else runs
@@ -281,7 +284,10 @@ def own_family(deltas: Sequence[Delta], found: Sequence[Comparison | None], stat
     return out
 
 
-def _cells(runs: Any, model_axes: Sequence[str]) -> tuple[list[tuple], list[dict[str, Any]]]:
+CellKey = tuple[Context, Context]  # a run's cell: its configuration context and its values of the model axes
+
+
+def _cells(runs: pd.DataFrame, model_axes: Sequence[str]) -> tuple[list[CellKey], list[dict[str, object]]]:
     """Each run's cell key (its configuration context and the grid's model axes: everything but the variant
     and the seed) and, per distinct cell in order of appearance, the fields that set it apart."""
     keys = [(context_key(r), tuple((a, _plain(r.get(a))) for a in model_axes)) for _, r in runs.iterrows()]
@@ -305,6 +311,6 @@ def _plain(v: Any) -> Any:
     return None if isinstance(v, float) and v != v else v
 
 
-def _summary(runs: Any, name: str) -> Summary:
+def _summary(runs: pd.DataFrame, name: str) -> Summary:
     values = [cell_value(r, name) for _, r in runs.iterrows() if r["status"] == "done"]
     return summarize(values, diverged=int((runs["status"] == "diverged").sum()))

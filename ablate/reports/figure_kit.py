@@ -10,13 +10,23 @@ import logging
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from ablate.reports.data import GridData
 from ablate.reports.rows import context_key
 from ablate.stats import t_interval
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +49,24 @@ BAND = ("band: the 95% Student t interval of the mean over seeds (n-1 df; none a
         "legend")
 
 
-def pyplot() -> Any:
+PerArm = dict[str, pd.DataFrame]  # a frame per arm (variant), in the figures' order
+
+
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot on the Agg backend (chosen when first drawn: nothing is drawn at import)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
+    module: ModuleType = plt
+    return module
 
 
-def styled(draw: Callable[[GridData], Any]) -> Callable[[GridData], Any]:
+def styled(draw: Callable[[GridData], Figure]) -> Callable[[GridData], Figure]:
     """Draw under ``STYLE``: matplotlib reads sizes when each artist is made."""
     @functools.wraps(draw)
-    def styled(data: GridData) -> Any:
+    def styled(data: GridData) -> Figure:
         with pyplot().rc_context(STYLE):
             return draw(data)
 
@@ -73,12 +88,12 @@ def ordered_variants(data: GridData, variants: Iterable[str]) -> list[str]:
     return sorted(set(variants), key=rank)
 
 
-def own_arms(data: GridData, runs: Any) -> list[str]:
+def own_arms(data: GridData, runs: pd.DataFrame) -> list[str]:
     """The arms of ``runs`` the catalogue does not know (plugin arms), by name."""
     return sorted({str(v) for v in runs["variant"]} - set(data.catalogue)) if len(runs) else []
 
 
-def modal_runs(data: GridData) -> Any:
+def modal_runs(data: GridData) -> pd.DataFrame:
     runs = data.finished
     if not len(runs):
         return runs
@@ -123,7 +138,7 @@ def arm_colors(data: GridData) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- means over seeds
-def mean_band(matrix: Any, *, log: bool = False) -> tuple[Any, Any, Any]:
+def mean_band(matrix: np.ndarray, *, log: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row of ``matrix`` (points x runs, NaN where a run has no value): the mean over the runs that have a
     value there, and the bounds of its 95% Student t interval (``ablate.stats.t_interval``; NaN under two
     runs). ``log``: the geometric mean and the interval of the mean log, back on the values' scale (for a log
@@ -150,7 +165,7 @@ def mean_band(matrix: Any, *, log: bool = False) -> tuple[Any, Any, Any]:
 
 
 def per_layer_runs(data: GridData, name: str, *, gated_only: bool = False,
-                   limit: int = MAX_LINES) -> dict[str, Any]:
+                   limit: int = MAX_LINES) -> PerArm:
     """``{variant: DataFrame(layer x run)}`` of probe ``name`` at the grid's modal configuration: a column per
     run (seed), NaN where it has no value; the variants in the figures' order, at most ``limit``."""
     runs = modal_runs(data)
@@ -167,14 +182,14 @@ def per_layer_runs(data: GridData, name: str, *, gated_only: bool = False,
     return dict(list(out.items())[:limit])
 
 
-def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int = MAX_LINES) -> dict[str,
-                                                                                                      Any]:
+def per_layer(data: GridData, name: str, *, gated_only: bool = False, limit: int = MAX_LINES
+              ) -> dict[str, pd.Series]:
     """``{variant: Series(layer -> mean over seeds)}`` of probe ``name`` at the grid's modal configuration."""
     return {v: f.mean(axis=1) for v, f in per_layer_runs(data, name, gated_only=gated_only,
                                                             limit=limit).items()}
 
 
-def unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+def unchanged(before: Mapping[str, pd.DataFrame], after: Mapping[str, pd.DataFrame]) -> list[str]:
     """The arms of ``after`` whose values equal ``before``'s at every layer in every run: a probe that reads
     the SDPA output past a gate that does not act on it (G2-G5 gate the values, keys, queries or dense
     output), so "after the gate" is "before it" by construction."""
@@ -187,20 +202,21 @@ def unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     return same
 
 
-def n_label(arm: str, frame: Any, note: str = "") -> str:
+def n_label(arm: str, frame: pd.DataFrame, note: str = "") -> str:
     """An arm's legend label: its name and n, the runs (seeds) its mean is over: ``G1 (n=3)``."""
     return f"{arm} (n={frame.shape[1]}{note})"
 
 
 # ---------------------------------------------------------------- drawing
 def new_figure(ncols: int = 1, nrows: int = 1, *, width: float = COLUMN, height: float = 2.9, **kw: Any
-            ) -> tuple[Any, list[Any]]:
+               ) -> tuple[Figure, list[Axes]]:
+    """A figure of ``nrows`` x ``ncols`` panels at a print size, its axes in reading order."""
     fig, axes = pyplot().subplots(nrows, ncols, figsize=(width, height), layout="constrained", squeeze=False,
                                 **kw)
     return fig, list(axes.ravel())
 
 
-def panels(k: int, **kw: Any) -> tuple[Any, list[Any]]:
+def panels(k: int, **kw: Any) -> tuple[Figure, list[Axes]]:
     """``k`` panels in rows of two (a grid, not a strip: it stays readable at the text's width); the unused
     last cell hidden, and x labels on each column's lowest panel."""
     cols = min(k, 2)
@@ -213,7 +229,7 @@ def panels(k: int, **kw: Any) -> tuple[Any, list[Any]]:
     return fig, axes[:k]
 
 
-def say_empty(ax: Any, what: str) -> None:
+def say_empty(ax: Axes, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} in this grid", ha="center", va="center", transform=ax.transAxes,
             color="#777", wrap=True, in_layout=False)
     ax.set_xticks([])
@@ -221,7 +237,7 @@ def say_empty(ax: Any, what: str) -> None:
     ax.grid(False)
 
 
-def draw_arm(ax: Any, frame: Any, color: str, arm: str, label: str | None, *, kind: str = "mean",
+def draw_arm(ax: Axes, frame: pd.DataFrame, color: str, arm: str, label: str | None, *, kind: str = "mean",
          style: str = "-", marker: str = "o", log: bool = False) -> None:
     """One arm's mean over its seeds (``frame``: points x runs) as a line, its 95% t interval as a band; the
     artists' gid ``{kind}:{arm}`` and ``{kind}-band:{arm}``."""
@@ -232,7 +248,7 @@ def draw_arm(ax: Any, frame: Any, color: str, arm: str, label: str | None, *, ki
     ax.plot(x, mean, style, marker=marker, color=color, label=label, gid=f"{kind}:{arm}")
 
 
-def per_layer_panel(ax: Any, frames: dict[str, Any], colors: dict[str, str], *, ylabel: str, what: str,
+def per_layer_panel(ax: Axes, frames: PerArm, colors: dict[str, str], *, ylabel: str, what: str,
                      log: bool = False) -> None:
     if not frames:
         say_empty(ax, what)
@@ -244,40 +260,35 @@ def per_layer_panel(ax: Any, frames: dict[str, Any], colors: dict[str, str], *, 
     ax.set_ylabel(ylabel)
 
 
-def legend_below(fig: Any, axes: list[Any], *, ncol: int, extra: Iterable[Any] = (), title: str | None = None
-            ) -> None:
+def legend_below(fig: Figure, axes: list[Axes], *, ncol: int, extra: Iterable[Artist] = (),
+                 title: str | None = None) -> None:
     """One legend for the figure, below its panels (off the data), each label once."""
-    found: dict[str, Any] = {}
+    found: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             found.setdefault(label, handle)
     for handle in extra:
-        found.setdefault(handle.get_label(), handle)
+        found.setdefault(str(handle.get_label()), handle)
     if not found and not title:
         return
-    renderer = fig.canvas.get_renderer()
     for cols in range(max(1, min(ncol, len(found))), 0, -1):  # as many columns as fit the figure's width
         legend = fig.legend(list(found.values()), list(found), loc="outside lower center", ncol=cols,
                             frameon=False, title=title)
-        if cols == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+        if cols == 1 or legend.get_window_extent().width <= fig.bbox.width:
             return
         legend.remove()
 
 
-def legend_key(label: str, **kw: Any) -> Any:
+def legend_key(label: str, **kw: Any) -> Line2D:
     """A legend entry for a line style rather than an arm."""
-    from matplotlib.lines import Line2D
-
     return Line2D([], [], color="#555", label=label, **kw)
 
 
-def integer_ticks(axis: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
-
+def integer_ticks(axis: Axis) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def save(fig: Any, path: Path, *, layout: bool = True) -> Path:
+def save(fig: Figure, path: Path, *, layout: bool = True) -> Path:
     """``fig`` as a PNG file at ``DPI`` (the learning-rate figure of ``ablate tune``)."""
     if layout:
         fig.tight_layout()
@@ -286,7 +297,7 @@ def save(fig: Any, path: Path, *, layout: bool = True) -> Path:
     return path
 
 
-def write_figure(fig: Any, png: Path, title: str, caption: str) -> Path:
+def write_figure(fig: Figure, png: Path, title: str, caption: str) -> Path:
     """``fig`` as ``png`` at ``DPI`` and as a PDF beside it (fonts embedded as TrueType, no creation date: the
     same figure gives the same file), each carrying its title and caption."""
     with pyplot().rc_context(STYLE):

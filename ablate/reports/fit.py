@@ -8,9 +8,11 @@ a variant and its baseline are resampled with the same seeds (a paired bootstrap
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+import numpy as np
+from scipy.optimize import brentq, least_squares
 
 from ablate.stats import BOOTSTRAP_SEED, CI_LEVEL
 
@@ -30,12 +32,12 @@ class PowerLaw:
 
     @property
     def A(self) -> float:
-        return self.B * self.C0 ** self.alpha
+        return float(self.B * self.C0 ** self.alpha)
 
-    def __call__(self, c: Any) -> Any:
-        import numpy as np
-
-        return self.E + self.B * (np.asarray(c, dtype=float) / self.C0) ** (-self.alpha)
+    def __call__(self, c: float | np.ndarray) -> np.ndarray:
+        """The law's loss at compute ``c`` (an array of the same shape)."""
+        loss: np.ndarray = self.E + self.B * (np.asarray(c, dtype=float) / self.C0) ** (-self.alpha)
+        return loss
 
 
 def fit_power_law(compute: Sequence[float], loss: Sequence[float], *, start: PowerLaw | None = None
@@ -51,9 +53,6 @@ def fit_power_law(compute: Sequence[float], loss: Sequence[float], *, start: Pow
     >>> round(law.E, 3), round(law.A, 2), round(law.alpha, 3)
     (1.5, 40.0, 0.1)
     """
-    import numpy as np
-    from scipy.optimize import least_squares
-
     c = np.asarray(compute, dtype=float)
     y = np.asarray(loss, dtype=float)
     ok = np.isfinite(c) & np.isfinite(y) & (c > 0)
@@ -65,7 +64,8 @@ def fit_power_law(compute: Sequence[float], loss: Sequence[float], *, start: Pow
 
     def residuals(p: np.ndarray) -> np.ndarray:
         e, b, alpha = p
-        return e + np.exp(b - alpha * x) - y
+        out: np.ndarray = e + np.exp(b - alpha * x) - y
+        return out
 
     lo_y = float(y.min())
     bounds = ([0.0, -50.0, -5.0], [max(lo_y, 1e-9), 50.0, 5.0])
@@ -111,8 +111,6 @@ class Interval:
 def percentile(values: Sequence[float | None], point: float | None, level: float = CI_LEVEL) -> Interval:
     """``point`` with the ``level`` percentile interval of the finite ``values`` (None when there are
     none)."""
-    import numpy as np
-
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if not v.size or point is None:
         return Interval(point, None, None)
@@ -126,9 +124,7 @@ class SeedBootstrap:
     series so a variant and its baseline see the same seeds), each fit once per distinct multiset (cached:
     with two seeds there are only three)."""
 
-    def __init__(self, seeds: Sequence[Any], *, draws: int = DRAWS, seed: int = BOOTSTRAP_SEED):
-        import numpy as np
-
+    def __init__(self, seeds: Sequence[Hashable], *, draws: int = DRAWS, seed: int = BOOTSTRAP_SEED):
         self.seeds = sorted(seeds, key=repr)
         rng = np.random.default_rng(seed)
         n = len(self.seeds)
@@ -140,7 +136,7 @@ class SeedBootstrap:
     def distinct(self) -> int:
         return len(set(self.samples))
 
-    def fits(self, key: str, points: Mapping[Any, tuple[Sequence[float], Sequence[float]]],
+    def fits(self, key: str, points: Mapping[Hashable, tuple[Sequence[float], Sequence[float]]],
              start: PowerLaw | None = None) -> list[PowerLaw | None]:
         """One fit per draw for the series ``key``: ``points[seed] = (compute, loss)`` of that seed's runs;
         ``start``: the point fit, where each draw's fit starts."""
@@ -159,9 +155,6 @@ class SeedBootstrap:
 def crossover(a: PowerLaw, b: PowerLaw, lo: float, hi: float) -> float | None:
     """The smallest compute in ``[lo, hi]`` where curves ``a`` and ``b`` cross (their difference changes
     sign)."""
-    import numpy as np
-    from scipy.optimize import brentq
-
     def diff(logc: float) -> float:
         return float(a(math.exp(logc)) - b(math.exp(logc)))
 

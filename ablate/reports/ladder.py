@@ -23,9 +23,16 @@ import math
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ablate.errors import UserInputError
+import numpy as np
+import pandas as pd
+
+from ablate.ablations import ModelConfig, apply_variant
+from ablate.ablations.flops import flops_per_token
+from ablate.errors import AblateError, UserInputError
+from ablate.grid.ladder import rung_label
+from ablate.grid.paths import nest_dotted
 from ablate.reports.fit import (
     MIN_RUNGS,
     Interval,
@@ -36,10 +43,9 @@ from ablate.reports.fit import (
     interval_of,
     percentile,
 )
-from ablate.reports.rows import RESULT_STATUSES, cell_value, context_columns
-
-if TYPE_CHECKING:
-    pass
+from ablate.reports.rows import cell_value, context_columns
+from ablate.result import RESULT_STATUSES
+from ablate.stats import paired_delta
 
 LADDER_COLUMNS = ("model.preset", "model.n_layers", "model.d_model", "train.steps")
 METRIC = "final held-out loss: mean ln(PPL) over the held-out sets (nats/token)"
@@ -62,9 +68,6 @@ class Target:
 def paper_targets() -> list[Target]:
     """The paper's scales: the 1.7B dense model at 400B and 3.5T tokens, the 15B-A2.5B MoE at 3.5T tokens (its
     active-parameter compute), at the paper's 4096-token context."""
-    from ablate.ablations import ModelConfig
-    from ablate.ablations.flops import flops_per_token
-
     out = []
     for name, preset, tokens in (("1.7B dense, 400B tokens", "paper-dense-1.7b", 400e9),
                                  ("1.7B dense, 3.5T tokens", "paper-dense-1.7b", 3.5e12),
@@ -93,7 +96,7 @@ def parse_targets(spec: str) -> list[Target]:
 
 # ---------------------------------------------------------------------------------------------------- the
 # points
-def run_loss(r: Any) -> float | None:
+def run_loss(r: pd.Series) -> float | None:
     """A run's final held-out loss (mean over its held-out sets of ln PPL); ln(val_ppl) when it has no
     sets."""
     sets = [v for k in r.index if str(k).startswith("ppl/") and (v := cell_value(r, k)) is not None and v > 0]
@@ -103,7 +106,7 @@ def run_loss(r: Any) -> float | None:
     return math.log(ppl) if ppl is not None and ppl > 0 else None
 
 
-def run_flops(r: Any) -> float | None:
+def run_flops(r: pd.Series) -> float | None:
     """A run's training FLOPs: the recorded ``flops``; for a run stored before runs recorded it, its tokens at
     the FLOPs per token of its model and sequence length."""
     flops = cell_value(r, "flops")
@@ -112,11 +115,6 @@ def run_flops(r: Any) -> float | None:
     tokens = cell_value(r, "tokens")
     if tokens is None:
         return None
-    from ablate.ablations import ModelConfig, apply_variant
-    from ablate.ablations.flops import flops_per_token
-    from ablate.errors import AblateError
-    from ablate.grid.paths import nest_dotted
-
     fields = {str(k)[len("model."):]: (v.item() if hasattr(v, "item") else v)
               for k, v in r.items() if str(k).startswith("model.")}
     fields = {k: v for k, v in fields.items() if v is not None and not (isinstance(v,
@@ -128,13 +126,9 @@ def run_flops(r: Any) -> float | None:
         return None
 
 
-def ladder_points(runs: Any) -> tuple[Any, list[str]]:
+def ladder_points(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """One row per finished run: ``series``, ``variant``, ``context``, ``seed``, ``rung``, ``flops``,
     ``loss``; and notes on the runs left out (diverged, unfinished, unmeasured)."""
-    import pandas as pd
-
-    from ablate.grid.ladder import rung_label
-
     notes: list[str] = []
     if not len(runs):
         return pd.DataFrame(columns=["series", "variant", "context", "seed", "rung", "flops", "loss"]), notes
@@ -166,7 +160,7 @@ def ladder_points(runs: Any) -> tuple[Any, list[str]]:
 
 # ---------------------------------------------------------------------------------------------------- the
 # analysis
-def _rungs(points: Any) -> Any:
+def _rungs(points: pd.DataFrame) -> pd.DataFrame:
     """Per rung of one series: mean compute, loss mean and std over seeds, runs; in order of compute."""
     g = points.groupby("rung")
     out = g.agg(flops=("flops", "mean"), loss_mean=("loss", "mean"), loss_std=("loss", "std"),
@@ -174,7 +168,7 @@ def _rungs(points: Any) -> Any:
     return out.sort_values("flops").reset_index()
 
 
-def _problems(rungs: Any, law: PowerLaw | None, params: dict[str, Interval]) -> list[str]:
+def _problems(rungs: pd.DataFrame, law: PowerLaw | None, params: dict[str, Interval]) -> list[str]:
     """Why a series' fit cannot be trusted (empty when it can)."""
     alpha, floor = params["alpha"], params["E"]
     problems = []
@@ -210,8 +204,8 @@ def _fit_dict(law: PowerLaw | None, fits: list[PowerLaw | None]) -> dict[str, In
     return {k: interval_of(fits, law, attrgetter(k)) for k in ("E", "A", "alpha")}
 
 
-def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", grid: str = "") -> dict[str,
-                                                                                                     Any]:
+def analyse(runs: pd.DataFrame, targets: list[Target], *, baseline: str = "baseline", grid: str = ""
+            ) -> dict[str, Any]:
     """The whole ladder report as plain data (what ``--format json`` prints)."""
     points, notes = ladder_points(runs)
     if not len(points):
@@ -254,8 +248,6 @@ def analyse(runs: Any, targets: list[Target], *, baseline: str = "baseline", gri
 
 def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[Target],
                  top: float) -> dict[str, Any]:
-    from ablate.stats import paired_delta
-
     law, fits, reliable = s["law"], s["fits"], not s["problems"]
     enough = len(s["seeds"]) >= MIN_SEEDS
     params = _fit_dict(law, fits)
@@ -309,12 +301,10 @@ def _series_json(s: dict[str, Any], base: dict[str, Any] | None, targets: list[T
             "_law": law, "_fits": fits}
 
 
-def delta_trend(mine: Any, theirs: Any, boot: SeedBootstrap) -> dict[str, Any] | None:
+def delta_trend(mine: pd.DataFrame, theirs: pd.DataFrame, boot: SeedBootstrap) -> dict[str, object] | None:
     """How the measured difference to the baseline changes with scale, without the power law: the slope of the
     paired per-rung difference against log10(compute), per decade, with its interval over the same seed
     resamples as the fits. None with fewer than two rungs."""
-    import numpy as np
-
     pairs = mine.merge(theirs, on=["seed", "rung"], suffixes=("", "_base"))
     if pairs["rung"].nunique() < 2:
         return None
@@ -322,7 +312,7 @@ def delta_trend(mine: Any, theirs: Any, boot: SeedBootstrap) -> dict[str, Any] |
                          d=pairs["loss"] - pairs["loss_base"])
     by_seed = {s: p for s, p in pairs.groupby("seed")}
 
-    def slope(frame: Any) -> float | None:
+    def slope(frame: pd.DataFrame) -> float | None:
         return float(np.polyfit(frame["x"], frame["d"], 1)[0]) if frame["x"].nunique() >= 2 else None
 
     draws = []
@@ -333,7 +323,6 @@ def delta_trend(mine: Any, theirs: Any, boot: SeedBootstrap) -> dict[str, Any] |
     return {"per_decade": iv.as_dict(), "resolved": len(boot.seeds) >= MIN_SEEDS and iv.excludes_zero}
 
 
-def pd_concat(frames: list[Any]) -> Any:
-    import pandas as pd
-
+def pd_concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``frames`` one under the other, numbered afresh."""
     return pd.concat(frames, ignore_index=True)

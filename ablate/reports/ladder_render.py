@@ -15,9 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from matplotlib.ticker import LogLocator, ScalarFormatter
+
 from ablate.errors import UserInputError, one_of
-from ablate.layout import atomic_write
+from ablate.layout import atomic_path, atomic_write
 from ablate.reports.data import current_runs, resolve_grid
+from ablate.reports.figure_kit import pyplot
 from ablate.reports.ladder import MAX_EXTRAPOLATION, MIN_SEEDS, analyse, parse_targets
 
 if TYPE_CHECKING:
@@ -42,7 +46,7 @@ def _sci(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def _iv(d: dict[str, Any], fmt=_sci) -> str:
+def _iv(d: dict[str, Any], fmt: Callable[[float | None], str] = _sci) -> str:
     if d.get("value") is None:
         return "-"
     if d.get("low") is None:
@@ -203,12 +207,7 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
     """Loss against compute on log axes: each rung's mean ± std over seeds, the fitted curves, the
     extrapolation band (95% over seed resamples) out to the targets, and the targets marked. An unreliable fit
     is drawn dotted over the measured range only."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
+    plt = pyplot()
     lo, hi = report["measured_flops"]
     far = min(max([hi, *(t["flops"] for t in report["targets"])]), hi * MAX_EXTRAPOLATION)
     fig, ax = plt.subplots(figsize=(9.0, 4.6), dpi=100)
@@ -245,8 +244,6 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
                 color="0.3", transform=ax.get_xaxis_transform())
     ax.set_xscale("log")
     ax.set_yscale("log")
-    from matplotlib.ticker import LogLocator, ScalarFormatter
-
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_formatter(ScalarFormatter())
@@ -260,8 +257,6 @@ def ladder_figure(report: dict[str, Any], path: str | Path) -> Path:
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     fig.tight_layout()
     path = Path(path)
-    from ablate.layout import atomic_path
-
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)

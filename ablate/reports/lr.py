@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError, one_of
-from ablate.reports.cells import Cell, Column, Row, Table, fmt_lr, fmt_num
+from ablate.reports.cells import TERMINAL, Cell, Column, Row, Table, fmt_lr, fmt_num
+from ablate.reports.figure_kit import pyplot, save
+from ablate.reports.page import img_src
+from ablate.reports.render import FORMATS, SUFFIX, render, to_html
 from ablate.tune.protocol import (
     DEFAULT_TOLERANCE,
     Point,
@@ -26,6 +29,8 @@ from ablate.tune.protocol import (
     worse_cell,
     worse_header,
 )
+from ablate.tune.storage import has_study_tables, optuna_storage
+from ablate.tune.studies import stored_studies, study_points
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -84,20 +89,10 @@ def tuned_from(grid: str) -> str:
 
 def load_studies(store: Store, grid: str) -> list[StudyLR]:
     """The tuning studies of ``grid`` (or of the grid it was tuned from) in an open Store; [] when none."""
-    from ablate.tune.storage import optuna_storage, store_studies
-    from ablate.tune.studies import study_points
-
-    frozen = store_studies(store, tuned_from(grid))
-    if not frozen:
-        return []
-    import optuna
-
-    storage = optuna_storage(store.url)
     out = []
-    for fs in frozen:
-        a = fs.user_attrs
-        study = optuna.load_study(study_name=fs.study_name, storage=storage)
-        out.append(StudyLR(a.get("cell", fs.study_name), a.get("variant", "?"), a["param"],
+    for study in stored_studies(store, tuned_from(grid)):
+        a = study.user_attrs
+        out.append(StudyLR(a.get("cell", study.study_name), a.get("variant", "?"), a["param"],
                            a.get("metric", "val_ppl"), float(a.get("tolerance", DEFAULT_TOLERANCE)),
                            bool(a.get("log", True)), study_points(study, a["param"])))
     return out
@@ -107,12 +102,10 @@ def grid_with_studies(store: Store, grid: str | None) -> str:
     """The grid to report: ``grid``, or the only grid with tuning studies."""
     if grid is not None:
         return grid
-    from ablate.tune.storage import has_study_tables, optuna_storage
-
     names = sorted({s.user_attrs.get("grid") for s in optuna_storage(store.url).get_all_studies()
                     if s.user_attrs.get("grid")}) if has_study_tables(store.engine) else []
     if len(names) == 1:
-        return names[0]
+        return str(names[0])
     if not names:
         raise UserInputError("the store has no tuning studies: run `ablate tune GRID ...` first")
     raise UserInputError(f"the store has tuning studies for {len(names)} grids; name one with --grid: "
@@ -171,8 +164,6 @@ def lr_table(studies: list[StudyLR], grid: str) -> LRTable:
 def lr_figure(studies: list[StudyLR], path: str | Path) -> Path:
     """Final metric vs value per study (a line through the finished points), diverged (x) and pruned (v)
     marked along the top, the best starred, the largest stable value as a dotted line."""
-    from ablate.reports.figure_kit import pyplot, save
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     done = [p.metric for s in studies for p in s.points if p.outcome == "ok" and p.metric is not None]
@@ -213,8 +204,6 @@ def lr_figure(studies: list[StudyLR], path: str | Path) -> Path:
 def report_lr(store: Store, *, grid: str | None = None, fmt: str = "markdown", width: int = 100) -> str:
     """``ablate report lr``: the table of best and largest stable LR as text in ``fmt`` (``terminal``: a rich
     table ``width`` columns wide)."""
-    from ablate.reports.render import FORMATS, TERMINAL, render
-
     if fmt not in FORMATS and fmt != TERMINAL:
         raise UserInputError(one_of(fmt, FORMATS, what="format") + " (option --format)")
     name = grid_with_studies(store, grid)
@@ -229,9 +218,6 @@ def report_lr(store: Store, *, grid: str | None = None, fmt: str = "markdown", w
 def write_lr_report(store: Store, grid: str, out_dir: str | Path) -> tuple[dict[str, Path], str]:
     """The table (.md, .tex, .csv) and the figure into ``out_dir`` when ``grid`` has studies; returns the
     files and an HTML section for the report page (``({}, "")`` when there are no studies)."""
-    from ablate.reports.page import _img
-    from ablate.reports.render import SUFFIX, render, to_html
-
     studies = load_studies(store, grid)
     if not studies:
         return {}, ""
@@ -248,7 +234,7 @@ def write_lr_report(store: Store, grid: str, out_dir: str | Path) -> tuple[dict[
     written[fig.name] = fig
     e = html.escape
     section = (f'<section id="lr"><h2>Learning rate (ablate tune)</h2>{to_html(table)}'
-               f'<figure id="fig-lr"><img alt="{e(CAPTION)}" src="{_img(fig)}"><figcaption>{e(CAPTION)} '
+               f'<figure id="fig-lr"><img alt="{e(CAPTION)}" src="{img_src(fig)}"><figcaption>{e(CAPTION)} '
                f"({e(FIGURE)})</figcaption></figure></section>")
     log.info("learning-rate report for %s: %d studies", grid, len(studies))
     return written, section

@@ -20,7 +20,8 @@ from ablate.reports.scorecard_render import scorecard_html
 from ablate.stats import DEFAULT, Stats
 
 
-def _img(path: Path) -> str:
+def img_src(path: Path) -> str:
+    """A PNG file as an ``<img src>`` that holds it (base64): the page stands alone."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f"data:image/png;base64,{data}"
 
@@ -61,7 +62,7 @@ def report_page(grid: str, tables: list[Table], figures: dict[int, Path], verdic
     parts += ["</section>", '<section id="figures"><h2>Figures</h2>']
     for n, path in sorted(figures.items()):
         title, caption = _caption(n, path)
-        parts.append(f'<figure id="fig{n}"><img alt="{e(title)}" src="{_img(path)}">'
+        parts.append(f'<figure id="fig{n}"><img alt="{e(title)}" src="{img_src(path)}">'
                      f"<figcaption>{e(title)}. {e(caption)} ({e(FIGURES[n])}; "
                      f"{e(Path(FIGURES[n]).with_suffix('.pdf').name)} beside it)</figcaption></figure>")
     parts.append("</section>")

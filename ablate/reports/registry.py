@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ablate.reports.render import TERMINAL
+from ablate.reports.cells import TERMINAL
 from ablate.reports.spec import TABLES
 from ablate.stats import DEFAULT, Stats
 
@@ -102,7 +102,7 @@ def _ladder(store: Store, r: Request) -> Output:
 
 
 def _figures(store: Store, r: Request) -> Output:
-    from ablate.reports.api import report_figures
+    from ablate.reports.files import report_figures
 
     out = r.out or DEFAULT_DIR
     written = report_figures(store, out, grid=r.grid, where=r.where, warn=r.warn)
@@ -110,7 +110,7 @@ def _figures(store: Store, r: Request) -> Output:
 
 
 def _all(store: Store, r: Request) -> Output:
-    from ablate.reports.api import PAGE, report_all
+    from ablate.reports.files import PAGE, report_all
 
     out = r.out or DEFAULT_DIR
     written = report_all(store, out, grid=r.grid, paper=r.paper, where=r.where, warn=r.warn, stats=r.stats,

@@ -17,10 +17,12 @@ from __future__ import annotations
 import csv
 import html
 import io
+import json
 import math
 import re
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import asdict
 
 from ablate.errors import UserInputError, one_of
 from ablate.reports.cells import TERMINAL, Row, Table, bold, caption
@@ -208,9 +210,6 @@ def to_json(table: Table) -> str:
     """``{"table", "title", "grid", "columns", "rows", "notes", "unresolved", "comparisons"}``: each row's
     cells as plain values, and ``comparisons``, one per delta cell with the fields of ``report compare``'s
     JSON (its corrected p, significance, family, family size and seeds needed), plus its row's label."""
-    import json
-    from dataclasses import asdict
-
     rows = [{"label": r.label, "group": r.group, "paper_row": r.paper_row, "runs": r.run_ids,
              "cells": {c.key: asdict(r.cells[c.key]) for c in table.columns}} for r in table.rows]
     return json.dumps({"table": table.name, "title": table.title, "grid": table.grid,
@@ -253,8 +252,6 @@ def wrappable(text: str) -> str:
     >>> wrappable("-0.20 [-0.25, -0.15] (n=4)")
     '<span class="nw">-0.20</span> <span class="nw">[-0.25, -0.15]</span> <span class="nw">(n=4)</span>'
     """
-    import re
-
     parts = [p for p in re.split(r" (?=[\[(±])", text) if p]
     return " ".join(f'<span class="nw">{html.escape(p)}</span>' for p in parts)
 

@@ -20,7 +20,9 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsFloat
+
+import pandas as pd
 
 from ablate.reports.cells import fmt_count, fmt_len
 from ablate.reports.configs import finish_times
@@ -42,7 +44,7 @@ class RowPlan:
     paper_row: int | None
     paper: dict[str, str] | None
     variants: list[str]
-    runs: Any  # DataFrame
+    runs: pd.DataFrame  # DataFrame
     lr: float | None = None
     is_reference: bool = False
     notes: list[str] = field(default_factory=list)
@@ -52,10 +54,8 @@ class RowPlan:
         return self.variants[0] if self.variants else None
 
 
-def finished(runs: Any) -> Any:
+def finished(runs: pd.DataFrame) -> Any:
     """The runs that are results (``done``/``diverged``), with the columns the reports rely on present."""
-    import pandas as pd
-
     runs = pd.DataFrame(runs).copy()
     for col in ("run_id", "grid", "variant", "seed", "status"):
         if col not in runs.columns:
@@ -63,7 +63,7 @@ def finished(runs: Any) -> Any:
     return runs[runs["status"].isin(RESULT_STATUSES)].reset_index(drop=True)
 
 
-def cell_value(r: Any, key: str) -> float | None:
+def cell_value(r: pd.Series, key: str) -> float | None:
     """A run's (a row of the runs frame) number in column ``key``; None when absent or not finite."""
     v = r.get(key) if hasattr(r, "get") else None
     if v is None or isinstance(v, str):
@@ -90,17 +90,20 @@ def context_columns(columns: Any, *, exclude: tuple[str, ...] = ()) -> list[str]
     return sorted(c for c in cols if c not in exclude)
 
 
-def context_key(r: Any, *, exclude: tuple[str, ...] = ()) -> tuple:
+Context = tuple[tuple[str, object], ...]  # a run's configuration context: (column, value) pairs, hashable
+
+
+def context_key(r: pd.Series, *, exclude: tuple[str, ...] = ()) -> Context:
     """A run's configuration context (hashable), from a row of the runs frame."""
     return tuple((c, _hashable(r.get(c))) for c in context_columns(r.index, exclude=exclude))
 
 
-def pair_key(r: Any) -> tuple:
+def pair_key(r: pd.Series) -> tuple[Context, object]:
     """What pairs a run with its baseline: the configuration context and the seed."""
     return context_key(r), _hashable(r.get("seed"))
 
 
-def modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int, str]:
+def modal_context(runs: pd.DataFrame, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int, str]:
     """``runs`` at the configuration context with the most runs (then the most done, then the latest), how
     many were left out, and the fields that set that context apart (``"train.steps=120, ..."``; empty when all
     runs share one)."""
@@ -111,7 +114,7 @@ def modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int
     if len(counts) == 1:
         return runs, 0, ""
     done = Counter(k for k, st in zip(keys, runs["status"], strict=True) if st == "done")
-    latest: dict[tuple, str] = {}
+    latest: dict[Context, str] = {}
     for k, when in zip(keys, finish_times(runs), strict=True):
         latest[k] = max(latest.get(k, ""), when)
     # most runs, then latest
@@ -121,13 +124,13 @@ def modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, int
     return runs.loc[mask], len(runs) - sum(mask), fixed
 
 
-def _modal_context(runs: Any, *, exclude: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+def _modal_context(runs: pd.DataFrame, *, exclude: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
     """``modal_context`` with a table's note when other configurations were left out."""
     runs, left, fixed = modal_context(runs, exclude=exclude)
     return runs, [f"{left} run(s) at other configurations left out; this table shows {fixed}"] if left else []
 
 
-def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
+def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: pd.DataFrame,
               catalogue: Mapping[str, VariantInfo]) -> tuple[list[RowPlan], list[str]]:
     """One RowPlan per table row (the paper's rows in order, then any extra rows), and notes for the table."""
     if spec.layout == "settings":
@@ -153,7 +156,7 @@ def plan_rows(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
     return plans, notes
 
 
-def trained_len(r: Any) -> int | None:
+def trained_len(r: pd.Series) -> int | None:
     """The sequence length of a run's last training stage (a row of the runs frame): ``data.seq_len``, unless
     a later stage (the ``stages`` column, JSON) sets ``data.seq_len``."""
     length = r.get("data.seq_len")
@@ -167,8 +170,6 @@ def trained_len(r: Any) -> int | None:
 
 
 def _split_yarn(plans: list[RowPlan]) -> list[RowPlan]:
-    import pandas as pd
-
     groups = list(dict.fromkeys(p.group for p in plans))
     lengths: list[int] = []
     for p in plans:
@@ -194,11 +195,11 @@ def _split_yarn(plans: list[RowPlan]) -> list[RowPlan]:
     return plans
 
 
-def _setting_of(r: Any) -> tuple:
+def _setting_of(r: pd.Series) -> tuple[object, ...]:
     return tuple(_hashable(r.get(c)) for c in SETTING_FIELDS)
 
 
-def _setting_label(setting: tuple, runs: Any, reference: list[str]) -> str:
+def _setting_label(setting: tuple[object, ...], runs: pd.DataFrame, reference: list[str]) -> str:
     """A setting's group header: its depth, the reference arm's parameters (the baseline's, not a median
     over arms that add parameters; any run's when the setting has no reference run), tokens, batch size."""
     s = dict(zip(SETTING_FIELDS, setting, strict=True))
@@ -206,7 +207,7 @@ def _setting_label(setting: tuple, runs: Any, reference: list[str]) -> str:
     if "tokens" in runs and runs["tokens"].notna().any():
         tokens = float(runs["tokens"].max())
     elif None not in (s["train.steps"], s["train.batch_size"], s["data.seq_len"]):
-        tokens = float(s["train.steps"]) * float(s["train.batch_size"]) * float(s["data.seq_len"])
+        tokens = _num(s["train.steps"]) * _num(s["train.batch_size"]) * _num(s["data.seq_len"])
     params = None
     if "params" in runs:
         own = runs.loc[runs["variant"].isin(reference), "params"].dropna()
@@ -219,7 +220,7 @@ def _setting_label(setting: tuple, runs: Any, reference: list[str]) -> str:
     return ", ".join(p for p in parts if p) or "this grid"
 
 
-def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
+def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: pd.DataFrame,
                  catalogue: Mapping[str, VariantInfo]) -> tuple[list[RowPlan], list[str]]:
     methods = list(dict.fromkeys(p["method"] for p in prows))
     method_variants = {m: row_refs(spec, next(p for p in prows if p["method"] == m),
@@ -227,7 +228,7 @@ def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
     variant_method = {v: m for m, vs in method_variants.items() for v in vs}
     runs = runs[runs["variant"].isin(variant_method)]
     runs, notes = _modal_context(runs, exclude=SETTING_FIELDS + ("train.lr",))
-    settings: dict[tuple, Any] = {}
+    settings: dict[tuple[object, ...], Any] = {}
     for _, r in runs.iterrows():
         settings.setdefault(_setting_of(r), []).append(r["run_id"])
     ordered = sorted(settings,
@@ -265,5 +266,10 @@ def _plan_settings(spec: TableSpec, prows: list[dict[str, str]], runs: Any,
     return plans, notes
 
 
-def _num(x: Any) -> float:
-    return float(x) if x is not None else 0.0
+def _num(x: object) -> float:
+    """A setting's number; 0 for none."""
+    if x is None:
+        return 0.0
+    if not isinstance(x, SupportsFloat | str):
+        raise TypeError(f"a setting of {x!r}, not a number")
+    return float(x)

@@ -35,15 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.reports.claims import CLAIM_DIGITS, CLAIMS, METRIC_NAMES, Claim
 from ablate.reports.data import GridData
 from ablate.reports.family import REFERENCE, Comparison, Families, own_family
 from ablate.reports.family import families as grid_families
-from ablate.reports.rows import RESULT_STATUSES, cell_value, modal_context, pair_key
+from ablate.reports.rows import cell_value, modal_context, pair_key
 from ablate.reports.spec import VariantInfo
 from ablate.reports.verdict import paired, ratio_metric
+from ablate.result import RESULT_STATUSES
 from ablate.stats import (
     DEFAULT,
     EMPTY,
@@ -57,6 +58,9 @@ from ablate.stats import (
     paired_delta,
 )
 from ablate.stats.power import needs, needs_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HOLDS, CONTRADICTED, UNCLEAR = "holds", "contradicted", "not enough evidence"
 VERDICTS = (HOLDS, CONTRADICTED, UNCLEAR)
@@ -189,7 +193,7 @@ def arms(claim: Claim, catalogue: Mapping[str, VariantInfo]) -> tuple[str | None
     return _variant(catalogue, claim.treatment), _variant(catalogue, claim.reference)
 
 
-def can_be_tested(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo]) -> bool:
+def can_be_tested(claim: Claim, runs: pd.DataFrame, catalogue: Mapping[str, VariantInfo]) -> bool:
     """Whether the grid ran both arms of the claim (in any status): a claim it could have tested."""
     if not len(runs):
         return False
@@ -197,14 +201,14 @@ def can_be_tested(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo])
     return all(v in present for v in arms(claim, catalogue))
 
 
-def evaluate_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo], *,
+def evaluate_claim(claim: Claim, runs: pd.DataFrame, catalogue: Mapping[str, VariantInfo], *,
                    stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> Verdict:
     """One claim's verdict over the runs frame (every status; done runs are measured, diverged ones count in
     the stability claims), as a family of one; ``scorecard`` corrects the claims together."""
     return decide(measure_claim(claim, runs, catalogue, stats=stats, decisions=decisions), stats)
 
 
-def measure_claim(claim: Claim, runs: Any, catalogue: Mapping[str, VariantInfo], *,
+def measure_claim(claim: Claim, runs: pd.DataFrame, catalogue: Mapping[str, VariantInfo], *,
                   stats: Stats = DEFAULT, decisions: Sequence[Decision] = ()) -> Verdict:
     """A claim measured, before its verdict (``decide`` gives it, from the family's corrected p)."""
     treat_v, ref_v = arms(claim, catalogue)
@@ -222,7 +226,7 @@ def _measured(claim: Claim, treat_v: str | None, ref_v: str | None, delta: Delta
     return Verdict(claim, treat_v, ref_v, delta, UNCLEAR, basis, basis)
 
 
-def _evaluate(claim: Claim, runs: Any, treat_v: str | None, ref_v: str | None, stats: Stats,
+def _evaluate(claim: Claim, runs: pd.DataFrame, treat_v: str | None, ref_v: str | None, stats: Stats,
               decisions: Sequence[Decision]) -> Verdict:
     runs = runs[runs["status"].isin(RESULT_STATUSES)] if len(runs) else runs
     treat = runs[runs["variant"] == treat_v] if len(runs) else runs
@@ -256,8 +260,8 @@ def _level(claim: Claim, values: Mapping[Any, float | None], variant: str | None
     return _measured(claim, variant, None, delta, f"{variant}, mean of {delta.n} run(s) against {bound:g}")
 
 
-def _ratio(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: str | None, stats: Stats,
-           decisions: Sequence[Decision]) -> Verdict:
+def _ratio(claim: Claim, treat: pd.DataFrame, ref: pd.DataFrame, treat_v: str | None, ref_v: str | None,
+           stats: Stats, decisions: Sequence[Decision]) -> Verdict:
     bound = claim.bound if claim.bound is not None else 1.0
     delta = paired(treat, ref, claim.metric, stats=stats, decisions=decisions, ratio=True, bound=bound)
     if delta.n == 0:
@@ -267,14 +271,14 @@ def _ratio(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: str |
     return _measured(claim, treat_v, ref_v, delta, basis)
 
 
-def _trained_through(r: Any, metric: str) -> float:
+def _trained_through(r: pd.Series, metric: str) -> float:
     """1 when the run finished (and, for ``trouble``, recorded no loss spike), else 0."""
     if r["status"] != "done":
         return 0.0
     return float(metric == "survival" or not (cell_value(r, "loss_spikes") or 0))
 
 
-def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: str | None,
+def _stability(claim: Claim, treat: pd.DataFrame, ref: pd.DataFrame, treat_v: str | None, ref_v: str | None,
                stats: Stats) -> Verdict:
     t = {pair_key(r): _trained_through(r, claim.metric) for _, r in treat.iterrows()}
     b = {pair_key(r): _trained_through(r, claim.metric) for _, r in ref.iterrows()}
@@ -295,7 +299,7 @@ def _stability(claim: Claim, treat: Any, ref: Any, treat_v: str | None, ref_v: s
     return _measured(claim, treat_v, ref_v, delta, basis)
 
 
-def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: bool = False,
+def scorecard(runs: pd.DataFrame, catalogue: Mapping[str, VariantInfo], *, every_claim: bool = False,
               stats: Stats = DEFAULT, decisions: Sequence[Decision] = (),
               families: Families | None = None) -> list[Verdict]:
     """The claims of CLAIMS that the grid can test (both arms ran; ``every_claim``: all of them), measured on
@@ -316,7 +320,7 @@ def scorecard(runs: Any, catalogue: Mapping[str, VariantInfo], *, every_claim: b
             for v, d, c in zip(measured, deltas, found, strict=True)]
 
 
-def _in_grid(v: Verdict, runs: Any, families: Families) -> Comparison | None:
+def _in_grid(v: Verdict, runs: pd.DataFrame, families: Families) -> Comparison | None:
     """The grid's comparison a measured claim is (an arm against the family's reference, on the metric's
     declared scale, over the same runs), or None: then it is the scorecard's own question."""
     claim = v.claim

@@ -4,7 +4,10 @@ the lines of the claims more seeds could settle.
 
 from __future__ import annotations
 
+import csv
 import html
+import io
+import json
 
 from ablate.reports.cells import Cell, Column, Row, Table
 from ablate.reports.render import wrappable
@@ -97,9 +100,6 @@ def scorecard_table(verdicts: list[Verdict], stats: Stats = DEFAULT) -> Table:
 
 def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     """The scorecard as CSV: the JSON rows' fields, the CI as ``ci_lo``/``ci_hi``."""
-    import csv
-    import io
-
     buf = io.StringIO()
     fields = ["key", "claim", "effect", "ci_lo", "ci_hi", "scale", "n", "verdict", "detail", "kind", "metric",
               "paper", "p", "p_adj", "p_perm", "method", "needs_seeds", "family", "correlation",
@@ -115,8 +115,6 @@ def scorecard_csv(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
 
 def scorecard_json(verdicts: list[Verdict], stats: Stats = DEFAULT) -> str:
     """The scorecard as a JSON list of ``Verdict.as_dict()`` rows."""
-    import json
-
     return json.dumps([v.as_dict() for v in verdicts], indent=2) + "\n"
 
 

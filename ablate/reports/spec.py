@@ -10,11 +10,14 @@ YaRN group.
 
 from __future__ import annotations
 
+import csv
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Literal
+
+from ablate.errors import UserInputError, one_of
 
 TABLES = (1, 2, 3, 4, 5, 6)
 
@@ -105,8 +108,6 @@ def digits(key: str) -> int:
 
 @functools.cache
 def _paper_rows(number: int) -> tuple[dict[str, str], ...]:
-    import csv
-
     text = resources.files("ablate.reports.paper").joinpath(f"table{number}.csv").read_text()
     return tuple(csv.DictReader(text.splitlines()))
 
@@ -115,8 +116,6 @@ def paper_rows(number: int) -> list[dict[str, str]]:
     """The paper's table ``number`` as a list of rows (dicts of the CSV's columns, as text), in the paper's
     order."""
     if number not in SPECS:
-        from ablate.errors import UserInputError, one_of
-
         raise UserInputError(one_of(f"table{number}", [f"table{n}" for n in TABLES], what="table"))
     return [dict(r) for r in _paper_rows(number)]
 
@@ -160,16 +159,3 @@ def row_refs(spec: TableSpec, row: Mapping[str, str], catalogue: Mapping[str, Va
         return names
     refs = spec.fallback.get(row["row"]) or spec.fallback.get(row.get("method", ""), ())
     return [v.name for v in catalogue.values() if any(r in v.paper for r in refs)]
-
-
-def catalogue_info() -> dict[str, VariantInfo]:
-    """The live variant catalogue (``ablate.ablations.VARIANTS``) as VariantInfo, by name."""
-    from ablate.ablations import VARIANTS
-
-    out = {}
-    for name, v in VARIANTS.items():
-        out[name] = VariantInfo(
-            name=name, paper=tuple(getattr(v, "paper", ()) or ()), act_func=getattr(v, "act_func", None),
-            score_shape=getattr(v, "score_shape", None), description=getattr(v, "description", "") or "",
-        )
-    return out

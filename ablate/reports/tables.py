@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from ablate.metrics import metric
 from ablate.reports.cells import (
     Cell,
@@ -94,7 +96,7 @@ def length_measure(length: int, yarn: bool = False) -> Measure:
     return Measure(f"{LEN}{length}{'/yarn' if yarn else ''}", LEN, "", length, yarn)
 
 
-def build_table(number: int, runs: Any, catalogue: Mapping[str, VariantInfo], *, grid: str = "",
+def build_table(number: int, runs: pd.DataFrame, catalogue: Mapping[str, VariantInfo], *, grid: str = "",
                 paper: bool = False, added_params: Callable[[str], int | None] | None = None,
                 stats: Stats = DEFAULT, decisions: Sequence[Decision] = (),
                 families: Families | None = None) -> Table:
@@ -190,7 +192,7 @@ def _family_notes(shown: list[Delta], found: list[Comparison | None], families: 
 
 
 def _found(families: Families, metric: str, plan: RowPlan, refs: list[RowPlan],
-           runs: Any) -> Comparison | None:
+           runs: pd.DataFrame) -> Comparison | None:
     """The grid family's comparison that a row's delta is (the same runs paired), or None."""
     if plan.is_reference or not len(plan.runs):
         return None
@@ -200,7 +202,7 @@ def _found(families: Families, metric: str, plan: RowPlan, refs: list[RowPlan],
     return families.read(metric, plan.runs, runs[runs["variant"].isin(ref_variants)])
 
 
-def _not_in_paper(runs: Any, plans: list[RowPlan]) -> list[str]:
+def _not_in_paper(runs: pd.DataFrame, plans: list[RowPlan]) -> list[str]:
     """A note naming the grid's arms that no row of the table shows (a plugin arm, an arm of another
     table)."""
     shown = {v for p in plans for v in p.variants}
@@ -216,7 +218,7 @@ def _name(plan: RowPlan, labels: Counter[str]) -> str:
     return f"{plan.label} ({plan.group})" if labels[plan.label] > 1 and plan.group else plan.label
 
 
-def with_length_columns(runs: Any) -> Any:
+def with_length_columns(runs: pd.DataFrame) -> Any:
     """Add ``len/<L>`` columns: per run, the mean retrieval score over the tasks measured at length L;
     likewise ``len/<L>/yarn`` from the YaRN-scaled scores (``bench/<task>@<L>/yarn``); and ``trained_len``,
     the run's final training length."""
@@ -235,8 +237,6 @@ def with_length_columns(runs: Any) -> Any:
 def _measured(spec: TableSpec, plans: list[RowPlan]) -> list[Measure]:
     """The table's measured columns that some of its runs have: Table 5's plain per-length scores, by length;
     the others' extra columns, PPL per set, the mean PPL, then benchmark scores (not those at a length)."""
-    import pandas as pd
-
     frames = [p.runs for p in plans if len(p.runs)]
     runs = pd.concat(frames) if frames else None
     if runs is None:
@@ -332,7 +332,7 @@ def _usual_n(plans: list[RowPlan]) -> int:
     return max(counts, key=lambda n: (counts[n], n)) if counts else 0
 
 
-def _cell(spec: TableSpec, col: Column, plan: RowPlan, refs: list[RowPlan], runs: Any,
+def _cell(spec: TableSpec, col: Column, plan: RowPlan, refs: list[RowPlan], runs: pd.DataFrame,
           catalogue: Mapping[str, VariantInfo], added_params: Callable[[str], int | None] | None,
           usual_n: int) -> Cell:
     if col.kind == "paper":
@@ -371,7 +371,7 @@ def _descriptor(key: str, plan: RowPlan, catalogue: Mapping[str, VariantInfo],
     return Cell(fmt_count(n), n)
 
 
-def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: Any, stats: Stats,
+def _delta(metric: str, plan: RowPlan, refs: list[RowPlan], runs: pd.DataFrame, stats: Stats,
            decisions: Sequence[Decision]) -> Delta:
     """The paired delta of a row to the table's reference rows (empty for a reference row, a row with no
     runs)."""

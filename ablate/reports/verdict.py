@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.metrics import metric as declared
 from ablate.reports.rows import cell_value, pair_key
 from ablate.stats import DEFAULT, Decision, Delta, Stats, paired_delta, paired_ratio
 from ablate.stats.sequential import decided, with_decision
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def arm_values(runs: Any, metric: str) -> dict[Any, tuple[str, float | None]]:
+
+def arm_values(runs: pd.DataFrame, metric: str) -> dict[Any, tuple[str, float | None]]:
     """``{pair key: (run id, value)}`` of an arm's done runs (a row of the runs frame each)."""
     if not len(runs):
         return {}
@@ -32,7 +35,7 @@ def ratio_metric(metric: str) -> bool:
     return found is not None and found.compare == "ratio"
 
 
-def paired(treatment: Any, reference: Any, metric: str, *, stats: Stats = DEFAULT,
+def paired(treatment: pd.DataFrame, reference: pd.DataFrame, metric: str, *, stats: Stats = DEFAULT,
            decisions: Sequence[Decision] = (), ratio: bool = False, bound: float = 1.0) -> Delta:
     """The paired comparison of two arms' runs (frames of done and diverged runs) on ``metric``: the mean
     difference (``ratio``: the geometric mean ratio, tested against ``bound``) over the keys both measured.
@@ -46,7 +49,8 @@ def paired(treatment: Any, reference: Any, metric: str, *, stats: Stats = DEFAUL
     return with_decision(delta, decided(decisions, metric, _paired_ids(t, b, ratio)))
 
 
-def pair_runs(treatment: Any, reference: Any, metric: str, *, ratio: bool = False) -> frozenset[str]:
+def pair_runs(treatment: pd.DataFrame, reference: pd.DataFrame, metric: str, *, ratio: bool = False
+              ) -> frozenset[str]:
     """The run ids of both arms that ``paired`` pairs on ``metric``: what a comparison is found by, in the
     grid's family (``reports.family``) and among ``--until-resolved``'s decisions."""
     return frozenset(_paired_ids(arm_values(treatment, metric), arm_values(reference, metric), ratio))
