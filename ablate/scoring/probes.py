@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ablate import layout
 from ablate.errors import AblateError
@@ -17,6 +17,9 @@ from ablate.runner.reprobe import probe_again
 from ablate.store.api import Store
 from ablate.store.faults import first_line
 from ablate.store.mlflow_mirror import log_probes, open_client, tracking_uri
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 
 @dataclass
@@ -65,7 +68,7 @@ class ProbeMirror:
         pairs = [] if frame is None else zip(frame["run_id"], frame["mlflow_run_id"], strict=True)
         self.mlflow_ids = {rid: mid for rid, mid in pairs if isinstance(mid, str) and mid}
         self.home = home
-        self._client: Any = None
+        self._client: MlflowClient | None = None
 
     def log(self, result: RunResult) -> str | None:
         """Log ``result``'s probes into its MLflow run; None, or the line saying why MLflow was not
