@@ -47,7 +47,7 @@ _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ablate-spawn") 
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CommandOutcome:
     """How a command ended: its exit code (``-N`` when signal N killed it; None when it never started), its
     wall time, the last lines of its stderr, and why it failed (None when it exited 0 and was not stopped)."""
 
@@ -90,7 +90,7 @@ class CommandProcess:
         self._stop_reason: str | None = None
         self._start_error: str | None = None
         self._started = self._ended = 0.0
-        self._outcome: Outcome | None = None
+        self._outcome: CommandOutcome | None = None
 
     @property
     def pgid(self) -> int | None:
@@ -128,7 +128,7 @@ class CommandProcess:
         if self._popen is not None:
             self._end_group(self.grace_s if grace_s is None else grace_s)
 
-    def wait(self, timeout: float | None = None) -> Outcome | None:
+    def wait(self, timeout: float | None = None) -> CommandOutcome | None:
         """The outcome once the command has ended and its group is gone, or None after ``timeout`` seconds."""
         if self._outcome is not None:
             return self._outcome
@@ -144,7 +144,7 @@ class CommandProcess:
                 reader.join(timeout=5.0)  # a process that left the group may still hold the pipes
         else:
             code = None
-        self._outcome = Outcome(code, round(self._ended - self._started, 3), tuple(self.stderr_tail),
+        self._outcome = CommandOutcome(code, round(self._ended - self._started, 3), tuple(self.stderr_tail),
                                 self._reason(code))
         return self._outcome
 
@@ -201,7 +201,7 @@ class CommandProcess:
 
 def run(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None,
         on_stdout: Callable[[str], None] | None = None, every: Callable[[], None] | None = None,
-        every_s: float = 1.0, tail_lines: int = 50, grace_s: float = 10.0) -> Outcome:
+        every_s: float = 1.0, tail_lines: int = 50, grace_s: float = 10.0) -> CommandOutcome:
     """Run a command to its end: ``every()`` is called each ``every_s`` seconds while it runs (a JSONL file
     read, a live status, a pruning check that may call ``stop``). Any exception here, Ctrl-C included, stops
     the whole group before it goes on up."""
