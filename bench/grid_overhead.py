@@ -50,7 +50,8 @@ grid:
 
 
 def overhead(root: Path, steps: int, mlflow: bool) -> None:
-    from ablate.execute import RunOptions, run_grid
+    from ablate.execute.executor import RunOptions
+    from ablate.execute.grid_run import run_grid
     from ablate.result import read_result
 
     path = root / "twelve.yaml"
