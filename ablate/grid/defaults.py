@@ -7,7 +7,7 @@ records, at one ``CONFIG_VERSION``, the default of every field by dotted path (`
 ``model.gate.position`` in an optional one) and every preset's values (``model.preset=small.n_layers``).
 ``check()`` compares them with the code; the tests fail on any difference:
 
-- a default whose value changed: bump ``CONFIG_VERSION`` (``ablate/config.py``), then record;
+- a default whose value changed: bump ``CONFIG_VERSION`` (``ablate/config/fields.py``), then record;
 - a field added or removed, or a new ``CONFIG_VERSION``: record (``python -m ablate.grid.defaults --record``;
   a new field with a default changes no run id).
 """
@@ -83,8 +83,9 @@ def check(root: type[BaseModel] = RunConfig, *, version: int = CONFIG_VERSION,
     changed = [p for p in old if p in new and old[p] != new[p]]
     if changed and at == version:
         return [f"the default of {p} changed from {old[p]!r} to {new[p]!r} but CONFIG_VERSION is still "
-                f"{version}: bump it in ablate/config.py (runs that left {p} out meant {old[p]!r}), then "
-                f"{RECORD_COMMAND}; users carry their stores over with `ablate db rehash`" for p in changed]
+                f"{version}: bump it in ablate/config/fields.py (runs that left {p} out meant {old[p]!r}), "
+                f"then {RECORD_COMMAND}; users carry their stores over with `ablate db rehash`"
+                for p in changed]
     problems = []
     if at != version:
         problems.append(f"the defaults were recorded at CONFIG_VERSION {at}, the code is at {version}: "

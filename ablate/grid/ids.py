@@ -11,9 +11,9 @@ The same config is the same run on every machine and across upgrades of ablate:
   validators fill omitted fields from others (a ``preset`` fills the shape fields, a source's ``loss`` follows
   its ``kind``): there a field is left out only when re-validating without it gives the same model, so
   ``{preset: small, n_layers: 2}`` never collides with ``{preset: small}``.
-- What an omitted field means is fixed per ``CONFIG_VERSION`` (``ablate/config.py``), which is hashed too:
-  changing a default's value (or a preset's, or a rule that fills a default) needs a bump, and the recorded
-  defaults (``ablate/grid/defaults.py``, checked by the tests) say when one was forgotten.
+- What an omitted field means is fixed per ``CONFIG_VERSION`` (``ablate/config/fields.py``), which is hashed
+  too: changing a default's value (or a preset's, or a rule that fills a default) needs a bump, and the
+  recorded defaults (``ablate/grid/defaults.py``, checked by the tests) say when one was forgotten.
 
 What a run read outside its config (its data's fingerprints) is in identity fields of the config, which ablate
 fills when a grid is loaded (``ablate/grid/identity.py``): the run id covers them, and ``stem_id`` is the id
@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.config import CONFIG_VERSION, RunConfig
+from ablate.config import CONFIG_VERSION, RunConfig, is_shorthand
 
 ID_LENGTH = 12
 _MINIMAL_CACHE_SIZE = 4096
@@ -83,7 +83,7 @@ def _fills_omitted(cls: type[BaseModel]) -> bool:
     others), other than one that only spells out a shorthand (``ablate.config.shorthand``)?"""
     validators = cls.__pydantic_decorators__.model_validators.values()
     return any(v.info.mode in ("before", "wrap")
-               and not getattr(getattr(v.func, "__func__", v.func), "__ablate_shorthand__", False)
+               and not is_shorthand(v.func)
                for v in validators)
 
 
