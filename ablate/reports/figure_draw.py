@@ -213,7 +213,8 @@ def log_ticks(lo: float, hi: float) -> list[float]:
 
 def _label_log_axis(ax: Axes) -> None:
     """A log y axis whose labelled ticks sit where the lines and their bands are (``log_ticks``)."""
-    values = [float(v) for line in ax.get_lines() for v in line.get_ydata() if np.isfinite(v) and v > 0]
+    values = [float(v) for line in ax.get_lines() for v in np.asarray(line.get_ydata(), dtype=float)
+              if np.isfinite(v) and v > 0]
     if not values:
         return
     low, high = ax.dataLim.intervaly  # the bands too (all > 0: geometric)

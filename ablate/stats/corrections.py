@@ -64,7 +64,7 @@ def correct(deltas: Sequence[Delta], stats: Stats = DEFAULT) -> list[Delta]:
     """The family's deltas with ``p_adj`` set; a delta without a p (n < 2) is not part of the family, nor one
     that ``--until-resolved`` decided (its ``p_adj`` is its deciding look's)."""
     idx = [i for i, d in enumerate(deltas) if _in_family(d)]
-    adjusted = adjust([deltas[i].p for i in idx], stats.correction)
+    adjusted = adjust([p for i in idx if (p := deltas[i].p) is not None], stats.correction)
     out = list(deltas)
     for i, q in zip(idx, adjusted, strict=True):
         out[i] = replace(deltas[i], p_adj=q)

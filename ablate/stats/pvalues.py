@@ -9,7 +9,6 @@ Pure: numpy and scipy, imported when called.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ def t_pvalue(x: ArrayLike, null: float = 0.0) -> Any:
     return float(p) if a.ndim == 1 else p
 
 
-def sign_flip_pvalue(x: Sequence[float], null: float = 0.0) -> float | None:
+def sign_flip_pvalue(x: ArrayLike, null: float = 0.0) -> float | None:
     """Exact two-sided sign-flip permutation p of ``mean(x) == null`` (every one of the 2**n flips), for
     2 <= n <= ``PERM_MAX_N``; None otherwise.
 

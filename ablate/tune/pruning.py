@@ -40,7 +40,8 @@ class StepPruning(PyTorchLightningPruningCallback):  # type: ignore[misc]  # opt
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: object,
                            batch: object, batch_idx: int) -> None:
-        run = next((c for c in trainer.callbacks if isinstance(c, RunMonitor)), None)
+        callbacks = trainer.callbacks  # type: ignore[attr-defined]  # Lightning sets it, undeclared
+        run = next((c for c in callbacks if isinstance(c, RunMonitor)), None)
         if run is None:
             return
         evaluated = run.metrics.get("val_step") or []
