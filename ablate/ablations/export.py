@@ -24,9 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 import transformers
@@ -42,7 +41,7 @@ QWEN3, QWEN3_MOE, QWEN3_NEXT = "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3
 DEFAULT_MAX_POSITIONS = 32768
 
 # Fields no transformers class can express at a non-default value, with why.
-_NO_CLASS: dict[str, tuple[Any, str]] = {
+_NO_CLASS: dict[str, tuple[object, str]] = {
     "switch": (None, "switch heads (per-head value/key experts) exist in no transformers model"),
     "sdpa_norm": (False, "no transformers attention normalizes the SDPA output per head"),
     "sdpa_silu": (False, "no transformers attention applies SiLU to the SDPA output"),
@@ -55,7 +54,7 @@ _NO_CLASS: dict[str, tuple[Any, str]] = {
     "plugin": (None, "a plugin arm is the user's code, which no transformers class holds"),
 }
 # G1 gate fields Qwen3-Next fixes: sigmoid(x W) times the SDPA output, W without bias.
-_QWEN3_NEXT_GATE: dict[str, Any] = dict(position="G1", combine="multiplicative", activation="sigmoid",
+_QWEN3_NEXT_GATE: dict[str, object] = dict(position="G1", combine="multiplicative", activation="sigmoid",
                                         input="dependent", bias=False, input_dims=None)
 
 
@@ -83,23 +82,23 @@ def hf_target(cfg: ModelConfig) -> str:
     return QWEN3_NEXT
 
 
-def hf_unsupported(cfg: ModelConfig) -> dict[str, Any]:
+def hf_unsupported(cfg: ModelConfig) -> dict[str, object]:
     """The field of ``cfg`` no transformers class can express, with its value (empty = exportable)."""
     try:
         hf_target(cfg)
     except ConfigError as exc:
         field = (exc.where or "").removeprefix("model.")
-        obj: Any = cfg
+        obj: object = cfg
         for part in field.split("."):
             obj = getattr(obj, part)
         return {field: obj}
     return {}
 
 
-def _rope(cfg: ModelConfig, max_positions: int | None) -> tuple[dict[str, Any], int]:
+def _rope(cfg: ModelConfig, max_positions: int | None) -> tuple[dict[str, object], int]:
     """``rope_parameters`` (partial_rotary_factor 1.0: every dim rotates, as in ablate) and the context
     length."""
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": cfg.rope_theta,
+    rope: dict[str, object] = {"rope_type": "default", "rope_theta": cfg.rope_theta,
                             "partial_rotary_factor": 1.0}
     max_pos = max_positions or DEFAULT_MAX_POSITIONS
     if cfg.rope_yarn_factor > 1:
@@ -109,8 +108,8 @@ def _rope(cfg: ModelConfig, max_positions: int | None) -> tuple[dict[str, Any], 
     return rope, max_pos
 
 
-def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int | None = None) -> dict[str,
-                                                                                                        Any]:
+def hf_config(cfg: ModelConfig, *, max_positions: int | None = None,
+              eos_id: int | None = None) -> dict[str, object]:
     """The ``config.json`` of the transformers model equivalent to ``cfg`` (see ``hf_target``).
 
     ``max_positions``: the context the model was trained for (``max_position_embeddings``, what lm-eval and
@@ -118,7 +117,7 @@ def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int
     """
     target = hf_target(cfg)
     rope, max_pos = _rope(cfg, max_positions)
-    common: dict[str, Any] = dict(
+    common: dict[str, object] = dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
         num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
         rms_norm_eps=cfg.norm_eps, initializer_range=cfg.init_std, tie_word_embeddings=cfg.tie_embeddings,
@@ -128,7 +127,7 @@ def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int
                moe_intermediate_size=cfg.expert_dim, norm_topk_prob=cfg.moe_renormalize,
                decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=cfg.moe_aux_coef)
     if target == QWEN3:
-        hf: Any = transformers.Qwen3Config(**common, intermediate_size=cfg.ffn_dim,
+        hf = transformers.Qwen3Config(**common, intermediate_size=cfg.ffn_dim,
                                            max_window_layers=cfg.n_layers, use_sliding_window=False,
                                            sliding_window=None)
     elif target == QWEN3_MOE:
@@ -139,13 +138,13 @@ def hf_config(cfg: ModelConfig, *, max_positions: int | None = None, eos_id: int
         experts = moe | dict(shared_expert_intermediate_size=0) if cfg.is_moe else dict(num_experts=0)
         hf = transformers.Qwen3NextConfig(**common, **experts, intermediate_size=cfg.ffn_dim,
                                           layer_types=["full_attention"] * cfg.n_layers)
-    out = hf.to_dict()
+    out: dict[str, object] = hf.to_dict()
     out["architectures"] = [target]
     out["torch_dtype"] = "float32"
     return out
 
 
-def _gated_q_proj(state: Mapping[str, Any], prefix: str, cfg: ModelConfig) -> Any:
+def _gated_q_proj(state: Mapping[str, torch.Tensor], prefix: str, cfg: ModelConfig) -> torch.Tensor:
     """Qwen3-Next's ``q_proj`` weight, ``[nq * 2 dk, d]``: per head the query rows then dk gate rows.
 
     ``state`` holds the G1 gate in any form ablate writes (``gates.query_gate_rows``): fused into the query
@@ -164,12 +163,13 @@ def _gated_q_proj(state: Mapping[str, Any], prefix: str, cfg: ModelConfig) -> An
     return fuse_query_gate(q, g, nq)
 
 
-def hf_state_dict(state: Mapping[str, Any], cfg: ModelConfig) -> dict[str, Any]:
+def hf_state_dict(state: Mapping[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """A ``Decoder`` state dict as the target class's parameters (contiguous CPU copies, a tied head left
     out)."""
     target = hf_target(cfg)
-    next_norm = (lambda w: w - 1) if target == QWEN3_NEXT else (lambda w: w)  # Qwen3-Next scales by 1 + w
-    out: dict[str, Any] = {"model.embed_tokens.weight": state["embed.weight"],
+    next_norm: Callable[[torch.Tensor], torch.Tensor] = (  # Qwen3-Next scales by 1 + w
+        (lambda w: w - 1) if target == QWEN3_NEXT else (lambda w: w))
+    out: dict[str, torch.Tensor] = {"model.embed_tokens.weight": state["embed.weight"],
                            "model.norm.weight": next_norm(state["norm.weight"])}
     if not cfg.tie_embeddings:
         out["lm_head.weight"] = state["lm_head.weight"]
@@ -206,8 +206,9 @@ def hf_state_dict(state: Mapping[str, Any], cfg: ModelConfig) -> dict[str, Any]:
     return {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in out.items()}
 
 
-def export_hf(model: Any, cfg: ModelConfig, out_dir: str | os.PathLike[str], *,
-              max_positions: int | None = None, eos_id: int | None = None) -> Path:
+def export_hf(model: torch.nn.Module | Mapping[str, torch.Tensor], cfg: ModelConfig,
+              out_dir: str | os.PathLike[str], *, max_positions: int | None = None,
+              eos_id: int | None = None) -> Path:
     """Write ``model`` (a ``Decoder`` or its state dict) into ``out_dir`` as a transformers folder; returns
     it.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +25,8 @@ from ablate.ablations.layers import RMSNorm
 class NoGate(nn.Identity):
     """The "off" gate: ``y`` unchanged, no scores."""
 
-    def forward(self, y: torch.Tensor, x: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+    def forward(  # type: ignore[override]  # a gate slot's (y, x) -> (y, None), where Identity's is x -> x
+            self, y: torch.Tensor, x: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
         return y, None
 
 
@@ -52,7 +54,7 @@ class HeadLinear(nn.Linear):
         self.heads = (n_heads, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x).unflatten(-1, self.heads)
+        return super().forward(x).unflatten(-1, self.heads)  # type: ignore[no-untyped-call,no-any-return]  # unannotated in torch
 
 
 class PrefixHeadLinear(HeadLinear):
@@ -77,7 +79,7 @@ class ZeroHeadLinear(nn.Module):
         self.heads = (n_heads, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x[..., : self.in_features], self.weight, self.bias).unflatten(-1, self.heads)
+        return F.linear(x[..., : self.in_features], self.weight, self.bias).unflatten(-1, self.heads)  # type: ignore[no-untyped-call,no-any-return]  # unannotated in torch
 
 
 class IndependentScore(nn.Module):
@@ -153,7 +155,7 @@ class FlatGate(nn.Module):
         self.gate = Gate(spec, d_model, 1, d_model)
 
     def forward(self, y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        y, s = self.gate(y.unflatten(-1, (1, -1)), x)
+        y, s = self.gate(y.unflatten(-1, (1, -1)), x)  # type: ignore[no-untyped-call]  # unannotated in torch
         return y.flatten(-2), s
 
 
@@ -195,8 +197,9 @@ class QueryProjection(nn.Linear):
         super().__init__(d_model, n_heads * head_dim, bias=False)
         self.head_dim = head_dim
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return super().forward(x).unflatten(-1, (-1, self.head_dim)), x
+    def forward(  # type: ignore[override]  # x -> (q, x) for the G1 gate, where a Linear's is x -> x W^T
+            self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(x).unflatten(-1, (-1, self.head_dim)), x  # type: ignore[no-untyped-call]  # unannotated in torch
 
 
 class QueryGateProjection(nn.Module):
@@ -222,7 +225,7 @@ class QueryGateProjection(nn.Module):
         self.rows = (n_heads * head_dim, n_heads * gate_width)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q, g = SplitLinear.apply(x, self.proj.weight, self.rows)  # (B, T, H * dk), (B, T, H * w)
+        q, g = SplitLinear.apply(x, self.proj.weight, self.rows)  # type: ignore[no-untyped-call]  # (B, T, H * dk), (B, T, H * w); unannotated in torch
         return q.unflatten(-1, (-1, self.head_dim)), g.unflatten(-1, (-1, self.gate_width))
 
 
@@ -237,14 +240,15 @@ class SplitLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, rows: tuple[int, ...]) -> tuple[torch.Tensor,
-                                                                                            ...]:
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor,  # ctx: torch types it Any
+                rows: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
         ctx.save_for_backward(x, weight)
         ctx.rows = rows
-        return tuple(torch.nn.functional.linear(x, w) for w in weight.split(rows))  # (B, T, rows) each
+        return tuple(torch.nn.functional.linear(x, w) for w in weight.split(rows))  # type: ignore[no-untyped-call]  # (B, T, rows) each; unannotated in torch
 
     @staticmethod
-    def backward(ctx, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+    def backward(ctx: Any,
+                 *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         x, weight = ctx.saved_tensors
         dtype = next(g.dtype for g in grads if g is not None)  # autocast's, when the forward ran under it
         x2, w = x.flatten(0, -2).to(dtype), weight.to(dtype)  # (B * T, d), (sum(rows), d)
@@ -278,7 +282,7 @@ def split_query_gate(weight: torch.Tensor, n_heads: int, head_dim: int) -> tuple
     """Qwen3-Next's per-head weight -> ``(query rows [H * dk, d], gate rows [H * w, d])``; the inverse of
     ``fuse_query_gate``."""
     d = weight.shape[-1]
-    q, g = weight.view(n_heads, -1, d).split((head_dim, weight.shape[0] // n_heads - head_dim), dim=1)
+    q, g = weight.view(n_heads, -1, d).split((head_dim, weight.shape[0] // n_heads - head_dim), dim=1)  # type: ignore[no-untyped-call]  # unannotated in torch
     return q.reshape(-1, d), g.reshape(-1, d)
 
 
@@ -289,7 +293,7 @@ def query_gate_rows(state: Mapping[str, torch.Tensor], prefix: str, n_heads: int
     (ablate before the contiguous layout), or the two apart (``q_proj.weight`` and ``gate_sdpa.proj.weight``:
     unfused). None without a fused gate's rows (a plain query projection)."""
     if (w := state.get(f"{prefix}q_proj.proj.weight")) is not None:
-        q, g = w.split((n_heads * head_dim, w.shape[0] - n_heads * head_dim))
+        q, g = w.split((n_heads * head_dim, w.shape[0] - n_heads * head_dim))  # type: ignore[no-untyped-call]  # unannotated in torch
         return q, g
     q = state.get(f"{prefix}q_proj.weight")
     if q is None:
@@ -321,7 +325,7 @@ class HeadProjection(nn.Module):
         self.head_dim = head_dim
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-        return self.proj(x).unflatten(-1, (-1, self.head_dim))
+        return cast(torch.Tensor, self.proj(x).unflatten(-1, (-1, self.head_dim)))
 
 
 class ExpertProjection(nn.Module):
@@ -334,7 +338,7 @@ class ExpertProjection(nn.Module):
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         y = self.proj(x).unflatten(-1, self.shape)  # (B, T, H, E, dk)
-        return (y * weights.unsqueeze(-1).to(y.dtype)).sum(-2)  # (B, T, H, dk)
+        return cast(torch.Tensor, (y * weights.unsqueeze(-1).to(y.dtype)).sum(-2))  # (B, T, H, dk)
 
 
 class KV(nn.Module):

@@ -117,7 +117,7 @@ def _blocks(name: str, param: torch.Tensor, parts: Parts) -> list[tuple[str, tor
         return [(name, param)]
     pieces = parts[name]
     return [(logical, block) for (logical, _), block in
-            zip(pieces, param.split([rows for _, rows in pieces]), strict=True)]
+            zip(pieces, param.split([rows for _, rows in pieces]), strict=True)]  # type: ignore[no-untyped-call]  # unannotated in torch
 
 
 def init_per_parameter(model: nn.Module, std: float, seed: int, keep: Iterable[str] = ()) -> None:

@@ -48,6 +48,8 @@ class Rotary(nn.Module):
     factor.
     """
 
+    inv_freq: torch.Tensor  # a buffer (register_buffer), which nn.Module's attribute lookup types loosely
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         dk = cfg.head_dim

@@ -42,7 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ablate.ablations import plugins
 from ablate.ablations.config import ModelConfig
@@ -234,7 +234,7 @@ def resolved_precision(precision: str, gpu: bool) -> str:
     return precision if precision != "auto" else ("bf16-mixed" if gpu else "32-true")
 
 
-def run_memory(config: RunConfig, *, gpu: bool, **changes: Any) -> MemoryEstimate:
+def run_memory(config: RunConfig, *, gpu: bool, **changes: object) -> MemoryEstimate:
     """The estimate for a run config (each training stage's, the largest), with ``train`` fields changed by
     ``changes`` (e.g. ``micro_batch_size=1``) for trying fixes."""
     from ablate.config import stage_configs
@@ -260,7 +260,7 @@ def cheapest_fix(config: RunConfig, available: float, *, gpu: bool, max_devices:
     budget = available * FIT_FRACTION
     tc = config.train
 
-    def fits(**ch: Any) -> float | None:
+    def fits(**ch: object) -> float | None:
         gb = run_memory(config, gpu=gpu, **ch).total
         return gb if gb <= budget else None
 
@@ -268,10 +268,10 @@ def cheapest_fix(config: RunConfig, available: float, *, gpu: bool, max_devices:
         per = tc.batch_size // devices
         return sorted((m for m in range(1, per) if per % m == 0), reverse=True)
 
-    def describe(ch: dict[str, Any], need: float) -> str:
+    def describe(ch: dict[str, object], need: float) -> str:
         return ", ".join(f"train.{k}={v}" for k, v in ch.items()) + f" (est. {need / GiB:.1f} GB per device)"
 
-    tries: list[dict[str, Any]] = [{"micro_batch_size": m} for m in micro_options(tc.devices)]
+    tries: list[dict[str, object]] = [{"micro_batch_size": m} for m in micro_options(tc.devices)]
     if not tc.activation_checkpointing:
         tries.append({"activation_checkpointing": True})
         tries += [{"activation_checkpointing": True,

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from ablate.layout import atomic_write
 
@@ -39,7 +39,7 @@ def counts_file() -> Path:
 
 
 @functools.cache
-def _known() -> dict[str, Any]:
+def _known() -> dict[str, object]:
     try:
         return dict(json.loads(counts_file().read_text()))
     except (OSError, ValueError):
@@ -55,7 +55,7 @@ def kept(kind: str) -> Callable[[Callable[[str], T]], Callable[[str], T]]:
         def counted(cfg_json: str) -> T:
             known, key = _known(), f"{kind}:{cfg_json}"
             if key in known:
-                return known[key]
+                return cast(T, known[key])  # what fn returned, read back from the JSON it was saved as
             value = fn(cfg_json)
             known[key] = value
             _save(known)
@@ -66,7 +66,7 @@ def kept(kind: str) -> Callable[[Callable[[str], T]], Callable[[str], T]]:
     return decorate
 
 
-def _save(known: dict[str, Any]) -> None:
+def _save(known: dict[str, object]) -> None:
     try:
         atomic_write(counts_file(), json.dumps(known))
     except OSError as exc:

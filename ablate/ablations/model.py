@@ -73,7 +73,8 @@ class Attention(nn.Module):
         self.gate_sdpa = gate_for(cfg, "G1", nq, dk, fused=fused)
         self.gate_out = gate_for(cfg, "G5", 1, d)
         if fused:  # a checkpoint with the gate's rows apart, or per head (ablate before): stacked on load
-            self._register_load_state_dict_pre_hook(self._stack_query_gate)
+            self._register_load_state_dict_pre_hook(  # type: ignore[no-untyped-call]  # unannotated in torch
+                self._stack_query_gate)
 
     def init_parts(self) -> Parts:
         """The fused query projection's rows under their unfused names (``init_rng.init_per_parameter``):

@@ -65,12 +65,15 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, get_args
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast, get_args
 
 from pydantic import BaseModel, ValidationError
 
 from ablate.ablations.config import GatePosition, ModelConfig, PluginArm
 from ablate.errors import ConfigError, RunError, did_you_mean
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ def registered() -> dict[str, str]:
     return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
 
 
-def catalogue_rows() -> list[dict[str, Any]]:
+def catalogue_rows() -> list[dict[str, object]]:
     """``ablate variants``' rows of the registered arms (nothing imported): the source is the entry point."""
     return [dict(name=name, description=f"plugin arm {value} (an installed {ENTRY_POINTS!r} entry point)",
                  paper=[], changes={"plugin": {"arm": name}}, requires_moe=False, act_func="-",
@@ -186,7 +189,7 @@ def load(arm: str) -> type[Arm]:
                       "folder to PYTHONPATH)")
         raise ConfigError(f"cannot import plugin module {module!r}: {type(exc).__name__}: {exc}{looked}",
                           where="model.plugin.arm") from None
-    cls = getattr(mod, name, None)
+    cls: type[Arm] | None = getattr(mod, name, None)
     if cls is None:
         arms = sorted(k for k, v in vars(mod).items()
                       if isinstance(v, type) and getattr(v, "slot", None) in SLOTS)
@@ -205,7 +208,7 @@ def load(arm: str) -> type[Arm]:
     return cls
 
 
-def inits(model: Any, cfg: ModelConfig) -> dict[str, str]:
+def inits(model: torch.nn.Module, cfg: ModelConfig) -> dict[str, str]:
     """``{qualified name: "own" | "ablate"}`` of the plugin arm's modules in ``model`` (an ``nn.Module``
     built from ``cfg``): the init each of them gets (the class's ``init``, the module docstring); empty
     without a plugin. The decoder's init leaves the "own" ones alone; a run records this in its
@@ -240,8 +243,7 @@ def check(spec: PluginArm, listed: Iterable[str], model: ModelConfig | None = No
             raise ConfigError(
                 f"the grid lists `plugins: [{typo}]`, but no module {typo!r} is beside the grid or on the "
                 f"import path; plugin arm {spec.arm!r} is from module {module!r}: did you mean "
-                f"`plugins: [{module}]`?",
-                where="plugins")
+                f"`plugins: [{module}]`?", where="plugins")
         near = did_you_mean(module, allowed)
         raise ConfigError(f"plugin arm {spec.arm!r} is from module {module!r}{near}, which the grid does not "
                           f"list: add `plugins: [{module}]` (only listed modules and installed "
@@ -274,8 +276,8 @@ def slot(cfg: ModelConfig) -> str | None:
                           f"one of {list(POSITIONS)} (has {position!r})", where="model.plugin.arm")
     if cfg.gate is not None and cfg.gate.position == position:
         raise ConfigError(f"plugin arm {cfg.plugin.arm!r} is a gate at {position}, where model.gate already "
-                          "sits; remove model.gate or put the plugin's gate "
-                          "elsewhere", where="model.plugin.arm")
+                          "sits; remove model.gate or put the plugin's gate elsewhere",
+                          where="model.plugin.arm")
     return str(position)
 
 
@@ -305,12 +307,12 @@ def arm_version(arm: str) -> str:
     return f"{version_of(module_of(arm))};init={getattr(cls, 'init', INITS[0])}"
 
 
-def fill_version(spec: PluginArm, resolver: Any = None) -> dict[str, Any]:
+def fill_version(spec: PluginArm, resolver: object = None) -> dict[str, str]:
     """Identity filler (``ablate.grid.identity``): the arm's current version (``arm_version``)."""
     return {"version": arm_version(spec.arm)}
 
 
-def build(cfg: ModelConfig) -> Any:
+def build(cfg: ModelConfig) -> torch.nn.Module:
     """The plugin's module for ``cfg``, for the slot ``slot(cfg)`` names (torch is the plugin's import). The
     decoder calls a weights module ``forward(q, k, v, probe, x=x)``: a plugin whose ``forward`` takes no ``x``
     is built as a subclass that leaves it out (its parameters' names unchanged)."""
@@ -319,15 +321,17 @@ def build(cfg: ModelConfig) -> Any:
     forward = getattr(cls, "forward")  # noqa: B009 - the Arm protocol declares no forward (nn.Module's)
     if cls.slot == "weights" and "x" not in inspect.signature(forward).parameters:
         cls = _without_input(cls)
-    return cls(arguments(cfg.plugin), cfg)
+    return cast("torch.nn.Module", cls(arguments(cfg.plugin), cfg))  # an arm is an nn.Module (the docstring)
 
 
 @functools.cache  # one subclass per plugin class, so the modules built from it share it
 def _without_input(cls: type[Arm]) -> type[Arm]:
     """``cls`` whose ``forward(q, k, v, probe, x=None)`` calls the plugin's ``forward(q, k, v, probe)``."""
 
-    def forward(self: Any, q: Any, k: Any, v: Any, probe: bool = False, x: Any = None) -> Any:
-        return getattr(cls, "forward")(self, q, k, v, probe)  # noqa: B009 - Arm declares no forward
+    def forward(self: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probe: bool = False,
+                x: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out = getattr(cls, "forward")(self, q, k, v, probe)  # noqa: B009 - Arm declares no forward
+        return cast("tuple[torch.Tensor, torch.Tensor | None]", out)
 
     return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__,
                                        "__qualname__": cls.__qualname__})
@@ -367,7 +371,7 @@ def _measure(cls: type[Arm], cfg: ModelConfig, where: str, rows: int, seq_len: i
         return torch.empty(shape, device="meta", dtype=dtype, requires_grad=True)
 
     x = tensor(b, t, d)
-    args: tuple[Any, ...]
+    args: tuple[torch.Tensor | bool, ...]
     if where == "weights":
         args = (tensor(b, h, t, dk), tensor(b, hk, t, dk), tensor(b, hk, t, dk), False)  # q, k, v, probe
         known = [*args[:3]]
@@ -390,8 +394,7 @@ def _measure(cls: type[Arm], cfg: ModelConfig, where: str, rows: int, seq_len: i
             module(*args)
     except Exception as exc:  # noqa: BLE001 - the user's code: the estimate goes on without it, and says so
         log.warning("plugin arm %s cannot run on the meta device (%s: %s): what it saves for the backward "
-                    "pass is not in the memory "
-                    "estimate", f"{cls.__module__}:{cls.__qualname__}", type(exc).__name__,
-                    exc)
+                    "pass is not in the memory estimate", f"{cls.__module__}:{cls.__qualname__}",
+                    type(exc).__name__, exc)
         return 0
     return sum(v.numel() * v.element_size() for v in kept.values())
