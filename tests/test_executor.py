@@ -100,7 +100,7 @@ def test_a_grid_runs_to_the_end_on_two_workers_and_mirrors_to_mlflow(finished):
     for rid, variant in runs["variant"].items():
         lines = (home / "runs" / rid / "train.log").read_text().splitlines()
         assert re.search(
-            rf"INFO ablate.execute.job: run {rid}: {variant} seed 0 on cpu, \d+ threads?, from step 0",
+            rf"INFO ablate.execute.training: run {rid}: {variant} seed 0 on cpu, \d+ threads?, from step 0",
             lines[0],
         ), lines
         assert sum(re.search(r"step \d+/60, loss [\d.]+", x) is not None for x in lines) == 10, lines
@@ -285,7 +285,8 @@ include:
     assert "not JSON" in failed["error"] and "Traceback" in failed["error"]
     assert f"failed {failed.name}: ConfigError" in " ".join(result.output.split())
     log = (home / "runs" / failed.name / "train.log").read_text()  # the run's log holds the whole traceback
-    assert f"ERROR ablate.execute.job: run {failed.name} failed\nTraceback" in log and "not JSON" in log, log
+    assert f"ERROR ablate.execute.training: run {failed.name} failed\nTraceback" in log, log
+    assert "not JSON" in log, log
 
     again = invoke("run", str(crashy), "--home", str(home))  # failed runs are skipped without --retry-failed
     assert again.exit_code == 1 and "worker" not in again.output

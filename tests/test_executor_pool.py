@@ -11,7 +11,7 @@ import pytest
 
 from ablate.errors import RunError
 from ablate.execute.devices import Slot, crowding, parse_devices, plan_slots
-from ablate.execute.job import JobContext, JobInterrupted
+from ablate.execute.job_function import JobContext, JobInterrupted
 from ablate.execute.local.pool import WorkerPool
 from ablate.execute.locks import RunLock, holder_pid, is_locked
 from ablate.execute.messages import Died, Failed, Finished, Interrupted, JobEvent, Killed, Progress, Started

@@ -19,6 +19,7 @@ import pytest
 from store_data import planned, result
 
 from ablate.execute.lifecycle import Lifecycle
+from ablate.execute.liveness import Holder, Liveness
 from ablate.execute.locks import RunLock
 from ablate.execute.messages import (
     Died,
@@ -31,7 +32,7 @@ from ablate.execute.messages import (
     Progress,
     Started,
 )
-from ablate.execute.opening import Holder, Liveness, open_grid
+from ablate.execute.opening import open_grid
 from ablate.layout import run_dir
 from ablate.result import write_result
 
@@ -220,7 +221,7 @@ def test_a_run_that_crashed_while_the_store_was_away_is_failed_not_gone(tmp_path
     from typer.testing import CliRunner
 
     from ablate.cli import app
-    from ablate.execute.job import ERROR_FILE
+    from ablate.execute.last_attempt import ERROR_FILE
 
     path = tmp_path / "g.yaml"
     path.write_text(GRID)
@@ -383,7 +384,7 @@ def test_the_recorder_keeps_writes_while_the_store_is_away_and_says_so_once_each
 @pytest.mark.parametrize(("wording", "expected"), [
     ("recorder.LOCAL", "the store {where} is full (no space left on its disk): training goes on, results "
                        "are kept and recorded when it is back (stopping after 0 s)"),
-    ("slurm.submit.WAIT", "the store {where} is full (no space left on its disk): the Slurm tasks train on "
+    ("slurm.wait.WAIT", "the store {where} is full (no space left on its disk): the Slurm tasks train on "
                           "and record their runs when it is back; waiting for it (up to 0 s)"),
     ("recorder.TASK", "the store {where} is full (no space left on its disk): training goes on, the result "
                       "is kept in the run directory"),

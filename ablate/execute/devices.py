@@ -47,7 +47,7 @@ def gpu_count() -> int:
         return 0
     import torch
 
-    return torch.cuda.device_count()
+    return int(torch.cuda.device_count())
 
 
 def cpu_quota(cpu_max: Path = CPU_MAX) -> int | None:

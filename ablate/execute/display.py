@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Self
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+from ablate.execute.messages import StepRow
 
 PROGRESS_EVERY_S = 30.0
 WIDE = 1000  # off a terminal: columns enough that rich never cuts a cell to '…'
@@ -94,7 +95,7 @@ class GridDisplay:
         if self._live.is_started:
             self._live.stop()
 
-    def _render(self) -> Any:
+    def _render(self) -> RenderableType:
         table = Table(box=None, pad_edge=False, header_style="dim")
         for col in ("run", "variant", "seed", "device", "step", "loss", "tok/s"):
             table.add_column(col, justify="right" if col in ("step", "loss", "tok/s", "seed") else "left")
@@ -114,10 +115,12 @@ class GridDisplay:
         """A job started training (or resuming)."""
         self.active[run_id] = _Active(f"{variant} {seed}", device, total_steps, since=self.clock())
 
-    def step(self, run_id: str, data: dict[str, Any]) -> None:
+    def step(self, run_id: str, data: StepRow) -> None:
         """A job reported progress (its latest step's row)."""
         if (a := self.active.get(run_id)) is not None and data:
-            a.step, a.loss, a.tokens_per_s = data.get("step"), data.get("loss"), data.get("tokens_per_s")
+            step = data.get("step")
+            a.step = None if step is None else int(step)
+            a.loss, a.tokens_per_s = data.get("loss"), data.get("tokens_per_s")
             if a.first_step is None:
                 a.first_step, a.first_at = a.step, self.clock()
 
@@ -197,45 +200,6 @@ class GridDisplay:
                 left += per_run
         queued = max(0, self.total - self.ended_n - len(self.active))
         return (left + queued * per_run) / self.workers
-
-
-class ShownRounds:
-    """What every runner of rounds shares (``executor.Runner``): its lifecycle's run directories and its live
-    display, made at the first ``expect``; a context manager (``close`` stops the display). A subclass sets
-    ``lifecycle``, ``title``, ``console``, ``progress_every_s`` and ``width``."""
-
-    lifecycle: Any
-    title: str
-    console: Console
-    progress_every_s: float | None
-    display: GridDisplay | None = None
-
-    @property
-    def width(self) -> int:
-        raise NotImplementedError
-
-    def run_dir(self, run_id: str) -> Any:
-        """A run's directory in the lifecycle's home."""
-        return self.lifecycle.run_dir(run_id)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the live display."""
-        if self.display is not None:
-            self.display.__exit__(None, None, None)
-            self.display = None
-
-    def expect(self, n: int) -> None:
-        """Tell the progress display ``n`` more jobs are coming."""
-        if self.display is None:
-            self.display = GridDisplay(self.title, 0, self.console, workers=self.width,
-                                       every_s=self.progress_every_s).__enter__()
-        self.display.expect(n)
 
 
 def summary_table(grid: str, counts: dict[str, int], totals: dict[str, int], wall_s: float) -> Table:

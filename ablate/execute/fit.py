@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ablate.grid.expand import PlannedRun
+from ablate.ablations.memory import check_fit, fmt_gb, gpu_here
+from ablate.ablations.memory import device_memory as gpu_memory
+from ablate.grid.expand import PlannedRun
+from ablate.store.plan_status import statuses
 
 FLAG = "--device-memory"
 
@@ -24,9 +25,6 @@ def memory_budget(device_memory: float | None, *, local: bool) -> tuple[float, s
     """The bytes per device runs must fit and where that figure comes from (the error's prefix):
     ``device_memory`` when given, else on a local GPU its memory (imports torch); None when neither is
     known."""
-    from ablate.ablations.memory import device_memory as gpu_memory
-    from ablate.ablations.memory import fmt_gb, gpu_here
-
     if device_memory is not None:
         return device_memory, FLAG
     if local and gpu_here() and (available := gpu_memory()) is not None:
@@ -37,8 +35,6 @@ def memory_budget(device_memory: float | None, *, local: bool) -> tuple[float, s
 def check_memory(runs: Sequence[PlannedRun], status: Mapping[str, str], available: float, where: str) -> None:
     """Refuse (one line, exit 2) the runs still to train (not ``done`` or ``diverged`` in ``status``) whose
     estimated peak memory does not fit ``available`` bytes per device."""
-    from ablate.ablations.memory import check_fit, gpu_here
-
     todo = [(r.run_id, r.config.variant, r.config) for r in runs if status.get(r.run_id) not in ("done",
                                                                                                  "diverged")]
     check_fit(todo, available, gpu=gpu_here(), where=where)
@@ -54,7 +50,5 @@ def require_fit(runs: Sequence[PlannedRun], device_memory: float | None, *, loca
         return
     status: dict[str, str] = {}
     if home is not None:
-        from ablate.store.plan_status import statuses
-
         status = statuses(runs, store=store, home=home)
     check_memory(runs, status, *budget)

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -33,8 +32,10 @@ from ablate.execute.display import LABEL, stdout_console, summary_table
 from ablate.execute.executor import RunOptions, Session, check_flags, executor
 from ablate.execute.large import confirm_large
 from ablate.execute.lifecycle import Lifecycle, mlflow_ids, unmirrored
+from ablate.execute.liveness import job_liveness
 from ablate.execute.messages import Job
-from ablate.execute.opening import Opened, expand_grid, job_liveness, open_grid, planning
+from ablate.execute.mirror import MirrorThread
+from ablate.execute.opening import Opened, expand_grid, open_grid, planning
 
 log = logging.getLogger(__name__)
 
@@ -202,13 +203,11 @@ def _wait_for(o: Opened) -> None:
 
 
 # ------------------------------------------------------------ MLflow
-def _mirror(o: Opened, finished: list[str], will_train: bool, experiment: str | None) -> Any:
+def _mirror(o: Opened, finished: list[str], will_train: bool, experiment: str | None) -> MirrorThread | None:
     """The MLflow mirror thread, with the grid's finished runs MLflow never got queued first (e.g. the last
     ``ablate run`` was killed); None when nothing will be logged (MLflow is then not even imported). Into an
     experiment the user named, the finished runs it does not hold yet (mirrored into the grid's own, say) are
     queued too: that asks MLflow, so it is opened whenever the grid has finished runs."""
-    from ablate.execute.mirror import MirrorThread
-
     if experiment is not None:
         stored = mlflow_ids(o.store, o.home, o.name, finished) if finished else {}
         if not stored and not will_train:

@@ -23,9 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ablate.ablations.memory import gpu_here
+from ablate.config import stage_configs
 from ablate.errors import UserInputError
+from ablate.grid.expand import PlannedRun
+from ablate.grid.view import Costs
+from ablate.store.plan_status import statuses as stored_statuses
 
 GiB = 2**30
 LARGE_RUNS = 1_000  # more runs to train than this asks first
@@ -97,13 +101,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:,.0f} days"
 
 
-def estimate(grid: str, planned: Iterable[Any], statuses: Mapping[str, str], *, workers: int | None,
+def estimate(grid: str, planned: Iterable[PlannedRun], statuses: Mapping[str, str], *, workers: int | None,
              gpu: bool, retry_failed: bool = False) -> Estimate:
     """The ``Estimate`` of training ``planned`` (PlannedRuns) given each run's status (``ablate plan``'s:
     ``new``, ``done``, ``done as <id> (ablate db rehash)``, ...): the runs ``ablate run`` would train."""
-    from ablate.config import stage_configs
-    from ablate.grid.view import Costs
-
     costs = Costs(gpu=gpu)  # tokens and FLOPs once per distinct model and train section
     runs, disk, checkpoints, flops = 0, 0.0, 0.0, 0.0
     for run in planned:
@@ -140,18 +141,15 @@ def check_large(est: Estimate, *, yes: bool, ask: Callable[[str], bool] | None,
         raise UserInputError(f"ablate run {est.grid}: not started (answered no); nothing was written")
 
 
-def confirm_large(grid: str, planned: Sequence[Any], *, home: Path, store: str | None, workers: int | None,
-                  yes: bool, ask: Callable[[str], bool] | None, say: Callable[[str], None],
-                  retry_failed: bool = False) -> None:
+def confirm_large(grid: str, planned: Sequence[PlannedRun], *, home: Path, store: str | None,
+                  workers: int | None, yes: bool, ask: Callable[[str], bool] | None,
+                  say: Callable[[str], None], retry_failed: bool = False) -> None:
     """``check_large`` for the runs of ``grid`` that ``ablate run`` would train: a grid that is not large even
     if every run trained is let through at once; else each run's status is read from the store, when there is
     one (``ablate plan``'s lookup: nothing is made)."""
-    from ablate.ablations.memory import gpu_here
-    from ablate.store.plan_status import statuses
-
     gpu = gpu_here()
     if not estimate(grid, planned, {}, workers=workers, gpu=gpu, retry_failed=True).large:
         return
-    known = statuses(planned, store=store, home=home)
+    known = stored_statuses(planned, store=store, home=home)
     check_large(estimate(grid, planned, known, workers=workers, gpu=gpu, retry_failed=retry_failed), yes=yes,
                 ask=ask, say=say)

@@ -34,9 +34,10 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ablate import layout
+from ablate.errors import StoreError
 from ablate.execute.messages import (
     Died,
     Failed,
@@ -48,12 +49,12 @@ from ablate.execute.messages import (
     Killed,
     Progress,
     Started,
+    StepRow,
 )
+from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import STORE_PATIENCE_S, Recorder
 from ablate.result import RESULT_FILE, RunResult, read_result
-
-if TYPE_CHECKING:
-    from ablate.store.api import Store
+from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,8 @@ class Ended:
 class Lifecycle:
     """Records runs' lives in the store (and MLflow through ``mirror``); see the module docstring."""
 
-    def __init__(self, store: Store, *, home: Path, mirror: Any = None, metric: str = "val_ppl",
-                 host: str | None = None, live_every_s: float | None = None,
+    def __init__(self, store: Store, *, home: Path, mirror: MirrorThread | None = None,
+                 metric: str = "val_ppl", host: str | None = None, live_every_s: float | None = None,
                  patience_s: float | None = STORE_PATIENCE_S, job: tuple[str, str] | None = None):
         self.store, self.home, self.metric = store, Path(home), metric
         self.host = host or socket.gethostname()
@@ -108,7 +109,7 @@ class Lifecycle:
         if self.mirror is not None and (expected := self._jobs.get(run_id)) is not None:
             self.mirror.start(run_id, expected.config, **_nesting(expected))
 
-    def progress(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    def progress(self, run_id: str, rows: Iterable[StepRow]) -> None:
         """Step metrics of a running run (thread-safe; never waits for the store or MLflow)."""
         rows = list(rows)
         self.live.add(run_id, rows)
@@ -118,8 +119,6 @@ class Lifecycle:
     # ------------------------------------------------------------ how it ends
     def finished(self, run_id: str, *, resumed_from: int | None = None) -> Ended:
         """The run wrote its ``result.json``: ingest it (and mirror it). A malformed file fails the run."""
-        from ablate.errors import StoreError
-
         self.live.end(run_id)
         try:
             result = read_result(self.run_dir(run_id))
@@ -186,7 +185,8 @@ class Lifecycle:
             self.progress(rid, event.rows)
             return None
         if isinstance(event, Finished):
-            out: JobOutcome = event.outcome
+            out = event.outcome
+            assert isinstance(out, JobOutcome), out  # a training job's outcome (``ablate.execute.training``)
             if out.kind == "busy":
                 return self.busy(rid)
             if out.kind == "pruned":

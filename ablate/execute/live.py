@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+
+from ablate.execute.messages import StepRow
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +26,10 @@ MAX_KEPT = 20_000
 class LiveWriter:
     """Batches running runs' heartbeats and step rows into ``write`` every ``every_s`` seconds (a thread)."""
 
-    def __init__(self, write: Callable[[Mapping[str, list[dict[str, Any]]]], bool], *,
+    def __init__(self, write: Callable[[Mapping[str, list[StepRow]]], bool], *,
                  every_s: float = EVERY_S):
         self._write, self.every_s = write, every_s
-        self._rows: dict[str, list[dict[str, Any]]] = {}
+        self._rows: dict[str, list[StepRow]] = {}
         self._fresh: set[str] = set()  # begun, no step written yet: its first rows are written at once
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -44,7 +45,7 @@ class LiveWriter:
                 self._thread = threading.Thread(target=self._loop, name="live-writer", daemon=True)
                 self._thread.start()
 
-    def add(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    def add(self, run_id: str, rows: Iterable[StepRow]) -> None:
         """Step rows of a running run (dicts with ``step``); ignored for a run not begun or already ended."""
         with self._lock:
             kept = self._rows.get(run_id)

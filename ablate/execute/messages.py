@@ -14,8 +14,21 @@ a ``JobOutcome``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+# one optimizer step's metrics: ``step`` and any of ``loss``, ``lr``, ``grad_norm``, ``tokens_per_s``,
+# ``val_ppl``, the held-out scores (None: not measured at this step)
+StepRow = Mapping[str, float | None]
+
+
+class PoolJob(Protocol):
+    """What the pool asks of a job: its run's id (``Job`` is the training jobs'; tests use their own)."""
+
+    @property
+    def run_id(self) -> str: ...
+
 
 # ---------------------------------------------------------------- the job
 
@@ -57,7 +70,7 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class RunJob:
-    job: Any
+    job: PoolJob
 
 
 @dataclass(frozen=True)
@@ -107,10 +120,10 @@ class Progress(JobEvent):
     """Step metrics since the last ``Progress``: dicts with ``step`` and any of ``loss``, ``lr``,
     ``grad_norm``, ``tokens_per_s``, ``val_ppl``."""
 
-    rows: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    rows: tuple[StepRow, ...] = field(default_factory=tuple)
 
     @property
-    def last(self) -> dict[str, Any]:
+    def last(self) -> StepRow:
         """The latest row with a training loss (what a progress display shows), else the latest row."""
         return next((r for r in reversed(self.rows) if r.get("loss") is not None),
                     self.rows[-1] if self.rows else {})
@@ -120,7 +133,7 @@ class Progress(JobEvent):
 class Finished(JobEvent):
     """The job function returned ``outcome`` (a ``JobOutcome`` for training jobs)."""
 
-    outcome: Any = None
+    outcome: object = None
 
 
 @dataclass(frozen=True)

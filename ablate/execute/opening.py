@@ -10,128 +10,34 @@ finished while nobody could record it (its ``result.json`` is complete but the s
 or ``running``: the store was away, or the process recording it was killed) is ingested here, not trained
 again.
 
-Liveness (``Liveness``), the one rule for "is a ``running`` run's process alive", used by the triage and by
-``ablate status``: a run whose directory lock is held on this machine is alive (the lock file names its pid);
-one held by an executor's job (a Slurm array task, a Ray task) is alive while its executor lists the job as
-alive, and gone once it does not (an executor that cannot tell from here leaves it to the rules below); one
-recorded on this host whose lock file is there but free was cut off (the kernel dropped the lock with its
-process, however it died); any other is alive until its heartbeat is ``stale_after_s`` old (another host, or
-another home). A run whose process is gone but whose ``result.json`` is complete ended; it was not cut off
-(``ablate status`` says so; the triage ingests it).
+Who holds a run now is decided by the one liveness rule (``ablate.execute.liveness``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ablate import layout, provenance
-from ablate.errors import PlanningInterrupted
-from ablate.execute.executor import Expanded, executor_name, executors
-from ablate.execute.job import ERROR_FILE
-from ablate.execute.locks import LOCK_FILE, holder_pid, is_locked
+from ablate.errors import PlanningInterrupted, UserInputError
+from ablate.execute.executor import Expanded
+from ablate.execute.last_attempt import ERROR_FILE, crashed, finished_result
+from ablate.execute.liveness import Holder, Liveness, job_liveness
 from ablate.execute.triage import RunAction, triage
+from ablate.grid import Grid, PlannedRun, expand, load_grid
+from ablate.grid.schema import file_base
 from ablate.layout import CHECKPOINT
-
-if TYPE_CHECKING:
-    from ablate.store.api import Store
+from ablate.runner.fingerprints import Fingerprints
+from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
+from ablate.store import Store
+from ablate.store.engine import display_url
+from ablate.store.records import flatten
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who trains a run now: a process on this machine (``pid``), an executor's job (``job``: its name in
-    the executor's words, ``Slurm job 12_3``), or a process on another host."""
-
-    host: str | None = None
-    pid: int | None = None
-    job: str | None = None
-
-    def __str__(self) -> str:
-        if self.job:
-            return self.job
-        if self.pid:
-            return f"pid {self.pid}"
-        return f"host {self.host}" if self.host else "another process"
-
-
-class Liveness:
-    """Whether the process of a ``running`` run is alive (see the module docstring).
-
-    ``running``: the store's running rows (``status_summary()["running"]``: ``run_id``, ``host``, ``stale``);
-    ``jobs``: ``{run_id: (executor, job id)}`` of runs an executor's job holds; ``live``: ``{executor: the job
-    ids it lists as alive}``, or None for an executor that cannot tell from here; ``names``: ``{run_id: its
-    job in the executor's words}``.
-    """
-
-    def __init__(self, home: Path, running: Iterable[Mapping[str, Any]] = (), *, host: str | None = None,
-                 jobs: Mapping[str, tuple[str, str]] | None = None,
-                 live: Mapping[str, set[str] | None] | None = None, names: Mapping[str, str] | None = None):
-        self.home = Path(home)
-        self.host = host or socket.gethostname()
-        self.running = {r["run_id"]: r for r in running}
-        self.jobs = dict(jobs or {})
-        self.live = dict(live or {})
-        self.names = dict(names or {})
-
-    def holder(self, run_id: str) -> Holder | None:
-        """Who holds ``run_id`` now, or None when nobody does (a ``running`` record of it was cut off)."""
-        run_dir = layout.run_dir(self.home, run_id)
-        if is_locked(run_dir):
-            return Holder(self.host, holder_pid(run_dir))
-        if (held := self.jobs.get(run_id)) is not None and (live := self.live.get(held[0])) is not None:
-            # its executor can tell: alive while it lists the job
-            return Holder(job=self.names.get(run_id, held[1])) if held[1] in live else None
-        row = self.running.get(run_id)
-        if row is None:
-            return None  # not running
-        if row.get("host") == self.host and (run_dir / LOCK_FILE).exists():
-            return None  # on this host a free lock means its process is gone, however it died
-        return None if row.get("stale") else Holder(row.get("host"))
-
-    def is_alive(self, run_id: str) -> bool:
-        """Whether a live process trains ``run_id`` now."""
-        return self.holder(run_id) is not None
-
-    def mark(self, running: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``ablate status``'s running rows with ``stale`` set by this rule (``gone``: True where the process
-        is known to be gone at once, on this host or from its executor, not just quiet; ``ended``: True where
-        it is gone because the run finished: its complete ``result.json`` waits to be recorded, by its own
-        ``ablate run`` a moment later, else by the next ``ablate run`` or ``ablate ingest``, and nothing was
-        cut off; ``failed``: True where it crashed while the store could not be told: its ``error.txt`` says
-        how, and the next ``ablate run`` records it failed)."""
-        from ablate.execute.job import crashed, finished_result
-
-        for row in running:
-            alive = self.is_alive(row["run_id"])
-            run_dir = layout.run_dir(self.home, row["run_id"])
-            row["ended"] = not alive and finished_result(run_dir) is not None
-            row["failed"] = not alive and not row["ended"] and crashed(run_dir) is not None
-            row["gone"] = not alive and not row["ended"] and not row["failed"] and not row.get("stale")
-            row["stale"] = not alive and not row["ended"]
-        return running
-
-
-def job_liveness(store: Store, home: Path, running: Sequence[Mapping[str, Any]],
-                 run_ids: Iterable[str] | None = None) -> Liveness:
-    """The liveness rule with the jobs holding the unfinished runs among ``run_ids`` (all runs when None)
-    asked of their executors (``squeue``, Ray's state API)."""
-    from ablate.execute.jobs import grid_jobs
-
-    wanted = None if run_ids is None else set(run_ids)
-    rows = [r for r in grid_jobs(store, unfinished=True) if wanted is None or r["run_id"] in wanted]
-    live = {ex.name: ex.alive([r["job_id"] for r in rows if r["executor"] == ex.name])
-            for ex in executors({r["executor"] for r in rows})}
-    names = {r["run_id"]: executor_name(r["executor"], r["job_id"]) for r in rows}
-    return Liveness(home, running, jobs={r["run_id"]: (r["executor"], r["job_id"]) for r in rows}, live=live,
-                    names=names)
 
 
 @dataclass
@@ -140,7 +46,7 @@ class Opened:
 
     name: str
     text: str
-    planned: list[Any]
+    planned: list[PlannedRun]
     store: Store
     home: Path
     decisions: list[RunAction]
@@ -179,14 +85,11 @@ def planning() -> Iterator[None]:
 
 
 def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path,
-                extra: Sequence[Mapping[str, Any]] = ()
+                extra: Sequence[Mapping[str, object]] = ()
                 ) -> Expanded:
     """Load the grid at ``path`` (with ``--set`` overrides, and ``extra`` runs beyond the file's as
     ``include`` entries: the seeds ``--until-resolved`` adds) and expand it, its data fingerprinted under
     ``home``."""
-    from ablate.grid import expand, load_grid
-    from ablate.runner.fingerprints import Fingerprints
-
     grid = load_grid(path, sets)
     if extra:
         grid = dataclasses.replace(grid, include=(*grid.include, *map(dict, extra)))
@@ -197,7 +100,7 @@ def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path,
 
 def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Path, store: str | None,
               retry_failed: bool, stale_after_s: float, remote: bool = False, append: bool = False,
-              extra: Sequence[Mapping[str, Any]] = ()) -> Opened:
+              extra: Sequence[Mapping[str, object]] = ()) -> Opened:
     """Load, expand, open the store, register the grid and triage its runs (see the module docstring).
     ``path`` may be the grid already expanded (``expand_grid``, with its own ``sets`` and ``extra``), so that
     it is expanded once.
@@ -210,9 +113,6 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     current configuration, its other runs kept as older ones; with ``--set`` they join the current runs.
     ``remote``: the runs train in processes elsewhere (Slurm tasks, Ray tasks), which see the home by its
     absolute path."""
-    from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
-    from ablate.store import Store
-
     expanded = path if isinstance(path, Expanded) else expand_grid(path, sets, home=Path(home), extra=extra)
     grid, planned, fingerprints = expanded.grid, expanded.planned, expanded.fingerprints
     provenance.announce(expanded.path)  # the grid's commit, for the workers this process starts
@@ -235,14 +135,9 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     return opened
 
 
-def check_grid_name(store: Store, grid: Any, *, append: bool) -> None:
+def check_grid_name(store: Store, grid: Grid, *, append: bool) -> None:
     """Refuse (UserInputError) a grid whose name ``store`` holds with another base, unless ``append``: two
     grid files of one name would merge silently into one grid."""
-    from ablate.errors import UserInputError
-    from ablate.grid.schema import file_base
-    from ablate.store.engine import display_url
-    from ablate.store.records import flatten
-
     stored = store.grid_text(grid.name)
     if append or stored is None or stored == grid.text:
         return
@@ -304,16 +199,12 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
 def unrecorded_crash(o: Opened, run_id: str) -> str | None:
     """The error of a run the store still has queued or running but whose last attempt crashed (its process
     gone, its ``error.txt`` there): the store was away when it failed."""
-    from ablate.execute.job import crashed
-
     assert o.liveness is not None
     return None if o.liveness.is_alive(run_id) else crashed(layout.run_dir(o.home, run_id))
 
 
 def ingest_found(store: Store, home: Path, run_id: str) -> str | None:
     """Ingest a complete ``result.json`` of a finished run already in its directory; its status, else None."""
-    from ablate.execute.job import finished_result
-
     result = finished_result(layout.run_dir(home, run_id))
     if result is None:
         return None

@@ -31,15 +31,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from operator import methodcaller
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from ablate import layout
 from ablate.errors import AblateError, StoreError, StoreUnavailable
 from ablate.execute.live import LiveWriter
+from ablate.execute.messages import StepRow
+from ablate.execute.mirror import MirrorThread
+from ablate.store.api import Store
+from ablate.store.engine import display_url
 from ablate.store.faults import first_line, unavailable
-
-if TYPE_CHECKING:
-    from ablate.store.api import Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,15 +83,14 @@ TASK = Wording(
 class Recorder:
     """Writes to one store that may go away; see the module docstring."""
 
-    def __init__(self, store: Store, *, home: Path, mirror: Any = None, live_every_s: float | None = None,
-                 patience_s: float | None = STORE_PATIENCE_S):
-        from ablate.store.engine import display_url
-
+    def __init__(self, store: Store, *, home: Path, mirror: MirrorThread | None = None,
+                 live_every_s: float | None = None, patience_s: float | None = STORE_PATIENCE_S):
         self.store, self.home, self.mirror, self.patience_s = store, Path(home), mirror, patience_s
         self.where = display_url(store.url)
         self.gave_up: str | None = None  # the line ``watch`` said when the patience ran out
         self._lock = threading.RLock()  # reentrant: a Slurm task's signal handler may record while it is held
-        self._outbox: list[tuple[str, Callable[[Any], Any]]] = []  # writes the store could not take, in order
+        # writes the store could not take, in order
+        self._outbox: list[tuple[str, Callable[[Store], object]]] = []
         self._down_since: float | None = None
         self._away = StoreUnavailable.UNREACHABLE
         self._next_try = 0.0
@@ -101,7 +101,8 @@ class Recorder:
         self.live = LiveWriter(self._write_progress, **kw)
 
     # ------------------------------------------------------------ writes and reads
-    def write(self, what: str, fn: Callable[[Any], Any], *, on_bad: Callable[[Exception], Any] | None = None
+    def write(self, what: str, fn: Callable[[Store], object], *,
+              on_bad: Callable[[Exception], object] | None = None
               ) -> None:
         """One store write, ``fn(store)``; while the store is away it is kept (in order) and replayed by
         ``tick``.
@@ -167,7 +168,7 @@ class Recorder:
                 self._outbox.pop(0)
         self._came_back()
 
-    def _write_progress(self, batch: Mapping[str, list[dict[str, Any]]]) -> bool:
+    def _write_progress(self, batch: Mapping[str, list[StepRow]]) -> bool:
         """The live writer's flush: heartbeats and step rows of running runs (skipped while the store is
         away)."""
         with self._lock:

@@ -1,5 +1,5 @@
 """``ablate status``: what the store says of each grid, what runs now, and which ``running`` runs' processes
-are gone, by the one liveness rule of ``ablate run`` (``opening.Liveness``, with the executors' jobs their
+are gone, by the one liveness rule of ``ablate run`` (``liveness.Liveness``, with the executors' jobs their
 executors list as alive).
 
 ``grid_status(store, home, grid, stale_after_s=, older=)`` -> the summary (``Store.status_summary``'s
@@ -11,25 +11,39 @@ executors list as alive).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ablate.store.api import Store
+from ablate.execute.executor import executor_name, executors
+from ablate.execute.liveness import JobRow, grid_jobs, job_liveness
+from ablate.store.api import Store
 
 
 def grid_status(store: Store, home: Path, grid: str | None = None, *, stale_after_s: float = 300.0,
                 older: bool = False) -> dict[str, Any]:
     """Runs by status per grid (its current configuration; ``older``: its older ones too), the running runs
     with how their processes are (``Liveness.mark``), the stale ones' ids, and the runs in executors' jobs."""
-    from ablate.execute.jobs import job_rows
-    from ablate.execute.opening import job_liveness
-
     summary = store.status_summary(grid, stale_after_s=stale_after_s, older=older)
     summary["jobs"] = job_rows(store, grid)  # runs in executors' jobs, with the jobs' states
     if summary["running"]:  # the one liveness rule of `ablate run`
         job_liveness(store, home, summary["running"]).mark(summary["running"])
         summary["stale"] = [r["run_id"] for r in summary["running"] if r["stale"]]
     return summary
+
+
+def job_rows(store: Store, grid: str | None = None) -> list[JobRow]:
+    """What ``ablate status`` shows of the executors' jobs: each unfinished run that carries one, with the
+    job in its executor's words (``job``) and its state as the executor says it (``state``: ``"gone"`` when
+    the executor no longer knows it, None when it cannot tell from here)."""
+    rows = grid_jobs(store, grid, unfinished=True)
+    for ex in executors({r["executor"] for r in rows}):
+        mine = [r for r in rows if r["executor"] == ex.name]
+        states = ex.states([r["job_id"] for r in mine])
+        for r in mine:
+            r["state"] = None if states is None else states.get(r["job_id"], "gone")
+    for r in rows:
+        r.setdefault("state", None)
+        r["job"] = executor_name(str(r["executor"]), r["job_id"])
+    return rows
 
 
 def status_warnings(summary: dict[str, Any], *, older: bool, stale_after_s: float) -> list[str]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from ablate.grid.expand import PlannedRun
 
 Action = Literal["train", "resume", "skip"]
 
@@ -22,7 +24,7 @@ Action = Literal["train", "resume", "skip"]
 class RunAction:
     """What happens to one planned run, and why (shown to the user)."""
 
-    run: Any  # ablate.grid.PlannedRun
+    run: PlannedRun
     action: Action
     reason: str
     status: str | None  # its status in the store before this command, None if never seen
@@ -32,7 +34,7 @@ class RunAction:
         return self.run.run_id
 
 
-def triage(runs: Sequence[Any], statuses: dict[str, str], *, retry_failed: bool,
+def triage(runs: Sequence[PlannedRun], statuses: dict[str, str], *, retry_failed: bool,
            is_alive: Callable[[str], bool], has_checkpoint: Callable[[str], bool]) -> list[RunAction]:
     """One ``RunAction`` per distinct run id, in the grid's order.
 

@@ -22,12 +22,12 @@ from rich.console import Console
 
 from ablate.config import total_steps
 from ablate.execute.devices import Slot
-from ablate.execute.display import ShownRounds
 from ablate.execute.executor import TRAIN_JOB
 from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.local.pool import WorkerPool
 from ablate.execute.messages import Job, JobEvent, Progress, Started
 from ablate.execute.recorder import News
+from ablate.execute.rounds import ShownRounds
 
 log = logging.getLogger(__name__)
 

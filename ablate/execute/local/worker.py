@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.execute.devices import Slot, quiet_threads
-from ablate.execute.job import JobContext, load_job, run_job
+from ablate.execute.job_function import JobContext, load_job, run_job
 from ablate.execute.messages import (
     Fatal,
     Ready,

@@ -13,15 +13,23 @@ and ``ablate cancel`` can ask that cluster from any machine that reaches it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import socket
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from ablate.errors import ConfigError, UserInputError
+from ablate.execute.devices import usable_cpus
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from ablate.grid.expand import PlannedRun
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +48,7 @@ EXCLUDES = [".git", ".venv", "venv", "**/__pycache__", "*.ckpt", "*.pt", "*.safe
             "ablate-runs", ".mypy_cache", ".ruff_cache", ".pytest_cache"]
 
 
-def ray_module() -> Any:
+def ray_module() -> ModuleType:
     """``import ray``, or one line saying how to install it (this user's token, if any, sent to the clusters
     that ask for one: ``use_token``)."""
     use_token()
@@ -96,7 +104,7 @@ class Cluster:
         ray_module().shutdown()
 
 
-def connect(address: str | None, *, runtime_env: Mapping[str, Any] | None = None) -> Cluster:
+def connect(address: str | None, *, runtime_env: Mapping[str, object] | None = None) -> Cluster:
     """Join the cluster at ``address`` (``RAY_ADDRESS`` when None), else start a Ray instance here.
 
     ``runtime_env`` (what the workers need from here: ``runtime_env``) goes to a cluster joined. A Ray
@@ -108,13 +116,13 @@ def connect(address: str | None, *, runtime_env: Mapping[str, Any] | None = None
     joining = address_given(address)
     if joining is not None:
         check_reachable(joining)
-    kw: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "logging_level": logging.WARNING,
+    kw: dict[str, object] = {"namespace": NAMESPACE, "log_to_driver": False, "logging_level": logging.WARNING,
                           "configure_logging": False}
     logging.getLogger("ray").setLevel(logging.ERROR)  # its notices; what goes wrong is raised
     try:
         if joining is None:  # a local instance of this command's own ("local": never one found running)
             ray.init(address="local", include_dashboard=True, object_store_memory=100 * 2**20,
-                     num_cpus=_local_cpus(), **kw)
+                     num_cpus=usable_cpus(), **kw)
         else:
             ray.init(address=joining, runtime_env=dict(runtime_env or {}), **kw)
     except (ConnectionError, TimeoutError, RuntimeError) as exc:
@@ -129,12 +137,6 @@ def connect(address: str | None, *, runtime_env: Mapping[str, Any] | None = None
                    max((r.get("GPU", 0.0) for r in resources), default=0.0), len(alive))
 
 
-def _local_cpus() -> int:
-    from ablate.execute.devices import usable_cpus
-
-    return usable_cpus()
-
-
 @dataclass(frozen=True)
 class Ask:
     """What one run asks of Ray: GPUs (its devices, on a cluster with GPUs) and CPUs (threads per
@@ -144,7 +146,7 @@ class Ask:
     cpus: int
 
 
-def requirements(runs: Sequence[Any], cluster: Cluster, *, threads: int | None, devices: str | None
+def requirements(runs: Sequence[PlannedRun], cluster: Cluster, *, threads: int | None, devices: str | None
                  ) -> dict[str, Ask]:
     """Each run's ``Ask``, refused (ConfigError, one line) when it exceeds every node of ``cluster``.
 
@@ -171,11 +173,18 @@ def requirements(runs: Sequence[Any], cluster: Cluster, *, threads: int | None, 
     return out
 
 
-def runtime_env(plugins: Iterable[str], *, cwd: Path, home: Path) -> dict[str, Any]:
+class RuntimeEnv(TypedDict):
+    """Ray's ``runtime_env`` of a cluster joined: what its workers need from here."""
+
+    working_dir: str
+    excludes: list[str]
+    env_vars: dict[str, str]
+    py_modules: NotRequired[list[str]]
+
+
+def runtime_env(plugins: Iterable[str], *, cwd: Path, home: Path) -> RuntimeEnv:
     """What the workers need from here: the grid's plugin modules (``py_modules``), the working directory
     (``working_dir``, less the home and what is large) and ablate's settings in the environment."""
-    import importlib.util
-
     modules = []
     for name in plugins:
         spec = importlib.util.find_spec(name.split(".", 1)[0])
@@ -190,7 +199,7 @@ def runtime_env(plugins: Iterable[str], *, cwd: Path, home: Path) -> dict[str, A
         pass  # the home is elsewhere
     env = {k: v for k, v in os.environ.items()
            if k.startswith(("ABLATE_", "MLFLOW_", "HF_")) and k != "ABLATE_HOME"}
-    out: dict[str, Any] = {"working_dir": str(cwd), "excludes": excludes, "env_vars": env}
+    out = RuntimeEnv(working_dir=str(cwd), excludes=excludes, env_vars=env)
     if modules:
         out["py_modules"] = sorted(set(modules))
     return out
@@ -293,12 +302,13 @@ class Mailbox:
         return mine
 
 
-def mailbox() -> Any:
+def mailbox() -> ActorHandle[Mailbox]:
     """This cluster's mailbox (made by the first driver that asks; it lives as long as that driver)."""
     ray = ray_module()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
     actor = ray.remote(num_cpus=0, max_restarts=0)(Mailbox)
-    return actor.options(name=MAILBOX, namespace=NAMESPACE, get_if_exists=True,
-                         scheduling_strategy=here).remote()
+    handle: ActorHandle[Mailbox] = actor.options(name=MAILBOX, namespace=NAMESPACE, get_if_exists=True,
+                                                 scheduling_strategy=here).remote()
+    return handle

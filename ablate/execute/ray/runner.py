@@ -18,18 +18,22 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ablate.config import total_steps
-from ablate.execute.display import ShownRounds
+from ablate.execute.last_attempt import finished_result
 from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.messages import Job
-from ablate.execute.ray.cluster import TASK_FUNCTION, Ask, Cluster, job_id, mailbox, ray_module
+from ablate.execute.ray.cluster import TASK_FUNCTION, Ask, Cluster, Mailbox, job_id, mailbox, ray_module
 from ablate.execute.ray.task import TaskSpec, ray_task
+from ablate.execute.rounds import ShownRounds
 
 if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+
     from ablate.store.api import Store
 
 LOOK_S = 2.0  # how often the store is read for the display and the mailbox for cancels
@@ -53,7 +57,7 @@ class RayRunner(ShownRounds):
         self.run_one_s: dict[str, float] = {}
         self.worker_pids: dict[str, int] = {}
         self._started: dict[str, float] = {}
-        self._mailbox: Any = None
+        self._mailbox: ActorHandle[Mailbox] | None = None
 
     @property
     def width(self) -> int:
@@ -77,12 +81,12 @@ class RayRunner(ShownRounds):
         if self._mailbox is None:
             self._mailbox = mailbox()
         remote = ray.remote(ray_task)
-        refs: dict[Any, Job] = {}
+        refs: dict[ObjectRef[Ended], Job] = {}
         for job in jobs:
             ask = self.asks.get(job.run_id)
             options = {"num_cpus": ask.cpus if ask else 1, "num_gpus": ask.gpus if ask else 0,
                        "max_retries": MAX_RETRIES, "retry_exceptions": False, "name": TASK_FUNCTION}
-            ref = remote.options(**options).remote(self.spec, job)
+            ref: ObjectRef[Ended] = remote.options(**options).remote(self.spec, job)
             refs[ref] = job
             self.lifecycle.expect(job)
             task = job_id(ref.task_id().hex(), self.cluster.address)
@@ -126,7 +130,8 @@ class RayRunner(ShownRounds):
                              "the queue (Ctrl-C again to stop at once)[/]" if n == 1
                              else "[magenta]stopping at once[/]")
 
-    def _look(self, refs: dict[Any, Job], pending: list[Any], tasks: dict[str, Any]) -> None:
+    def _look(self, refs: dict[ObjectRef[Ended], Job], pending: list[ObjectRef[Ended]],
+              tasks: dict[str, ObjectRef[Ended]]) -> None:
         """The store's running rows for the display, and the cluster's mailbox for ``ablate cancel``."""
         ray = ray_module()
         display = self.display
@@ -145,6 +150,7 @@ class RayRunner(ShownRounds):
             if row.get("step") is not None:
                 display.step(rid, {"step": row["step"], "loss": row.get("train_loss"),
                                    "tokens_per_s": row.get("tokens_per_s")})
+        assert self._mailbox is not None  # run() made it
         try:
             asked = ray.get(self._mailbox.take.remote(list(tasks)), timeout=10)
         except Exception:  # noqa: BLE001 - the mailbox's node went away: a new one
@@ -157,7 +163,7 @@ class RayRunner(ShownRounds):
                 if tasks[task] in pending:
                     ray.cancel(tasks[task], force=False)
 
-    def _ended(self, ref: Any, job: Job) -> Ended:
+    def _ended(self, ref: ObjectRef[Ended], job: Job) -> Ended:
         """How the task of ``job`` ended: what it returned, else (cancelled, or lost past its retries) what
         the store and the run directory say."""
         ray = ray_module()
@@ -184,8 +190,6 @@ class RayRunner(ShownRounds):
         return ended
 
     def _lost(self, job: Job, exc: Exception) -> Ended:
-        from ablate.execute.job import finished_result
-
         if finished_result(self.run_dir(job.run_id)) is not None:  # it finished; the store never heard
             return self.lifecycle.finished(job.run_id)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -19,14 +19,15 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from ablate.execute.devices import Slot, quiet_threads
-from ablate.execute.job import JobContext, load_job, run_job
+from ablate.execute.job_function import JobContext, load_job, run_job
 from ablate.execute.lifecycle import Ended, Lifecycle
-from ablate.execute.messages import Job, Started
+from ablate.execute.messages import Job, JobEvent, Started
+from ablate.execute.mirror import MirrorThread
 from ablate.execute.ray.cluster import job_id
 from ablate.execute.recorder import TASK
+from ablate.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ def ray_task(spec: TaskSpec, job: Job) -> Ended:
 
     context = ray.get_runtime_context()
     task = job_id(context.get_task_id() or "", spec.address)
-    threads = max(1, int(context.get_assigned_resources().get("CPU", 1)))
+    resources = context.get_assigned_resources()  # type: ignore[no-untyped-call]  # unannotated in Ray
+    threads = max(1, int(resources.get("CPU", 1)))
     gpus = ray.get_gpu_ids()  # Ray has set CUDA_VISIBLE_DEVICES to them
     slot = Slot(0, "cuda:" + ",".join(str(i) for i in range(len(gpus))) if gpus else "cpu", threads)
     _use_threads(threads)
@@ -61,7 +63,7 @@ def ray_task(spec: TaskSpec, job: Job) -> Ended:
     ended: list[Ended] = []
     began: list[float] = []  # when the run started: the driver's line says how long it took
 
-    def send(event: Any) -> None:
+    def send(event: JobEvent) -> None:
         if isinstance(event, Started):
             began.append(time.monotonic())
         if (e := lifecycle.record(event)) is not None:
@@ -98,12 +100,8 @@ def ray_task(spec: TaskSpec, job: Job) -> Ended:
 
 
 def _lifecycle(spec: TaskSpec, task: str) -> Lifecycle:
-    from ablate.store import Store
-
     mirror = None
     if spec.mlflow and spec.grid:
-        from ablate.execute.mirror import MirrorThread
-
         mirror = MirrorThread(home=Path(spec.home), grid=spec.grid, experiment=spec.mlflow_experiment)
     # no patience: the task trains on while the store is away, and its result waits in the run directory
     return Lifecycle(Store.open(spec.store), home=Path(spec.home), mirror=mirror, patience_s=None,

@@ -21,17 +21,46 @@ import logging
 import os
 import threading
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
+import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from ablate.execute.job import finished_result
-from ablate.execute.lifecycle import Lifecycle
-from ablate.execute.messages import Job
+from ablate.config import RunConfig
+from ablate.execute.devices import quiet_threads, usable_cpus
+from ablate.execute.last_attempt import ERROR_FILE, finished_result
+from ablate.execute.lifecycle import Ended, Lifecycle
+from ablate.execute.locks import RunLock
+from ablate.execute.messages import Job, StepRow
+from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import TASK
+from ablate.result import RunResult
+from ablate.runner import RunInterrupted, run_one
+from ablate.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class TaskResult(TypedDict):
+    """What a task returns to submitit: how it went (``trained``, ``reused``, ``skipped``, ``busy``,
+    ``interrupted``) and, when it trained, the run's status."""
+
+    outcome: str
+    status: NotRequired[str]
+    resumed_from: NotRequired[int | None]
+    train_loss: NotRequired[float | int | None]
+
+
+class _Outcome(TypedDict, total=False):
+    """What the training thread hands the main thread: the result, or the error and its traceback; and the
+    run's end once recorded."""
+
+    result: RunResult
+    error: BaseException
+    traceback: str
+    ended: Ended
 
 
 class SlurmTask(Checkpointable):
@@ -53,23 +82,19 @@ class SlurmTask(Checkpointable):
         self._lifecycle: Lifecycle | None = None
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
-        self._outcome: dict[str, Any] = {}
+        self._outcome: _Outcome = {}
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {"home": self.home, "store": self.store, "grace_s": self.grace_s, "grid": self.grid,
                 "mlflow": self.mlflow, "experiment": self.experiment}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: Mapping[str, object]) -> None:
         self.__dict__.update({"experiment": None, **state})  # a task pickled before the experiment was
         self._reset()
 
     # ------------------------------------------------------------ the task
-    def __call__(self, job: Job) -> dict[str, Any]:
+    def __call__(self, job: Job) -> TaskResult:
         """Train ``job``'s run (resuming from its checkpoint); return ``{"outcome", "status", ...}``."""
-        import submitit
-
-        from ablate.execute.locks import RunLock
-
         env = submitit.JobEnvironment()
         rank, job_id = env.global_rank, env.job_id
         run_id, run_dir = job.run_id, Path(job.run_dir)
@@ -94,26 +119,19 @@ class SlurmTask(Checkpointable):
             lifecycle.store.close()
 
     def _open(self) -> Lifecycle:
-        from ablate.store import Store
-
         mirror = None
         if self.mlflow and self.grid:
-            from ablate.execute.mirror import MirrorThread
-
             mirror = MirrorThread(home=Path(self.home), grid=self.grid, experiment=self.experiment)
         # no patience: the task trains on while the store is away, and its result waits in the run directory
         return Lifecycle(Store.open(self.store), home=Path(self.home), mirror=mirror, patience_s=None)
 
-    def _train(self, job: Job, lifecycle: Lifecycle | None) -> dict[str, Any]:
+    def _train(self, job: Job, lifecycle: Lifecycle | None) -> TaskResult:
         """Run ``run_one`` in a thread (so the main thread can take Slurm's signal) and record its outcome."""
-        from ablate.config import RunConfig
-        from ablate.runner import RunInterrupted, run_one
-
         run_id, run_dir = job.run_id, Path(job.run_dir)
         config = RunConfig.model_validate(job.config)
         self._stop, outcome = threading.Event(), self._outcome
 
-        def on_step(m: dict[str, Any]) -> None:
+        def on_step(m: StepRow) -> None:
             if lifecycle is not None:
                 lifecycle.progress(run_id, [m])
 
@@ -135,7 +153,7 @@ class SlurmTask(Checkpointable):
             return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)
         if error is not None:
             if lifecycle is not None:
-                (run_dir / "error.txt").write_text(outcome["traceback"])
+                (run_dir / ERROR_FILE).write_text(outcome["traceback"])
                 lifecycle.failed(run_id, f"{type(error).__name__}: {error}", outcome["traceback"])
             raise error
         result = outcome["result"]
@@ -166,7 +184,7 @@ class SlurmTask(Checkpointable):
             self._lifecycle.close(flush_s=5.0)
         return DelayedSubmission(self, job)
 
-    def _finished(self, run_id: str) -> Any:
+    def _finished(self, run_id: str) -> Ended:
         """Record the finished run, once: at the training's end, or on Slurm's signal just after it."""
         assert self._lifecycle is not None
         self._outcome["ended"] = ended = self._lifecycle.finished(run_id)
@@ -185,8 +203,6 @@ def _use_allocated_cpus() -> None:
     """Give torch the CPUs this task may use (``--cpus-per-task``, its cpuset), not every core of the node,
     and OpenMP threads that sleep when they wait on a node already oversubscribed (``devices.quiet_threads``;
     read when torch loads OpenMP)."""
-    from ablate.execute.devices import quiet_threads, usable_cpus
-
     os.environ.update(quiet_threads())
     import torch
 
