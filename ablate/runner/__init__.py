@@ -11,24 +11,28 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 from ablate.errors import RunInterrupted
 
 if TYPE_CHECKING:
+    import lightning as L
+
     from ablate.config import RunConfig
     from ablate.result import RunResult
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-            on_step: Callable[[dict[str, float]], None] | None = None, stop: threading.Event | None = None,
-            callbacks: Sequence[Any] = ()) -> RunResult:
+            on_step: Callable[[Mapping[str, float | None]], None] | None = None,
+            stop: threading.Event | None = None, callbacks: Sequence[object] = ()) -> RunResult:
     """Train, evaluate and probe one run into ``run_dir`` (resuming from its checkpoint); see
-    ``ablate.runner.run.run_one``."""
+    ``ablate.runner.run.run_one``; ``callbacks`` are Lightning callbacks (typed ``object`` here, so that a
+    caller need not import Lightning)."""
     from ablate.runner.run import run_one as _run_one
 
-    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
+    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop,
+                    callbacks=cast("Sequence[L.Callback]", callbacks))
 
 
 __all__ = ["RunInterrupted", "run_one"]

@@ -11,16 +11,18 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
+import torch
+from lightning.pytorch.utilities.types import STEP_OUTPUT
 
 from ablate.config import RunConfig
 from ablate.layout import partial_removed
 from ablate.result import RunEvent
-from ablate.runner.module import lr_factor
+from ablate.runner.module import LitDecoder, lr_factor
 from ablate.runner.monitors import DivergenceDetector, SpikeDetector
 from ablate.runner.parallel import is_sharded, save_sharded
 
@@ -35,7 +37,7 @@ class RunMonitor(L.Callback):
     ``stop``."""
 
     def __init__(self, config: RunConfig, ckpt_path: Path, *,
-                 on_step: Callable[[dict[str, float]], None] | None = None,
+                 on_step: Callable[[Mapping[str, float | None]], None] | None = None,
                  stop: threading.Event | None = None, evaluate: Callable[[], dict[str, float]] | None = None,
                  step_offset: int = 0):
         self.config, self.ckpt_path, self.on_step, self.stop, self.evaluate = (
@@ -80,23 +82,25 @@ class RunMonitor(L.Callback):
             self.events.append(RunEvent(kind="resumed", step=self.resumed_from))
         self._t_last = time.perf_counter()
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT,
+                           batch: dict[str, int | torch.Tensor], batch_idx: int) -> None:
         if int(batch.get("micro", 0)) + 1 < self.config.train.accumulate:
             return  # a micro-batch inside the step: its gradient is accumulated, no optimizer step yet
         step = int(batch["step"])
-        last = pl_module.last_loss
+        lit = cast(LitDecoder, pl_module)  # the module run.py trains
+        last = cast(torch.Tensor, lit.last_loss)  # set by this step's micro-batches
         if trainer.world_size > 1:  # several devices: the global batch's loss, the same on every rank
             last = trainer.strategy.reduce(last.detach().clone(), reduce_op="mean")
         loss = float(last.item())  # the one host sync of the step
-        grad_norm = float(pl_module.last_grad_norm.item()) if pl_module.last_grad_norm is not None else None
+        grad_norm = float(lit.last_grad_norm.item()) if lit.last_grad_norm is not None else None
         now = time.perf_counter()
         dt, self._t_last = now - self._t_last, now
         self.train_wall_s += dt
         # the step within this stage: its schedule, checkpoints and evaluation
         local = step - self.step_offset
-        row = dict(step=step, loss=loss, lr=self.config.train.lr * lr_factor(local, self.config.train),
-                   grad_norm=grad_norm, tokens_per_s=self.tokens_per_step / dt if dt > 0 else None)
+        row: dict[str, float | None] = dict(
+            step=step, loss=loss, lr=self.config.train.lr * lr_factor(local, self.config.train),
+            grad_norm=grad_norm, tokens_per_s=self.tokens_per_step / dt if dt > 0 else None)
         for k in CURVES:
             self.metrics[k].append(_finite_or_none(row[k]) if k != "step" else step)
         spike = self.spikes.update(step, loss)
@@ -134,7 +138,7 @@ class RunMonitor(L.Callback):
         if paused:  # evaluation and checkpoints are not training time
             self._t_last = time.perf_counter()
 
-    def _report(self, trainer: L.Trainer, row: dict[str, Any]) -> None:
+    def _report(self, trainer: L.Trainer, row: dict[str, float | None]) -> None:
         """One ``on_step`` call per optimizer step, on rank 0 (with ``val_ppl`` etc. on an evaluation
         step)."""
         if trainer.is_global_zero and self.on_step is not None:

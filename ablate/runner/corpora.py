@@ -40,7 +40,7 @@ from typing import Literal
 
 from ablate.config import BUILTIN_CORPORA, SourceConfig
 from ablate.errors import ConfigError, did_you_mean, one_of
-from ablate.runner.tasks import task_documents, task_stream
+from ablate.runner.tasks import Example, task_documents, task_stream
 
 Split = Literal["train", "heldout"]
 _SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
@@ -122,7 +122,7 @@ def documents(src: SourceConfig, split: Split, fraction: float) -> Iterator[str]
     raise ConfigError(f"a '{src.kind}' source has token arrays, not documents", where="data.source.kind")
 
 
-def task_examples_of(src: SourceConfig, split: Split):
+def task_examples_of(src: SourceConfig, split: Split) -> Iterator[Example]:
     """A ``task`` source's endless stream of examples (prompt, answer) for ``split``: ``documents`` gives the
     same examples as text."""
     assert src.name is not None  # SourceConfig requires it of a task source

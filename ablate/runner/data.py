@@ -33,8 +33,10 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -90,7 +92,7 @@ class TokenArray:
         """``[len(starts), length]`` int64 windows; ``starts`` index the ``n_windows(length)`` positions."""
         if self.starts is not None:
             pos = self.starts[np.asarray(starts, dtype=np.int64)].astype(np.int64)
-            return self.segments[0][pos[:, None] + np.arange(length)].astype(np.int64)
+            return cast(np.ndarray, self.segments[0][pos[:, None] + np.arange(length)].astype(np.int64))
         counts = np.array([max(0, len(s) - length + 1) for s in self.segments])
         bounds = np.cumsum(counts)
         starts = np.asarray(starts, dtype=np.int64)
@@ -109,7 +111,7 @@ class TokenArray:
             return np.ones((len(starts), length), dtype=bool)
         assert self.starts is not None  # a mask comes with its examples' starts (_example_array)
         pos = self.starts[np.asarray(starts, dtype=np.int64)].astype(np.int64)
-        return self.mask[pos[:, None] + np.arange(length)].astype(bool)
+        return cast(np.ndarray, self.mask[pos[:, None] + np.arange(length)].astype(bool))
 
 
 def read_shard(path: Path, dtype: str) -> np.ndarray:
@@ -166,7 +168,7 @@ def token_array(src: SourceConfig, split: Split, tok: Tokenizer, data_cfg: DataC
     return TokenArray([tokens], label)
 
 
-def _tokenize(docs, tok: Tokenizer, budget: int | None) -> np.ndarray:
+def _tokenize(docs: Iterable[str], tok: Tokenizer, budget: int | None) -> np.ndarray:
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
     parts: list[np.ndarray] = []
     total, chunk = 0, list[str]()
@@ -176,7 +178,8 @@ def _tokenize(docs, tok: Tokenizer, budget: int | None) -> np.ndarray:
     def flush() -> int:
         n = 0
         if isinstance(tok, ByteTokenizer):  # fast path: the bytes are the ids
-            encoded = [np.frombuffer(doc.encode("utf-8"), dtype=np.uint8) for doc in chunk]
+            encoded: Sequence[np.ndarray | list[int]] = [np.frombuffer(doc.encode("utf-8"), dtype=np.uint8)
+                                                         for doc in chunk]
         else:
             encoded = tok.encode_batch(chunk)
         for ids in encoded:

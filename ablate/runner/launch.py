@@ -21,9 +21,9 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch
 
@@ -52,7 +52,7 @@ def node_count() -> int:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return cast(int, s.getsockname()[1])  # (host, port)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -62,7 +62,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 @contextlib.contextmanager
-def local_ranks(devices: int, run_dir: Path, job: dict[str, Any]) -> Iterator[None]:
+def local_ranks(devices: int, run_dir: Path, job: Mapping[str, object]) -> Iterator[None]:
     """Start ranks 1..devices-1 of the run ``job`` (``{"run_id", "config"}``) and make this process rank 0 for
     the block; afterwards wait for them (a rank that failed fails the run), or stop them if the block
     raised."""

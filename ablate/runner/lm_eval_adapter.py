@@ -17,26 +17,57 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 from ablate.errors import UserInputError, did_you_mean
 from ablate.runner.checkpoints import load_run_model
 from ablate.runner.lm_eval_tasks import TASKS_DIR
+
+if TYPE_CHECKING:
+    import torch
+
+    from ablate.runner.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LENGTH = 2048
 DEFAULT_MAX_GEN_TOKS = 256
 
+# What ablate reads of lm-eval's results dict (``simple_evaluate``'s): per task, its metrics (``acc,none``: a
+# number, or a string as ``alias``), which of them are better higher, and how many examples it scored.
+LmEvalResults = TypedDict("LmEvalResults", {
+    "results": dict[str, dict[str, object]],
+    "higher_is_better": dict[str, dict[str, bool]],
+    "n-samples": dict[str, dict[str, int]],
+}, total=False)
+# a loglikelihood request as lm-eval hands it to ``_loglikelihood_tokens``: ((context, continuation) or None
+# for a rolling window, context ids, continuation ids)
+TokenRequest = tuple[tuple[str, str] | None, list[int], list[int]]
 
-def _logits(model: Any, idx: Any) -> Any:
+
+class RollingRequest(Protocol):
+    """An lm-eval ``Instance`` of ``loglikelihood_rolling``: ``args == (text,)``."""
+
+    args: tuple[str]
+
+
+class GenerateRequest(Protocol):
+    """An lm-eval ``Instance`` of ``generate_until``: ``args == (context, generation kwargs)``, the kwargs a
+    task's YAML gives (``until``, ``max_gen_toks``, sampling options: any YAML values)."""
+
+    args: tuple[str, dict[str, Any] | None]
+
+
+def _logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
     out = model(idx)
-    return out.logits if hasattr(out, "logits") else out
+    logits: torch.Tensor = out.logits if hasattr(out, "logits") else out
+    return logits
 
 
-def continuation_logprobs(model: Any, pairs: Sequence[tuple[list[int], list[int]]], *, device: Any,
+def continuation_logprobs(model: torch.nn.Module, pairs: Sequence[tuple[list[int], list[int]]], *,
+                          device: torch.device | str,
                           pad_id: int) -> list[tuple[float, bool]]:
     """For each ``(context_ids, continuation_ids)`` (context non-empty): the summed log-probability of the
     continuation after the context, and whether greedy decoding would produce it. One right-padded batch."""
@@ -56,8 +87,8 @@ def continuation_logprobs(model: Any, pairs: Sequence[tuple[list[int], list[int]
     return out
 
 
-def greedy_generate(model: Any, prompt: list[int], *, max_new: int, device: Any, stop: Sequence[str],
-                    eos_id: int, decode: Any) -> str:
+def greedy_generate(model: torch.nn.Module, prompt: list[int], *, max_new: int, device: torch.device | str,
+                    stop: Sequence[str], eos_id: int, decode: Callable[[list[int]], str]) -> str:
     """Greedy continuation of ``prompt`` until ``eos_id``, any ``stop`` string, or ``max_new`` tokens; the
     text before the first stop string."""
     import torch
@@ -91,13 +122,13 @@ def lm_eval_class() -> type:
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
     @register_model("ablate")
-    class AblateLM(TemplateLM):
+    class AblateLM(TemplateLM):  # type: ignore[misc]  # lm_eval is untyped: its classes are Any here
         """An ablate model + tokenizer for lm-evaluation-harness: loglikelihood (lm-eval's encoding), rolling
         loglikelihood, greedy generation. Inputs longer than ``max_length`` tokens are cut from the left."""
 
-        def __init__(self, model: Any = None, tokenizer: Any = None, *, pretrained: str | None = None,
-                     device: str = "cpu", batch_size: int | str = 8, max_length: int | None = None,
-                     max_gen_toks: int = DEFAULT_MAX_GEN_TOKS, **_: Any):
+        def __init__(self, model: torch.nn.Module | None = None, tokenizer: Tokenizer | None = None, *,
+                     pretrained: str | None = None, device: str = "cpu", batch_size: int | str = 8,
+                     max_length: int | None = None, max_gen_toks: int = DEFAULT_MAX_GEN_TOKS, **_: object):
             super().__init__()
             if pretrained is not None:
                 model, tokenizer, cfg = load_run_model(Path(pretrained), device=device)
@@ -114,12 +145,12 @@ def lm_eval_class() -> type:
         def eot_token_id(self) -> int:
             return self.tok.eos_id
 
-        def tok_encode(self, string: str, add_special_tokens: bool | None = None, **_: Any) -> list[int]:
+        def tok_encode(self, string: str, add_special_tokens: bool | None = None, **_: object) -> list[int]:
             # ablate's tokenizers add no special tokens
             return list(self.tok.encode(string)) if string else []
 
-        def _loglikelihood_tokens(self, requests: list[Any], disable_tqdm: bool = False,
-                                  **_: Any) -> list[tuple[float, bool]]:
+        def _loglikelihood_tokens(self, requests: list[TokenRequest], disable_tqdm: bool = False,
+                                  **ignored: object) -> list[tuple[float, bool]]:
             results = self._score([(c or [self.eot_token_id], t) for _, c, t in requests])
             for (args, _, _), res in zip(requests, results, strict=True):
                 if args is not None:
@@ -142,7 +173,8 @@ def lm_eval_class() -> type:
                         results[i] = r
             return results
 
-        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        def loglikelihood_rolling(self, requests: list[RollingRequest],
+                                  disable_tqdm: bool = False) -> list[float]:
             out = []
             for req in requests:
                 (text,) = req.args
@@ -154,7 +186,7 @@ def lm_eval_class() -> type:
                 out.append(total)
             return out
 
-        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        def generate_until(self, requests: list[GenerateRequest], disable_tqdm: bool = False) -> list[str]:
             out = []
             for req in requests:
                 context, kwargs = req.args
@@ -174,7 +206,7 @@ def lm_eval_class() -> type:
     return AblateLM
 
 
-def make_lm(model: Any, tokenizer: Any, **kwargs: Any) -> Any:
+def make_lm(model: torch.nn.Module, tokenizer: Tokenizer, **kwargs: str | int | None) -> Any:
     """An ``AblateLM`` over an in-memory model and tokenizer (``kwargs``: device, batch_size,
     max_length, ...)."""
     return lm_eval_class()(model=model, tokenizer=tokenizer, **kwargs)
@@ -213,11 +245,11 @@ def task_manager(tasks: Sequence[str],
     return manager
 
 
-def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
+def run_lm_eval(model: torch.nn.Module, tokenizer: Tokenizer, tasks: Sequence[str], *,
                 include_path: str | Path | Sequence[str | os.PathLike[str]] | None = None,
                 limit: int | float | None = None, num_fewshot: int | None = None, device: str = "cpu",
                 batch_size: int = 8, max_length: int | None = None, seed: int = 0,
-                log_samples: bool = False) -> dict[str, Any]:
+                log_samples: bool = False) -> LmEvalResults:
     """lm-evaluation-harness ``tasks`` on ``model``: lm-eval's own results dict (``results``, ``n-samples``,
     ``higher_is_better``, ``configs``, ...). Nothing is downloaded by ablate; a task whose data is not on this
     machine fails inside lm-eval."""
@@ -229,7 +261,7 @@ def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], *,
                                       task_manager=task_manager(tasks, include_path), log_samples=log_samples,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                       fewshot_random_seed=seed, bootstrap_iters=0)
-    return dict(res or {})
+    return cast(LmEvalResults, dict(res or {}))  # lm-eval's dict, untyped
 
 
 @contextlib.contextmanager
@@ -265,7 +297,7 @@ def _no_progress_bars() -> Iterator[None]:
     from lm_eval.api import model, task
     from tqdm import tqdm
 
-    def silent(*args: Any, **kwargs: Any) -> Any:
+    def silent(*args: object, **kwargs: object) -> object:
         return tqdm(*args, **{**kwargs, "disable": True})
 
     saved = model.tqdm, task.tqdm
@@ -280,7 +312,7 @@ def _no_progress_bars() -> Iterator[None]:
             datasets_logging.enable_progress_bar()
 
 
-def flat_metrics(res: dict[str, Any]) -> dict[str, float]:
+def flat_metrics(res: LmEvalResults) -> dict[str, float]:
     """``{"bench/<task>/<metric>": value}`` from lm-eval's results (stderr left out; ``acc,none`` becomes
     ``acc``, another filter ``metric.filter``)."""
     out: dict[str, float] = {}
@@ -292,7 +324,7 @@ def flat_metrics(res: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def primary_scores(res: dict[str, Any]) -> dict[str, tuple[str, float]]:
+def primary_scores(res: LmEvalResults) -> dict[str, tuple[str, float]]:
     """Per task (and group) of lm-eval's results: ``(metric, score)``, its first higher-is-better metric (in
     the task's ``metric_list`` order), in % when it is a fraction of examples (``FRACTION_METRICS``)."""
     out: dict[str, tuple[str, float]] = {}
@@ -308,7 +340,8 @@ def primary_scores(res: dict[str, Any]) -> dict[str, tuple[str, float]]:
     return out
 
 
-def evaluate_lm_eval(model: Any, tokenizer: Any, tasks: list[str], *, include_path: str | Path | None = None,
+def evaluate_lm_eval(model: torch.nn.Module, tokenizer: Tokenizer, tasks: list[str], *,
+                     include_path: str | Path | None = None,
                      limit: int | float | None = None, num_fewshot: int | None = None, device: str = "cpu",
                      batch_size: int = 8, max_length: int | None = None, seed: int = 0) -> dict[str, float]:
     """Run lm-evaluation-harness ``tasks`` on ``model``: ``{"bench/<task>/<metric>": value}`` (see

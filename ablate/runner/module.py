@@ -16,16 +16,25 @@ gate biases and embeddings are not decayed, the usual GPT-2/nanoGPT grouping.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import nn
+from torch.optim import Optimizer
 
 from ablate.ablations.gates import QueryGateProjection, split_query_gate
+from ablate.ablations.model import Decoder, ModelOutput
 from ablate.config import TrainConfig
 from ablate.runner.parallel import checkpoint_blocks, is_sharded, shard_model
+
+if TYPE_CHECKING:
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import FSDPModule
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -92,8 +101,8 @@ class LitDecoder(L.LightningModule):
     as tensors (read once per step by the monitor, after the optimizer step, so the GPU is not stalled
     mid-step)."""
 
-    def __init__(self, model: nn.Module, train_cfg: TrainConfig, *, compile: bool = False,
-                 run_config: dict[str, Any] | None = None, stage: int = 0, precision: str = "32-true",
+    def __init__(self, model: Decoder, train_cfg: TrainConfig, *, compile: bool = False,
+                 run_config: dict[str, object] | None = None, stage: int = 0, precision: str = "32-true",
                  plugin_origin: str | None = None):
         super().__init__()
         self.run_config = run_config  # saved in every checkpoint, so a run directory loads on its own
@@ -102,8 +111,9 @@ class LitDecoder(L.LightningModule):
         self.plugin_origin = plugin_origin
         self.stage = stage  # the training stage (ablate.runner.stages) the checkpoints belong to
         self.model = model
-        self.compile, self.precision = compile, precision
-        self.step_fn = model.forward  # configure_model compiles it (or, sharded, each block)
+        self.compile_steps, self.precision = compile, precision
+        # configure_model compiles it (or, sharded, each block)
+        self.step_fn: Callable[[torch.Tensor], ModelOutput] = model.forward
         self.train_cfg = train_cfg
         self.last_loss: torch.Tensor | None = None
         self.last_grad_norm: torch.Tensor | None = None
@@ -118,11 +128,12 @@ class LitDecoder(L.LightningModule):
         if self.train_cfg.activation_checkpointing:
             checkpoint_blocks(self.model)
         if is_sharded(self.train_cfg, self.trainer.world_size):
-            shard_model(self.model, self.device_mesh["data_parallel"], precision=self.precision,
-                        compile=self.compile)
+            mesh = cast("DeviceMesh", self.device_mesh)  # sharded: Lightning's ModelParallelStrategy made it
+            shard_model(self.model, mesh["data_parallel"], precision=self.precision,
+                        compile=self.compile_steps)
             # through the module: FSDP's hooks gather the root's parameters
             self.step_fn = self.model.__call__
-        elif self.compile:
+        elif self.compile_steps:
             # a bound method, not a module attribute: the compiled wrapper must not enter the state dict twice
             self.step_fn = torch.compile(self.model.forward)
 
@@ -145,12 +156,12 @@ class LitDecoder(L.LightningModule):
         micro = int(batch.get("micro", 0))
         # sharded: reduce-scatter once, after the last one
         if hasattr(self.model, "set_requires_gradient_sync"):
-            self.model.set_requires_gradient_sync(micro + 1 == self.train_cfg.accumulate)
+            cast("FSDPModule", self.model).set_requires_gradient_sync(micro + 1 == self.train_cfg.accumulate)
         part = loss.detach() / self.train_cfg.accumulate
-        self.last_loss = part if micro == 0 else self.last_loss + part
+        self.last_loss = part if micro == 0 else cast(torch.Tensor, self.last_loss) + part  # set by micro 0
         return loss + out.aux_loss
 
-    def configure_optimizers(self):
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         cfg = self.train_cfg
         opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay,
                                              decay_embeddings=cfg.decay_embeddings),
@@ -159,7 +170,8 @@ class LitDecoder(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer | LightningOptimizer,
+                       optimizer_closure: Callable[[], Any] | None = None) -> None:
         """Lightning's step, then the gradients freed at once. Lightning zeroes them only between the next
         step's forward and its backward, so a step's gradients (4 bytes a parameter) stayed alive through the
         next forward, at the step's memory peak: 6.4 of the 49.0 GiB of the dense 1.7B baseline at sequence
@@ -167,11 +179,11 @@ class LitDecoder(L.LightningModule):
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
         optimizer.zero_grad(set_to_none=True)
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
-                                    gradient_clip_algorithm=None) -> None:
+    def configure_gradient_clipping(self, optimizer: Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
         max_norm = self.train_cfg.grad_clip or math.inf  # 0 = no clipping, but the norm is still measured
         params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         # sharded gradients: each rank's partial norm, reduced over the ranks
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()

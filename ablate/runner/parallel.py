@@ -24,39 +24,49 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 from torch import nn
 
+from ablate.ablations.model import Decoder
+from ablate.config import TrainConfig
 from ablate.layout import atomic_path
+
+if TYPE_CHECKING:
+    import lightning as L
+    from lightning.pytorch.strategies import Strategy
+    from torch.distributed.device_mesh import DeviceMesh
 
 log = logging.getLogger(__name__)
 
 SHARDED_KEY = "sharded"  # in last.ckpt: the name of the torch.distributed.checkpoint folder beside it
+# a Lightning precision: train.precision, ``auto`` resolved
+TrainerPrecision = Literal["32-true", "bf16-mixed", "16-mixed"]
 
 
-def is_sharded(train: Any, world: int) -> bool:
+def is_sharded(train: TrainConfig, world: int) -> bool:
     """Does this run shard its model? ``strategy: fsdp`` over more than one process."""
     return train.strategy == "fsdp" and world > 1
 
 
-def strategy_for(train: Any, *, nodes: int = 1) -> tuple[Any, str]:
+def strategy_for(train: TrainConfig, *, nodes: int = 1) -> tuple[str | Strategy, TrainerPrecision]:
     """``(Lightning strategy, Lightning precision)`` for ``train`` (precision already resolved from ``auto``).
 
     Sharded runs take their mixed precision from FSDP2's policy (``shard_model``), so Lightning runs them in
     ``32-true`` (no autocast over bf16 parameters)."""
     world = train.devices * nodes
+    precision = cast(TrainerPrecision, train.precision)  # the caller resolved ``auto``
     if train.strategy == "fsdp" and world == 1:
-        return "auto", train.precision
+        return "auto", precision
     if not is_sharded(train, world):
-        return train.strategy, train.precision
+        return train.strategy, precision
     from lightning.pytorch.strategies import ModelParallelStrategy
 
     return ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1), "32-true"
 
 
-def checkpoint_blocks(model: nn.Module) -> None:
+def checkpoint_blocks(model: Decoder) -> None:
     """Activation checkpointing per decoder block: a block keeps only its input for the backward pass, which
     recomputes the rest. The state dict's keys do not change."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
@@ -65,7 +75,7 @@ def checkpoint_blocks(model: nn.Module) -> None:
         model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 
 
-def shard_model(model: nn.Module, mesh: Any, *, precision: str, compile: bool) -> None:
+def shard_model(model: Decoder, mesh: DeviceMesh, *, precision: str, compile: bool) -> None:
     """FSDP2 on ``model``: each decoder block a unit (compiled first with ``compile``), then the root.
 
     The last block is not resharded after the forward pass: the backward pass starts with it."""
@@ -85,13 +95,14 @@ def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The sharded ``model``'s full state dict on rank 0's CPU (empty elsewhere); every rank must call it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return cast(dict[str, torch.Tensor], state)  # a full state dict: tensors
 
 
 # ---------------------------------------------------------------- sharded checkpoints
 
 
-def save_sharded(trainer: Any, ckpt: Path, name: str) -> None:
+def save_sharded(trainer: L.Trainer, ckpt: Path, name: str) -> None:
     """Write the sharded checkpoint ``name`` beside ``ckpt`` (every rank its shard), then point ``ckpt`` at it
     and remove older sharded folders that no checkpoint file names (rank 0). Collective."""
     folder = ckpt.parent / name

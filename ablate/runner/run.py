@@ -19,7 +19,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 BENCH_SEED = 0  # benchmark examples are the same for every run (and every run seed) of a grid
 
 
-class StepBatches(IterableDataset):
+class StepBatches(IterableDataset[dict[str, int | torch.Tensor]]):
     """Yields, for t = start .. steps - 1, this rank's rows of batch ``offset + t`` as ``accumulate``
     micro-batches ``{"step": offset + t, "micro": i, "tokens": [rows / world / accumulate, T + 1]}``
     (``offset``: the global number of a later training stage's first step), plus ``"mask"`` (the rows' loss
@@ -106,8 +106,8 @@ class _Trained:
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-            on_step: Callable[[dict[str, float]], None] | None = None, stop: threading.Event | None = None,
-            callbacks: Sequence[L.Callback] = ()) -> RunResult:
+            on_step: Callable[[Mapping[str, float | None]], None] | None = None,
+            stop: threading.Event | None = None, callbacks: Sequence[L.Callback] = ()) -> RunResult:
     """Train, evaluate and probe ``config`` in ``run_dir``; write ``run_dir/result.json`` atomically.
 
     Resumes from ``run_dir/checkpoints/last.ckpt`` when present (``resumed_from`` = its step, plus a
@@ -140,7 +140,7 @@ def _same_inputs(config: RunConfig, cache_dir: Path) -> None:
 
 
 def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
-             on_step: Callable[[dict[str, float]], None] | None, stop: threading.Event | None,
+             on_step: Callable[[Mapping[str, float | None]], None] | None, stop: threading.Event | None,
              callbacks: Sequence[L.Callback]) -> RunResult:
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -221,8 +221,9 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
 
 
 def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer: Tokenizer, *, resume: bool,
-                 resumed_from: int | None, started: str, on_step: Callable[[dict[str, float]], None] | None,
-                 stop: threading.Event | None, callbacks: Sequence[L.Callback]) -> _Trained:
+                 resumed_from: int | None, started: str,
+                 on_step: Callable[[Mapping[str, float | None]], None] | None, stop: threading.Event | None,
+                 callbacks: Sequence[L.Callback]) -> _Trained:
     """Train one stage: resumed from ``last.ckpt``, or started from the previous stage's final checkpoint
     (stage 0: from the init)."""
     cfg = stage.config
@@ -269,9 +270,9 @@ def _train_stage(stage: Stage, config: RunConfig, run_dir: Path, tokenizer: Toke
         # a new length, data or schedule moves the loss: a new trend for spikes, a new best for divergence
         monitor.spikes = SpikeDetector(tc.spike_window, tc.spike_sigma)
         monitor.divergence = DivergenceDetector.for_run(tc)
-    trainer.callbacks.append(monitor)
+    trainer.callbacks.append(monitor)  # type: ignore[attr-defined]  # Lightning sets it, undeclared
     # extra Lightning callbacks (e.g. tune's pruning), run after the monitor
-    trainer.callbacks.extend(callbacks)
+    trainer.callbacks.extend(callbacks)  # type: ignore[attr-defined]  # as above
     done = checkpoint_step(ckpt) if resume else 0
     dataset = StepBatches(data.train, done, tc.steps, trainer.global_rank, trainer.world_size,
                           offset=stage.first_step, accumulate=tc.accumulate)

@@ -16,8 +16,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from ablate.ablations.config import ModelConfig
 from ablate.config import DataConfig, padded_vocab, tokenizer_ids
@@ -109,7 +110,7 @@ class HFTokenizer:
 
         if isinstance(self._tok, tokenizers.Tokenizer):
             return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
-        return self._tok(texts, add_special_tokens=False)["input_ids"]
+        return cast(list[list[int]], self._tok(texts, add_special_tokens=False)["input_ids"])  # transformers'
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids))
@@ -203,7 +204,7 @@ def _bpe(data_cfg: DataConfig, vocab_size: int, cache_dir: Path) -> Tokenizer:
         log.info("training a %d-id BPE on the training split -> %s", vocab_size, path)
         budget = BPE_TRAIN_CHARS // len(text_sources)
 
-        def texts():
+        def texts() -> Iterator[str]:
             for src in text_sources:
                 used = 0
                 for doc in documents(src, "train", data_cfg.heldout_fraction):

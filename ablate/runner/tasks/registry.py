@@ -13,11 +13,10 @@ import random
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from ablate.errors import ConfigError, one_of
 from ablate.runner.tasks import niah, recall
-from ablate.runner.tasks.example import Example
+from ablate.runner.tasks.example import Encoder, Example
 from ablate.runner.tasks.haystack import Counter, byte_count, cached, sentences
 
 Maker = Callable[[random.Random, int, Counter, Iterator[str]], Example]
@@ -33,7 +32,7 @@ class Task:
     make: Maker
     default_lengths: tuple[int, ...] = (256,)
 
-    def generate(self, seed: int, n: int, length_tokens: int, tokenizer: Any = None,
+    def generate(self, seed: int, n: int, length_tokens: int, tokenizer: Encoder | None = None,
                  filler: Iterable[str] | None = None) -> list[Example]:
         """``n`` examples of at most ``length_tokens`` tokens (end-of-text + prompt + answer), from ``seed``.
 
@@ -91,7 +90,7 @@ def derive_seed(seed: int, *parts: object) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def task_examples(name: str, *, seed: int, length: int, n: int, tokenizer: Any = None,
+def task_examples(name: str, *, seed: int, length: int, n: int, tokenizer: Encoder | None = None,
                   filler: Iterable[str] | None = None) -> list[Example]:
     """The ``n`` evaluation examples of task ``name`` (no length spec) at ``length`` tokens for ``seed``."""
     if name not in TASKS:
@@ -99,7 +98,7 @@ def task_examples(name: str, *, seed: int, length: int, n: int, tokenizer: Any =
     return TASKS[name].generate(derive_seed(seed, "eval", name, length), n, length, tokenizer, filler)
 
 
-def task_stream(name: str, *, seed: int, tokenizer: Any = None,
+def task_stream(name: str, *, seed: int, tokenizer: Encoder | None = None,
                 filler: Iterable[str] | None = None) -> Iterator[Example]:
     """An endless stream of training examples for a ``kind: task`` data source.
 
@@ -117,7 +116,7 @@ def task_stream(name: str, *, seed: int, tokenizer: Any = None,
         yield task.make(rng, rng.choice(lengths), count, stream)
 
 
-def task_documents(name: str, *, seed: int, tokenizer: Any = None,
+def task_documents(name: str, *, seed: int, tokenizer: Encoder | None = None,
                    filler: Iterable[str] | None = None) -> Iterator[str]:
     """``task_stream``'s examples as training documents (prompt + answer)."""
     return (ex.text for ex in task_stream(name, seed=seed, tokenizer=tokenizer, filler=filler))

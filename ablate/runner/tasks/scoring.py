@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ablate.runner.tasks.example import Example
+from ablate.runner.tasks.example import CausalLM, Encoder, Example
 from ablate.runner.tasks.registry import TASKS, parse_task_spec, task_examples
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
 
-def encode_example(tokenizer: Any, ex: Example) -> tuple[list[int], list[int]]:
+def encode_example(tokenizer: Encoder, ex: Example) -> tuple[list[int], list[int]]:
     """``([eos] + prompt tokens, answer tokens)``: the answer as tokenized in context when the prompt's tokens
     are a prefix of the whole example's, else on its own."""
     prompt = list(tokenizer.encode(ex.prompt))
@@ -27,13 +30,13 @@ def encode_example(tokenizer: Any, ex: Example) -> tuple[list[int], list[int]]:
     return [tokenizer.eos_id, *prompt], target or list(tokenizer.encode(ex.answer))
 
 
-def _logits(model: Any, idx: Any) -> Any:
+def _logits(model: CausalLM, idx: torch.Tensor) -> torch.Tensor:
     out = model(idx)
     return out.logits if hasattr(out, "logits") else out
 
 
-def greedy_correct(model: Any, rows: Sequence[tuple[list[int], list[int]]], *, device: Any,
-                   pad_id: int) -> list[bool]:
+def greedy_correct(model: CausalLM, rows: Sequence[tuple[list[int], list[int]]], *,
+                   device: torch.device | str, pad_id: int) -> list[bool]:
     """For each ``(prompt_ids, target_ids)``: does greedy decoding of ``len(target_ids)`` tokens reproduce
     it?"""
     import torch
@@ -52,7 +55,8 @@ def greedy_correct(model: Any, rows: Sequence[tuple[list[int], list[int]]], *, d
     return [out[i, len(p): len(p) + len(t)].tolist() == t for i, (p, t) in enumerate(rows)]
 
 
-def score_examples(model: Any, tokenizer: Any, examples: Iterable[Example], *, device: Any = "cpu",
+def score_examples(model: CausalLM, tokenizer: Encoder, examples: Iterable[Example], *,
+                   device: torch.device | str = "cpu",
                    batch_size: int = 16) -> float:
     """Accuracy in % of ``model`` on ``examples``: exact match of the greedy continuation after each prompt.
 
@@ -83,7 +87,8 @@ def benchmark_plan(names: Iterable[str], lengths: Sequence[int] | None = None) -
     return plan
 
 
-def evaluate_tasks(model: Any, tokenizer: Any, names: list[str], *, seed: int, device: Any = "cpu",
+def evaluate_tasks(model: CausalLM, tokenizer: Encoder, names: list[str], *, seed: int,
+                   device: torch.device | str = "cpu",
                    lengths: list[int] | None = None, n: int = 50, batch_size: int = 16,
                    filler: Iterable[str] | None = None) -> dict[str, float]:
     """Score ``model`` on the benchmark tasks ``names`` (specs, see ``parse_task_spec``): accuracy in %.
