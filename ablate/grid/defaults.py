@@ -25,23 +25,24 @@ from pydantic import BaseModel
 from ablate.ablations.presets import PRESETS
 from ablate.config import CONFIG_VERSION, RunConfig
 from ablate.grid.ids import canonical, reduced
+from ablate.layout import atomic_write
 
 RECORD = Path(__file__).with_name("defaults.yaml")
 RECORD_COMMAND = "python -m ablate.grid.defaults --record"
 
 
-def _models_in(annotation: Any) -> list[tuple[type[BaseModel], str]]:
+def models_in(annotation: Any) -> list[tuple[type[BaseModel], str]]:
     """The config models a field holds, with the path suffix of their fields: ``M | None`` -> "", ``list[M]``
     -> "[]", ``dict[str, M]`` -> "{}"."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [(annotation, "")]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType, typing.Annotated):
-        return [m for a in args for m in _models_in(a)]
+        return [m for a in args for m in models_in(a)]
     if origin is list:
-        return [(m, "[]" + s) for a in args for m, s in _models_in(a)]
+        return [(m, "[]" + s) for a in args for m, s in models_in(a)]
     if origin is dict:
-        return [(m, "{}" + s) for m, s in _models_in(args[-1])] if args else []
+        return [(m, "{}" + s) for m, s in models_in(args[-1])] if args else []
     return []
 
 
@@ -55,7 +56,7 @@ def defaults(root: type[BaseModel] = RunConfig) -> dict[str, Any]:
             path = f"{prefix}{name}"
             if not info.is_required():
                 out[path] = reduced(info.get_default(call_default_factory=True))
-            for sub, suffix in _models_in(info.annotation):
+            for sub, suffix in models_in(info.annotation):
                 walk(sub, f"{path}{suffix}.")
 
     walk(root, "")
@@ -103,8 +104,6 @@ def check(root: type[BaseModel] = RunConfig, *, version: int = CONFIG_VERSION,
 def write_record(path: Path = RECORD) -> Path:
     """Record the code's defaults at the current ``CONFIG_VERSION``."""
     import yaml
-
-    from ablate.layout import atomic_write
 
     text = ("# Written by `" + RECORD_COMMAND + "`; checked by tests/test_run_ids.py (see "
                                                 "ablate/grid/defaults.py)\n"

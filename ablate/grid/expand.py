@@ -21,14 +21,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from ablate.ablations.config import ModelConfig
-from ablate.ablations.variants import without_variant
+from ablate.ablations.params import count_params, match_ffn
+from ablate.ablations.plugins import check as check_plugin
+from ablate.ablations.variants import apply_variant, without_variant
 from ablate.config import RunConfig, vocab_from_tokenizer
 from ablate.errors import ConfigError
 from ablate.grid import identity
 from ablate.grid.ids import canonical
+from ablate.grid.ladder import budget_steps
 from ablate.grid.paths import assign, describe, explain, get_path
 from ablate.grid.schema import Grid
 from ablate.grid.stems import run_and_stem_ids
+from ablate.runner.fingerprints import Fingerprints
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,6 @@ class _Sections:
     def _model(self, model: ModelConfig, variant: str, dump: dict[str, Any], where: str) -> _Model:
         grid = self.grid
         if model.plugin is not None:  # before anything imports it: only listed modules
-            from ablate.ablations.plugins import check as check_plugin
-
             try:
                 check_plugin(model.plugin, grid.plugins, model)
             except ConfigError as exc:
@@ -176,8 +178,6 @@ def _matches(dump: dict[str, Any], entry: dict[str, Any]) -> bool:
 
 
 def _count(model: ModelConfig, where: str) -> int:
-    from ablate.ablations.params import count_params
-
     try:
         return count_params(model).total
     except Exception as exc:  # noqa: BLE001 - a plugin's __init__ is the user's code: any failure is one line
@@ -202,8 +202,6 @@ def _count_failure(model: ModelConfig, exc: Exception) -> str:
 
 
 def _effective(model: ModelConfig, variant: str, where: str, field: str | None = None) -> ModelConfig:
-    from ablate.ablations.variants import apply_variant
-
     try:
         return apply_variant(model, variant)
     except ConfigError as exc:
@@ -214,8 +212,6 @@ def _match(model: ModelConfig, variant: str, target_variant: str, where: str,
            source: str) -> tuple[ModelConfig, float]:
     """``model`` with its FFN re-widened so its total under ``variant`` equals ``target_variant``'s on the
     same model (less the run's plugin arm, which the target does not carry)."""
-    from ablate.ablations.params import match_ffn
-
     reference = without_variant(model, variant)
     target = _count(_effective(reference, target_variant, source, field="match_params"), where)
     effective = _effective(model, variant, where)
@@ -244,8 +240,6 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
     only I/O, one hash per distinct file, cached.
     """
     if fingerprints is None:
-        from ablate.runner.fingerprints import Fingerprints
-
         fingerprints = Fingerprints()
     sections = _Sections(grid, fingerprints)
     runs: dict[str, PlannedRun] = {}
@@ -255,8 +249,6 @@ def expand(grid: Grid, *, fingerprints: Any = None) -> list[PlannedRun]:
     for values, origins, from_product in _assignments(grid):
         config = _resolve(grid, values, origins, check=check)
         if grid.ladder is not None:
-            from ablate.grid.ladder import budget_steps
-
             config = budget_steps(config, grid.ladder, f"{grid.source}: ladder")
         dump = config.model_dump(mode="json")  # the run's one dump: its sections' keys, its id
         if from_product and grid.exclude and any(_matches(dump, entry) for entry in grid.exclude):

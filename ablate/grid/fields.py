@@ -20,22 +20,23 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from ablate.ablations import VARIANTS
+from ablate.ablations.presets import PRESETS
+from ablate.config import BUILTIN_CORPORA, RunConfig
+from ablate.errors import ConfigError, did_you_mean
+from ablate.grid.defaults import models_in  # the one walk over the config models (defaults.yaml's too)
+from ablate.grid.schema import GridFile
+
 
 def _presets() -> list[str]:
-    from ablate.ablations.presets import PRESETS
-
     return list(PRESETS)
 
 
 def _variants() -> list[str]:
-    from ablate.ablations import VARIANTS
-
     return list(VARIANTS)
 
 
 def _corpora() -> list[str]:
-    from ablate.config import BUILTIN_CORPORA
-
     return list(BUILTIN_CORPORA)
 
 
@@ -61,9 +62,6 @@ class FieldDoc:
 
 def schema_fields() -> list[FieldDoc]:
     """Every field of a grid file, in declaration order: the grid's own keys, then the run config's."""
-    from ablate.config import RunConfig
-    from ablate.grid.schema import GridFile
-
     return _fields(GridFile, "") + _fields(RunConfig, "")
 
 
@@ -74,8 +72,6 @@ def find(rows: list[FieldDoc], path: str) -> list[FieldDoc]:
     >>> [r.path for r in find(schema_fields(), "train.lr")]
     ['train.lr']
     """
-    from ablate.errors import ConfigError, did_you_mean
-
     key = _bare(path.strip())
     found = [r for r in rows if _bare(r.path) == key or _bare(r.path).startswith(key + ".")]
     if not found:
@@ -89,12 +85,10 @@ def _bare(path: str) -> str:
 
 
 def _fields(model: type[BaseModel], prefix: str) -> list[FieldDoc]:
-    from ablate.grid.defaults import _models_in  # the one walk over the config models (defaults.yaml's too)
-
     rows: list[FieldDoc] = []
     for name, info in model.model_fields.items():
         path = f"{prefix}{name}"
-        sections = _models_in(info.annotation)
+        sections = models_in(info.annotation)
         if len(sections) == 1:  # a section of its own (optional or not), or a list or mapping of them
             inner, suffix = sections[0]
             what = {"[]": f"list of {inner.__name__}", "{}": f"mapping of name to {inner.__name__}"}.get(

@@ -31,6 +31,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from ablate.config import RunConfig
+from ablate.errors import InputMissingError, RunError
+from ablate.grid.paths import field_type
 
 Filler = Callable[[BaseModel, Any], dict[str, Any]]
 M = typing.TypeVar("M", bound=BaseModel)
@@ -120,8 +122,6 @@ def holds_identity(tp: Any) -> bool:
 
 @cache
 def stage_shape(path: str) -> tuple[str, type[BaseModel]] | None:
-    from ablate.grid.paths import field_type
-
     try:
         return _shape(field_type(path))
     except ValueError:
@@ -208,8 +208,6 @@ def check_current(config: RunConfig, resolver: Any) -> None:
     """Raise ``RunError`` when an identity value of ``config`` is not what it would be filled with now (its
     data changed since the run was planned): a run trains only on what its id says. One that cannot be filled
     now (its data is gone) is left to the data loader to report."""
-    from ablate.errors import RunError
-
     now = values(fill(strip(config), resolver))
     then = values(config)
     diff = [p for p, v in then.items() if v is not None and now.get(p) is not None and now[p] != v]
@@ -245,8 +243,6 @@ def strip(config: M) -> M:
 
 
 def _filled(model: BaseModel, resolver: Any, strict: bool) -> dict[str, Any]:
-    from ablate.errors import InputMissingError
-
     updates: dict[str, Any] = {}
     for name, spec in identity_fields(type(model)).items():
         if getattr(model, name) is None and spec:

@@ -26,16 +26,18 @@ Pure (``ladder_axis`` needs no torch); ``budget_steps`` counts parameters on the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ablate.ablations.config import ModelConfig
+from ablate.ablations.flops import flops_per_token
+from ablate.ablations.params import count_params
 from ablate.ablations.presets import PRESETS
+from ablate.ablations.variants import apply_variant
+from ablate.config import RunConfig, stage_configs
 from ablate.errors import ConfigError, did_you_mean, one_of
-
-if TYPE_CHECKING:
-    from ablate.config import RunConfig
+from ablate.grid.paths import describe, explain
 
 # What a rung sets: the model's shape. Everything else of the model (vocabulary, RoPE, the variant's arms) is
 # the base's at every rung.
@@ -106,8 +108,6 @@ def rung_models(spec: LadderSpec, base_model: Mapping[str, Any], source: str) ->
     try:
         base = ModelConfig.model_validate(dict(base_model))
     except ValidationError as exc:
-        from ablate.grid.paths import describe, explain
-
         loc, msg = explain(exc, ModelConfig)
         raise ConfigError(describe(f"model.{loc}" if loc else "model", msg),
                           where=f"{source}: base") from None
@@ -129,8 +129,6 @@ def rung_models(spec: LadderSpec, base_model: Mapping[str, Any], source: str) ->
         try:
             resolved = ModelConfig.model_validate({**base.model_dump(), **fields})
         except ValidationError as exc:
-            from ablate.grid.paths import explain
-
             loc, msg = explain(exc, ModelConfig)
             raise ConfigError(f"{loc + ': ' if loc else ''}{msg}", where=where) from None
         out.append({k: getattr(resolved, k) for k in fields})
@@ -178,8 +176,6 @@ def ladder_axis(spec: LadderSpec, base: Mapping[str, Any], source: str, *, axis_
 def budget_steps(config: RunConfig, spec: LadderSpec, where: str) -> RunConfig:
     """``config`` with ``train.steps`` from the ladder's budget: ``tokens_per_param`` times the non-embedding
     parameters of its model (without the variant), over the tokens of one step. Zero steps is an error."""
-    from ablate.ablations.params import count_params
-
     n = count_params(config.model).non_embedding
     per_step = config.train.batch_size * config.data.seq_len
     steps = round(spec.tokens_per_param * n / per_step)
@@ -195,18 +191,12 @@ def budget_steps(config: RunConfig, spec: LadderSpec, where: str) -> RunConfig:
 
 def tokens_per_run(config: RunConfig) -> int:
     """Tokens a run trains on over all its stages (steps x batch x sequence length)."""
-    from ablate.config import stage_configs
-
     return sum(c.train.steps * c.train.batch_size * c.data.seq_len for c in stage_configs(config))
 
 
 def planned_flops(config: RunConfig) -> int:
     """Training FLOPs a run is planned to spend: per stage, tokens x FLOPs per token of its effective
     model."""
-    from ablate.ablations.flops import flops_per_token
-    from ablate.ablations.variants import apply_variant
-    from ablate.config import stage_configs
-
     model = apply_variant(config.model, config.variant)
     return sum(c.train.steps * c.train.batch_size * c.data.seq_len * flops_per_token(model, c.data.seq_len)
                for c in stage_configs(config))

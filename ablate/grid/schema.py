@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from ablate.ablations.plugins import beside
 from ablate.errors import ConfigError
 from ablate.grid.ids import canonical
 from ablate.grid.ladder import LadderSpec, ladder_axis
@@ -46,6 +47,7 @@ from ablate.grid.paths import (
     nest_dotted,
     unwrap_optional,
 )
+from ablate.studies import not_found_hint
 
 NonEmptyList = Annotated[list[Any], Field(min_length=1)]
 
@@ -366,14 +368,10 @@ def load_grid(path: str | Path, sets: Sequence[str] = ()) -> Grid:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        from ablate.studies import not_found_hint
-
         raise ConfigError(f"no such grid file{not_found_hint(path)}", where=source) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the grid file: {exc}", where=source) from None
     grid = parse_grid(text, source=source, sets=sets)
     if grid.plugins:  # its plugin modules are found beside it
-        from ablate.ablations.plugins import beside
-
         beside(path)
     return grid

@@ -9,8 +9,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from ablate.ablations.memory import GiB, fmt_gb, gpu_here, run_memory
+from ablate.ablations.plugins import imports
 from ablate.grid.expand import PlannedRun
 from ablate.grid.ids import canonical
+from ablate.grid.ladder import planned_flops, rung_label, tokens_per_run
 from ablate.grid.paths import get_path
 
 log = logging.getLogger(__name__)
@@ -21,16 +24,12 @@ NEW = "new"
 def compute(run: PlannedRun) -> dict[str, int]:
     """The training ``tokens`` a run is planned for and the ``flops`` they cost
     (``ablate.ablations.flops``)."""
-    from ablate.grid.ladder import planned_flops, tokens_per_run
-
     return {"tokens": tokens_per_run(run.config), "flops": planned_flops(run.config)}
 
 
 def memory(run: PlannedRun, *, gpu: bool | None = None, items: bool = True) -> dict[str, Any]:
     """The run's estimated peak ``memory_gb`` per device and (``items``) its items
     (``ablate.ablations.memory``); ``gpu``: whether a GPU is here (asked when None)."""
-    from ablate.ablations.memory import gpu_here, run_memory
-
     est = run_memory(run.config, gpu=gpu_here() if gpu is None else gpu)
     return {"memory_gb": round(est.gb, 4), **({"memory": est.itemised_gb()} if items else {})}
 
@@ -55,8 +54,6 @@ class Costs:
 
 def plan_imports(runs: Sequence[PlannedRun]) -> list[str]:
     """The modules of the user's code the runs' plugin arms import, sorted."""
-    from ablate.ablations.plugins import imports
-
     return imports(r.config.model.plugin.arm for r in runs if r.config.model.plugin is not None)
 
 
@@ -65,8 +62,6 @@ def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> 
     "added_params", "status", "config"}, ...], "imports"}``, plus each run's ``axes``, ``match_residual``,
     planned ``tokens`` and ``flops``, and its estimated peak ``memory_gb`` per device with the ``memory``
     items; ``imports``: the plugin modules the grid imports."""
-    from ablate.ablations.memory import gpu_here
-
     costs = Costs(gpu=gpu_here())
     return {
         "grid": name,
@@ -122,9 +117,6 @@ def plan_rows(name: str, runs: Sequence[PlannedRun], status: dict[str, str], *, 
     cells per run: run id, variant, seed, [rung,] the axes that vary, params, added params, [residual],
     tokens, FLOPs, estimated peak memory per device, status. With ``ladder`` the model fields the rungs set
     show as one ``rung`` column."""
-    from ablate.ablations.memory import GiB, fmt_gb, gpu_here
-    from ablate.grid.ladder import rung_label
-
     costs = Costs(gpu=gpu_here())
     dumps = [r.config.model_dump(mode="json") for r in runs]
     axes = varying_axes(runs, dumps)

@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ablate import layout
+from ablate.result import RESULT_FILE, read_result, write_result
+from ablate.runner.fingerprints import Fingerprints
 from ablate.store.api import Store
+from ablate.store.engine import sqlite_path
+from ablate.store.mlflow_mirror import ROLE_TAG, log_result_artifacts
 from ablate.store.rehash import Move, RehashPlan, conflict
 
 
@@ -37,9 +42,6 @@ def move_dir(home: Path, move: Move) -> bool:
     """``runs/<old>`` -> ``runs/<new>`` and its ``result.json``'s ``run_id``; True if anything changed.
 
     Idempotent: a directory already moved is only checked. Both present: left alone (the store decides)."""
-    from ablate import layout
-    from ablate.result import RESULT_FILE, read_result, write_result
-
     old, new = layout.run_dir(home, move.old), layout.run_dir(home, move.new)
     changed = False
     if old.is_dir() and not new.exists():
@@ -56,11 +58,7 @@ def move_dir(home: Path, move: Move) -> bool:
 def retag_mlflow(uri: str, moves: list[Move], home: Path) -> int:
     """Set the ``run_id`` tag of each moved run's MLflow runs to its new id, and log its rewritten
     ``result.json`` (and config) over the old artifacts; how many runs were retagged."""
-    from mlflow import MlflowClient
-
-    from ablate import layout
-    from ablate.result import RESULT_FILE, read_result
-    from ablate.store.mlflow_mirror import ROLE_TAG, log_result_artifacts
+    from mlflow import MlflowClient  # only when a tracking store exists: a rehash without one skips mlflow
 
     client = MlflowClient(uri)
     new_of = {m.old: m.new for m in moves}
@@ -89,8 +87,6 @@ def rehash(store: Store, home: Path, *, mlflow_uri: str | None = None, dry_run: 
            ) -> tuple[RehashPlan, RehashReport]:
     """Carry every outdated run of ``store`` (and its directory under ``home``, and its MLflow runs at
     ``mlflow_uri``) over to today's id. ``dry_run``: only the plan."""
-    from ablate.runner.fingerprints import Fingerprints
-
     todo = store.rehash_plan(fingerprints=Fingerprints.for_home(home))
     report = RehashReport(unreadable=list(todo.unreadable), current=len(todo.current))
     if dry_run:
@@ -115,7 +111,5 @@ def rehash(store: Store, home: Path, *, mlflow_uri: str | None = None, dry_run: 
 
 def _tracking_store_exists(uri: str) -> bool:
     """A local SQLite tracking store that was never created is not created by a rehash."""
-    from ablate.store.engine import sqlite_path
-
     path = sqlite_path(uri) if uri.startswith("sqlite") else None
     return path is None or path.is_file()

@@ -16,16 +16,20 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from ablate.config import total_steps
+from pydantic import ValidationError
+
+from ablate.config import RunConfig, total_steps
+from ablate.grid.ids import minimal
 from ablate.metrics import metric
 from ablate.metrics import order as summary_order
 from ablate.provenance import differing
+from ablate.store.queries import eta_seconds
 from ablate.store.records import flatten
 from ablate.store.render import _cell
 
 if TYPE_CHECKING:
-    from ablate.config import RunConfig
     from ablate.store.api import Store
+
 
 LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "finished", "heartbeat",
              "heartbeat_step", "resumed_from", "mlflow_run_id", "executor", "job_id", "error")
@@ -34,10 +38,6 @@ LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "
 def _resolved(store: Store, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """``(row, flat config, RunConfig or None)`` of one run; the config re-read by today's code when it can
     be."""
-    from pydantic import ValidationError
-
-    from ablate.config import RunConfig
-
     frame = store.runs_frame(run_ids=[run_id])
     row = {c: _cell(v) for c, v in frame.iloc[0].items()}
     stored = store.run_config(run_id)
@@ -55,8 +55,6 @@ def _results(row: dict[str, Any]) -> dict[str, Any]:
 
 def show(store: Store, ref: str, *, curve_points: int | None = None) -> dict[str, Any]:
     """Everything ``ablate show`` prints about one run (see the module docstring)."""
-    from ablate.grid.ids import minimal
-
     run_id = store.resolve_run(ref)
     row, flat, config = _resolved(store, run_id)
     changed = flatten(minimal(config)) if config is not None else flat
@@ -80,8 +78,6 @@ def show(store: Store, ref: str, *, curve_points: int | None = None) -> dict[str
 def _progress(row: dict[str, Any], curve: list[tuple[int, float]], config: RunConfig) -> dict[str, Any]:
     """Where a running run is: its step of its total (the latest of its heartbeat and its curve), and an ETA
     at its latest measured pace, as ``ablate status`` gives it (``queries.eta_seconds``)."""
-    from ablate.store.queries import eta_seconds
-
     total = total_steps(config)
     step = max([row.get("heartbeat_step") or 0, *(s + 1 for s, _ in curve[-1:])])
     tps = row.get("tokens_per_s")

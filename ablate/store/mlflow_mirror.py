@@ -35,6 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate.errors import UserInputError
 from ablate.result import RunResult
 from ablate.store.mlflow_tracking import (
     KIND,
@@ -97,8 +98,6 @@ class MlflowMirror:
     def _experiment(self) -> str:
         """The experiment's id: found by its name, else made (tagged to open on its runs). A user's experiment
         that exists is used as it is; the grid's own, made by an older ablate, gets the tag."""
-        from ablate.errors import UserInputError
-
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow keeps its name, and refuses runs
             raise UserInputError(f"the MLflow experiment {self.experiment!r} is deleted: restore it (mlflow "

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Text, cast, func, select
 from sqlalchemy.orm import Session
 
+from ablate.ablations.config import GateSpec, SwitchSpec
+from ablate.config import RunConfig
 from ablate.errors import UserInputError, one_of
 from ablate.metrics import COLUMNS, SUMMARY, metric
 from ablate.metrics import order as summary_order
@@ -43,9 +45,6 @@ _RUN_FIELDS = [c for c in [*IDENTITY, *METRIC_COLUMNS, "error", *EXTRA] if c not
 @cache
 def config_fields() -> tuple[str, ...]:
     """Every config field by dotted path, including those of an optional gate and switch spec."""
-    from ablate.ablations.config import GateSpec, SwitchSpec
-    from ablate.config import RunConfig
-
     base = flatten(RunConfig().model_dump(mode="json"))
     extra = {f"model.gate.{k}" for k in GateSpec.model_fields} | {
         f"model.switch.{k}" for k in SwitchSpec.model_fields

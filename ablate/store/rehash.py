@@ -30,17 +30,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, insert, select, update
+from pydantic import ValidationError
+from sqlalchemy import delete, func, insert, select, update
 
-from ablate.config import CONFIG_VERSION
+from ablate.config import CONFIG_VERSION, RunConfig
+from ablate.errors import InputMissingError
+from ablate.grid import identity
+from ablate.grid.ids import run_id
+from ablate.grid.stems import stem_id
+from ablate.runner.fingerprints import Fingerprints
 from ablate.store.records import config_columns, upsert
 from ablate.store.schema import Event, GridRun, Histogram, Metric, Probe, Run, Score
 
 if TYPE_CHECKING:
     from sqlalchemy import Row
     from sqlalchemy.orm import Session
-
-    from ablate.runner.fingerprints import Fingerprints
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +83,6 @@ def plan(session: Session, *, only_outdated: bool = True,
     ``only_outdated``), from its stored config with the identity fields it lacks filled from what is here now
     (``ablate.grid.identity``: its data files' fingerprints, a relative path read from the working directory;
     ``fingerprints``: the cache to use). A run whose data is not here cannot be carried: it says so."""
-    from pydantic import ValidationError
-
-    from ablate.config import RunConfig
-    from ablate.errors import InputMissingError
-    from ablate.grid import identity
-    from ablate.grid.ids import run_id
-    from ablate.grid.stems import stem_id
-    from ablate.runner.fingerprints import Fingerprints
-
     fingerprints = fingerprints if fingerprints is not None else Fingerprints()
     q = select(Run.run_id, Run.config).order_by(Run.run_id)
     if only_outdated:
@@ -117,8 +112,6 @@ def plan(session: Session, *, only_outdated: bool = True,
 
 def outdated(session: Session, run_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
     """``{today's id: (stored id, status)}`` for the runs of ``run_ids`` stored under an older id."""
-    from sqlalchemy import func
-
     stale = (Run.config_version.is_(None)) | (Run.config_version != CONFIG_VERSION)
     if not session.scalar(select(func.count()).select_from(Run).where(stale)):
         return {}

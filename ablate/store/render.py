@@ -8,11 +8,14 @@ import json
 import math
 from collections.abc import Sequence
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
+from ablate.errors import UserInputError, did_you_mean
 from ablate.metrics import metric
 from ablate.metrics import order as summary_order
 from ablate.store.queries import IDENTITY
+from ablate.store.where import describe
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,11 +102,6 @@ def pick_columns(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
 
 def pick_names(known: Sequence[str], names: Sequence[str]) -> list[str]:
     """``pick_columns`` over the column names ``known``."""
-    from fnmatch import fnmatchcase
-
-    from ablate.errors import UserInputError, did_you_mean
-    from ablate.store.where import describe
-
     out: list[str] = []
     for name in names:
         found = [c for c in known if fnmatchcase(c, name)]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import UserInputError, did_you_mean
+from ablate.grid.paths import field_type, unwrap_optional
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,8 +190,6 @@ class Where:
 
 def _bool_field(name: str) -> bool:
     """Is ``name`` a config field of type bool (for a column no run has a value in yet)?"""
-    from ablate.grid.paths import field_type, unwrap_optional
-
     try:
         return unwrap_optional(field_type(name)) is bool
     except (ValueError, KeyError, TypeError):
