@@ -160,7 +160,7 @@ def comparable(key: str, value: object) -> object:
 
 
 @functools.cache
-def software() -> dict[str, Any]:
+def software() -> dict[str, str | int | None]:
     """The versions of this process's software, and the model code's hash (imports torch)."""
     import torch  # here, not at the top: ablate show and diff read provenance without training
 
@@ -169,7 +169,7 @@ def software() -> dict[str, Any]:
             "config_version": CONFIG_VERSION}
 
 
-def git_source(path: str | os.PathLike[str]) -> dict[str, Any]:
+def git_source(path: str | os.PathLike[str]) -> dict[str, str | bool | None]:
     """``{"git_commit": ..., "git_dirty": ...}`` of the git repository holding ``path``; ``{}`` when there is
     none (or no git).
 
@@ -200,7 +200,7 @@ def announce(grid_file: str | os.PathLike[str] | None) -> None:
     os.environ[SOURCE_ENV] = json.dumps(source)
 
 
-def collect(device: str, plugin_init: Mapping[str, str] | None = None) -> dict[str, Any]:
+def collect(device: str, plugin_init: Mapping[str, str] | None = None) -> dict[str, object]:
     """This run's provenance (see the module docstring): the software, ``device``, the grid's commit and,
     for a plugin arm, the init each of its modules got (``plugin_init``, ``Decoder.plugin_init``)."""
     try:
