@@ -6,11 +6,11 @@
 - ``data``/``api``/``files``/``page``: the thin layer that reads a Store and writes ``ablate report``'s
   outputs (``api.report_table``, ``api.report_scorecard``, ``api.report_compare``, ``files.report_figures``,
   ``files.report_all``);
-- ``registry``: every report by name (``TARGETS``), what the command line offers.
+- ``names``: every report by name (``TARGETS``), what the command line offers; ``registry``: how each is made.
 
 Importing this package imports neither pandas nor matplotlib.
 """
 
-from ablate.reports.registry import TARGETS
+from ablate.reports.names import TARGETS
 
 __all__ = ["TARGETS"]

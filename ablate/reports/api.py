@@ -15,6 +15,7 @@ from ablate.reports.compare_render import FORMATS as COMPARE_FORMATS
 from ablate.reports.compare_render import render_compare, to_table
 from ablate.reports.data import GridData, load_grid_data
 from ablate.reports.family import families
+from ablate.reports.registry import Output, Request
 from ablate.reports.render import FORMATS, render
 from ablate.reports.scorecard import Verdict, scorecard
 from ablate.reports.scorecard_render import (
@@ -107,3 +108,21 @@ def report_compare(store: Store, *, grid: str | None = None, reference: str | No
     report = build_compare(data, reference=reference or REFERENCE, metrics=metrics, stats=stats)
     _tell(to_table(report).unresolved, fmt, warn)
     return render_compare(report, fmt, width=width)
+
+
+def table_report(store: Store, r: Request, name: str) -> Output:
+    """``ablate report tableN`` (the registry's maker)."""
+    return Output(report_table(store, name, grid=r.grid, paper=r.paper, fmt=r.fmt, where=r.where, warn=r.warn,
+                               stats=r.stats, width=r.width))
+
+
+def scorecard_report(store: Store, r: Request, name: str) -> Output:
+    """``ablate report scorecard`` (the registry's maker)."""
+    return Output(report_scorecard(store, grid=r.grid, fmt=r.fmt, where=r.where, warn=r.warn, stats=r.stats,
+                                   width=r.width))
+
+
+def compare_report(store: Store, r: Request, name: str) -> Output:
+    """``ablate report compare`` (the registry's maker)."""
+    return Output(report_compare(store, grid=r.grid, reference=r.reference, metrics=r.metrics, fmt=r.fmt,
+                                 where=r.where, warn=r.warn, stats=r.stats, width=r.width))

@@ -18,6 +18,7 @@ from ablate.reports.data import GridData, load_grid_data
 from ablate.reports.figures import write_figures
 from ablate.reports.lr import write_lr_report
 from ablate.reports.page import report_page
+from ablate.reports.registry import DEFAULT_DIR, Output, Request
 from ablate.reports.render import SUFFIX, render
 from ablate.reports.scorecard_render import scorecard_markdown
 from ablate.reports.spec import TABLES
@@ -98,3 +99,18 @@ def report_all(store: Store, out_dir: str | Path, *, grid: str | None = None, pa
                            stats=stats, compared=compared)
     written.update(lr_files)
     return written
+
+
+def figures_report(store: Store, r: Request, name: str) -> Output:
+    """``ablate report figures`` (the registry's maker)."""
+    out = r.out or DEFAULT_DIR
+    written = report_figures(store, out, grid=r.grid, where=r.where, warn=r.warn)
+    return Output(note=f"wrote {len(written)} files to {out}")
+
+
+def all_report(store: Store, r: Request, name: str) -> Output:
+    """``ablate report all`` (the registry's maker)."""
+    out = r.out or DEFAULT_DIR
+    written = report_all(store, out, grid=r.grid, paper=r.paper, where=r.where, warn=r.warn, stats=r.stats,
+                         reference=r.reference, metrics=r.metrics)
+    return Output(note=f"wrote {len(written)} files to {out}: {out / PAGE}")

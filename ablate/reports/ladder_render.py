@@ -20,9 +20,11 @@ from matplotlib.ticker import LogLocator, ScalarFormatter
 
 from ablate.errors import UserInputError, one_of
 from ablate.layout import atomic_path, atomic_write
+from ablate.reports.cells import TERMINAL
 from ablate.reports.data import current_runs, resolve_grid
 from ablate.reports.figure_kit import pyplot
 from ablate.reports.ladder import MAX_EXTRAPOLATION, MIN_SEEDS, analyse, parse_targets
+from ablate.reports.registry import Output, Request
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -281,3 +283,12 @@ def report_ladder(store: Store, *, grid: str | None = None, target: str = "paper
         written.append(atomic_write(out / f"ladder{SUFFIX[fmt]}", text))
         written.append(ladder_figure(report, out / FIGURE))
     return text, written
+
+
+def ladder_report(store: Store, r: Request, name: str) -> Output:
+    """``ablate report ladder`` (the registry's maker): the text, or a line on the files ``--out`` got."""
+    fmt = "markdown" if r.fmt == TERMINAL else r.fmt  # the ladder has no terminal table of its own yet
+    text, written = report_ladder(store, grid=r.grid, target=r.target, fmt=fmt, out=r.out, warn=r.warn)
+    if r.out is None:
+        return Output(text)
+    return Output(note=f"wrote {', '.join(str(p) for p in written)}", note_err=True)

@@ -19,6 +19,7 @@ from ablate.errors import UserInputError, one_of
 from ablate.reports.cells import TERMINAL, Cell, Column, Row, Table, fmt_lr, fmt_num
 from ablate.reports.figure_kit import pyplot, save
 from ablate.reports.page import img_src
+from ablate.reports.registry import Output, Request
 from ablate.reports.render import FORMATS, SUFFIX, render, to_html
 from ablate.tune.protocol import (
     DEFAULT_TOLERANCE,
@@ -239,3 +240,7 @@ def write_lr_report(store: Store, grid: str, out_dir: str | Path) -> tuple[dict[
     log.info("learning-rate report for %s: %d studies", grid, len(studies))
     return written, section
 
+
+def lr_report(store: Store, r: Request, name: str) -> Output:
+    """``ablate report lr`` (the registry's maker)."""
+    return Output(report_lr(store, grid=r.grid, fmt=r.fmt, width=r.width))

@@ -1,24 +1,24 @@
 """Every report ``ablate report`` can make, in one registry: ``REPORTS`` (name -> ``Report``).
 
-The CLI's choices, its dispatch and ``report all``'s tables all derive from it: adding a report is one entry
-here. A report's ``make(store, request)`` returns an ``Output``: ``text`` (for stdout, or the file ``--out``
-names) and a ``note`` (what it wrote, where a report writes files itself: figures, ``all``, ``ladder --out
-DIR``).
+The CLI's choices and help come from ``names.REPORT_HELP`` (light: read at start-up), its dispatch from here:
+adding a report is one entry in each. Each entry names its maker as ``module:function`` in the module that
+builds the report, imported when that report is asked for (as ``execute.registry`` names the executors), so
+a table never loads Optuna (``lr``), matplotlib (``figures``) or the ladder's fits. A maker
+``(store, request, name)`` returns an ``Output``: ``text`` (for stdout, or the file ``--out`` names) and a
+``note`` (what it wrote, where a report writes files itself: figures, ``all``, ``ladder --out DIR``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import cast
 
-from ablate.reports.cells import TERMINAL
-from ablate.reports.spec import TABLES
+from ablate.reports.names import REPORT_HELP, TARGETS
 from ablate.stats import DEFAULT, Stats
-
-if TYPE_CHECKING:
-    from ablate.store.api import Store
+from ablate.store.api import Store
 
 DEFAULT_DIR = Path("report")  # where figures and `all` write when --out is not given
 
@@ -52,80 +52,27 @@ class Output:
 
 @dataclass(frozen=True)
 class Report:
-    """One report: its name, what it is (the CLI's help), and how to make it. ``table``: the paper table it
-    is."""
+    """One report: its name, what it is (the CLI's help), and its maker. ``table``: the paper table it is."""
 
     name: str
     help: str
-    make: Callable[[Store, Request], Output]
+    maker: str  # "module:function", a Maker
     table: int | None = None
 
-
-def _table(number: int) -> Callable[[Store, Request], Output]:
-    def make(store: Store, r: Request) -> Output:
-        from ablate.reports.api import report_table
-
-        return Output(report_table(store, f"table{number}", grid=r.grid, paper=r.paper, fmt=r.fmt,
-                                   where=r.where, warn=r.warn, stats=r.stats, width=r.width))
-
-    return make
+    def make(self, store: Store, request: Request) -> Output:
+        """This report of ``store``'s runs, as ``request`` asks (its maker's module imported now)."""
+        module, _, function = self.maker.partition(":")
+        return cast(Maker, getattr(import_module(module), function))(store, request, self.name)
 
 
-def _lr(store: Store, r: Request) -> Output:
-    from ablate.reports.lr import report_lr
-
-    return Output(report_lr(store, grid=r.grid, fmt=r.fmt, width=r.width))
+Maker = Callable[[Store, Request, str], Output]
 
 
-def _scorecard(store: Store, r: Request) -> Output:
-    from ablate.reports.api import report_scorecard
-
-    return Output(report_scorecard(store, grid=r.grid, fmt=r.fmt, where=r.where, warn=r.warn, stats=r.stats,
-                                   width=r.width))
-
-
-def _compare(store: Store, r: Request) -> Output:
-    from ablate.reports.api import report_compare
-
-    return Output(report_compare(store, grid=r.grid, reference=r.reference, metrics=r.metrics, fmt=r.fmt,
-                                 where=r.where, warn=r.warn, stats=r.stats, width=r.width))
-
-
-def _ladder(store: Store, r: Request) -> Output:
-    from ablate.reports.ladder_render import report_ladder
-
-    fmt = "markdown" if r.fmt == TERMINAL else r.fmt  # the ladder has no terminal table of its own yet
-    text, written = report_ladder(store, grid=r.grid, target=r.target, fmt=fmt, out=r.out, warn=r.warn)
-    if r.out is None:
-        return Output(text)
-    return Output(note=f"wrote {', '.join(str(p) for p in written)}", note_err=True)
-
-
-def _figures(store: Store, r: Request) -> Output:
-    from ablate.reports.files import report_figures
-
-    out = r.out or DEFAULT_DIR
-    written = report_figures(store, out, grid=r.grid, where=r.where, warn=r.warn)
-    return Output(note=f"wrote {len(written)} files to {out}")
-
-
-def _all(store: Store, r: Request) -> Output:
-    from ablate.reports.files import PAGE, report_all
-
-    out = r.out or DEFAULT_DIR
-    written = report_all(store, out, grid=r.grid, paper=r.paper, where=r.where, warn=r.warn, stats=r.stats,
-                         reference=r.reference, metrics=r.metrics)
-    return Output(note=f"wrote {len(written)} files to {out}: {out / PAGE}")
-
-
+MAKERS = {"compare": "ablate.reports.api:compare_report", "lr": "ablate.reports.lr:lr_report",
+          "scorecard": "ablate.reports.api:scorecard_report",
+          "ladder": "ablate.reports.ladder_render:ladder_report",
+          "figures": "ablate.reports.files:figures_report", "all": "ablate.reports.files:all_report"}
 REPORTS: dict[str, Report] = {
-    "compare": Report("compare", "every arm of the grid (plugin arms too) against a reference, per cell and "
-                      "metric: paired Δ, corrected p, n, seeds needed, the pairing's correlation", _compare),
-    **{f"table{n}": Report(f"table{n}", f"the paper's Table {n}", _table(n), table=n) for n in TABLES},
-    "lr": Report("lr", "ablate tune's table: best and largest stable learning rate per arm", _lr),
-    "scorecard": Report("scorecard", "the paper's claims: verdicts with CIs, corrected together", _scorecard),
-    "ladder": Report("ladder", "a scaling ladder's fits and predictions", _ladder),
-    "figures": Report("figures", "Figures 1-7 as PNG files", _figures),
-    "all": Report("all", "the HTML page and every table, figure and the scorecard as files", _all),
-}
-TARGETS = tuple(REPORTS)  # every report's name
+    name: Report(name, REPORT_HELP[name], MAKERS.get(name, "ablate.reports.api:table_report"),
+                 table=int(name[5:]) if name.startswith("table") else None)
+    for name in TARGETS}
