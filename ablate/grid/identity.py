@@ -23,9 +23,8 @@ from __future__ import annotations
 import importlib
 import types
 import typing
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from functools import cache
-from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -34,8 +33,12 @@ from ablate.config import RunConfig
 from ablate.errors import InputMissingError, RunError
 from ablate.grid.paths import field_type
 
-Filler = Callable[[BaseModel, Any], dict[str, Any]]
+# a filler gets the model that holds the field and the caller's resolver (e.g. Fingerprints), which only it
+# reads; it returns the fields to update
+Filler = Callable[[BaseModel, object], dict[str, object]]
 M = typing.TypeVar("M", bound=BaseModel)
+# what one model of a config is updated with, as ``fill`` and ``strip`` walk it
+Own = Callable[[BaseModel], dict[str, object]]
 
 
 @cache
@@ -57,7 +60,7 @@ def filler(spec: str) -> Filler:
     return fn
 
 
-def _models(tp: Any) -> list[type[BaseModel]]:
+def _models(tp: object) -> list[type[BaseModel]]:
     """The config models a type holds at its top (``M``, ``M | None``, ``Annotated[M, ...]``)."""
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return [tp]
@@ -66,7 +69,7 @@ def _models(tp: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _item_type(tp: Any) -> tuple[str, Any] | None:
+def _item_type(tp: object) -> tuple[str, object] | None:
     """``("list", X)`` for ``list[X]``, ``("dict", X)`` for ``dict[str, X]`` (through Optional), else None."""
     for t in (tp, *typing.get_args(tp)):
         origin = typing.get_origin(t)
@@ -78,7 +81,7 @@ def _item_type(tp: Any) -> tuple[str, Any] | None:
 
 
 @cache
-def _shape(tp: Any) -> tuple[str, type[BaseModel]] | None:
+def _shape(tp: Hashable) -> tuple[str, type[BaseModel]] | None:
     """How a field of type ``tp`` holds identity fields: ``("model", M)`` (``M``, ``M | None``), ``("list",
     M)``, ``("dict", M)`` (``dict[str, M]``); None when it holds none."""
     models = _models(tp)
@@ -115,7 +118,7 @@ def _holds(cls: type[BaseModel]) -> bool:
     )
 
 
-def holds_identity(tp: Any) -> bool:
+def holds_identity(tp: object) -> bool:
     """Does a value of type ``tp`` hold an identity field anywhere below it?"""
     return _shape(tp) is not None
 
@@ -129,13 +132,13 @@ def stage_shape(path: str) -> tuple[str, type[BaseModel]] | None:
 
 
 # ---------------------------------------------------------------- reading: over a config or its dump
-def _get(node: Any, name: str) -> Any:
+def _get(node: object, name: str) -> object:
     if isinstance(node, BaseModel):
         return getattr(node, name)
     return node.get(name) if isinstance(node, dict) else None
 
 
-def _nodes(cls: type[BaseModel], node: Any, prefix: str) -> Iterator[tuple[str, type[BaseModel], Any]]:
+def _nodes(cls: type[BaseModel], node: object, prefix: str) -> Iterator[tuple[str, type[BaseModel], object]]:
     """``(dotted path, model class, node)`` of every model holding identity fields in ``node`` (a model of
     ``cls`` or its dump), stages' overrides included."""
     if node is None:
@@ -145,15 +148,16 @@ def _nodes(cls: type[BaseModel], node: Any, prefix: str) -> Iterator[tuple[str, 
     for name, shape, sub in children(cls):
         yield from _shaped(shape, sub, _get(node, name), f"{prefix}.{name}" if prefix else name)
     if cls is RunConfig:
-        for i, stage in enumerate(_get(node, "stages") or []):
+        stages = _get(node, "stages")
+        for i, stage in enumerate(stages if isinstance(stages, list) else []):
             for key, value in (stage.items() if isinstance(stage, dict) else ()):
                 found = stage_shape(key)
                 if found is not None:
                     yield from _shaped(*found, value, f"stages.{i}.{key}")
 
 
-def _shaped(shape: str, sub: type[BaseModel], value: Any,
-            path: str) -> Iterator[tuple[str, type[BaseModel], Any]]:
+def _shaped(shape: str, sub: type[BaseModel], value: object,
+            path: str) -> Iterator[tuple[str, type[BaseModel], object]]:
     if shape == "model":
         yield from _nodes(sub, value, path)
     elif shape == "list" and isinstance(value, list):
@@ -164,7 +168,7 @@ def _shaped(shape: str, sub: type[BaseModel], value: Any,
             yield from _nodes(sub, v, f"{path}.{k}")
 
 
-def values(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+def values(config: RunConfig | Mapping[str, object]) -> dict[str, object]:
     """Every identity field's value by dotted path (``data.train.0.fingerprint``,
     ``stages.1.data.train.0...``), from a config or its whole dump (a stored config; a field it lacks reads as
     None).
@@ -173,7 +177,7 @@ def values(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     {'variant_revision': None, 'data.tokenizer_fingerprint': None, 'data.train.0.fingerprint': 'ab12', \
 'data.heldout.prose.fingerprint': None, 'data.heldout.code.fingerprint': None}
     """
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for prefix, cls, node in _nodes(RunConfig, config, ""):
         for name in identity_fields(cls):
             out[f"{prefix}.{name}" if prefix else name] = _get(node, name)
@@ -189,7 +193,7 @@ def names(cls: type[BaseModel] = RunConfig) -> frozenset[str]:
     return frozenset(out)
 
 
-def mentions(tree: Any) -> bool:
+def mentions(tree: object) -> bool:
     """Does a raw grid value (mappings, lists, dotted keys) use the name of an identity field as a key? When
     it does not, no config made from it sets one (``given`` need not look)."""
     if isinstance(tree, dict):
@@ -204,7 +208,7 @@ def given(config: RunConfig) -> list[str]:
     return [path for path, value in values(config).items() if value is not None]
 
 
-def check_current(config: RunConfig, resolver: Any) -> None:
+def check_current(config: RunConfig, resolver: object) -> None:
     """Raise ``RunError`` when an identity value of ``config`` is not what it would be filled with now (its
     data changed since the run was planned): a run trains only on what its id says. One that cannot be filled
     now (its data is gone) is left to the data loader to report."""
@@ -216,21 +220,21 @@ def check_current(config: RunConfig, resolver: Any) -> None:
                        "reads changed since): run `ablate run` again, which plans it as a new run")
 
 
-def changed(planned: RunConfig | dict[str, Any], stored: RunConfig | dict[str, Any]) -> list[str]:
+def changed(planned: RunConfig | Mapping[str, object], stored: RunConfig | Mapping[str, object]) -> list[str]:
     """The identity fields whose values differ between two configs of one stem (paths, sorted)."""
     a, b = values(planned), values(stored)
     return sorted(p for p in {*a, *b} if a.get(p) != b.get(p))
 
 
 # ---------------------------------------------------------------- filling and stripping: over models
-def fill(config: M, resolver: Any, *, strict: bool = False) -> M:
+def fill(config: M, resolver: object, *, strict: bool = False) -> M:
     """``config`` (a RunConfig or a section of one) with every identity field that is None filled by its
     ``filled_by`` (stages' overrides too). A filler raises ``InputMissingError`` when what it fingerprints is
     not here: ``strict`` passes it on, else the field stays None (the data check says what is missing)."""
     return _rebuild(config, lambda model: _filled(model, resolver, strict))
 
 
-def fill_own(config: M, resolver: Any) -> dict[str, Any]:
+def fill_own(config: M, resolver: object) -> dict[str, object]:
     """The updates that fill the identity fields declared on ``config``'s own class (not those of the models
     below it): what ``fill`` would set there."""
     return _filled(config, resolver, False) if identity_fields(type(config)) else {}
@@ -242,8 +246,8 @@ def strip(config: M) -> M:
     return _rebuild(config, _stripped)
 
 
-def _filled(model: BaseModel, resolver: Any, strict: bool) -> dict[str, Any]:
-    updates: dict[str, Any] = {}
+def _filled(model: BaseModel, resolver: object, strict: bool) -> dict[str, object]:
+    updates: dict[str, object] = {}
     for name, spec in identity_fields(type(model)).items():
         if getattr(model, name) is None and spec:
             current = model.model_copy(update=updates) if updates else model
@@ -256,15 +260,15 @@ def _filled(model: BaseModel, resolver: Any, strict: bool) -> dict[str, Any]:
     return {k: v for k, v in updates.items() if getattr(model, k) != v}
 
 
-def _stripped(model: BaseModel) -> dict[str, Any]:
+def _stripped(model: BaseModel) -> dict[str, object]:
     return {name: None for name in identity_fields(type(model)) if getattr(model, name) is not None}
 
 
-def _rebuild(model: M, own: Callable[[BaseModel], dict[str, Any]]) -> M:
+def _rebuild(model: M, own: Own) -> M:
     """``model`` with ``own(m)`` applied to every model ``m`` in it that holds identity fields (children
     first)."""
     cls = type(model)
-    updates: dict[str, Any] = {}
+    updates: dict[str, object] = {}
     for name, _shape_kind, _sub in children(cls):
         value = getattr(model, name)
         new = _rebuild_value(value, own)
@@ -279,7 +283,7 @@ def _rebuild(model: M, own: Callable[[BaseModel], dict[str, Any]]) -> M:
     return current.model_copy(update=mine) if mine else current
 
 
-def _rebuild_value(value: Any, own: Callable[[BaseModel], dict[str, Any]]) -> Any:
+def _rebuild_value(value: object, own: Own) -> object:
     if isinstance(value, BaseModel):
         return _rebuild(value, own)
     if isinstance(value, list):
@@ -291,7 +295,7 @@ def _rebuild_value(value: Any, own: Callable[[BaseModel], dict[str, Any]]) -> An
     return value
 
 
-def _stage(stage: dict[str, Any], own: Callable[[BaseModel], dict[str, Any]]) -> dict[str, Any]:
+def _stage(stage: dict[str, object], own: Own) -> dict[str, object]:
     """A stage's dotted overrides with the identity fields of each model value updated (only the keys that
     change are written, so a stage stays as it was written)."""
     out = dict(stage)
@@ -302,7 +306,7 @@ def _stage(stage: dict[str, Any], own: Callable[[BaseModel], dict[str, Any]]) ->
     return out
 
 
-def _raw(shape: str, cls: type[BaseModel], raw: Any, own: Callable[[BaseModel], dict[str, Any]]) -> Any:
+def _raw(shape: str, cls: type[BaseModel], raw: object, own: Own) -> object:
     if shape == "list" and isinstance(raw, list):
         return [_raw("model", cls, v, own) for v in raw]
     if shape == "dict" and isinstance(raw, dict):
@@ -320,7 +324,7 @@ def _raw(shape: str, cls: type[BaseModel], raw: Any, own: Callable[[BaseModel], 
     return {k: v for k, v in out.items() if not (k in identity_fields(cls) and v is None)}
 
 
-def _dumped(value: Any) -> Any:
+def _dumped(value: object) -> object:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_defaults=True)
     return value

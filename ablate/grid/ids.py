@@ -28,7 +28,7 @@ import hashlib
 import json
 import math
 from functools import cache
-from typing import Any
+from typing import overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -38,7 +38,11 @@ ID_LENGTH = 12
 _MINIMAL_CACHE_SIZE = 4096
 
 
-def canonical(value: Any) -> Any:
+@overload
+def canonical(value: dict[str, object]) -> dict[str, object]: ...
+@overload
+def canonical(value: object) -> object: ...
+def canonical(value: object) -> object:
     """``value`` with every number in one spelling: an integral float becomes an int; mappings and lists
     recurse.
 
@@ -48,25 +52,23 @@ def canonical(value: Any) -> Any:
     kind = type(value)  # exact types first: this runs for every field of every run id
     if kind is str or kind is int or kind is bool or value is None:
         return value
-    if kind is dict:
-        return {str(k): canonical(v) for k, v in value.items()}
-    if kind is float or isinstance(value, float):
-        return int(value) if math.isfinite(value) and value.is_integer() else value
-    if kind is list or isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
     if isinstance(value, dict):
         return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else value
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
     return value
 
 
-def _key(value: Any) -> str:
+def _key(value: object) -> str:
     return json.dumps(canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 _KEYS: dict[str, str] = {}  # a value's JSON as it is -> its canonical JSON
 
 
-def _fast_key(value: Any) -> str:
+def _fast_key(value: object) -> str:
     """``_key(value)`` through a cache keyed by ``value``'s plain JSON (json's C encoder, no ``canonical``
     walk): a grid's runs repeat a few sections, and this is asked for each section of each run."""
     raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
@@ -100,7 +102,7 @@ def _default_keys(cls: type[BaseModel]) -> dict[str, str | None]:
     return out
 
 
-def _dump(value: Any) -> Any:
+def _dump(value: object) -> object:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, list):
@@ -110,18 +112,21 @@ def _dump(value: Any) -> Any:
     return value
 
 
-def _render(value: Any, dumped: Any, key: str | None = None) -> Any:
+def _render(value: object, dumped: object, key: str | None = None) -> object:
     """A kept field's value for the hash: nested models reduced to their own non-default fields."""
     if isinstance(value, BaseModel):
+        assert isinstance(dumped, dict)  # a model's dump is a mapping, a list's a list, a mapping's a mapping
         return _minimal(type(value), value, dumped, key or _fast_key(dumped))
     if isinstance(value, list):
+        assert isinstance(dumped, list)
         return [_render(v, d) for v, d in zip(value, dumped, strict=True)]
     if isinstance(value, dict):
+        assert isinstance(dumped, dict)
         return {str(k): _render(v, dumped[k]) for k, v in value.items()}
     return canonical(dumped)
 
 
-def minimal(model: BaseModel) -> dict[str, Any]:
+def minimal(model: BaseModel) -> dict[str, object]:
     """The fields of ``model`` that differ from what they would be if left out, nested models reduced the same
     way, numbers canonical. Validating the result gives ``model`` back.
 
@@ -129,16 +134,16 @@ def minimal(model: BaseModel) -> dict[str, Any]:
     {'train': {'steps': 50}, 'seed': 2}
     """
     # a copy: the cache's dicts are shared
-    out: dict[str, Any] = json.loads(json.dumps(reduced_config(model)))
+    out: dict[str, object] = json.loads(json.dumps(reduced_config(model)))
     return out
 
 
-def reduced_config(model: BaseModel, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
+def reduced_config(model: BaseModel, dumped: dict[str, object] | None = None) -> dict[str, object]:
     return _minimal(type(model), model, model.model_dump(mode="json") if dumped is None else dumped)
 
 
-def _minimal(cls: type[BaseModel], model: BaseModel, dumped: dict[str, Any], key: str | None = None
-             ) -> dict[str, Any]:
+def _minimal(cls: type[BaseModel], model: BaseModel, dumped: dict[str, object], key: str | None = None
+             ) -> dict[str, object]:
     """``minimal`` of ``model`` (dumped as ``dumped``). Nested models come with ``key``, their canonical JSON,
     and are cached by it: a grid's runs share a few model, data, train and eval sections."""
     if key is not None and (cached := _CACHE.get((cls, key))) is not None:
@@ -160,10 +165,10 @@ def _minimal(cls: type[BaseModel], model: BaseModel, dumped: dict[str, Any], key
     return out
 
 
-_CACHE: dict[tuple[type[BaseModel], str], dict[str, Any]] = {}
+_CACHE: dict[tuple[type[BaseModel], str], dict[str, object]] = {}
 
 
-def _revalidated(cls: type[BaseModel], key: str, dumped: dict[str, Any]) -> list[str]:
+def _revalidated(cls: type[BaseModel], key: str, dumped: dict[str, object]) -> list[str]:
     """The fields to keep, dropping in declaration order each one whose absence re-validates to the same
     model."""
     raw = dict(dumped)
@@ -178,25 +183,25 @@ def _revalidated(cls: type[BaseModel], key: str, dumped: dict[str, Any]) -> list
     return [name for name in cls.model_fields if name in raw]
 
 
-def identity(config: RunConfig, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
+def identity(config: RunConfig, dumped: dict[str, object] | None = None) -> dict[str, object]:
     """What a run id hashes: ``{"config_version": CONFIG_VERSION, "config": minimal(config)}`` (``dumped``:
     the config's ``model_dump(mode="json")`` when the caller has it already)."""
     return {"config_version": CONFIG_VERSION, "config": reduced_config(config, dumped)}
 
 
-def canonical_json(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
+def canonical_json(config: RunConfig, dumped: dict[str, object] | None = None) -> str:
     """``identity(config)`` as canonical JSON: sorted keys, numbers by value, no whitespace."""
     return json.dumps(identity(config, dumped), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def hash_reduced(reduced: dict[str, Any]) -> str:
+def hash_reduced(reduced: dict[str, object]) -> str:
     """The id of a reduced config (``reduced_config``): the run id, or a stem's (``identity.stem_id``)."""
     text = json.dumps({"config_version": CONFIG_VERSION, "config": reduced}, sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:ID_LENGTH]
 
 
-def run_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
+def run_id(config: RunConfig, dumped: dict[str, object] | None = None) -> str:
     """The run's identity: the first 12 hex digits of the sha256 of ``canonical_json(config)`` (``dumped``:
     the config's ``model_dump(mode="json")`` when the caller has it already: planning 10,000 runs dumps each
     once).
@@ -207,7 +212,7 @@ def run_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
     return hashlib.sha256(canonical_json(config, dumped).encode()).hexdigest()[:ID_LENGTH]
 
 
-def reduced(value: Any) -> Any:
+def reduced(value: object) -> object:
     """A default as it counts in a run id: models reduced to their non-default fields (their own fields are
     recorded one by one), so adding a field to ``SourceConfig`` does not read as a change of
     ``data.train``."""

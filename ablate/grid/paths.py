@@ -11,14 +11,14 @@ from __future__ import annotations
 import copy
 import difflib
 import types
-from typing import Any, Union, get_args, get_origin
+from typing import TypeGuard, Union, get_args, get_origin, overload
 
 from pydantic import BaseModel, ValidationError
 
 from ablate.config import RunConfig
 
 
-def unwrap_optional(tp: Any) -> Any:
+def unwrap_optional(tp: object) -> object:
     """``X | None`` -> ``X``; anything else unchanged."""
     if get_origin(tp) in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
@@ -27,7 +27,7 @@ def unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def is_model(tp: Any) -> bool:
+def is_model(tp: object) -> TypeGuard[type[BaseModel]]:
     """Is ``tp`` a pydantic model class (a config section with named fields)?"""
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
@@ -42,7 +42,7 @@ def _unknown_key(seg: str, prefix: str, fields: list[str]) -> str:
     )
 
 
-def field_type(path: str | tuple[Any, ...], root: type[BaseModel] = RunConfig) -> Any:
+def field_type(path: str | tuple[object, ...], root: type[BaseModel] = RunConfig) -> object:
     """The annotation at ``path`` in ``root``'s schema, or ``ValueError`` with a near match.
 
     Mapping fields (``data.heldout``) take any key as the next segment; list fields take an index.
@@ -51,7 +51,7 @@ def field_type(path: str | tuple[Any, ...], root: type[BaseModel] = RunConfig) -
     <class 'float'>
     """
     segs = path.split(".") if isinstance(path, str) else [str(p) for p in path]
-    tp: Any = root
+    tp: object = root
     done: list[str] = []
     for seg in segs:
         tp = unwrap_optional(tp)
@@ -70,7 +70,7 @@ def field_type(path: str | tuple[Any, ...], root: type[BaseModel] = RunConfig) -
     return tp
 
 
-def check_path(path: Any) -> str:
+def check_path(path: object) -> str:
     """``path`` itself when it names a field of ``RunConfig``; ``ValueError`` otherwise."""
     if not isinstance(path, str) or not path:
         raise ValueError(f"a key must be a dotted field path like 'train.lr', got {path!r}")
@@ -78,7 +78,7 @@ def check_path(path: Any) -> str:
     return path
 
 
-def get_path(tree: Any, path: str) -> tuple[bool, Any]:
+def get_path(tree: object, path: str) -> tuple[bool, object]:
     """``(found, value)`` at ``path`` in a nested mapping/list (a dumped config)."""
     node = tree
     for seg in path.split("."):
@@ -91,7 +91,7 @@ def get_path(tree: Any, path: str) -> tuple[bool, Any]:
     return True, node
 
 
-def merge(tree: Any, patch: Any) -> Any:
+def merge(tree: object, patch: object) -> object:
     """``patch`` deep-merged over ``tree`` (mappings merge key by key; anything else replaces). No
     aliasing."""
     if isinstance(tree, dict) and isinstance(patch, dict):
@@ -102,17 +102,23 @@ def merge(tree: Any, patch: Any) -> Any:
     return copy.deepcopy(patch)
 
 
-def assign(tree: Any, path: str, value: Any) -> Any:
+def assign(tree: object, path: str, value: object) -> dict[str, object]:
     """``tree`` with ``value`` merged in at the dotted ``path`` (partial mappings merge with what is
     there)."""
-    return merge(tree, nest_dotted({path: value}))
+    out = merge(tree, nest_dotted({path: value}))
+    assert isinstance(out, dict)  # the patch is a mapping: so is what it is merged into
+    return out
 
 
-def nest_dotted(tree: Any) -> Any:
+@overload
+def nest_dotted(tree: dict[str, object]) -> dict[str, object]: ...
+@overload
+def nest_dotted(tree: object) -> object: ...
+def nest_dotted(tree: object) -> object:
     """Expand dotted keys of a mapping (``{"train.lr": 1}`` -> ``{"train": {"lr": 1}}``), recursively."""
     if not isinstance(tree, dict):
         return tree
-    out: dict[Any, Any] = {}
+    out: dict[object, object] = {}
     for key, value in tree.items():
         value = nest_dotted(value)
         if isinstance(key, str) and "." in key:
@@ -120,8 +126,8 @@ def nest_dotted(tree: Any) -> Any:
             prior = out.get(head)
             merged = prior if isinstance(prior, dict) else {}
             out[head] = nest_dotted({**merged, rest: value})
-        elif isinstance(out.get(key), dict) and isinstance(value, dict):
-            out[key] = {**out[key], **value}
+        elif isinstance(prior := out.get(key), dict) and isinstance(value, dict):
+            out[key] = {**prior, **value}
         else:
             out[key] = value
     return out

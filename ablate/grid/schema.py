@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, get_origin
+from typing import Annotated, Any, cast, get_origin
 
 import yaml
 from pydantic import (
@@ -32,6 +32,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from typing_extensions import TypeForm
 
 from ablate.ablations.plugins import beside
 from ablate.errors import ConfigError
@@ -239,7 +240,7 @@ def _normalized(entry: dict[str, Any], where: str) -> dict[str, Any]:
     _check_entry(entry, where=where)
     out: dict[str, Any] = {}
     for path, value in entry.items():
-        adapter = TypeAdapter(field_type(path))
+        adapter = TypeAdapter(cast("TypeForm[object]", field_type(path)))  # an annotation: a type form
         try:
             out[path] = canonical(adapter.dump_python(adapter.validate_python(value), mode="json"))
         except ValidationError as exc:

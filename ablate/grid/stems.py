@@ -7,7 +7,6 @@ fields taken out, without reducing the config again.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -16,18 +15,19 @@ from ablate.grid.identity import children, identity_fields, stage_shape
 from ablate.grid.ids import hash_reduced, reduced, reduced_config
 
 
-def strip_minimal(reduced: dict[str, Any]) -> dict[str, Any]:
+def strip_minimal(reduced: dict[str, object]) -> dict[str, object]:
     """A run's reduced config (``ablate.grid.ids.minimal``) with its identity fields taken out, as the reduced
     config of ``strip(config)`` is (a field left at its default by that is left out); ``reduced`` itself when
     it holds none. What the stem id hashes, without reducing the config again."""
-    out: dict[str, Any] = _strip_reduced(RunConfig, reduced)
+    out = _strip_reduced(RunConfig, reduced)
+    assert isinstance(out, dict)  # a mapping in, a mapping out
     return out
 
 
-def _strip_reduced(cls: type[BaseModel], reduced: Any) -> Any:
+def _strip_reduced(cls: type[BaseModel], reduced: object) -> object:
     if not isinstance(reduced, dict):
         return reduced
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     changed = False
     shapes = {name: (shape, sub) for name, shape, sub in children(cls)}
     for name, value in reduced.items():
@@ -49,7 +49,7 @@ def _strip_reduced(cls: type[BaseModel], reduced: Any) -> Any:
     return out if changed else reduced
 
 
-def _strip_shaped(shape: str, sub: type[BaseModel], value: Any) -> Any:
+def _strip_shaped(shape: str, sub: type[BaseModel], value: object) -> object:
     if shape == "list" and isinstance(value, list):
         new = [_strip_reduced(sub, v) for v in value]
         return value if all(a is b for a, b in zip(new, value, strict=True)) else new
@@ -59,8 +59,8 @@ def _strip_shaped(shape: str, sub: type[BaseModel], value: Any) -> Any:
     return _strip_reduced(sub, value) if shape == "model" else value
 
 
-def _strip_stage(stage: dict[str, Any]) -> dict[str, Any]:
-    out = {}
+def _strip_stage(stage: dict[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, value in stage.items():
         found = stage_shape(key)
         out[key] = _strip_shaped(*found, value) if found is not None else value
@@ -68,13 +68,13 @@ def _strip_stage(stage: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def _reduced_default(cls: type[BaseModel], name: str) -> Any:
+def _reduced_default(cls: type[BaseModel], name: str) -> object:
     """The reduced form of a field's default (``{}`` for a model section left at its defaults)."""
     info = cls.model_fields[name]
     return None if info.is_required() else reduced(info.get_default(call_default_factory=True))
 
 
-def run_and_stem_ids(config: RunConfig, dumped: dict[str, Any] | None = None) -> tuple[str, str]:
+def run_and_stem_ids(config: RunConfig, dumped: dict[str, object] | None = None) -> tuple[str, str]:
     """``(run_id(config), stem_id(config))`` at the cost of one: the stem is hashed from the run's own reduced
     config with its identity fields taken out (``strip_minimal``)."""
     small = reduced_config(config, dumped)
@@ -83,7 +83,7 @@ def run_and_stem_ids(config: RunConfig, dumped: dict[str, Any] | None = None) ->
     return rid, (rid if stripped is small else hash_reduced(stripped))
 
 
-def stem_id(config: RunConfig, dumped: dict[str, Any] | None = None) -> str:
+def stem_id(config: RunConfig, dumped: dict[str, object] | None = None) -> str:
     """The run id of ``config`` without its identity fields (``strip``): runs of one stem
     differ only in what they read outside their config. A config without identity values is its own stem.
 
