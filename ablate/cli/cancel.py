@@ -33,7 +33,7 @@ def cancel_cmd(
 ) -> None:
     """Cancel a grid's jobs (a Slurm array: scancel; Ray tasks) and put its unfinished runs back in the
     queue."""
-    from ablate.execute.jobs import cancel_grid
+    from ablate.execute.cancel import cancel_grid
 
     name = str(grid)  # a name in the store (quickstart/tune), unless it names a grid file
     if grid.suffix in (".yaml", ".yml") or grid.is_file():

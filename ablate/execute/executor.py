@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ablate.execute.lifecycle import Ended, Lifecycle
     from ablate.execute.messages import Job
 
-TRAIN_JOB = "ablate.execute.job:train"
+TRAIN_JOB = "ablate.execute.training:train"
 
 
 @dataclass(frozen=True)
