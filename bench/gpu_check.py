@@ -117,7 +117,7 @@ def measure(cfg, warmup: int) -> tuple[float, float | None, list[float]]:
 
 
 def estimate_gb(cfg) -> float:
-    from ablate.ablations.memory import run_memory
+    from ablate.runner.run_memory import run_memory
 
     return run_memory(cfg, gpu=True).gb
 

@@ -20,10 +20,11 @@ from typer.testing import CliRunner
 
 from ablate.ablations import ModelConfig, apply_variant, build_model, count_params
 from ablate.ablations.config import PluginArm
-from ablate.ablations.memory import GiB, cheapest_fix, estimate_memory, parse_memory, run_memory
+from ablate.ablations.memory import GiB, estimate_memory, parse_memory
 from ablate.cli import app
 from ablate.config import RunConfig
 from ablate.errors import ConfigError
+from ablate.runner.run_memory import cheapest_fix, run_memory
 
 
 def measured_peak(cfg: ModelConfig, *, rows: int, seq_len: int, half: bool = False,

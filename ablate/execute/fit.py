@@ -5,7 +5,7 @@ plan``.
 The memory per device is what the caller gives (``--device-memory``), else, for a run on this machine with a
 GPU, the smallest visible GPU's memory; without either nothing is checked. A run that does not fit is refused
 with one line (``ConfigError``, exit 2) naming the runs, the largest need and the cheapest fix for it
-(``ablations.memory.check_fit``).
+(``runner.run_memory.check_fit``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ablate.ablations.memory import check_fit, fmt_gb, gpu_here
 from ablate.ablations.memory import device_memory as gpu_memory
+from ablate.ablations.memory import fmt_gb, gpu_here
 from ablate.grid.expand import PlannedRun
+from ablate.runner.run_memory import check_fit
 from ablate.store.plan_status import statuses
 
 FLAG = "--device-memory"

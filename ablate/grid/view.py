@@ -9,12 +9,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ablate.ablations.memory import GiB, fmt_gb, gpu_here, run_memory
+from ablate.ablations.memory import GiB, fmt_gb, gpu_here
 from ablate.ablations.plugins import imports
 from ablate.grid.expand import PlannedRun
 from ablate.grid.ids import canonical
 from ablate.grid.ladder import planned_flops, rung_label, tokens_per_run
 from ablate.grid.paths import get_path
+from ablate.runner.run_memory import run_memory
 
 log = logging.getLogger(__name__)
 
