@@ -273,6 +273,21 @@ def test_a_run_whose_data_changed_after_it_was_planned_does_not_train(tmp_path) 
         identity.check_current(config, Fingerprints())
 
 
+def test_the_runner_checks_the_data_with_the_check_its_caller_gives(tmp_path) -> None:
+    # the executors hand run_one grid.identity.check_current (the grid sits above the runner): it refuses the
+    # run before anything trains, with the check's own error
+    from ablate.execute import training
+    from ablate.execute.slurm import task
+    from ablate.runner import run_one
+
+    config = _filled(tmp_path)
+    (tmp_path / "a.txt").write_text("edited after planning")
+    with pytest.raises(RunError, match=r"data.train.0.fingerprint is \w+ now, \w+ when this run was planned"):
+        run_one(config, tmp_path / "run", run_id="x", check_inputs=identity.check_current)
+    assert not (tmp_path / "run" / "result.json").exists()
+    assert training.check_current is task.check_current is identity.check_current
+
+
 # ---------------------------------------------------------------------------------------------------- a store
 # from before
 def v1_id(config: RunConfig) -> str:

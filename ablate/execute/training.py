@@ -31,6 +31,7 @@ from ablate.execute.job_function import JobContext, JobInterrupted
 from ablate.execute.last_attempt import ERROR_FILE, finished_result
 from ablate.execute.locks import RunLock
 from ablate.execute.messages import Job, JobOutcome, StepRow
+from ablate.grid.identity import check_current
 from ablate.layout import CHECKPOINT
 from ablate.runner import RunInterrupted, run_one
 
@@ -143,7 +144,7 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[object] = ()) -> Job
                 log.info("run %s: %s seed %d on %s, %s", job.run_id, config.variant, config.seed,
                          ctx.slot.label, start)
                 result = run_one(config, run_dir, run_id=job.run_id, stop=ctx.stop, callbacks=callbacks,
-                                 on_step=_logging(steps, total_steps(config)))
+                                 on_step=_logging(steps, total_steps(config)), check_inputs=check_current)
                 log.info("run %s: %s after %s steps in %.1f s (train_loss %s, val_ppl %s)", job.run_id,
                          result.status, result.summary.get("steps"), time.perf_counter() - t0,
                          result.summary.get("train_loss"), result.summary.get("val_ppl"))

@@ -21,18 +21,21 @@ if TYPE_CHECKING:
 
     from ablate.config import RunConfig
     from ablate.result import RunResult
+    from ablate.runner.fingerprints import Fingerprints
 
 
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
             on_step: Callable[[Mapping[str, float | None]], None] | None = None,
-            stop: threading.Event | None = None, callbacks: Sequence[object] = ()) -> RunResult:
+            stop: threading.Event | None = None, callbacks: Sequence[object] = (),
+            check_inputs: Callable[[RunConfig, Fingerprints], None] | None = None) -> RunResult:
     """Train, evaluate and probe one run into ``run_dir`` (resuming from its checkpoint); see
     ``ablate.runner.run.run_one``; ``callbacks`` are Lightning callbacks (typed ``object`` here, so that a
-    caller need not import Lightning)."""
+    caller need not import Lightning); ``check_inputs(config, fingerprints)`` raises when the data is not what
+    the run's id says (the executors pass ``ablate.grid.identity.check_current``)."""
     from ablate.runner.run import run_one as _run_one
 
     return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop,
-                    callbacks=cast("Sequence[L.Callback]", callbacks))
+                    callbacks=cast("Sequence[L.Callback]", callbacks), check_inputs=check_inputs)
 
 
 __all__ = ["RunInterrupted", "run_one"]

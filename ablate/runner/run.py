@@ -105,9 +105,13 @@ class _Trained:
     fit_s: float
 
 
+InputCheck = Callable[[RunConfig, Fingerprints], None]  # raises when a run's data is not what its id says
+
+
 def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
             on_step: Callable[[Mapping[str, float | None]], None] | None = None,
-            stop: threading.Event | None = None, callbacks: Sequence[L.Callback] = ()) -> RunResult:
+            stop: threading.Event | None = None, callbacks: Sequence[L.Callback] = (),
+            check_inputs: InputCheck | None = None) -> RunResult:
     """Train, evaluate and probe ``config`` in ``run_dir``; write ``run_dir/result.json`` atomically.
 
     Resumes from ``run_dir/checkpoints/last.ckpt`` when present (``resumed_from`` = its step, plus a
@@ -116,6 +120,8 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     Setting ``stop`` saves a checkpoint at the current step and raises ``RunInterrupted``. A run whose loss
     diverges ends with status ``diverged`` (no evaluation); a crash writes nothing and re-raises.
     ``callbacks``: extra Lightning callbacks, called after the run's own monitor in every hook.
+    ``check_inputs(config, fingerprints)``: before training, raises when the data is not what the run's id
+    says (the executors pass ``ablate.grid.identity.check_current``: the grid sits above the runner).
 
     With ``config.stages`` the stages train one after the other, each from the previous one's final weights;
     step numbers are global across stages, and evaluation follows the last stage (``ablate.runner.stages``).
@@ -126,22 +132,23 @@ def run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     if config.train.devices > 1 and not ranks_exist():
         job = {"run_id": run_id, "config": config.model_dump(mode="json")}
         with local_ranks(config.train.devices, Path(run_dir), job):
-            return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
-    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks)
+            return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks,
+                            check_inputs=check_inputs)
+    return _run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=stop, callbacks=callbacks,
+                    check_inputs=check_inputs)
 
 
-def _same_inputs(config: RunConfig, cache_dir: Path) -> None:
-    """The data is what the run's id says (``ablate.grid.identity.check_current``), else a RunError."""
-    from ablate.grid.identity import check_current
-
+def _same_inputs(config: RunConfig, cache_dir: Path, check_inputs: InputCheck | None) -> None:
+    """The data is what the run's id says (``check_inputs``), else a RunError; the fingerprints kept."""
     fingerprints = Fingerprints(cache_dir)
-    check_current(config, fingerprints)
+    if check_inputs is not None:
+        check_inputs(config, fingerprints)
     fingerprints.save()
 
 
 def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
              on_step: Callable[[Mapping[str, float | None]], None] | None, stop: threading.Event | None,
-             callbacks: Sequence[L.Callback]) -> RunResult:
+             callbacks: Sequence[L.Callback], check_inputs: InputCheck | None) -> RunResult:
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     run_dir = Path(run_dir)
@@ -149,7 +156,7 @@ def _run_one(config: RunConfig, run_dir: str | os.PathLike[str], *, run_id: str,
     _quiet_lightning()
     stages = plan_stages(config)
     first, resume = start_point(run_dir, stages)
-    _same_inputs(config, cache_dir_for(run_dir))
+    _same_inputs(config, cache_dir_for(run_dir), check_inputs)
     tokenizer = get_tokenizer(config.data, apply_variant(config.model, config.variant),
                               cache_dir_for(run_dir))
     ckpt = run_dir / CHECKPOINT

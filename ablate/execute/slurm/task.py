@@ -36,6 +36,7 @@ from ablate.execute.locks import RunLock
 from ablate.execute.messages import Job, StepRow
 from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import TASK
+from ablate.grid.identity import check_current
 from ablate.result import RunResult
 from ablate.runner import RunInterrupted, run_one
 from ablate.store import Store
@@ -137,7 +138,8 @@ class SlurmTask(Checkpointable):
 
         def target() -> None:
             try:
-                outcome["result"] = run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=self._stop)
+                outcome["result"] = run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=self._stop,
+                                            check_inputs=check_current)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 outcome["error"], outcome["traceback"] = exc, traceback.format_exc()
 
