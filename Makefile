@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart test lint bench
+.PHONY: setup quickstart test test-unit test-services lint bench
 
 setup: $(VENV)/.installed
 
@@ -19,6 +19,16 @@ quickstart: setup
 
 test: setup
 	VENV=$(VENV) scripts/test.sh $(ARGS)
+
+# the tests that start no service (tests/unit and the docstrings' examples; PostgreSQL's cases and the slow
+# end-to-end ones left out): a few minutes
+test-unit: setup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup tests/unit ablate -m "not postgres and not slow" $(ARGS)
+
+# the tests that start services: Slurm and Ray (tests/services), and every case on a PostgreSQL server
+test-services: setup
+	VENV=$(VENV) scripts/test.sh tests/services $(ARGS)
+	VENV=$(VENV) scripts/test.sh tests/unit -m postgres $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check ablate tests bench examples

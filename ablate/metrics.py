@@ -3,8 +3,8 @@
 A summary metric is one number per run: ``result.json``'s ``summary`` holds it (``ablate.result`` refuses a
 key that is not declared here), ingest stores it (a typed column of the ``runs`` table when ``column``, else a
 row of ``scores``), the runs table returns it with its type and in this order (``ablate runs``, its JSON and
-CSV), the MLflow mirror logs it, and the reports read it. ``tests/test_metrics.py`` fails when a layer
-disagrees.
+CSV), the MLflow mirror logs it, and the reports read it. ``tests/unit/store/test_metrics.py`` fails when a
+layer disagrees.
 
 Adding a metric is one entry here (``column=False``: it is stored as a score, no schema change), written into
 the summary by whatever measures it (``source`` says who). A name ending in ``/`` is a family (``ppl/<set>``,

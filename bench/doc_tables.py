@@ -6,10 +6,11 @@ perplexity (``val_ppl``, the reports' Avg PPL) and whole resolved config, with t
 machine and wall time of the measurement. ``capture`` writes it from a store that ran the grid; ``render``
 turns it into the markdown table; ``write`` puts each table into docs/results.md between ``<!-- measured:
 <grid> -->`` and ``<!-- /measured -->``, and ``check`` says where the docs differ from the JSON.
-``tests/test_doc_tables.py`` holds docs/results.md to ``render``, the JSON's runs to the shipped study's run
-ids, and retrains one stored run (G1 at seed 0, about a minute on one CPU thread): its first losses to the
-stored ones anywhere, its perplexity exactly on a machine like the one that measured it (the JSON names the
-CPU and torch's kernels for it: another CPU rounds differently, and the numbers move by tenths).
+``tests/unit/reports/test_doc_tables.py`` holds docs/results.md to ``render``, the JSON's runs to the shipped
+study's run ids, and retrains one stored run (G1 at seed 0, about a minute on one CPU thread): its first
+losses to the stored ones anywhere, its perplexity exactly on a machine like the one that measured it (the
+JSON names the CPU and torch's kernels for it: another CPU rounds differently, and the numbers move by
+tenths).
 
     ablate run quickstart --jobs 2 --home /tmp/qs-home --no-mlflow
     .venv/bin/python bench/doc_tables.py capture quickstart --home /tmp/qs-home \\

@@ -12,8 +12,8 @@ overhead), every training through the runner (``run_one``):
   baseline, and G1 with activation checkpointing; measured training peak against the estimate.
 - ``fsdp``: with two or more GPUs, the ``small`` preset sharded over all of them (``strategy: fsdp``) against
   the same run on one GPU: the losses agree, tokens/s per GPU, peak memory per GPU against the estimate. With
-  one GPU there is nothing to shard over (FSDP on one device is plain training; tests/test_fsdp.py checks it
-  with gloo).
+  one GPU there is nothing to shard over (FSDP on one device is plain training;
+  tests/unit/runner/test_fsdp.py checks it with gloo).
 
     .venv/bin/python bench/gpu_check.py                       # on a GPU: every section
     .venv/bin/python bench/gpu_check.py --only mfu,memory     # some of them
@@ -171,8 +171,8 @@ def fsdp_section(args, out: list) -> None:
 
     n = torch.cuda.device_count()
     if n < 2:
-        print(f"fsdp: {n} GPU visible; FSDP over one device is plain training (tests/test_fsdp.py shards "
-              "over two CPU processes with gloo)", flush=True)
+        print(f"fsdp: {n} GPU visible; FSDP over one device is plain training "
+              "(tests/unit/runner/test_fsdp.py shards over two CPU processes with gloo)", flush=True)
         return
     batch = args.batch_size * n
     one = run_config({"preset": "small"}, GATED, args, batch_size=batch, micro_batch_size=args.batch_size)

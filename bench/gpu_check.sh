@@ -58,7 +58,7 @@ part() {  # part NAME SECONDS CMD...: run one part under its time limit, note a 
   echo "== $name: $((SECONDS - t)) s"
 }
 # the CUDA tests' file alone: collecting the whole suite would import the store and MLflow
-part "CUDA tests" 60 "$py" -m pytest -m cuda -q -p no:cacheprovider tests/test_cuda.py
+part "CUDA tests" 60 "$py" -m pytest -m cuda -q -p no:cacheprovider tests/unit/ablations/test_cuda.py
 ARMS="sdpa-elementwise sink-learned softmax-off-by-one softpick diff-attention diff-attention-matched diff-v2
   forgetting-attention forgetting-attention-rope selective-attention sdpa-headwise-sparse"
 if [ $arms = 1 ]; then

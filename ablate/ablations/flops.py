@@ -21,7 +21,7 @@ Per token of training (forward and backward, PaLM's appendix B convention)::
   sum, softmax itself) is not a matmul and is not counted.
 
 Counting walks the model built on the meta device, so it follows the model as built (a fused projection, a new
-gate) without a second description of its shapes; tests/test_flops.py checks it against torch's
+gate) without a second description of its shapes; tests/unit/ablations/test_flops.py checks it against torch's
 FlopCounterMode over a real training step. Importing this module never imports torch.
 """
 

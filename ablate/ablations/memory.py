@@ -29,9 +29,9 @@ What a device holds (docs/scale.md itemises it with numbers):
 
 The peak is the larger of (the backward pass starting: parameters, optimizer state, activations, the head's
 temporaries, and accumulated gradients) and (the optimizer step: parameters, gradients, optimizer state and
-its temporary). ``tests/test_memory.py`` checks the estimate against the peak measured by PyTorch's
-``MemTracker`` on CPU; ``bench/gpu_check.sh`` against ``torch.cuda.max_memory_allocated`` on a GPU. Not
-counted: the CUDA context and the allocator's cache (``FIT_FRACTION`` of a device is taken as usable),
+its temporary). ``tests/unit/ablations/test_memory.py`` checks the estimate against the peak measured by
+PyTorch's ``MemTracker`` on CPU; ``bench/gpu_check.sh`` against ``torch.cuda.max_memory_allocated`` on a GPU.
+Not counted: the CUDA context and the allocator's cache (``FIT_FRACTION`` of a device is taken as usable),
 evaluation (no gradients: smaller).
 """
 
@@ -95,8 +95,8 @@ def parse_memory(text: str, *, where: str = "--device-memory") -> float:
 
 
 # fp32 T x T maps per head that one block keeps for the backward pass, by ``ModelConfig.attn_weights``:
-# counted on CPU with MemTracker (tests/test_memory.py); a GPU's fused kernel with a float mask keeps fewer
-# for the sinks.
+# counted on CPU with MemTracker (tests/unit/ablations/test_memory.py); a GPU's fused kernel with a float
+# mask keeps fewer for the sinks.
 # Forgetting and selective attention pass a float mask to SDPA too (its math kernel keeps the weights and the
 # mask's gradient); differential attention's fused calls keep none.
 SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "softpick": 6,
@@ -105,10 +105,10 @@ SCORE_MAPS = {"softmax": 0, "sink-learned": 1, "softmax1": 1, "sigmoid": 2, "sof
 
 def _arm_elements(cfg: ModelConfig, q: int) -> int:
     """Elements per token an attention weights arm keeps beyond SDPA's output (``q`` wide), measured on CPU
-    with MemTracker (tests/test_memory.py): differential attention its two maps' outputs per value half,
-    their difference, the per-head norm and scale; DIFF V2 its lambda logits and scores; selective attention
-    head 0's running sum's rows; FoX Pro its normed queries, its shifted and normed keys and shifted values
-    and their shift weights."""
+    with MemTracker (tests/unit/ablations/test_memory.py): differential attention its two maps' outputs per
+    value half, their difference, the per-head norm and scale; DIFF V2 its lambda logits and scores;
+    selective attention head 0's running sum's rows; FoX Pro its normed queries, its shifted and normed keys
+    and shifted values and their shift weights."""
     h, kv = cfg.n_heads, cfg.n_kv_heads * cfg.head_dim
     return {"differential": 5 * q + h, "diff-v2": 2 * h, "selective": 2 * q,
             "forgetting-pro": q + 3 * kv + 2 * cfg.n_kv_heads}.get(cfg.attn_weights, 0)

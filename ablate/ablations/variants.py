@@ -44,10 +44,11 @@ GATED_ATTENTION = "Qiu et al. 2025, Gated Attention for LLMs (arXiv 2505.06708)"
 
 @dataclass(frozen=True)
 class Reference:
-    """The authors' code an arm's layer computes the same forward as (tests/test_attn_reference.py holds it to
-    a re-derivation of that code): ``path`` of repository ``repo`` at ``commit``, or, where the authors
-    published no code, a paper's figure or formula (``repo`` the paper, no commit). ``note``: what the arm
-    leaves to the decoder or does differently, if anything."""
+    """The authors' code an arm's layer computes the same forward as
+    (tests/unit/ablations/test_attn_reference.py holds it to a re-derivation of that code): ``path`` of
+    repository ``repo`` at ``commit``, or, where the authors published no code, a paper's figure or formula
+    (``repo`` the paper, no commit). ``note``: what the arm leaves to the decoder or does differently, if
+    anything."""
 
     repo: str
     path: str

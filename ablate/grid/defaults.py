@@ -105,7 +105,7 @@ def write_record(path: Path = RECORD) -> Path:
     """Record the code's defaults at the current ``CONFIG_VERSION``."""
     import yaml
 
-    text = ("# Written by `" + RECORD_COMMAND + "`; checked by tests/test_run_ids.py (see "
+    text = ("# Written by `" + RECORD_COMMAND + "`; checked by tests/unit/grid/test_run_ids.py (see "
                                                 "ablate/grid/defaults.py)\n"
             + yaml.safe_dump({"config_version": CONFIG_VERSION, "defaults": defaults()}, sort_keys=False,
                              default_flow_style=None, allow_unicode=True, width=120))

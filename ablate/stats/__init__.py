@@ -31,7 +31,7 @@ treatment over reference per seed; for a level, the runs' values) read against a
   values tie (two equal magnitudes, or a zero), the p is the larger of the t p and the exact sign-flip p; with
   no spread it is the sign-flip p itself, ``2 / 2**n`` (0.5 at n = 2), never 0, and there is no interval
   (``Delta.no_spread``: a t interval of zero width is not a measurement of the spread).
-  ``tests/test_stats_validity.py`` simulates such metrics under the null at n = 2-10;
+  ``tests/unit/stats/test_stats_validity.py`` simulates such metrics under the null at n = 2-10;
 - a family (a table's deltas, the scorecard's claims) is corrected together: Holm by default (family-wise
   error), Benjamini-Hochberg or none. A comparison is *resolved* (bold, "holds") only when its corrected p is
   below ``ALPHA``;
@@ -41,7 +41,7 @@ treatment over reference per seed; for a level, the runs' values) read against a
 - pairing: the arms' correlation across seeds, and how many unpaired seeds the pairing was worth
   (``Pairing``). A negative correlation makes the paired difference noisier than two independent means; the
   paired t is kept all the same, because it keeps its coverage at any correlation while an unpaired test of
-  runs paired by seed does not (``tests/test_stats_validity.py`` simulates both);
+  runs paired by seed does not (``tests/unit/stats/test_stats_validity.py`` simulates both);
 - a paired difference of exactly zero at every seed (two arms that are one function give the same runs) is
   read as such (``Delta.identical``): p = 1, nothing to resolve, no seeds that would.
 

@@ -6,7 +6,7 @@ weight at step 0), so their results may correlate. A positive correlation is wha
 difference is less noisy than two independent means. A negative one makes it noisier: the pairing costs. The
 paired t interval keeps its coverage at any correlation, and an unpaired test of runs paired by seed does not
 (it undercovers when the correlation is negative), so a report says what the pairing cost and keeps the paired
-t (``tests/test_stats_validity.py`` simulates both).
+t (``tests/unit/stats/test_stats_validity.py`` simulates both).
 
 Pure: no imports beyond the standard library.
 """

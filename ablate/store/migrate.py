@@ -6,7 +6,8 @@ lock, on SQLite the ``BEGIN IMMEDIATE`` write lock, and each process reads the c
 new SQLite store is made under a file lock beside it: ``Store.open``).
 
 A new schema change: edit ``schema.py``, then add ``migrations/versions/NNNN_<what>.py`` (``down_revision`` =
-the previous one); ``tests/test_store_migrations.py`` checks the migrated schema equals ``schema.py``.
+the previous one); ``tests/unit/store/test_store_migrations.py`` checks the migrated schema equals
+``schema.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import yaml
 from ablate.errors import ConfigError, UserInputError
 from ablate.trainers.command.spec import CommandSpec, load_spec
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "own-trainer" / "grid.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "own-trainer" / "grid.yaml"
 REGEX = r"step (?P<step>\d+): train (?P<train_loss>[\d.]+), val (?P<val_loss>[\d.]+)"
 BASE = {"command": "python train.py --out_dir={run_dir} {args}", "metrics": {"stdout": REGEX},
         "objective": {"metric": "val_loss", "better": "lower"}}

@@ -29,7 +29,7 @@ from ablate.store import Store
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ABLATE = str(Path(sys.executable).parent / "ablate")
 STEPS = 120  # long enough that a signal sent once training is seen lands mid-run on an idle machine
 AWAY_STEPS = 10 * STEPS  # the store-outage test's run: trains through a look of the wait and an outage

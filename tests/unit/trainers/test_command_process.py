@@ -20,7 +20,7 @@ import pytest
 
 from ablate.trainers.command.process import CommandProcess, run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 DEADLINE_S = 120.0
 
 FAMILY = """\

@@ -14,7 +14,7 @@ from ablate.cli import app
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def test_the_own_data_example_trains_on_jsonl_with_a_bpe_and_scores_its_heldout_file(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from test_probes import T, constructed, uniform_share, windows
+from probe_models import T, constructed, uniform_share, windows
 
 from ablate.ablations import VARIANTS, ModelConfig, added_params, apply_variant, build_model, count_params
 from ablate.ablations.weights import SOFTPICK_EPS, Softmax, weights_for
@@ -22,7 +22,7 @@ from ablate.runner.evaluate import probe
 
 CPU = torch.device("cpu")
 # the catalogue's sink fixes that fill the weights slot, and the ModelConfig value each sets (the 2025-26 arms
-# of the same slot: tests/test_attn_2025.py)
+# of the same slot: tests/unit/ablations/test_attn_2025.py)
 SINK_FIXES = ("sink-learned", "softmax1", "sigmoid", "softpick")
 ARMS = {name: v.changes["attn_weights"] for name, v in VARIANTS.items()
         if v.changes.get("attn_weights") in SINK_FIXES}

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from test_probes import T, constructed, uniform_share, windows
+from probe_models import T, constructed, uniform_share, windows
 from typer.testing import CliRunner
 
 from ablate.ablations import VARIANTS, ModelConfig, added_params, apply_variant, build_model, count_params
@@ -268,8 +268,8 @@ F_ATTN = {  # (sink heads, uniform heads) per layer
 @pytest.mark.parametrize("name", list(F_ATTN))
 def test_f_attn_is_each_arms_own_weight_on_the_first_token(name: str) -> None:
     # forgetting-pro is left out: its key shift starts at alpha = sigmoid(0) = 1/2, which mixes each key
-    # with the one before it, so the hand-built sink does not hold (tests/test_attn_reference.py checks its
-    # forward)
+    # with the one before it, so the hand-built sink does not hold
+    # (tests/unit/ablations/test_attn_reference.py checks its forward)
     assert set(F_ATTN) == {*ARMS, SPARSE} - {"forgetting-pro"}
     heads = apply_variant(TINY, name).query_heads
     sink = probe(constructed(name, sink_heads=heads), windows(), hist_bins=10, device=CPU)

@@ -19,7 +19,7 @@ from ablate.cli import app
 from ablate.store import Store
 from ablate.studies import FOLDER, shipped, summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
 
 

@@ -20,7 +20,7 @@ from ablate.ablations import apply_variant, build_model
 from ablate.ablations.config import ModelConfig
 from ablate.config import RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
 # the paper's arms, the attention weights slot's sink fixes, the field's 2025-26 arms (attention-2025)
 VARIANTS = ["baseline", "sdpa-elementwise", "sdpa-headwise", "v-elementwise", "sink-learned",

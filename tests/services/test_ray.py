@@ -276,7 +276,7 @@ def test_a_plugin_arm_reaches_the_workers_through_the_runtime_env(ray_cluster, t
     """The plugin module is on this process's path only (not the nodes', not in the working directory): the
     job's ``py_modules`` carry it to the tasks, and the arm trains there."""
     src, work = tmp_path / "src", tmp_path / "work"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "plugin" / "myattn", src / "myattn")
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "plugin" / "myattn", src / "myattn")
     work.mkdir()
     path = work / "p.yaml"
     arm = '{arm: "myattn:CappedSoftmax", args: {cap: 5}}'
@@ -367,7 +367,7 @@ def test_without_an_address_a_ray_instance_is_started_here_and_stopped_at_the_en
     runtime_env is carried): a plugin arm beside the grid file trains there. And the tasks mirror into the
     MLflow experiment the user named (carried in the tasks' spec)."""
     work = tmp_path / "work"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "plugin" / "myattn", work / "myattn")
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "plugin" / "myattn", work / "myattn")
     text = tiny_grid("embedded", variants=["baseline"], seeds=[0], steps=20)
     arm = '{arm: "myattn:CappedSoftmax", args: {cap: 5}}'
     text = text.replace("variant: ['baseline']", f"variant: [baseline, {arm}]")

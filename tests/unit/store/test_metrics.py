@@ -16,7 +16,7 @@ from ablate.result import RunResult
 from ablate.store import Store
 from ablate.store.schema import Run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # the runs table's columns that are not summary metrics: identity, config fields for SQL filters, lifecycle
 NOT_METRICS = {"run_id", "config", "config_flat", "config_version", "stem_id", "variant", "seed",
                "model_preset", "n_layers", "d_model", "lr", "train_steps", "batch_size", "seq_len", "status",

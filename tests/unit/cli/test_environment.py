@@ -51,7 +51,8 @@ def test_the_suite_passes_in_a_shell_that_sets_them(tmp_path):
     # the test above, and tests that plan and read a home's store, in a session started from a shell holding
     # CALLER: without the conftest's clearing, test_plan_scale's plans would open the store at 127.0.0.1:9
     tests = [f"{Path(__file__).relative_to(ROOT)}::test_no_setting_of_the_callers_reaches_a_test",
-             "tests/test_plan_scale.py", "tests/test_store_cli.py::test_default_store_lives_in_home"]
+             "tests/unit/grid/test_plan_scale.py",
+             "tests/unit/cli/test_store_cli.py::test_default_store_lives_in_home"]
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
                           "-k", "not postgres", "--basetemp", str(tmp_path / "inner"), *tests],
                          env={**os.environ, **CALLER}, cwd=ROOT, capture_output=True, text=True, timeout=900)

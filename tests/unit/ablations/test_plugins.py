@@ -14,7 +14,7 @@ from ablate.ablations import ModelConfig, count_params
 from ablate.ablations.config import PluginArm
 from ablate.cli import app
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "plugin"
 ARM = {"arm": "myattn:CappedSoftmax", "args": {"cap": 5}}
 
 

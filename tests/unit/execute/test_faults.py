@@ -30,7 +30,7 @@ from ablate.store import Store
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ABLATE = str(Path(sys.executable).parent / "ablate")
 
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.provenance import comparable, differing, model_code, spread_warning
 
-FIXTURE = Path(__file__).parent / "fixtures" / "store-876e701"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "store-876e701"
 runner = CliRunner()
 
 

@@ -21,7 +21,7 @@ from ablate.trainers.command.process import run
 from ablate.trainers.command.render import RunValues, render
 from ablate.trainers.command.spec import CommandSpec, load_spec
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "own-trainer"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "own-trainer"
 REGEX = r"step (?P<step>\d+): train (?P<train_loss>[\d.]+), val (?P<val_loss>[\d.]+)"
 OBJECTIVE = {"metric": "val_loss", "better": "lower"}
 
