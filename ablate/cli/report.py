@@ -13,7 +13,6 @@ from ablate.reports.names import REPORT_HELP
 
 if TYPE_CHECKING:
     from ablate.reports.registry import Request
-    from ablate.store import Store
 
 # the choices are the reports' names (ablate.reports.names.REPORT_HELP; each made by ablate.reports.registry)
 # (mypy reads an enum's members only from literals: these are data, so it knows the class, not its members)
@@ -72,24 +71,16 @@ def report_cmd(
     "needs ≈ N seeds": the paired seeds at which a true effect the size of the one observed would be
     significant after the family's correction with 80% power; with no spread yet, the pairs of one sign
     whose exact sign-flip p would be."""
-    from ablate.errors import UserInputError
-    from ablate.reports.registry import REPORTS, Request
+    from ablate.reports.registry import Request, make_report
     from ablate.stats import Stats
 
-    name = str(target.value)
-    for given, option in ((reference, "--reference"), (metrics, "--metric")):
-        if given and name not in ("compare", "all"):
-            raise UserInputError(f"option {option} is for `ablate report compare` and `ablate report all`, "
-                                 f"not {name}")
     request = Request(grid=grid, paper=paper, fmt=fmt or "markdown", out=out, where=where, warn=warn,
                       stats=Stats(interval, correction), target=ladder_target, reference=reference,
                       metrics=tuple(metrics or ()))
     if fmt is None and out is None:  # asked for nothing: at a terminal, a table that fits it
         request = _at_terminal(request)
     with open_store(home, store) as opened:
-        if grid is None and name != "lr":  # lr reads the grid with tuning studies
-            request = _last_study(opened, request)
-        output = REPORTS[name].make(opened, request)
+        output = make_report(opened, str(target.value), request, say=lambda line: typer.echo(line, err=True))
     if output.note:
         typer.echo(output.note, err=output.note_err)
     if output.text is None:
@@ -115,17 +106,3 @@ def _at_terminal(request: Request) -> Request:
 
     console = Console()
     return replace(request, fmt=TERMINAL, width=console.width) if console.is_terminal else request
-
-
-def _last_study(opened: Store, request: Request) -> Request:
-    """With several grids in the store and no --grid: the study run last (``Store.last_study``), said in one
-    line on stderr with the others."""
-    from dataclasses import replace
-
-    last = opened.last_study()
-    if last is None:
-        return request
-    others = [g for g in opened.grids() if g != last]
-    typer.echo(f"report of grid {last}, the one run last; the store also holds {', '.join(others)} "
-               "(--grid names one)", err=True)
-    return replace(request, grid=last)

@@ -11,11 +11,12 @@ a table never loads Optuna (``lr``), matplotlib (``figures``) or the ladder's fi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import import_module
 from pathlib import Path
 from typing import cast
 
+from ablate.errors import UserInputError
 from ablate.reports.names import REPORT_HELP, TARGETS
 from ablate.stats import DEFAULT, Stats
 from ablate.store.api import Store
@@ -76,3 +77,21 @@ REPORTS: dict[str, Report] = {
     name: Report(name, REPORT_HELP[name], MAKERS.get(name, "ablate.reports.api:table_report"),
                  table=int(name[5:]) if name.startswith("table") else None)
     for name in TARGETS}
+
+COMPARING = ("compare", "all")  # the reports that take --reference and --metric
+
+
+def make_report(store: Store, name: str, request: Request, *, say: Callable[[str], None]) -> Output:
+    """``ablate report NAME``: the options checked against the report, the grid chosen when none is named
+    (with several in the store, the study run last, said through ``say`` with the others; ``lr`` reads the
+    grid with tuning studies itself), then the report."""
+    for given, option in ((request.reference, "--reference"), (request.metrics, "--metric")):
+        if given and name not in COMPARING:
+            raise UserInputError(f"option {option} is for `ablate report compare` and `ablate report all`, "
+                                 f"not {name}")
+    if request.grid is None and name != "lr" and (last := store.last_study()) is not None:
+        others = [g for g in store.grids() if g != last]
+        say(f"report of grid {last}, the one run last; the store also holds {', '.join(others)} "
+            "(--grid names one)")
+        request = replace(request, grid=last)
+    return REPORTS[name].make(store, request)
