@@ -18,9 +18,10 @@ from rich.text import Text
 from ablate.errors import UserInputError
 from ablate.execute.display import stdout_console
 from ablate.execute.executor import Expanded, RunOptions, Session
+from ablate.execute.slurm.array import DEFAULT_TIME, SlurmOptions
 from ablate.execute.slurm.options import ABOUT
 from ablate.execute.slurm.queue import alive, cancel_arrays, have_slurm, job_states
-from ablate.execute.slurm.submit import DEFAULT_TIME, SlurmOptions, submit_grid
+from ablate.execute.slurm.submit import submit_grid
 
 
 class Slurm:
