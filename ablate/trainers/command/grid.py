@@ -55,6 +55,10 @@ from ablate.trainers.command.yamlfile import read_yaml
 ARM, SEED = "arm", "seed"
 DEFAULT_ARM = "baseline"  # the one arm of a grid that names none: the reports' default reference
 KEYS = ("name", "defs", "trainer", "base", "grid", "exclude")  # defs: anchors (&x) for the other sections
+_MODEL_ONLY = {  # keys of ablate's own grid files that a command grid does not take, and what to write
+    "include": "a command grid has no include: give the runs an arm of their own, or an axis",
+    "zip": "a command grid has no zip groups: give each combination an arm of its own",
+}
 _DOTTED = re.compile(r"[A-Za-z_][\w\-]*(\.[A-Za-z_][\w\-]*)*")
 
 
@@ -132,6 +136,8 @@ def parse_command_grid(text: str, *, source: str = "<grid>", folder: Path = Path
         raise ConfigError(f"a grid file is a mapping with name, trainer, base and grid, got "
                           f"{type(raw).__name__}", where=source)
     for key in raw:
+        if key in _MODEL_ONLY:
+            raise ConfigError(f"{key}: {_MODEL_ONLY[key]}", where=source)
         if key not in KEYS:
             raise ConfigError(f"unknown key {key!r}{did_you_mean(key, KEYS)}; allowed: {', '.join(KEYS)}",
                               where=source)
@@ -284,8 +290,9 @@ def _renders(spec: CommandSpec, params: Params, seed: int, arm: tuple[str, Param
         return f"grid.arm.{arm[0]}" if any(_overlap(k, name) for k in flatten(arm[1])) else "base"
 
     if spec.seed_arg is not None and any(_overlap(spec.seed_arg, k) for k in flatten(params)):
-        raise ConfigError(f"sets {spec.seed_arg!r}, the seed's name (trainer.seed_arg): the seed comes from "
-                          f"the grid's seed axis; remove it here", where=f"{source}: {owner(spec.seed_arg)}")
+        raise ConfigError(f"{spec.seed_arg!r} is the seed's name (trainer.seed_arg), which the grid's seed "
+                          f"axis sets: remove it here, or rename the seed (trainer.seed_arg, null for none)",
+                          where=f"{source}: {owner(spec.seed_arg)}")
     flat = flatten(with_seed(params, seed, spec.seed_arg))
     try:
         render_args(flat, spec.args_style, spec.bools)
