@@ -47,7 +47,6 @@ from ablate.trainers.command.params import (
     merge,
     nest,
     render_args,
-    with_seed,
 )
 from ablate.trainers.command.spec import CommandSpec, load_spec
 from ablate.trainers.command.yamlfile import read_yaml
@@ -289,11 +288,13 @@ def _renders(spec: CommandSpec, params: Params, seed: int, arm: tuple[str, Param
             return f"grid.{axis}"
         return f"grid.arm.{arm[0]}" if any(_overlap(k, name) for k in flatten(arm[1])) else "base"
 
-    if spec.seed_arg is not None and any(_overlap(spec.seed_arg, k) for k in flatten(params)):
+    flat = flatten(params)
+    if spec.seed_arg is not None and any(_overlap(spec.seed_arg, k) for k in flat):
         raise ConfigError(f"{spec.seed_arg!r} is the seed's name (trainer.seed_arg), which the grid's seed "
                           f"axis sets: remove it here, or rename the seed (trainer.seed_arg, null for none)",
                           where=f"{source}: {owner(spec.seed_arg)}")
-    flat = flatten(with_seed(params, seed, spec.seed_arg))
+    if spec.seed_arg is not None:
+        flat[spec.seed_arg] = seed  # as with_seed puts it, its name free (checked above)
     try:
         render_args(flat, spec.args_style, spec.bools)
     except ConfigError as exc:  # which parameter: asked again one by one, on this path only
