@@ -62,7 +62,7 @@ _DOTTED = re.compile(r"[A-Za-z_][\w\-]*(\.[A-Za-z_][\w\-]*)*")
 
 
 @dataclass(frozen=True)
-class Cell:
+class CommandCell:
     """One arm at one point of the parameter axes: its parameters (base merged with the arm and the axis
     values, the seed left out, as ``render.RunValues`` takes them) and their canonical JSON, shared by the
     runs of every seed."""
@@ -88,7 +88,7 @@ class CommandGrid:
     axes: dict[str, tuple[Value, ...]]  # parameter axes: dotted name -> values
     seeds: tuple[int, ...]
     order: tuple[str, ...]
-    cells: dict[tuple[int, ...], Cell]
+    cells: dict[tuple[int, ...], CommandCell]
     exclude: tuple[dict[str, int], ...] = ()
     source: str = "<grid>"
     folder: Path = Path()
@@ -258,10 +258,10 @@ def _disjoint(arms: dict[str, Params], axes: dict[str, tuple[Value, ...]], sourc
 
 def _cells(spec: CommandSpec, raw_base: dict[Any, Any], raw_arms: dict[str, dict[Any, Any]],
            arms: dict[str, Params], axes: dict[str, tuple[Value, ...]], seed: int, source: str
-           ) -> dict[tuple[int, ...], Cell]:
+           ) -> dict[tuple[int, ...], CommandCell]:
     """Every arm at every point of the parameter axes, resolved and checked once: the seed's name is free,
     every parameter renders to something, and no two cells have the same parameters."""
-    cells: dict[tuple[int, ...], Cell] = {}
+    cells: dict[tuple[int, ...], CommandCell] = {}
     first: dict[str, tuple[int, ...]] = {}
     names = list(arms)
     for arm_i, arm in enumerate(names):
@@ -269,7 +269,7 @@ def _cells(spec: CommandSpec, raw_base: dict[Any, Any], raw_arms: dict[str, dict
             values = {key: axes[key][i] for key, i in zip(axes, point, strict=True)}
             params = merge(raw_base, {**raw_arms[arm], **values}, where=f"{source}: grid.arm.{arm}")
             _renders(spec, params, seed, (arm, arms[arm]), values, source)
-            cell = Cell(arm, values, params, canonical(params))
+            cell = CommandCell(arm, values, params, canonical(params))
             if (twin := first.get(cell.params_json)) is not None:
                 raise ConfigError(f"{_about(cells[twin])} and {_about(cell)} give the same parameters, so "
                                   f"the same runs; make the arms differ", where=f"{source}: grid.arm")
@@ -311,7 +311,7 @@ def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def _about(cell: Cell) -> str:
+def _about(cell: CommandCell) -> str:
     point = ", ".join(f"{k}={v!r}" for k, v in cell.values.items())
     return f"arm {cell.arm!r}" + (f" at {point}" if point else "")
 
