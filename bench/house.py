@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -108,12 +109,29 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def main() -> None:
+@dataclasses.dataclass
+class House:
+    """The figures, as ``main`` prints them; ``tests/unit/test_house.py`` holds the targets."""
+
+    circles: list[list[str]]
+    own_imports: int  # imports of ablate's own modules (one per module imported)
+    own_inside: int  # of them inside a function
+    outside_cli: list[str]  # "module: imported" for those inside a function of a module outside ablate/cli/
+    statements: int  # import statements of any module
+    statements_inside: int
+    long: list[tuple[int, str]]  # (lines, path) of the modules over LIMIT lines
+    twice: dict[str, list[str]]  # public class name -> the modules that define it
+    functions: int
+    anys: int
+    flat: list[str]  # the modules at the top of the package
+
+
+def measure() -> House:
     mods = modules()
     known = set(mods)
     graph: dict[str, set[str]] = collections.defaultdict(set)
     total = inner = functions = anys = 0
-    outside_cli = 0  # ablate's own modules imported inside a function of a module outside ablate/cli/
+    outside_cli: list[str] = []
     stmts = stmts_inner = 0
     long: list[tuple[int, str]] = []
     classes: dict[str, list[str]] = collections.defaultdict(list)
@@ -123,7 +141,8 @@ def main() -> None:
         for target, in_function in imports(name, tree, known):
             total += 1
             inner += in_function
-            outside_cli += in_function and not name.startswith("ablate.cli")
+            if in_function and not name.startswith("ablate.cli"):
+                outside_cli.append(f"{name}: {target}")
             if target != name:
                 graph[name].add(target)
         n, n_inner = statements(tree)
@@ -140,18 +159,24 @@ def main() -> None:
                 classes[node.name].append(name)
     twice = {k: v for k, v in classes.items() if len(v) > 1}
     flat = sorted(p.name for p in ROOT.glob("*.py") if p.name != "__init__.py")
-    print(f"import circles (module level and in functions): {len(circles(graph))}")
-    share = 100 * inner / total
-    print(f"imports of ablate's own modules inside functions: {inner} of {total} ({share:.0f}%); "
-          f"outside ablate/cli/: {outside_cli}")
-    print(f"import statements inside functions (any module): {stmts_inner} of {stmts} "
-          f"({100 * stmts_inner / stmts:.0f}%)")
-    print(f"modules over {LIMIT} lines (migrations aside): {len(long)}: "
-          + ", ".join(f"{p} {n}" for n, p in sorted(long, reverse=True)))
-    print(f"public class names defined twice: {len(twice)}: "
-          + ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(twice.items())))
-    print(f"Any per function: {anys / functions:.2f} ({anys} in {functions} functions)")
-    print(f"flat top-level modules: {len(flat)}: {', '.join(flat)}")
+    return House(circles(graph), total, inner, sorted(outside_cli), stmts, stmts_inner,
+                 sorted(long, reverse=True), twice, functions, anys, flat)
+
+
+def main() -> None:
+    h = measure()
+    print(f"import circles (module level and in functions): {len(h.circles)}")
+    share = 100 * h.own_inside / h.own_imports
+    print(f"imports of ablate's own modules inside functions: {h.own_inside} of {h.own_imports} "
+          f"({share:.0f}%); outside ablate/cli/: {len(h.outside_cli)}")
+    print(f"import statements inside functions (any module): {h.statements_inside} of {h.statements} "
+          f"({100 * h.statements_inside / h.statements:.0f}%)")
+    print(f"modules over {LIMIT} lines (migrations aside): {len(h.long)}: "
+          + ", ".join(f"{p} {n}" for n, p in h.long))
+    print(f"public class names defined twice: {len(h.twice)}: "
+          + ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(h.twice.items())))
+    print(f"Any per function: {h.anys / h.functions:.2f} ({h.anys} in {h.functions} functions)")
+    print(f"flat top-level modules: {len(h.flat)}: {', '.join(h.flat)}")
 
 
 if __name__ == "__main__":
