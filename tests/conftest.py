@@ -53,6 +53,11 @@ def isolate_environment(environ: dict[str, str] | os._Environ[str]) -> list[str]
 
 isolate_environment(os.environ)  # at import: before any test, fixture or doctest of this session
 
+# tests/fixtures/ holds what tests read: stores made by older code, and training scripts the tests run as
+# subprocesses the way ablate runs a user's script; pytest neither collects nor imports them (a conftest of
+# their own there would shadow this one's name: test modules import it as `conftest`)
+collect_ignore_glob = ["fixtures/*"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``), one worker runs a whole module,
