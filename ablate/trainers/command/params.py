@@ -28,9 +28,11 @@ Style = Literal["equals", "space", "hydra"]
 def nest(tree: Mapping[object, object], *, where: str) -> Params:
     """``tree`` with its dotted keys made nested mappings (``{"optim.lr": 1}`` -> ``{"optim": {"lr": 1}}``),
     its values checked to be what a YAML file holds. A parameter given twice in one mapping (``optim.lr`` and
-    ``optim: {lr: ...}``) is a ``ConfigError`` naming both spellings."""
+    ``optim: {lr: ...}``), or a value and keys under it (``optim: sgd`` and ``optim.lr``: one would be lost),
+    is a ``ConfigError`` naming both spellings."""
     out: Params = {}
     spelled: dict[str, str] = {}  # a leaf's dotted path -> how this mapping spelled it
+    above: dict[str, str] = {}  # every path above a leaf -> how this mapping spelled that leaf
     for key, raw in tree.items():
         if not isinstance(key, str) or not key:
             raise ConfigError(f"a parameter's name is a non-empty string, got {key!r}", where=where)
@@ -45,7 +47,16 @@ def nest(tree: Mapping[object, object], *, where: str) -> Params:
             if path in spelled:
                 raise ConfigError(f"{path!r} is given twice, as {spelled[path]!r} and as {key!r}; give it "
                                   f"once", where=where)
+            parts = path.split(".")
+            ancestors = [".".join(parts[:i]) for i in range(1, len(parts))]
+            valued = next((spelled[a] for a in ancestors if a in spelled), None)  # a value above this one
+            if valued is not None or path in above:  # ... or keys under this value
+                value_key, keys_under = (valued, key) if valued is not None else (key, above[path])
+                raise ConfigError(f"{value_key!r} is given a value and keys under it ({keys_under!r}): one "
+                                  f"of them would be lost; give either", where=where)
             spelled[path] = key
+            for a in ancestors:
+                above.setdefault(a, key)
         out = _merged(out, patch)
     return out
 

@@ -41,11 +41,15 @@ def test_the_issues_arms() -> None:
     ("gate", r"^grid.arm.gated: an arm is a mapping of overrides of base \(\{\} for none\), got str 'gate'$"),
     ({"optim.lr": 1, "optim": {"lr": 2}}, r"^grid.arm.gated: 'optim.lr' is given twice, as 'optim.lr' and as "
                                           r"'optim'; give it once$"),
+    ({"optim": "sgd", "optim.lr": 0.1}, r"^grid.arm.gated: 'optim' is given a value and keys under it "
+                                        r"\('optim.lr'\): one of them would be lost; give either$"),
+    ({"optim.lr": 0.1, "optim": "sgd"}, r"^grid.arm.gated: 'optim' is given a value and keys under it "
+                                        r"\('optim.lr'\)"),
     ({"a..b": 1}, r"'a..b' is not a dotted name"),
     ({"when": {1, 2}}, r"^grid.arm.gated.when: a parameter is a number, string, bool, null, list or "
                        r"mapping, got "
                        r"set"),
-], ids=["list", "string", "twice", "empty-part", "a-set"])
+], ids=["list", "string", "twice", "value-then-keys-under-it", "keys-then-the-value", "empty-part", "a-set"])
 def test_bad_arms(overrides: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         merge(ISSUE_BASE, overrides, where="grid.arm.gated")
