@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, cast, get_origin
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,6 +34,7 @@ from pydantic import (
 from typing_extensions import TypeForm
 
 from ablate.ablations.plugins import beside
+from ablate.config.yamlfile import read_yaml
 from ablate.errors import ConfigError
 from ablate.grid.ids import canonical
 from ablate.grid.ladder import LadderSpec, ladder_axis
@@ -127,77 +127,6 @@ class Grid:
     plugins: tuple[str, ...] = ()
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key written twice in one mapping (PyYAML silently keeps the last) and
-    reads numbers as YAML 1.2 does (``_yaml_12_numbers``: ``1e-2`` is a float, as every other YAML reader of
-    today has it). Merge keys (``<<: *defaults``, ``<<: [*a, *b]``) work as in SafeLoader: a key written
-    beside a merge overrides the merged one, and only the keys written in the mapping itself are checked for
-    repeats."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # SafeLoader's flatten_mapping merges it in, under the keys written here
-            key = self.construct_object(key_node, deep=True)
-            try:
-                dup = key in seen
-                seen.add(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"a mapping key must be a scalar, got {key!r}", key_node.start_mark
-                ) from None
-            if dup:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice", key_node.start_mark
-                )
-        return super().construct_mapping(node, deep=deep)
-
-
-# Numbers as YAML 1.2 reads them (PyYAML reads YAML 1.1, where `1e-2` and `1.0e2` are strings, `010` is 8):
-# an int is decimal, 0o octal or 0x hex; a float has a point or an exponent (with or without its sign)
-_INT_12 = r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"
-_FLOAT_12 = (r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-             r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
-_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-
-
-def _yaml_12_numbers(loader: type[yaml.SafeLoader]) -> None:
-    """Make ``loader`` resolve plain scalars to ints and floats as YAML 1.2's core schema does."""
-    import re
-
-    loader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBER_TAGS]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    # ints first: the float pattern also matches a plain integer
-    loader.add_implicit_resolver(_NUMBER_TAGS[0], re.compile(_INT_12), list("-+0123456789"))
-    loader.add_implicit_resolver(_NUMBER_TAGS[1], re.compile(_FLOAT_12), list("-+0123456789."))
-    loader.add_constructor(_NUMBER_TAGS[0], _int_12)
-
-
-def _int_12(loader: yaml.SafeLoader, node: yaml.Node) -> int:
-    text = str(loader.construct_scalar(node))  # type: ignore[arg-type]
-    body = text.lstrip("+-")
-    base = {"0o": 8, "0x": 16}.get(body[:2], 10)
-    value = int(body[2:] if base != 10 else body, base)
-    return -value if text.startswith("-") else value
-
-
-_yaml_12_numbers(_StrictLoader)
-
-
-def _yaml(text: str, where: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{line}malformed YAML: {problem}", where=where) from None
-    except RecursionError:
-        raise ConfigError("malformed YAML: nested too deeply", where=where) from None
-
-
 def parse_set(item: str) -> tuple[str, Any]:
     """``"train.steps=50"`` -> ``("train.steps", 50)``: a dotted path and a YAML value."""
     key, eq, raw = item.partition("=")
@@ -208,7 +137,7 @@ def parse_set(item: str) -> tuple[str, Any]:
         check_path(key)
     except ValueError as exc:
         raise ConfigError(str(exc), where="--set") from None
-    return key, _yaml(raw, where=f"--set {key}")
+    return key, read_yaml(raw, where=f"--set {key}")
 
 
 def _check_tree(tree: Any, prefix: str = "") -> None:
@@ -255,7 +184,7 @@ def parse_grid(text: str, *, source: str = "<grid>", sets: Sequence[str] = ()) -
     >>> (g.name, g.base, [a.rows for a in g.axes])
     ('g', {'train': {'steps': 5}}, [((0,), (1,))])
     """
-    raw = _yaml(text, where=source)
+    raw = read_yaml(text, where=source)
     if not isinstance(raw, dict):
         raise ConfigError(f"a grid file is a mapping with at least 'name', got {type(raw).__name__}",
                           where=source)
@@ -354,7 +283,7 @@ def file_base(text: str) -> Any | None:
     True
     """
     try:
-        raw = _yaml(text, where="<grid>")
+        raw = read_yaml(text, where="<grid>")
     except ConfigError:
         return None
     if not isinstance(raw, dict):

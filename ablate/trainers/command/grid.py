@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate.config.yamlfile import read_yaml
 from ablate.errors import ConfigError, did_you_mean
 from ablate.trainers.command.code import CodeIdentity, code_identity
 from ablate.trainers.command.identity import Identifier
@@ -49,7 +50,6 @@ from ablate.trainers.command.params import (
     render_args,
 )
 from ablate.trainers.command.spec import CommandSpec, load_spec
-from ablate.trainers.command.yamlfile import read_yaml
 
 ARM, SEED = "arm", "seed"
 DEFAULT_ARM = "baseline"  # the one arm of a grid that names none: the reports' default reference

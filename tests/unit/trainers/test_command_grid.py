@@ -1,6 +1,6 @@
-"""A command grid file and its runs (ablate/trainers/command/grid.py), their ids (identity.py) and the YAML
-they are read with (yamlfile.py): the ids' rule, the order and precedence of the file's sections, each bad
-input's one line, and the work of planning 10,000 runs, counted (bench/command_plan.py times it)."""
+"""A command grid file and its runs (ablate/trainers/command/grid.py) and their ids (identity.py), read as
+every grid file is (ablate/config/yamlfile.py): the ids' rule, the order and precedence of its sections,
+each bad input's one line, and the work of planning 10,000 runs, counted (bench/command_plan.py times it)."""
 
 from __future__ import annotations
 
