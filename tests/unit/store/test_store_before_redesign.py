@@ -55,7 +55,7 @@ def test_the_old_runs_read_as_trained_by_todays_model_code() -> None:
     # the redesign moved imports and typed functions in ablate/ablations: what the model computes is the same,
     # and the hash says so (provenance.code_of leaves imports and annotations out; SAME_MODEL maps the hash
     # the old runs carry)
-    with sqlite3.connect(f"file:{FIXTURE / 'ablate.db'}?mode=ro", uri=True) as db:  # never made here
+    with sqlite3.connect(f"file:{FIXTURE / 'ablate.db'}?mode=ro&immutable=1", uri=True) as db:  # read only
         stored = [json.loads(row[0]) for row in db.execute("select provenance from runs")]
     assert len(stored) == 16 and {p["model_code"] for p in stored} == {"a9b79855457b"}
     today = {**stored[0], "model_code": model_code()}
