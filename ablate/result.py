@@ -10,9 +10,9 @@ import json
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ablate.errors import StoreError
 from ablate.layout import atomic_write
@@ -58,12 +58,14 @@ RESULT_STATUSES = tuple(s.value for s in WITH_RESULT)  # the same, as the runs t
 Status = RunStatus  # the name earlier code imported
 
 
-def _declared(summary: dict[str, float | int | None]) -> dict[str, float | int | None]:
+STEP_KEY = "@step"  # metrics[name + STEP_KEY]: the steps of curve ``name``, when it has steps of its own
+
+
+def _declared(summary: dict[str, float | int | None]) -> None:
     unknown = [k for k in summary if (m := metric(k)) is None or not m.in_summary]
     if unknown:
         raise ValueError(f"summary keys {unknown} are not declared summary metrics; declare them in "
                          "ablate/metrics.py (SUMMARY)")
-    return summary
 
 
 class RunEvent(BaseModel):
@@ -81,10 +83,13 @@ class RunResult(BaseModel):
 
     - ``summary``: the summary metrics the run measured, each declared in ``ablate.metrics.SUMMARY``
       (``steps``, ``train_loss``, ``ppl/<set>``, ``bench/<task>``, ...; None where not measured). A key that
-      is not declared there is refused: declare a new metric first, and every layer picks it up.
+      is not declared there is refused: declare a new metric first, and every layer picks it up. A run of a
+      training command (``config["trainer"] == "command"``) names its own metrics: what its command
+      reported, under the names it reported them.
     - ``metrics``: step-indexed curves, ``{"step": [...], "loss": [...], "lr": [...], "grad_norm": [...],
       "tokens_per_s": [...], ...}``, all lists the same length as ``step`` (``val_ppl`` curves may be sparse
-      and then use their own ``"val_step"`` list).
+      and then use their own ``"val_step"`` list; any curve ``name`` may have its own steps under
+      ``name@step``).
     - ``probes``: per-layer values, name -> list over layers (``gate_score``, ``f_attn``, ``m_act``,
       ``mean_abs_pre``, ``mean_abs_post``, ``frac_below_1e-2_pre``, ...).
     - ``histograms``: name -> per-layer bin counts, with ``histogram_edges`` shared by all of them.
@@ -97,7 +102,7 @@ class RunResult(BaseModel):
     run_id: str
     config: dict[str, Any]
     status: RunStatus
-    summary: Annotated[dict[str, float | int | None], AfterValidator(_declared)] = Field(default_factory=dict)
+    summary: dict[str, float | int | None] = Field(default_factory=dict)
     metrics: dict[str, list[float | None]] = Field(default_factory=dict)
     probes: dict[str, list[float | None]] = Field(default_factory=dict)
     histograms: dict[str, list[list[float]]] = Field(default_factory=dict)
@@ -110,6 +115,12 @@ class RunResult(BaseModel):
     device: str | None = None
     error: str | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _summary_keys(self) -> RunResult:
+        if self.config.get("trainer", "model") == "model":  # a command's metrics are its own
+            _declared(self.summary)
+        return self
 
 
 def curve_step(run_id: str, step: float | None) -> int:

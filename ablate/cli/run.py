@@ -44,14 +44,15 @@ UntilResolvedOpt = Annotated[bool, typer.Option(
 MaxSeedsOpt = Annotated[int, typer.Option("--max-seeds", help="--until-resolved: the most seeds per cell")]
 RoundOpt = Annotated[int,
                      typer.Option("--round", help="--until-resolved: seeds added per open cell per look")]
-MetricOpt = Annotated[str, typer.Option("--metric", help="--until-resolved: the metric compared (val_ppl, "
-                                                         "f_attn, m_act, massive_ratio, ppl/<set>: any "
-                                                         "summary metric)")]
+MetricOpt = Annotated[str | None, typer.Option(
+    "--metric", help="--until-resolved: the metric compared (default: a command grid's objective, else "
+                     "val_ppl; f_attn, m_act, massive_ratio, ppl/<set>: any summary metric, or one a command "
+                     "reports)")]
 ReferenceOpt = Annotated[str, typer.Option("--reference", help="--until-resolved: the reference variant")]
 CompareOpt = Annotated[list[str] | None, typer.Option("--compare", help="--until-resolved: a variant to "
                                                       "resolve (repeat; default: every other variant)")]
 # --until-resolved's defaults: its settings' own (ablate.resolve.UntilResolved; a test holds them equal)
-MAX_SEEDS, ROUND, METRIC, REFERENCE = 10, 2, "val_ppl", "baseline"
+MAX_SEEDS, ROUND, METRIC, REFERENCE = 10, 2, None, "baseline"
 
 
 @app.command()

@@ -37,6 +37,7 @@ from ablate.execute.recorder import STORE_PATIENCE_S
 from ablate.execute.registry import EXECUTORS, owner
 from ablate.grid import Grid, PlannedRun
 from ablate.runner.fingerprints import Fingerprints
+from ablate.trainers.registry import MODEL, TRAINERS, Trainer
 
 if TYPE_CHECKING:
     from ablate.execute.lifecycle import Ended, Lifecycle
@@ -55,6 +56,12 @@ class Expanded:
     planned: list[PlannedRun]
     fingerprints: Fingerprints  # the data hashes read for ``planned``, saved on opening
     joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
+    trainer: Trainer = TRAINERS[MODEL]  # what trains its runs: its job function, its checks
+
+    @property
+    def model(self) -> bool:
+        """Its runs are ablate's own model's (the data, tokenizer and memory checks apply)."""
+        return self.trainer.name == MODEL
 
 
 
@@ -80,7 +87,7 @@ class RunOptions:
     stale_after_s: float = 300.0  # a run on another host with no heartbeat for this long is taken as dead
     store_patience_s: float = STORE_PATIENCE_S  # a store unreachable this long stops the grid cleanly
     progress_every_s: float | None = None  # without a terminal: a progress line this often (default 30 s)
-    job_fn: str = TRAIN_JOB
+    job_fn: str | None = None  # the job function ("module:function"); None: the grid's trainer's
     console: Console | None = None
     extra: tuple[dict[str, Any], ...] = ()  # runs beyond the file's, as include entries (--until-resolved)
     idle_table: bool = True  # the summary table also when nothing trained (False: a look of --until-resolved)

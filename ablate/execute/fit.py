@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ablate.ablations.memory import device_memory as gpu_memory
 from ablate.ablations.memory import fmt_gb, gpu_here
+from ablate.config import RunConfig
 from ablate.grid.expand import PlannedRun
 from ablate.runner.run_memory import check_fit
 from ablate.store.plan_status import statuses
@@ -36,8 +37,8 @@ def memory_budget(device_memory: float | None, *, local: bool) -> tuple[float, s
 def check_memory(runs: Sequence[PlannedRun], status: Mapping[str, str], available: float, where: str) -> None:
     """Refuse (one line, exit 2) the runs still to train (not ``done`` or ``diverged`` in ``status``) whose
     estimated peak memory does not fit ``available`` bytes per device."""
-    todo = [(r.run_id, r.config.variant, r.config) for r in runs if status.get(r.run_id) not in ("done",
-                                                                                                 "diverged")]
+    todo = [(r.run_id, r.config.variant, r.config) for r in runs
+            if isinstance(r.config, RunConfig) and status.get(r.run_id) not in ("done", "diverged")]
     check_fit(todo, available, gpu=gpu_here(), where=where)
 
 

@@ -176,7 +176,7 @@ def _run_jobs(o: Opened, lifecycle: Lifecycle, session: Session, opts: RunOption
                   soft_wrap=True)  # one line, however narrow the console: logs and `head -1` read it
     if warning:
         console.print(Text.assemble(("warning:", "yellow"), f" {warning}"), highlight=False, soft_wrap=True)
-    with session.runner(lifecycle, title=o.name, console=console, job_fn=opts.job_fn,
+    with session.runner(lifecycle, title=o.name, console=console, job_fn=opts.job_fn or o.trainer.job,
                         progress_every_s=opts.progress_every_s, jobs=len(jobs)) as runner:
         ended = runner.run(jobs)
     for rid, e in ended.items():

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.ablations.memory import gpu_here
-from ablate.config import stage_configs
+from ablate.config import RunConfig, stage_configs
 from ablate.errors import UserInputError
 from ablate.grid.expand import PlannedRun
 from ablate.grid.view import Costs
@@ -110,6 +110,10 @@ def estimate(grid: str, planned: Iterable[PlannedRun], statuses: Mapping[str, st
     for run in planned:
         status = statuses.get(run.run_id, "new").split()[0]
         if status in SKIPPED or (status == "failed" and not retry_failed):
+            continue
+        if not isinstance(run.config, RunConfig):  # a training command's: its cost is not known here
+            runs += 1
+            disk += RUN_BYTES
             continue
         stages = stage_configs(run.config)  # the run itself, unless it has stages
         steps = sum(c.train.steps for c in stages)

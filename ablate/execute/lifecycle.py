@@ -133,7 +133,7 @@ class Lifecycle:
         )
         if result.resumed_from:
             note += f"  (resumed from step {result.resumed_from})"
-        return Ended(run_id, result.status, note.strip(), result=result)
+        return Ended(run_id, result.status, note.strip(), result=result, error=result.error)
 
     def failed(self, run_id: str, error: str, traceback: str = "") -> Ended:
         """The run crashed with ``error`` (its first line is what the user sees; the store keeps the

@@ -15,7 +15,6 @@ Who holds a run now is decided by the one liveness rule (``ablate.execute.livene
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -28,7 +27,8 @@ from ablate.execute.executor import Expanded
 from ablate.execute.last_attempt import ERROR_FILE, crashed, finished_result
 from ablate.execute.liveness import Holder, Liveness, job_liveness
 from ablate.execute.triage import RunAction, triage
-from ablate.grid import Grid, PlannedRun, expand, load_grid
+from ablate.grid import Grid, PlannedRun
+from ablate.grid.planning import plan_grid
 from ablate.grid.schema import file_base
 from ablate.layout import CHECKPOINT
 from ablate.runner.fingerprints import Fingerprints
@@ -36,6 +36,7 @@ from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnin
 from ablate.store import Store
 from ablate.store.engine import display_url
 from ablate.store.records import flatten
+from ablate.trainers.registry import MODEL, TRAINERS, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class Opened:
     liveness: Liveness | None = None
     warnings: list[str] = field(default_factory=list)  # for the user (a held-out set that is training data)
     joins: bool = False  # the runs join the grid's current configuration (--set), else they are it
+    trainer: Trainer = TRAINERS[MODEL]  # what trains the runs (its job function)
 
     def __enter__(self) -> Opened:
         return self
@@ -90,12 +92,10 @@ def expand_grid(path: str | Path, sets: Sequence[str] = (), *, home: Path,
     """Load the grid at ``path`` (with ``--set`` overrides, and ``extra`` runs beyond the file's as
     ``include`` entries: the seeds ``--until-resolved`` adds) and expand it, its data fingerprinted under
     ``home``."""
-    grid = load_grid(path, sets)
-    if extra:
-        grid = dataclasses.replace(grid, include=(*grid.include, *map(dict, extra)))
     fingerprints = Fingerprints.for_home(Path(home))
-    return Expanded(Path(path), grid, expand(grid, fingerprints=fingerprints), fingerprints,
-                    joins=bool(sets) or bool(extra))
+    planned = plan_grid(path, sets, fingerprints=fingerprints, extra=extra)
+    return Expanded(Path(path), planned.grid, planned.planned, fingerprints, joins=bool(sets) or bool(extra),
+                    trainer=planned.trainer)
 
 
 def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Path, store: str | None,
@@ -116,8 +116,9 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     expanded = path if isinstance(path, Expanded) else expand_grid(path, sets, home=Path(home), extra=extra)
     grid, planned, fingerprints = expanded.grid, expanded.planned, expanded.fingerprints
     provenance.announce(expanded.path)  # the grid's commit, for the workers this process starts
-    check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit the model
-    check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is recorded
+    if expanded.model:
+        check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit
+        check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is made
     home = layout.usable_home(Path(home).absolute() if remote else Path(home))  # checked; nothing made yet
     opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made
     try:
@@ -127,7 +128,8 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
         opened_store.require_current_ids([p.run_id for p in planned])
         check_grid_name(opened_store, grid, append=append)
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
-                        warnings=heldout_warnings(planned, source=grid.source), joins=expanded.joins)
+                        warnings=heldout_warnings(planned, source=grid.source) if expanded.model else [],
+                        joins=expanded.joins, trainer=expanded.trainer)
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:
         opened_store.close()

@@ -19,7 +19,7 @@ Pure: a function of ``GridData`` (``reports/data.py``); ``compare_render.py`` wr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ablate.errors import UserInputError, did_you_mean, one_of
@@ -45,12 +45,14 @@ class CompareReport:
     notes: list[str] = field(default_factory=list)
 
 
-def check_metrics(wanted: Sequence[str], have: Sequence[str], grid: str) -> list[str]:
-    """``--metric``: each must be an outcome ``ablate.metrics`` declares and the runs have; else one line."""
+def check_metrics(wanted: Sequence[str], have: Sequence[str], grid: str,
+                  own: Mapping[str, str | None] | None = None) -> list[str]:
+    """``--metric``: each must be an outcome ``ablate.metrics`` declares, or one of the trainer's own metrics
+    (``own``: a command's), and the runs have; else one line."""
     declared = [m.name + ("<name>" if m.family else "") for m in SUMMARY if m.compare is not None]
     for name in wanted:
         found = metric(name)
-        if found is None or found.compare is None:
+        if name not in (own or {}) and (found is None or found.compare is None):
             allowed = sorted({*have, *declared})
             raise UserInputError(one_of(name, allowed, what="metric") + " (option --metric)")
         if name not in have:
@@ -76,8 +78,10 @@ def build_compare(data: GridData, *, reference: str = REFERENCE, metrics: Sequen
     arms_all = sorted({str(v) for v in data.runs["variant"]}) if len(data.runs) else []
     check_reference(reference, arms_all, data.grid)
     runs = finished(data.runs)
-    have = compared_metrics(runs)
-    shown = check_metrics(metrics, have, data.grid) if metrics else have
+    have = compared_metrics(runs, data.outcomes)
+    objective = next(iter(data.outcomes), None)  # a command grid's: what it is compared on by default
+    default = [objective] if objective in have else have
+    shown = check_metrics(metrics, have, data.grid, own=data.outcomes) if metrics else default
     fams = families(data, reference, stats)
     by_cell: dict[str, list[Comparison]] = {}
     for name in shown:

@@ -14,7 +14,6 @@ import json
 from typing import Any
 
 from ablate.errors import UserInputError, one_of
-from ablate.metrics import metric
 from ablate.reports.cells import Cell, Column, Row, Table, delta_cell, summary_cell
 from ablate.reports.compare import CompareReport
 from ablate.reports.family import Comparison
@@ -52,8 +51,7 @@ def _p_adj(c: Comparison) -> str:
 
 
 def _group(c: Comparison) -> str:
-    declared = metric(c.metric)
-    better = f", {declared.better} is better" if declared is not None and declared.better else ""
+    better = f", {c.better} is better" if c.better else ""
     label = LABELS.get(c.metric)
     name = f"{c.metric} ({label}{better})" if label else f"{c.metric}{f' ({better[2:]})' if better else ''}"
     ratio = ", compared as a ratio" if c.scale == "ratio" else ""

@@ -23,6 +23,12 @@ from ablate.reports.configs import one_configuration
 from ablate.reports.rows import context_key
 from ablate.reports.spec import VariantInfo
 from ablate.result import RESULT_STATUSES
+from ablate.store.queries import OWN_METRICS
+from ablate.trainers.registry import COMMAND, MODEL
+from ablate.trainers.registry import KEY as TRAINER
+
+# a command run's objective, as its stored config (trainers.command.config) flattens it
+OBJECTIVE, OBJECTIVE_BETTER = "spec.objective.metric", "spec.objective.better"
 
 if TYPE_CHECKING:
     from ablate.stats import Decision
@@ -48,6 +54,10 @@ class GridData:
     added_params: Callable[[str], int | None] | None = None
     axes: list[str] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    # a trainer's own metrics (a command's: what it reported) -> which way is better ("lower", "higher",
+    # None), the objective first; empty for ablate's own model, whose metrics ablate.metrics declares
+    outcomes: dict[str, str | None] = field(default_factory=dict)
+    trainer: str = MODEL  # what trained the runs (ablate.trainers.registry)
     # what is computed once per grid data and read by every page (``reports.family.families``)
     memo: dict[tuple[object, ...], object] = field(default_factory=dict, repr=False, compare=False)
 
@@ -90,16 +100,32 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
         if warn is not None:
             warn(left_out)
     done = list(runs.loc[runs["status"].isin(RESULT_STATUSES), "run_id"])
+    trainer, outcomes = own_outcomes(runs)
     data = GridData(
         grid=name, runs=runs,
-        curves=store.curves(run_ids=done, metrics=["loss"]),
+        curves=store.curves(run_ids=done, metrics=["loss", *outcomes]),
         probes=store.probes(run_ids=done), histograms=store.histograms(run_ids=done),
         events=store.events(run_ids=done), catalogue=catalogue_info(), axes=list(axes),
-        decisions=store.decisions(name),
+        decisions=store.decisions(name), outcomes=outcomes, trainer=trainer,
     )
     data.added_params = _added_params_at_scale(runs)
     log.info("grid %s: %d runs (%d finished)", name, len(runs), len(done))
     return data
+
+
+def own_outcomes(runs: pd.DataFrame) -> tuple[str, dict[str, str | None]]:
+    """The trainer of a grid's runs and its own metrics (``GridData.outcomes``): for a command grid, its
+    objective (and which way is better) first, then every other metric its runs reported."""
+    if TRAINER not in runs.columns or not (runs[TRAINER] == COMMAND).any():
+        return MODEL, {}
+    out: dict[str, str | None] = {}
+    mine = runs[runs[TRAINER] == COMMAND]
+    for metric_name, better in zip(mine.get(OBJECTIVE, []), mine.get(OBJECTIVE_BETTER, []), strict=False):
+        if isinstance(metric_name, str):
+            out.setdefault(metric_name, str(better) if better in ("lower", "higher") else None)
+    for name in runs.attrs.get(OWN_METRICS, []):
+        out.setdefault(str(name), None)
+    return COMMAND, out
 
 
 def current_runs(store: Store, name: str, *, where: str | None = None,

@@ -61,6 +61,7 @@ class Comparison:
     runs: RunsKey = frozenset()
     same_runs: bool = False  # the two arms' runs are equal on every compared metric at every seed
     stats: Stats = DEFAULT  # how it was read (the seeds it needs are worked out at its family's level)
+    better: Literal["lower", "higher"] | None = None  # which way is better on ``metric`` (None: no way)
 
     @property
     def needs(self) -> int | None:
@@ -97,8 +98,7 @@ class Comparison:
         return "no pairs: the arms share no seed"
 
     def _direction(self) -> str:
-        declared = metric(self.metric)
-        better = declared.better if declared is not None else None
+        better = self.better
         side = self.delta.sign
         if better is None or side == 0:
             return ""
@@ -199,13 +199,25 @@ class Families:
         return self.find(name, pair_runs(treatment, reference, name, ratio=ratio), ratio=ratio, bound=bound)
 
 
-def compared_metrics(runs: pd.DataFrame) -> list[str]:
+def compared_metrics(runs: pd.DataFrame, own: Mapping[str, str | None] | None = None) -> list[str]:
     """The runs' columns that ``ablate.metrics`` declares an outcome to compare, with a value in some done
-    run, in the declared order."""
+    run, in the declared order; with ``own`` (a trainer's own metrics, ``GridData.outcomes``: a command's),
+    those first, in their order."""
     done = runs[runs["status"] == "done"] if len(runs) else runs
+    mine = [name for name in own or {} if name in runs.columns and done[name].notna().any()]
     have = [str(c) for c in runs.columns
             if (m := metric(str(c))) is not None and m.compare is not None and done[c].notna().any()]
-    return order(have)
+    return mine + [name for name in order(have) if name not in mine]
+
+
+def better_of(name: str, own: Mapping[str, str | None] | None = None) -> Literal["lower", "higher"] | None:
+    """Which way is better on metric ``name``: a trainer's own word for its metrics (``own``), else what
+    ``ablate.metrics`` declares; None when neither says."""
+    said = (own or {}).get(name)
+    if said in ("lower", "higher"):
+        return "lower" if said == "lower" else "higher"
+    declared = metric(name)
+    return declared.better if declared is not None else None
 
 
 def arm_order(arms: Sequence[str], catalogue: Mapping[str, Any], reference: str) -> list[str]:
@@ -235,7 +247,7 @@ def _families(data: GridData, reference: str, stats: Stats) -> Families:
     keys, settings = _cells(runs, model_axes)
     cell_of = list(dict.fromkeys(keys))
     arms = arm_order(arms_all, data.catalogue, reference)
-    names = compared_metrics(runs)
+    names = compared_metrics(runs, data.outcomes)
     raw: dict[str, list[Comparison]] = {name: [] for name in names}
     for ci, setting in enumerate(settings):
         here = runs[[k == cell_of[ci] for k in keys]]
@@ -251,7 +263,8 @@ def _families(data: GridData, reference: str, stats: Stats) -> Families:
                 raw[name].append(Comparison(label, setting, arm, reference, name,
                                             "ratio" if ratio else "diff", _summary(mine, name),
                                             _summary(ref, name), delta, 0, "",
-                                            pair_runs(mine, ref, name, ratio=ratio), stats=stats))
+                                            pair_runs(mine, ref, name, ratio=ratio), stats=stats,
+                                            better=better_of(name, data.outcomes)))
     return Families(data.grid, reference, stats,
                     {name: _corrected(data.grid, name, reference, stats, _same(raw, name)) for name in names})
 

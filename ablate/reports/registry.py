@@ -20,6 +20,7 @@ from ablate.errors import UserInputError
 from ablate.reports.names import REPORT_HELP, TARGETS
 from ablate.stats import DEFAULT, Stats
 from ablate.store.api import Store
+from ablate.trainers.registry import MODEL, TRAINERS, Trainer, text_trainer
 
 DEFAULT_DIR = Path("report")  # where figures and `all` write when --out is not given
 
@@ -94,4 +95,17 @@ def make_report(store: Store, name: str, request: Request, *, say: Callable[[str
         say(f"report of grid {last}, the one run last; the store also holds {', '.join(others)} "
             "(--grid names one)")
         request = replace(request, grid=last)
+    if name != "lr":
+        trainer = grid_trainer(store, request.grid)
+        if not trainer.can_report(name):
+            raise UserInputError(trainer.refusal(f"ablate report {name}"))
     return REPORTS[name].make(store, request)
+
+
+def grid_trainer(store: Store, grid: str | None) -> Trainer:
+    """The trainer of the grid a report reads (the store's only grid when none is named): the one its
+    registered file names."""
+    names = store.grids()
+    name = grid if grid is not None else names[0] if len(names) == 1 else None
+    text = store.grid_text(name) if name is not None else None
+    return TRAINERS[MODEL] if text is None else text_trainer(text)

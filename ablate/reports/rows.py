@@ -85,8 +85,8 @@ def _hashable(v: Any) -> Any:
 
 def context_columns(columns: Any, *, exclude: tuple[str, ...] = ()) -> list[str]:
     """The config columns that make a run's configuration apart from its variant and seed."""
-    cols = [c for c in columns
-            if str(c).startswith(("train.", "data.", "eval.")) or c in SCALE_FIELDS or c == "stages"]
+    cols = [c for c in columns  # "cell.": the parameter axes of a command grid (trainers.command.config)
+            if str(c).startswith(("train.", "data.", "eval.", "cell.")) or c in SCALE_FIELDS or c == "stages"]
     return sorted(c for c in cols if c not in exclude)
 
 

@@ -3,6 +3,7 @@ with its reference cell (``PairedCells``), and the include entries that add seed
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from ablate.metrics import SUMMARY, metric
 
 SEED = "seed"
 VARIANT = "variant"
+DEFAULT_METRIC = "val_ppl"  # what --until-resolved compares on a grid of ablate's model
 
 Axes = dict[str, object]  # a run's axis values by dotted path, as the grid file wrote them
 
@@ -24,7 +26,7 @@ class UntilResolved:
     other variant when ``compare`` is empty) and how far it may go (``max_seeds`` per cell, ``round`` at a
     time). The defaults are ``ablate run``'s."""
 
-    metric: str = "val_ppl"
+    metric: str | None = None  # None: the grid's objective (a command grid's), else val_ppl (``for_grid``)
     reference: str = "baseline"
     compare: tuple[str, ...] = ()
     max_seeds: int = 10
@@ -34,17 +36,40 @@ class UntilResolved:
     @property
     def ratio(self) -> bool:
         """The metric is compared by its paired log ratio (``ablate.metrics``' ``compare``)."""
-        declared = metric(self.metric)
+        declared = metric(self.metric or DEFAULT_METRIC)
         return declared is not None and declared.compare == "ratio"
 
+    @property
+    def name(self) -> str:
+        """The metric compared (once ``for_grid`` has chosen it)."""
+        return self.metric or DEFAULT_METRIC
+
     def __post_init__(self) -> None:
-        declared = metric(self.metric)
+        if self.metric is not None and metric(self.metric) is not None:
+            self._declared(self.metric)
+        if self.round < 1:
+            raise UserInputError(f"--round must be at least 1 seed, got {self.round}")
+
+    @staticmethod
+    def _declared(name: str) -> None:
+        declared = metric(name)
         # an outcome a run's summary declares (ablate.metrics), not a count the config fixes
         if declared is None or declared.compare is None:
             names = [m.name + ("<name>" if m.family else "") for m in SUMMARY if m.compare is not None]
-            raise UserInputError(one_of(self.metric, names, what="metric") + " (option --metric)")
-        if self.round < 1:
-            raise UserInputError(f"--round must be at least 1 seed, got {self.round}")
+            raise UserInputError(one_of(name, names, what="metric") + " (option --metric)")
+
+    def for_grid(self, objective: str | None, names: Sequence[str] | None = None) -> UntilResolved:
+        """These settings for a grid: the metric compared is ``--metric``, else the grid's ``objective`` (a
+        command grid's), else val_ppl. On a grid of ablate's model the metric must be a declared outcome; on
+        a command grid one of the metrics its trainer names (``names``; None: any, not known before a run)."""
+        if objective is None:
+            chosen = self.metric or DEFAULT_METRIC
+            self._declared(chosen)
+        else:
+            chosen = self.metric or objective
+            if names is not None and chosen not in names:
+                raise UserInputError(one_of(chosen, names, what="metric") + " (option --metric)")
+        return dataclasses.replace(self, metric=chosen)
 
 
 @dataclass(frozen=True)
@@ -75,7 +100,8 @@ def _as_written(planned: Sequence[PlannedRun]) -> dict[str, object]:
     include entry must say, since a label is a run's name, not a variant the grid accepts."""
     out: dict[str, object] = {}
     for p in planned:
-        plugin = p.config.model.plugin
+        model = getattr(p.config, "model", None)  # a command run's config has none
+        plugin = model.plugin if model is not None else None
         if plugin is not None:
             out[str(p.config.variant)] = {"arm": plugin.arm, "args": dict(plugin.args)}
     return out

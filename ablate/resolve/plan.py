@@ -3,13 +3,12 @@ runs the plan may add (``plan_until_resolved``, ``most_line``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.errors import UserInputError
-from ablate.grid import expand, load_grid
+from ablate.grid.planning import plan_grid
 from ablate.resolve.cells import (
     Axes,
     PairedCells,
@@ -63,15 +62,14 @@ def plan_until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolv
                         ) -> tuple[Planner, RunIds]:
     """The comparisons, their planned looks and the run id of every cell's seed the plan may reach (one
     expansion of the grid with every seed it may add)."""
-    grid = load_grid(path, sets)
     fingerprints = Fingerprints.for_home(Path(home))
-    planned = expand(grid, fingerprints=fingerprints)
+    first = plan_grid(path, sets, fingerprints=fingerprints)
+    grid, planned = first.grid, first.planned
     grid_cells = cells(planned)
     comps = comparisons(planned, spec, source=grid.source)
     planner = Planner.make(comps, grid_cells, spec, source=grid.source)
     planner.grid = grid.name
-    widest = expand(dataclasses.replace(grid, include=(*grid.include, *planner.most())),
-                    fingerprints=fingerprints)
+    widest = plan_grid(path, sets, fingerprints=fingerprints, extra=planner.most()).planned
     planner.most_runs = len(widest) - len(planned)
     return planner, cells(widest)
 

@@ -12,13 +12,16 @@ from ablate.errors import ConfigError, InputMissingError
 from ablate.execute import devices as machine
 from ablate.execute.devices import Slot, crowding, describe, local_slots
 from ablate.execute.fit import FLAG, check_memory
-from ablate.grid import Grid, PlannedRun, expand, load_grid
+from ablate.grid import Grid, PlannedRun
+from ablate.grid.command_view import command_plan_json, command_plan_rows
+from ablate.grid.planning import grid_objective, plan_grid
 from ablate.grid.view import plan_imports, plan_json, plan_rows
 from ablate.resolve.cells import UntilResolved
 from ablate.resolve.plan import most_line, plan_until_resolved
 from ablate.runner.fingerprints import Fingerprints
 from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
 from ablate.store.plan_status import statuses
+from ablate.trainers.registry import MODEL
 
 TRAINED = ("done", "diverged")  # what `ablate run` does not train again
 Table = tuple[str, list[tuple[str, str]], list[list[str]]]  # a title, (column, justify)s, rows of cells
@@ -35,20 +38,24 @@ class Preview:
     status: dict[str, str]
     slots: list[Slot] = field(default_factory=list)
     most: str | None = None
+    model: bool = True  # the runs are ablate's own model's (else a training command's)
 
     def json(self) -> dict[str, object]:
         """``ablate plan --format json``: the runs, then the workers, one a line."""
-        return {**plan_json(self.grid.name, self.runs, self.status),
+        runs = plan_json if self.model else command_plan_json
+        return {**runs(self.grid.name, self.runs, self.status),
                 "workers": [{"device": s.device, "threads": s.threads} for s in self.slots]}
 
     def table(self) -> Table:
         """``ablate plan``'s table: a run a row."""
+        if not self.model:
+            return command_plan_rows(self.grid.name, self.runs, self.status)
         return plan_rows(self.grid.name, self.runs, self.status, matched=self.grid.match_params,
                          ladder=self.grid.ladder is not None)
 
     def imports(self) -> list[str]:
         """The plugin arms' modules the runs import."""
-        return plan_imports(self.runs)
+        return plan_imports(self.runs) if self.model else []
 
     def workers(self) -> tuple[str, str | None]:
         """The line on the workers ``ablate run`` would start here, and a warning when they crowd the
@@ -67,25 +74,34 @@ def preview(path: Path, sets: Sequence[str], *, home: Path, store: str | None, d
     would refuse but a plan may show (a tokenizer or data not on this machine: a cluster's grid) goes to
     ``warn``; a run that does not fit ``device_memory`` bytes per device, or a bad ``--until-resolved``,
     raises."""
-    grid = load_grid(path, sets)
-    runs = expand(grid, fingerprints=Fingerprints.for_home(home))
-    try:
-        check_tokenizers(runs, source=grid.source)
-    except InputMissingError as exc:
-        warn(f"{exc} (`ablate run` stops here)")
-    try:
-        check_data(runs, source=grid.source)
-    except ConfigError as exc:
-        warn(f"{exc} (`ablate run` stops here)")
-    for line in heldout_warnings(runs, source=grid.source):
-        warn(line)
+    planned = plan_grid(path, sets, fingerprints=Fingerprints.for_home(home))
+    grid, runs, model = planned.grid, planned.planned, planned.trainer.name == MODEL
+    if model:
+        _model_checks(runs, grid.source, warn)
     status = statuses(runs, store=store, home=home)
     if device_memory is not None:
         check_memory(runs, status, device_memory, FLAG)
-    out = Preview(grid, runs, status, _workers(runs, status, jobs=jobs, devices=devices, threads=threads))
+    out = Preview(grid, runs, status, _workers(runs, status, jobs=jobs, devices=devices, threads=threads),
+                  model=model)
     if until is not None:  # the looks and the most runs they may add: checked before anything is printed
+        until = until.for_grid(*grid_objective(path))
         out.most = most_line(plan_until_resolved(path, sets, until, home=home)[0])
     return out
+
+
+def _model_checks(runs: Sequence[PlannedRun], source: str, warn: Callable[[str], None]) -> None:
+    """What ``ablate run`` checks of a model grid's inputs, said as warnings (a cluster's grid may plan
+    here)."""
+    try:
+        check_tokenizers(runs, source=source)
+    except InputMissingError as exc:
+        warn(f"{exc} (`ablate run` stops here)")
+    try:
+        check_data(runs, source=source)
+    except ConfigError as exc:
+        warn(f"{exc} (`ablate run` stops here)")
+    for line in heldout_warnings(runs, source=source):
+        warn(line)
 
 
 def _workers(runs: Sequence[PlannedRun], status: dict[str, str], *, jobs: int | None, devices: str | None,

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ablate.execute.executor import RunOptions, check_flags, executor
+from ablate.grid.planning import grid_objective
 from ablate.resolve.cells import Axes, UntilResolved
 from ablate.resolve.looks import Say, metric_values, until_resolved
 from ablate.resolve.verdicts import decisions, verdict_lines
@@ -25,6 +26,7 @@ def run_until_resolved(path: Path, sets: Sequence[str], options: RunOptions, unt
     check_flags(chosen, options.own)
     if until is None:
         return chosen.run(path, sets, options)
+    until = until.for_grid(*grid_objective(path))
     # a look waits for the runs another process trains, and its table waits for the verdicts
     options = dataclasses.replace(options, wait=True, idle_table=False)
 
@@ -33,7 +35,7 @@ def run_until_resolved(path: Path, sets: Sequence[str], options: RunOptions, unt
 
     def read(run_ids: Sequence[str]) -> dict[str, float | None]:
         with _opened(options, warn) as opened:
-            return metric_values(opened, run_ids, until.metric)
+            return metric_values(opened, run_ids, until.name)
 
     outcome = until_resolved(path, sets, until, home=options.home, read=read, run_round=run_round, say=say)
     decided = decisions(outcome, until)

@@ -12,7 +12,7 @@ from ablate.stats.power import needs_text, seeds_needed
 def verdict_lines(outcome: Resolution, spec: UntilResolved) -> list[str]:
     """One line per comparison: its last delta, and the look that resolved it or the seeds it still needs."""
     m = len(outcome.comparisons)
-    out = [f"{spec.metric}, paired t over seeds, {CORRECTION_NAMES[spec.correction]} over {m} comparison"
+    out = [f"{spec.name}, paired t over seeds, {CORRECTION_NAMES[spec.correction]} over {m} comparison"
            f"{'s' * (m != 1)} at each look, O'Brien-Fleming alpha spending over n="
            f"{', '.join(map(str, outcome.plan))}:"]
     for i, c in enumerate(outcome.comparisons):
@@ -52,7 +52,7 @@ def decisions(outcome: Resolution, spec: UntilResolved) -> list[Decision]:
                         for look, fam in zip(outcome.looks[:last + 1], corrected[:last + 1], strict=True))
         out.append(Decision(
             grid=outcome.grid, treatment=variant_name(c.axes.get(VARIANT)), reference=spec.reference,
-            metric=spec.metric,
+            metric=spec.name,
             cell={k: v for k, v in c.axes.items() if k != VARIANT}, runs=outcome.looks[last].runs[i],
             look=None if j is None else j + 1, n=history[-1].n, level=history[-1].level,
             p_adj=history[-1].p_adj, family=len(outcome.comparisons), correction=spec.correction,

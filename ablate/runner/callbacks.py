@@ -23,8 +23,8 @@ from ablate.config import RunConfig
 from ablate.layout import partial_removed
 from ablate.result import RunEvent
 from ablate.runner.module import LitDecoder, lr_factor
-from ablate.runner.monitors import DivergenceDetector, SpikeDetector
 from ablate.runner.parallel import is_sharded, save_sharded
+from ablate.stats.stability import DivergenceDetector, SpikeDetector
 
 log = logging.getLogger(__name__)
 

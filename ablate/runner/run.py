@@ -43,7 +43,6 @@ from ablate.runner.evaluate import perplexity, probe, probe_windows
 from ablate.runner.fingerprints import Fingerprints
 from ablate.runner.launch import local_ranks, node_count, ranks_exist
 from ablate.runner.module import LitDecoder
-from ablate.runner.monitors import DivergenceDetector, SpikeDetector
 from ablate.runner.parallel import full_state, is_sharded, resume_path, strategy_for
 from ablate.runner.stages import (
     Stage,
@@ -55,6 +54,7 @@ from ablate.runner.stages import (
     start_point,
 )
 from ablate.runner.tokenizers import Tokenizer, get_tokenizer
+from ablate.stats.stability import DivergenceDetector, SpikeDetector
 
 log = logging.getLogger(__name__)
 

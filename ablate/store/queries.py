@@ -50,6 +50,8 @@ def config_fields() -> tuple[str, ...]:
         f"model.switch.{k}" for k in SwitchSpec.model_fields
     }
     return tuple(dict.fromkeys([*base, *sorted(extra)]))
+OWN_METRICS = "own_metrics"  # runs_frame(...).attrs[OWN_METRICS]: the scores ablate.metrics does not declare
+
 
 
 def known_columns(frame: pd.DataFrame | None = None) -> list[str]:
@@ -179,6 +181,7 @@ def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[s
     out = out[columns]
     for c, dtype in typed.items():
         out[c] = _typed(out[c], dtype)
+    out.attrs[OWN_METRICS] = [n for n in score_names if metric(n) is None]
     return out
 
 

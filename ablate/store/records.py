@@ -26,6 +26,8 @@ from ablate.grid.ids import run_id as make_id
 from ablate.grid.stems import stem_id
 from ablate.result import RunStatus
 from ablate.store.schema import Event, Metric, Run, Score
+from ablate.trainers.command import config as command
+from ablate.trainers.registry import COMMAND, trainer_of
 
 CHUNK = 5000  # rows per executemany batch
 
@@ -69,9 +71,13 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config fields that are columns of ``runs`` (for filtering in SQL), and the flattened config."""
+    if trainer_of(config).name == COMMAND:
+        return {"config_flat": flatten(config), **command.columns(dict(config))}
     model, data, train = (config.get(k) or {} for k in ("model", "data", "train"))
     return {
         "config_flat": flatten(config),
+        "trainer": None,  # ablate's own model, as every run before there was a choice
+        "trainer_params": None,
         "variant": str(config.get("variant", "baseline")),
         "seed": int(config.get("seed", 0)),
         "model_preset": model.get("preset"),
@@ -87,6 +93,12 @@ def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
 def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str | None]:
     """``(CONFIG_VERSION, stem id)`` when ``run_id`` is today's id of ``config``, else ``(None, None)`` (an id
     from an older scheme, or a config this version cannot read: ``ablate db rehash`` says which)."""
+    if trainer_of(config).name == COMMAND:
+        try:
+            ids = command.command_ids(command.CommandConfig.model_validate(dict(config)))
+        except (ValidationError, ValueError):
+            return None, None
+        return (CONFIG_VERSION, ids[1]) if ids[0] == run_id else (None, None)
     try:
         cfg = RunConfig.model_validate(dict(config))
     except (ValidationError, ValueError):

@@ -135,6 +135,11 @@ class Run(Base):
     # (Slurm: ``<array>_<index>``); None when no job holds it
     executor: Mapped[str | None] = mapped_column(String(16))
     job_id: Mapped[str | None] = mapped_column(String(128))
+    # the trainer that made it (``ablate.trainers.registry``): None, ablate's own model (every run made before
+    # there was a choice); ``command``: a training command, whose parameters (seed left out) are
+    # ``trainer_params``
+    trainer: Mapped[str | None] = mapped_column(String(16))
+    trainer_params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # summary (CLI.md's `runs` columns that are not per-set scores)
     params: Mapped[int | None] = mapped_column(BigInteger)
     added_params: Mapped[int | None] = mapped_column(BigInteger)

@@ -146,6 +146,7 @@ class Stream:
 
     def __init__(self) -> None:
         self.series: dict[str, list[tuple[int | None, float]]] = {}
+        self.records: list[Record] = []  # every record, in order: what a live reader forwards from
         self.last_step: int | None = None
 
     def add(self, record: Record) -> None:
@@ -154,8 +155,10 @@ class Stream:
 
     def extend(self, records: Iterable[Record]) -> None:
         """Keep each of ``records``, in order."""
-        series, last = self.series, self.last_step
-        for step, values in records:
+        series, last, kept = self.series, self.last_step, self.records
+        for record in records:
+            kept.append(record)
+            step, values = record
             if step is not None:
                 last = step
             for name, value in values.items():

@@ -14,7 +14,7 @@ from ablate.result import read_result
 from ablate.runner import RunInterrupted, run_one
 from ablate.runner.callbacks import RunMonitor
 from ablate.runner.module import lr_factor
-from ablate.runner.monitors import DivergenceDetector, SpikeDetector
+from ablate.stats.stability import DivergenceDetector, SpikeDetector
 
 STEPS = 12
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 NOT_METRICS = {"run_id", "config", "config_flat", "config_version", "stem_id", "variant", "seed",
                "model_preset", "n_layers", "d_model", "lr", "train_steps", "batch_size", "seq_len", "status",
                "created", "started", "finished", "heartbeat", "step", "host", "device", "error",
-               "mlflow_run_id", "executor", "job_id", "provenance"}
+               "mlflow_run_id", "executor", "job_id", "provenance", "trainer", "trainer_params"}
 
 
 @pytest.mark.parametrize("m", COLUMNS, ids=[m.name for m in COLUMNS])

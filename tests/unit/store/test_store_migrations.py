@@ -30,10 +30,10 @@ def test_empty_database_upgrades_to_head(store_url: str) -> None:
     try:
         assert set(inspect(engine).get_table_names()) == set()
         assert upgrade(engine) == (None, head_revision())
-        assert head_revision() == "0008"
+        assert head_revision() == "0009"
         assert set(inspect(engine).get_table_names()) == TABLES
         assert _schema_diff(engine) == []  # migrations and schema.py agree
-        assert upgrade(engine) == ("0008", "0008")  # again: nothing to do
+        assert upgrade(engine) == ("0009", "0009")  # again: nothing to do
     finally:
         engine.dispose()
 
@@ -56,7 +56,7 @@ def test_first_schema_database_upgrades_and_keeps_rows(store_url: str) -> None:
         engine.dispose()
     with Store.open(store_url) as store:  # opening applies the rest
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0008"
+            assert current_revision(conn) == "0009"
         assert "ix_runs_status_heartbeat" in {ix["name"] for ix in inspect(store.engine).get_indexes("runs")}
         assert store.statuses(run_ids=["old1"]) == {"old1": "done"}
         frame = store.runs_frame()

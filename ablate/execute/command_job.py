@@ -1,0 +1,60 @@
+"""The command trainer's job: one run of a command grid, from its config to its ``result.json``, wherever it
+runs (a local pool worker, a Ray task, a Slurm array task), as ``training.train`` is ablate's own model's.
+
+``train_command(job, ctx)`` is the job function the command trainer names
+(``ablate.trainers.registry.TRAINERS["command"].job``). It imports neither torch nor Lightning: the worker
+only starts the command (``ablate.trainers.command.run.run_command``), hands each batch of parsed records on
+as step metrics (the live status, the MLflow curves) and stops the command's whole process group when the
+job is asked to stop (Ctrl-C, ``ablate cancel``, a preemption). The run lifecycle records the rest, as for
+any run: a failed command is a ``failed`` run whose error holds the command's reason and its stderr's last
+lines, never a traceback of ablate's.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ablate.execute.devices import Slot
+from ablate.execute.job_function import JobContext, JobInterrupted
+from ablate.execute.last_attempt import ERROR_FILE, finished_result
+from ablate.execute.locks import RunLock
+from ablate.execute.messages import Job, JobOutcome
+from ablate.trainers.command.config import CommandConfig
+from ablate.trainers.command.run import CommandInterrupted, run_command
+
+log = logging.getLogger(__name__)
+
+
+def gpu_indices(slot: Slot) -> str | None:
+    """The GPUs of a worker's slot as ``CUDA_VISIBLE_DEVICES`` writes them (``cuda:0,1`` -> ``0,1``); None on
+    a CPU slot (the command's environment is left as it is)."""
+    kind, _, indices = slot.label.partition(":")
+    return indices if kind == "cuda" and indices else None
+
+
+def train_command(job: Job, ctx: JobContext) -> JobOutcome:
+    """Run ``job``'s command into ``job.run_dir``; how it ended (``reused``: a finished ``result.json`` was
+    there; ``busy``: another process holds the run directory)."""
+    run_dir = Path(job.run_dir)
+    lock = RunLock(run_dir)
+    if not lock.acquire():
+        return JobOutcome("busy")
+    try:
+        if (done := finished_result(run_dir)) is not None:
+            return JobOutcome("reused", status=str(done.status))
+        (run_dir / ERROR_FILE).unlink(missing_ok=True)
+        config = CommandConfig.model_validate(job.config)
+        ctx.started(resuming=config.spec.resume is not None and any(run_dir.iterdir()))
+        try:
+            result = run_command(config, run_dir, run_id=job.run_id, stop=ctx.stop, on_records=ctx.progress,
+                                 devices=gpu_indices(ctx.slot), threads=ctx.slot.threads)
+        except CommandInterrupted as exc:
+            raise JobInterrupted(str(exc)) from None
+        if result.error is not None:
+            (run_dir / ERROR_FILE).write_text(result.error + "\n")
+        log.info("run %s: %s (%s)", job.run_id, result.status, result.error or "exit 0")
+        return JobOutcome("trained", status=str(result.status), resumed_from=result.resumed_from,
+                          run_one_s=float(result.summary.get("wall_s") or 0.0))
+    finally:
+        lock.release()
