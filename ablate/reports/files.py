@@ -1,6 +1,10 @@
 """The reports ``ablate report`` writes as files: ``figures`` (Figures 1-7 as PNG and PDF) and ``all`` (the
 whole report directory: ``report.html``, the comparison, every paper table, the figures, the scorecard, and
-``ablate tune``'s learning-rate table when the grid has tuning studies)."""
+``ablate tune``'s learning-rate table when the grid has tuning studies).
+
+A command grid (the researcher's own training command) has its own figures, a curve per metric it reported
+(``command_figures``), and its ``all`` has the comparison and those figures: the paper's tables and the
+scorecard read ablate's own model."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError
 from ablate.reports.api import Warn, grid_scorecard, grid_table
+from ablate.reports.command_figures import write_curve_figures
 from ablate.reports.compare import REFERENCE, CompareReport, build_compare
 from ablate.reports.compare_render import SUFFIX as COMPARE_SUFFIX
 from ablate.reports.compare_render import render_compare, to_table
@@ -23,6 +28,7 @@ from ablate.reports.render import SUFFIX, render
 from ablate.reports.scorecard_render import scorecard_markdown
 from ablate.reports.spec import TABLES
 from ablate.stats import DEFAULT, Stats
+from ablate.trainers.registry import COMMAND
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -31,10 +37,16 @@ log = logging.getLogger(__name__)
 PAGE = "report.html"
 
 
+def grid_figures(data: GridData, out_dir: str | Path) -> dict[int, Path] | dict[str, Path]:
+    """The grid's figures into ``out_dir``: Figures 1-7 (``{number: PNG path}``), or for a command grid a
+    curve per metric it reported (``{metric: PNG path}``)."""
+    return write_curve_figures(data, out_dir) if data.trainer == COMMAND else write_figures(data, out_dir)
+
+
 def report_figures(store: Store, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
-                   warn: Warn | None = None) -> dict[int, Path]:
-    """``ablate report figures``: Figures 1-7 as PNG files in ``out_dir``."""
-    return write_figures(load_grid_data(store, grid, where=where, warn=warn), out_dir)
+                   warn: Warn | None = None) -> dict[int, Path] | dict[str, Path]:
+    """``ablate report figures``: the grid's figures (``grid_figures``), PNG and PDF files in ``out_dir``."""
+    return grid_figures(load_grid_data(store, grid, where=where, warn=warn), out_dir)
 
 
 def _compare_or_note(data: GridData, reference: str | None, metrics: Sequence[str],
@@ -54,12 +66,14 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
                  metrics: Sequence[str] = (), compared: CompareReport | str | None = None) -> dict[str, Path]:
     """The whole report into ``out_dir``: ``report.html`` (self-contained), the comparison of every arm
     against the reference as .md/.tex/.csv/.json (``compared``, when the caller built it), each paper table as
-    .md/.tex/.csv, the figures as PNG and the scorecard as markdown. Returns ``{name: path}``."""
+    .md/.tex/.csv, the figures as PNG and the scorecard as markdown; for a command grid, the comparison and
+    its figures only. Returns ``{name: path}``."""
     if compared is None:  # before anything is written: a --reference or --metric that cannot be is one line
         compared = _compare_or_note(data, reference, metrics, stats)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLES]
+    model = data.trainer != COMMAND  # the paper's tables and the scorecard read ablate's own model
+    tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLES] if model else []
     written: dict[str, Path] = {}
     if isinstance(compared, CompareReport):
         for fmt in ("markdown", "latex", "csv", "json"):
@@ -71,11 +85,12 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
             path = out / f"{t.name}{SUFFIX[fmt]}"
             path.write_text(render(t, fmt))
             written[path.name] = path
-    figures = write_figures(data, out / "figures")
+    figures = grid_figures(data, out / "figures")
     written.update({p.name: p for p in figures.values()})
-    verdicts = grid_scorecard(data, stats)
-    (out / "scorecard.md").write_text(scorecard_markdown(verdicts, stats))
-    written["scorecard.md"] = out / "scorecard.md"
+    verdicts = grid_scorecard(data, stats) if model else None
+    if verdicts is not None:
+        (out / "scorecard.md").write_text(scorecard_markdown(verdicts, stats))
+        written["scorecard.md"] = out / "scorecard.md"
     counts = data.runs["status"].value_counts().to_dict() if len(data.runs) else {}
     page = out / PAGE
     shown = to_table(compared) if isinstance(compared, CompareReport) else compared
