@@ -1,8 +1,9 @@
 """``ablate run --executor slurm`` on a real one-node Slurm cluster (scripts/slurm.sh: munged, slurmctld,
 slurmd on 127.0.0.1): a grid as one job array filling the store, a rerun that submits nothing, a task
 preempted mid-run (``SIGUSR2``, as Slurm sends it) that is requeued and resumes from its checkpoint to the
-same losses, ``ablate status`` showing the jobs, ``ablate cancel``, a run on two DDP processes, and ``--wait``
-through a PostgreSQL store that goes away. The runs: the tiny preset on the arithmetic stream, 40 steps of
+same losses, ``ablate status`` showing the jobs, ``ablate cancel``, a run on two DDP processes, ``--wait``
+through a PostgreSQL store that goes away, and tasks that run another job function than the model's (one
+that finishes, one that fails). The runs: the tiny preset on the arithmetic stream, 40 steps of
 4 x 32 tokens; the store is SQLite in a temporary directory (the jobs run on this machine).
 
 Skipped only when the Slurm binaries are missing and ``CI`` is unset (in CI the script installs them).
@@ -379,3 +380,128 @@ def test_until_resolved_trains_the_added_seeds_as_slurm_arrays(slurm_cluster, tm
     assert set(frame["status"]) == {"done"} and len(frame) == 6
     trained = frame[frame["job_id"].notna()]
     assert sorted(trained.index) == added and set(trained["seed"]) == {2} and (trained["steps"] == 8).all()
+
+
+# ------------------------------------------------------------ any job function
+# The array task runs the job function it is given, as a pool worker and a Ray task do: here two of a
+# module written for the test (on the tasks' PYTHONPATH, which sbatch passes on), neither ablate's model. One
+# reports a step, writes a ``result.json`` and finishes; the other reports a step and raises: failed in the
+# store with its traceback, also in the run's ``error.txt``, and ``--wait`` exits 1.
+JOBS = '''
+import time
+from pathlib import Path
+
+from ablate.execute.messages import JobOutcome
+from ablate.result import RunResult, write_result
+
+
+def finishes(job, ctx):
+    ctx.started()
+    ctx.progress([{"step": 0, "loss": 2.5}])
+    summary = {"steps": 1, "tokens": 128, "train_loss": 2.5}
+    write_result(RunResult(run_id=job.run_id, config=job.config, status="done", summary=summary,
+                           metrics={"step": [0], "loss": [2.5]}), Path(job.run_dir))
+    return JobOutcome("trained", status="done")
+
+
+def breaks(job, ctx):
+    ctx.started()
+    ctx.progress([{"step": 0, "loss": 2.5}])
+    raise ValueError(f"the command of {job.run_id} exited with status 3")
+'''
+
+
+@pytest.mark.parametrize("job", ["finishes", "breaks"])
+def test_a_task_runs_the_job_function_it_is_given(slurm_cluster, tmp_path, monkeypatch, job):
+    from ablate.execute.executor import RunOptions, executor
+
+    (tmp_path / "slurm_jobs_of_the_test.py").write_text(JOBS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    path, home = tmp_path / "j.yaml", tmp_path / "home"
+    path.write_text(grid_text("fn", ["baseline"]))
+    options = RunOptions(home=home, executor="slurm", mlflow=False, wait=True,
+                         job_fn=f"slurm_jobs_of_the_test:{job}",
+                         own={"gpus_per_job": 0, "slurm_opts": ("cpus_per_task=1",), "time": "0:10:00"})
+    code = executor("slurm").run(path, (), options)
+    frame = runs(home, "fn")
+    (run_id,) = frame.index
+    row = frame.loc[run_id]
+    assert row["job_id"] and row["device"] == "cpu"
+    with Store.open(home=home) as store:
+        curve = store.curves(run_ids=[run_id], metrics=["loss"])
+    assert list(curve["step"]) == [0] and list(curve["value"]) == [2.5]  # reported through the lifecycle
+    if job == "finishes":
+        assert code == 0 and row["status"] == "done" and row["train_loss"] == 2.5
+        assert not (home / "runs" / run_id / "error.txt").exists()
+        return
+    assert code == 1 and row["status"] == "failed"
+    said = f"ValueError: the command of {run_id} exited with status 3"
+    assert row["error"].startswith(said) and "Traceback" in row["error"] and "in breaks" in row["error"]
+    text = (home / "runs" / run_id / "error.txt").read_text()
+    assert text.startswith(said) and "in breaks" in text
+
+
+def test_a_running_runs_device_needs_no_train_section(monkeypatch):
+    from ablate.execute.messages import Job
+    from ablate.execute.slurm.task import _device_label
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert _device_label(Job("r", "/r", {"trainer": "command", "variant": "a", "seed": 0})) == "cpu"
+    assert _device_label(Job("r", "/r", {"train": {"devices": 2}})) == "2xcpu"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert _device_label(Job("r", "/r", {"trainer": "command"})) == "cuda"
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["finished-before-the-signal", "mid-run"])
+def test_slurms_signal_leaves_a_finished_run_done_and_puts_one_mid_run_back_in_the_queue(tmp_path, finished):
+    """``SlurmTask.checkpoint`` as submitit calls it on Slurm's ``SIGUSR2`` (here from a second thread, while
+    the task's main thread waits for its job): a job that had already finished has recorded its run done
+    itself, and the signal leaves it so; a job mid-run stops at its stop flag, and its run is back in the
+    queue. Both hand back the same task to requeue. (The real signal: the preemption tests above.)"""
+    from store_data import planned, result
+    from submitit.helpers import DelayedSubmission
+
+    from ablate.execute.devices import Slot
+    from ablate.execute.job_function import JobInterrupted
+    from ablate.execute.messages import Job, JobOutcome
+    from ablate.execute.slurm.task import SlurmTask
+    from ablate.layout import run_dir
+    from ablate.result import write_result
+
+    home, url = tmp_path / "home", f"sqlite:///{tmp_path / 'ablate.db'}"
+    with Store.open(url) as store:
+        store.register_grid(name="g", text="name: g", runs=[planned(0)])
+    job = Job("run000", str(run_dir(home, "run000")), planned(0).config.model_dump(mode="json"))
+    started = threading.Event()
+
+    def fn(job, ctx):
+        ctx.started()
+        started.set()
+        if finished:
+            write_result(result(0), Path(job.run_dir))
+            return JobOutcome("trained", status="done")
+        ctx.stop.wait(300)
+        raise JobInterrupted("stopped at the end of step 3, with a checkpoint")
+
+    task = SlurmTask(home=str(home), store=url)
+    lifecycle = task._lifecycle = task._open("7_0")
+    lifecycle.expect(job)
+    handed: list[object] = []
+    signal = threading.Thread(target=lambda: started.wait(300) and handed.append(task.checkpoint(job)))
+    if not finished:
+        signal.start()  # mid-run: the signal comes while the main thread waits for the job
+    outcome = task._rank_zero(job, fn, Slot(0, "cpu", 1), lifecycle)
+    if finished:
+        signal.start()  # after the job ended, before the task returned
+    signal.join(300)
+    lifecycle.close()
+    lifecycle.store.close()
+    assert len(handed) == 1 and isinstance(handed[0], DelayedSubmission)
+    with Store.open(url) as store:
+        assert store.statuses(run_ids=["run000"]) == {"run000": "done" if finished else "queued"}
+        if finished:
+            assert store.runs_frame(run_ids=["run000"])["val_ppl"].tolist() == [10.0]
+    if finished:
+        assert outcome["outcome"] == "trained" and outcome["status"] == "done"
+    else:
+        assert outcome == {"outcome": "interrupted"}

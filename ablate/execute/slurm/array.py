@@ -49,6 +49,7 @@ class SlurmOptions:
     console: Console | None = None
     # runs beyond the file's, as include entries (--until-resolved's seeds)
     extra: tuple[dict[str, Any], ...] = ()
+    job_fn: str | None = None  # what each task runs (``module:function``); None: the grid's trainer's
     yes: bool = True  # a large grid is submitted after its one line, else only if ``ask`` says yes
     ask: Callable[[str], bool] | None = None
 

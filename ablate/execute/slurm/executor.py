@@ -42,7 +42,7 @@ class Slurm:
                             mlflow=options.mlflow, mlflow_experiment=options.mlflow_experiment,
                             wait=options.wait, stale_after_s=options.stale_after_s,
                             store_patience_s=options.store_patience_s, console=options.console,
-                            extra=options.extra, yes=options.yes, ask=options.ask)
+                            extra=options.extra, job_fn=options.job_fn, yes=options.yes, ask=options.ask)
 
     def run(self, path: str | Path, sets: Sequence[str], options: RunOptions) -> int:
         """Submit the grid as one job array; print the array id (on stdout) and, after ``--wait``, the

@@ -4,8 +4,9 @@
    ones unless ``--retry-failed``, a run another process (or a live Slurm job) is training is left alone, a
    cut-off run resumes from its checkpoint. A run still queued in a live Slurm job is not submitted twice.
 2. One array (``map_array``), a task per run, ``--array-parallelism`` at a time; each task trains its run into
-   ``$ABLATE_HOME/runs/<run_id>`` and records it in the store itself (``task.SlurmTask``): the home and
-   the store must be reachable from the compute nodes (a shared file system; PostgreSQL for the store).
+   ``$ABLATE_HOME/runs/<run_id>`` through a job function (``options.job_fn``, else the grid's trainer's)
+   and records it in the store itself (``task.SlurmTask``): the home and the store must be reachable from
+   the compute nodes (a shared file system; PostgreSQL for the store).
 3. The runs get their Slurm job ids (``<array>_<index>``) in the store; the command returns the array id, or
    with ``wait`` follows the array until every run has ended (``wait.wait_for``).
 
@@ -81,7 +82,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
             log.info("SQLite store %s: the Slurm tasks must all see this file (PostgreSQL is the store for "
                      "clusters)", url)
         if o.todo:
-            _submit(o.todo, o.store, o.home, url, opts, report, console)
+            _submit(o.todo, o.store, o.home, url, opts.job_fn or expanded.trainer.job, opts, report, console)
         else:
             console.print(f"ablate run {o.name}: nothing to submit ({len(report.skipped)} skipped)",
                           highlight=False)
@@ -91,7 +92,7 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
     return report
 
 
-def _submit(todo: list[RunAction], store: Store, home: Path, url: str, opts: SlurmOptions,
+def _submit(todo: list[RunAction], store: Store, home: Path, url: str, job_fn: str, opts: SlurmOptions,
             report: SlurmReport, console: Console) -> None:
     devices = {d.run.config.train.devices for d in todo}
     if len(devices) > 1:
@@ -105,8 +106,8 @@ def _submit(todo: list[RunAction], store: Store, home: Path, url: str, opts: Slu
         raise ConfigError(str(exc).splitlines()[0], where="--slurm-opt") from None
     delay = params["signal_delay_s"]  # --slurm-opt signal_delay_s=... may set it
     grace = max(10.0, (delay if isinstance(delay, int | float) else SIGNAL_DELAY_S) - 15.0)
-    task = SlurmTask(home=str(home), store=url, grace_s=grace,
-                     grid=report.grid, mlflow=opts.mlflow, experiment=opts.mlflow_experiment)
+    task = SlurmTask(home=str(home), store=url, grace_s=grace, grid=report.grid, mlflow=opts.mlflow,
+                     experiment=opts.mlflow_experiment, job_fn=job_fn)
     jobs = [Job(d.run_id, str(run_dir(home, d.run_id)), d.run.config.model_dump(mode="json")) for d in todo]
     try:
         submitted = executor.map_array(task, jobs)

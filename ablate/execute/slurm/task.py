@@ -1,27 +1,31 @@
-"""One task of a Slurm job array: trains one run into ``$ABLATE_HOME/runs/<run_id>`` and records it in the
-store.
+"""One task of a Slurm job array: runs one run's job function (``ablate.execute.job_function``) into
+``$ABLATE_HOME/runs/<run_id>`` and records the run in the store.
 
 Submitted by ``ablate.execute.slurm.submit`` through submitit (``map_array``); runs inside Slurm, under
-``srun``, as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). Rank
-0 writes the store, through the run lifecycle (``ablate.execute.lifecycle``) as the local pool does:
-``running`` with the job id at the start, heartbeats and step metrics while it trains, the result (or
-``failed`` with the traceback) at the end.
+``srun``, as one process per device of the run (``train.devices``; Lightning reads its rank from Slurm). The
+job function is the one the grid's trainer names (``ablate.execute.training:train`` for ablate's own model,
+tune's trial, a training command's), loaded by name as a pool worker and a Ray task load theirs. Rank 0 writes
+the store: its job's events go to the run lifecycle (``ablate.execute.lifecycle``) as a Ray task's do,
+``running`` with the Slurm job id when the job starts, heartbeats and step metrics while it trains, the result
+(or ``failed`` with the traceback, also in the run's ``error.txt``) at the end. Another rank runs the same job
+and records nothing (the model's: ``run_one`` beside rank 0's ``train``, without its lock).
 
 Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops
-the job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the training runs in a
-second thread: ``checkpoint`` sets the run's stop event, waits for the training to save ``last.ckpt`` at the
-end of the current step (every rank stops at the same step), marks the run ``queued`` and returns the same
-task, which submitit requeues (``scontrol requeue``). The requeued task finds the checkpoint and resumes from
-it.
+the job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the job runs in a second
+thread: ``checkpoint`` sets the job's stop flag, waits for it to save its progress (the model: ``last.ckpt``
+at the end of the current step, every rank at the same step), which puts the run back in the queue, and
+returns the same task, which submitit requeues (``scontrol requeue``). The requeued task resumes from the
+checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -29,15 +33,15 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from ablate.config import RunConfig
-from ablate.execute.devices import quiet_threads, usable_cpus
+from ablate.execute.devices import Slot, quiet_threads, usable_cpus
+from ablate.execute.executor import TRAIN_JOB
+from ablate.execute.job_function import JobContext, JobFunction, JobInterrupted, load_job, run_job
 from ablate.execute.last_attempt import ERROR_FILE, finished_result
 from ablate.execute.lifecycle import Ended, Lifecycle
-from ablate.execute.locks import RunLock
-from ablate.execute.messages import Job, StepRow
+from ablate.execute.messages import Failed, Finished, Interrupted, Job, JobEvent, JobOutcome, PoolJob, Started
 from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import TASK
 from ablate.grid.identity import check_current
-from ablate.result import RunResult
 from ablate.runner import RunInterrupted, run_one
 from ablate.store import Store
 
@@ -54,143 +58,176 @@ class TaskResult(TypedDict):
     train_loss: NotRequired[float | int | None]
 
 
-class _Outcome(TypedDict, total=False):
-    """What the training thread hands the main thread: the result, or the error and its traceback; and the
-    run's end once recorded."""
+class TaskFailed(Exception):
+    """The run's job failed (recorded in the store and the run's ``error.txt``): the Slurm job fails too."""
 
-    result: RunResult
-    error: BaseException
-    traceback: str
-    ended: Ended
+
+@dataclass
+class _Running:
+    """The job running in this process: its thread and stop flag, how it ended (its last event; on rank 0
+    also as recorded), and the error of a ``send`` that broke."""
+
+    thread: threading.Thread
+    stop: threading.Event
+    end: JobEvent | None = None
+    ended: Ended | None = None
+    broke: BaseException | None = None
 
 
 class SlurmTask(Checkpointable):
-    """The callable each array task runs: ``SlurmTask(home=, store=)(job)`` with ``job`` a ``messages.Job``.
+    """The callable each array task runs: ``SlurmTask(home=, store=, job_fn=)(job)`` with ``job`` a
+    ``messages.Job``.
 
-    Only ``home``, ``store``, ``grace_s``, ``grid``, ``mlflow`` and ``experiment`` are pickled; the training
-    thread, its stop event and the lifecycle live in the running process only. With ``mlflow`` the run is
-    mirrored live into ``experiment`` (None: the grid's own MLflow experiment; the tracking store must be
-    reachable from the nodes, as the store is).
+    Only ``home``, ``store``, ``grace_s``, ``grid``, ``mlflow``, ``experiment`` and ``job_fn`` are pickled;
+    the job's thread, its stop flag and the lifecycle live in the running process only. With ``mlflow`` the
+    run is mirrored live into ``experiment`` (None: the grid's own MLflow experiment; the tracking store must
+    be reachable from the nodes, as the store is).
     """
 
     def __init__(self, *, home: str, store: str, grace_s: float = 75.0, grid: str = "", mlflow: bool = False,
-                 experiment: str | None = None):
+                 experiment: str | None = None, job_fn: str = TRAIN_JOB):
         self.home, self.store, self.grace_s, self.grid, self.mlflow = home, store, grace_s, grid, mlflow
-        self.experiment = experiment
+        self.experiment, self.job_fn = experiment, job_fn
         self._reset()
 
     def _reset(self) -> None:
         self._lifecycle: Lifecycle | None = None
-        self._stop: threading.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._outcome: _Outcome = {}
+        self._running: _Running | None = None
 
     def __getstate__(self) -> dict[str, object]:
         return {"home": self.home, "store": self.store, "grace_s": self.grace_s, "grid": self.grid,
-                "mlflow": self.mlflow, "experiment": self.experiment}
+                "mlflow": self.mlflow, "experiment": self.experiment, "job_fn": self.job_fn}
 
     def __setstate__(self, state: Mapping[str, object]) -> None:
-        self.__dict__.update({"experiment": None, **state})  # a task pickled before the experiment was
+        # a task pickled before the experiment or the job function was (a requeued job of an older ablate)
+        self.__dict__.update({"experiment": None, "job_fn": TRAIN_JOB, **state})
         self._reset()
 
     # ------------------------------------------------------------ the task
     def __call__(self, job: Job) -> TaskResult:
-        """Train ``job``'s run (resuming from its checkpoint); return ``{"outcome", "status", ...}``."""
+        """Run ``job``'s job function (resuming from its checkpoint); ``{"outcome", "status", ...}``."""
         env = submitit.JobEnvironment()
-        rank, job_id = env.global_rank, env.job_id
+        os.environ.update(quiet_threads())  # before the job's module loads torch (and OpenMP)
+        fn, prepare = load_job(self.job_fn)
+        slot = _slot()
+        if prepare is not None:
+            prepare(slot)  # the model's: torch's threads, the CPUs this task may use
+        if env.global_rank != 0:
+            return self._other_rank(job, fn, slot)
         run_id, run_dir = job.run_id, Path(job.run_dir)
-        _use_allocated_cpus()
-        if rank != 0:
-            return self._train(job, None)
-        lifecycle = self._lifecycle = self._open()
-        lock = RunLock(run_dir)
+        lifecycle = self._lifecycle = self._open(env.job_id)
         try:
             status = lifecycle.store.statuses(run_ids=[run_id]).get(run_id)
             if status in ("done", "diverged"):
                 return {"outcome": "skipped", "status": status}
             if finished_result(run_dir) is not None:  # trained, but never recorded
                 return {"outcome": "reused", "status": lifecycle.finished(run_id).kind}
-            if not lock.acquire():
-                return {"outcome": "busy"}  # another process on this node trains it
-            lifecycle.claim(run_id, device=_device_label(job), config=job.config, job=("slurm", job_id))
-            return self._train(job, lifecycle)
+            lifecycle.expect(job)
+            return self._rank_zero(job, fn, slot, lifecycle)
         finally:
-            lock.release()
             lifecycle.close()
             lifecycle.store.close()
 
-    def _open(self) -> Lifecycle:
+    def _open(self, job_id: str | None = None) -> Lifecycle:
         mirror = None
         if self.mlflow and self.grid:
             mirror = MirrorThread(home=Path(self.home), grid=self.grid, experiment=self.experiment)
         # no patience: the task trains on while the store is away, and its result waits in the run directory
-        return Lifecycle(Store.open(self.store), home=Path(self.home), mirror=mirror, patience_s=None)
+        return Lifecycle(Store.open(self.store), home=Path(self.home), mirror=mirror, patience_s=None,
+                         job=("slurm", job_id) if job_id else None)
 
-    def _train(self, job: Job, lifecycle: Lifecycle | None) -> TaskResult:
-        """Run ``run_one`` in a thread (so the main thread can take Slurm's signal) and record its outcome."""
-        run_id, run_dir = job.run_id, Path(job.run_dir)
-        config = RunConfig.model_validate(job.config)
-        self._stop, outcome = threading.Event(), self._outcome
+    def _rank_zero(self, job: Job, fn: JobFunction, slot: Slot, lifecycle: Lifecycle) -> TaskResult:
+        """Run the job, its events recorded through ``lifecycle``; what it did, or TaskFailed."""
+        run_dir = Path(job.run_dir)
+        error_file = run_dir / ERROR_FILE
+        before = _stat(error_file)  # the job's own error.txt, if it writes one, is newer
+        device = _device_label(job)
 
-        def on_step(m: StepRow) -> None:
-            if lifecycle is not None:
-                lifecycle.progress(run_id, [m])
+        def record(event: JobEvent) -> Ended | None:
+            if isinstance(event, Started):
+                event = replace(event, device=device)  # Slurm's words: 2xcuda for a run on two devices
+            if isinstance(event, Failed) and _stat(error_file) == before:
+                with contextlib.suppress(OSError):  # a full disk: the store has the traceback
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    error_file.write_text(f"{event.error}\n\n{event.traceback}".rstrip() + "\n")
+            return lifecycle.record(event)
+
+        running = self._run(job, fn, slot, record, lifecycle)
+        end, ended = running.end, running.ended
+        if isinstance(end, Failed):
+            raise TaskFailed(f"run {job.run_id}: {end.error} (its traceback: {error_file})")
+        if ended is None or ended.kind == "interrupted":
+            return {"outcome": "interrupted"}  # reached when stopped without Slurm's signal
+        if ended.kind == "busy":
+            return {"outcome": "busy"}  # another process on this node trains it
+        reused = isinstance(end, Finished) and getattr(end.outcome, "kind", None) == "reused"
+        result = ended.result
+        return {"outcome": "reused" if reused else "trained", "status": ended.kind,
+                "resumed_from": result.resumed_from if result is not None else None,
+                "train_loss": result.summary.get("train_loss") if result is not None else None}
+
+    def _other_rank(self, job: Job, fn: JobFunction, slot: Slot) -> TaskResult:
+        """A rank other than 0 of a multi-task run: the same job beside rank 0's, recording nothing (the
+        model's is ``run_one`` alone: rank 0's ``train`` holds the run's lock and writes its log)."""
+        running = self._run(job, _train_rank if self.job_fn == TRAIN_JOB else fn, slot, lambda _: None, None)
+        end = running.end
+        if isinstance(end, Failed):
+            raise TaskFailed(f"run {job.run_id}: {end.error}\n\n{end.traceback}")
+        if not isinstance(end, Finished):
+            return {"outcome": "interrupted"}
+        return {"outcome": "trained", "status": str(getattr(end.outcome, "status", ""))}
+
+    def _run(self, job: Job, fn: JobFunction, slot: Slot, record: Callable[[JobEvent], Ended | None],
+             lifecycle: Lifecycle | None) -> _Running:
+        """``run_job(fn, job)`` in a thread, so the main thread stays free for Slurm's signal; each event goes
+        to ``record`` (rank 0: the lifecycle). Returns once the job has ended."""
+        stop = threading.Event()
+
+        def send(event: JobEvent) -> None:
+            if isinstance(event, Finished | Failed | Interrupted):
+                running.end = event
+            if (ended := record(event)) is not None:
+                running.ended = ended
 
         def target() -> None:
             try:
-                outcome["result"] = run_one(config, run_dir, run_id=run_id, on_step=on_step, stop=self._stop,
-                                            check_inputs=check_current)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                outcome["error"], outcome["traceback"] = exc, traceback.format_exc()
+                run_job(fn, job, JobContext(job.run_id, slot, stop, send), send)
+            except BaseException as exc:  # noqa: BLE001 - recording broke: handed to the main thread
+                running.broke = exc
 
-        self._thread = threading.Thread(target=target, name=f"train-{run_id}", daemon=True)
-        self._thread.start()
-        while self._thread.is_alive():
-            self._thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
+        thread = threading.Thread(target=target, name=f"train-{job.run_id}", daemon=True)
+        running = self._running = _Running(thread, stop)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
             if lifecycle is not None:
                 lifecycle.tick()  # MLflow run ids; writes kept while the store was away
                 lifecycle.recorder.watch(lambda _, text: log.warning("%s", text), TASK)
-        error = outcome.get("error")
-        if isinstance(error, RunInterrupted):
-            return {"outcome": "interrupted"}  # only reached when stopped without a signal (another rank)
-        if error is not None:
-            if lifecycle is not None:
-                (run_dir / ERROR_FILE).write_text(outcome["traceback"])
-                lifecycle.failed(run_id, f"{type(error).__name__}: {error}", outcome["traceback"])
-            raise error
-        result = outcome["result"]
-        if lifecycle is None:
-            return {"outcome": "trained", "status": str(result.status)}
-        ended = self._finished(run_id)
-        return {"outcome": "trained", "status": ended.kind, "resumed_from": result.resumed_from,
-                "train_loss": result.summary.get("train_loss")}
+        if running.broke is not None:
+            raise running.broke
+        return running
 
     # ------------------------------------------------------------ preemption / time-out
     def checkpoint(self, job: Job) -> DelayedSubmission:
-        """Called by submitit on rank 0 when Slurm's signal arrives: stop the training at the end of its step
-        (it saves ``last.ckpt``), put the run back in the queue, and hand back the same task to requeue."""
-        thread, stop = self._thread, self._stop
-        if thread is not None and stop is not None and thread.is_alive():
+        """Called by submitit on rank 0 when Slurm's signal arrives: stop the job (the model's saves
+        ``last.ckpt`` at the end of its step), which puts the run back in the queue, and hand back the same
+        task to requeue."""
+        running = self._running
+        if running is not None and running.thread.is_alive():
             log.warning("preempted or out of time: saving a checkpoint of %s", job.run_id)
-            stop.set()
-            thread.join(self.grace_s)
-            if thread.is_alive():
-                log.error("the training did not stop within %.0f s; the requeued task resumes from the last "
+            running.stop.set()
+            running.thread.join(self.grace_s)
+            if running.thread.is_alive():
+                log.error("the job did not stop within %.0f s; the requeued task resumes from its last "
                           "periodic checkpoint", self.grace_s)
-        if "result" not in self._outcome:  # not finished: back to the queue until the requeued task starts
+        ended = running.ended if running is not None else None
+        # not ended (or it failed as the signal came): back to the queue until the requeued task starts it;
+        # finished just before the signal, the requeued task finds it done
+        if ended is None or ended.kind == "failed":
             self._requeue(job.run_id)
-        elif self._lifecycle is not None and "ended" not in self._outcome:
-            # it finished just before the signal: recorded now, not when the requeued task starts (which then
-            # finds it done)
-            self._finished(job.run_id)
-            self._lifecycle.close(flush_s=5.0)
+        elif self._lifecycle is not None:
+            self._lifecycle.close(flush_s=5.0)  # submitit exits the process once this returns
         return DelayedSubmission(self, job)
-
-    def _finished(self, run_id: str) -> Ended:
-        """Record the finished run, once: at the training's end, or on Slurm's signal just after it."""
-        assert self._lifecycle is not None
-        self._outcome["ended"] = ended = self._lifecycle.finished(run_id)
-        return ended
 
     def _requeue(self, run_id: str) -> None:
         try:
@@ -201,17 +238,40 @@ class SlurmTask(Checkpointable):
             log.warning("could not mark %s queued: %s", run_id, exc)
 
 
-def _use_allocated_cpus() -> None:
-    """Give torch the CPUs this task may use (``--cpus-per-task``, its cpuset), not every core of the node,
-    and OpenMP threads that sleep when they wait on a node already oversubscribed (``devices.quiet_threads``;
-    read when torch loads OpenMP)."""
-    os.environ.update(quiet_threads())
-    import torch
+def _train_rank(job: PoolJob, ctx: JobContext) -> JobOutcome:
+    """The model's job on a rank other than 0: ``run_one`` beside rank 0's (which reports the steps and holds
+    the run's lock)."""
+    assert isinstance(job, Job), job
+    config = RunConfig.model_validate(job.config)
+    try:
+        result = run_one(config, Path(job.run_dir), run_id=job.run_id, stop=ctx.stop,
+                         check_inputs=check_current)
+    except RunInterrupted as exc:
+        raise JobInterrupted(str(exc)) from None
+    return JobOutcome("trained", status=str(result.status))
 
-    torch.set_num_threads(usable_cpus())
+
+def _slot() -> Slot:
+    """Where this task's job runs: the GPUs Slurm gave it (``CUDA_VISIBLE_DEVICES``, numbered from 0 in this
+    process) or the CPU, with the CPUs it may use (``--cpus-per-task``, its cpuset) as its threads."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip() and d != "-1"]
+    device = "cuda:" + ",".join(str(i) for i in range(len(visible))) if visible else "cpu"
+    return Slot(0, device, usable_cpus())
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    """``path``'s modification time and size (None: no such file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _device_label(job: Job) -> str:
-    devices = int(job.config.get("train", {}).get("devices", 1))
+    """The store's ``device`` of a running run: ``cpu``, ``cuda``, or ``2xcuda`` for a run over two
+    (``train.devices``; a config without a ``train`` section, a command's, takes one)."""
+    train = job.config.get("train")
+    devices = int(train.get("devices", 1)) if isinstance(train, Mapping) else 1
     kind = "cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") not in (None, "", "-1") else "cpu"
     return kind if devices == 1 else f"{devices}x{kind}"
