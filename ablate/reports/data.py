@@ -18,6 +18,7 @@ import pandas as pd
 
 from ablate.ablations import VARIANTS, ModelConfig, added_params
 from ablate.errors import AblateError, UserInputError, one_of
+from ablate.metrics import SUMMARY
 from ablate.provenance import spread_warning
 from ablate.reports.configs import one_configuration
 from ablate.reports.rows import context_key
@@ -125,6 +126,10 @@ def own_outcomes(runs: pd.DataFrame) -> tuple[str, dict[str, str | None]]:
             out.setdefault(metric_name, str(better) if better in ("lower", "higher") else None)
     for name in runs.attrs.get(OWN_METRICS, []):
         out.setdefault(str(name), None)
+    done = mine[mine["status"] == "done"]
+    for m in SUMMARY:  # what the command reported under a name ablate.metrics declares (train_loss)
+        if not m.family and m.compare is not None and m.name in done.columns and done[m.name].notna().any():
+            out.setdefault(m.name, m.better)
     return COMMAND, out
 
 

@@ -101,9 +101,9 @@ def test_status(filled: str) -> None:
 
 def test_ingest_and_db_upgrade(store_url: str, tmp_path) -> None:  # noqa: ANN001
     out = invoke("db", "upgrade", "--store", store_url)
-    assert out.exit_code == 0 and "schema upgraded from empty to 0008" in out.stdout
+    assert out.exit_code == 0 and "schema upgraded from empty to 0009" in out.stdout
     out = invoke("db", "upgrade", "--store", store_url)
-    assert out.exit_code == 0 and "schema already at 0008" in out.stdout
+    assert out.exit_code == 0 and "schema already at 0009" in out.stdout
     runs = tmp_path / "runs"
     for i in range(3):
         write_result(result(i), runs / planned(i).run_id)

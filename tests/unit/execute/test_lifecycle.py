@@ -10,7 +10,6 @@ import multiprocessing as mp
 import os
 import re
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -414,36 +413,3 @@ def test_every_executor_says_a_full_store_is_full(tmp_path, wording, expected):
             f"the store {recorder.where} has been full (no space left on its disk) for "
         )
     store.close()
-
-
-@pytest.mark.parametrize("finished", [True, False], ids=["finished-before-the-signal", "mid-run"])
-def test_slurms_signal_records_a_run_that_just_finished_and_requeues_one_that_did_not(tmp_path, finished):
-    """SlurmTask.checkpoint, as submitit calls it on Slurm's SIGUSR2: a run whose training thread had already
-    ended with its result.json is recorded done at once (not left ``running`` until the requeued task starts);
-    a run still training is put back in the queue. Both hand back the same task to requeue."""
-    from submitit.helpers import DelayedSubmission
-
-    from ablate.execute.slurm.task import SlurmTask
-    from ablate.store import Store
-
-    home, url = tmp_path / "home", f"sqlite:///{tmp_path / 'ablate.db'}"
-    with Store.open(url) as store:
-        store.register_grid(name="g", text="name: g", runs=[planned(0)])
-    task = SlurmTask(home=str(home), store=url)
-    lifecycle = task._lifecycle = task._open()
-    lifecycle.claim("run000", device="cpu", config=planned(0).config.model_dump(mode="json"))
-    task._thread = threading.Thread(target=lambda: None)
-    task._thread.start()
-    task._thread.join()
-    task._stop = threading.Event()
-    if finished:
-        write_result(result(0), run_dir(home, "run000"))
-        task._outcome["result"] = object()
-    job = Job("run000", str(run_dir(home, "run000")), planned(0).config.model_dump(mode="json"))
-    assert isinstance(task.checkpoint(job), DelayedSubmission)
-    lifecycle.close()
-    with Store.open(url) as store:
-        assert store.statuses(run_ids=["run000"]) == {"run000": "done" if finished else "queued"}
-        if finished:
-            assert store.runs_frame(run_ids=["run000"])["val_ppl"].tolist() == [10.0]
-    lifecycle.store.close()

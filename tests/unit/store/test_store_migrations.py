@@ -99,7 +99,7 @@ def test_store_from_a_newer_ablate_is_a_clear_error(store_url: str) -> None:
         upgrade(engine)
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-        with pytest.raises(StoreError, match="from schema revision 0099 to 0008.*another ablate version"):
+        with pytest.raises(StoreError, match="from schema revision 0099 to 0009.*another ablate version"):
             Store.open(store_url)
     finally:
         engine.dispose()
@@ -168,6 +168,35 @@ def test_a_slurm_job_becomes_the_runs_executor_job_and_goes_back_on_downgrade(st
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT run_id, slurm_job_id FROM runs ORDER BY run_id")).all() == [
                 ("l1", None), ("s1", "1234_5")]
+
+
+def test_runs_made_before_trainers_stay_the_models_and_nothing_retrains(store_url: str) -> None:
+    """Migration 0009: ``runs.trainer`` and ``runs.trainer_params``; a row from before is ablate's own model's
+    (``trainer`` NULL), keeps its status and values, and goes back on downgrade."""
+    from alembic import command
+
+    from ablate.store.migrate import _sqlite_foreign_keys_off, alembic_config
+
+    engine, _ = make_engine(store_url)
+    try:
+        upgrade(engine, "0008")
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO runs (run_id, config, variant, seed, status, created, val_ppl) VALUES ('m1', "
+                "'{\"variant\": \"baseline\", \"seed\": 0}', 'baseline', 0, 'done', '2024-05-01 12:00:00', "
+                "41.5)"))
+    finally:
+        engine.dispose()
+    with Store.open(store_url) as store:
+        frame = store.runs_frame().set_index("run_id")
+        assert frame.loc["m1", ["status", "val_ppl"]].tolist() == ["done", 41.5]
+        assert store.statuses(run_ids=["m1"]) == {"m1": "done"}
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT trainer, trainer_params FROM runs")).all() == [(None, None)]
+        assert _schema_diff(store.engine) == []
+        with store.engine.connect() as conn, _sqlite_foreign_keys_off(conn), conn.begin():
+            command.downgrade(alembic_config(conn), "0008")
+        assert "trainer" not in {c["name"] for c in inspect(store.engine).get_columns("runs")}
 
 
 def test_the_head_read_from_the_scripts_is_alembics() -> None:

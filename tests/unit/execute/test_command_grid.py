@@ -1,0 +1,189 @@
+"""A command grid end to end through the CLI, on a real training script (tests/command_scripts.py): plan, run,
+the stored values against what the script printed, compare's paired delta against the arithmetic on them,
+--until-resolved adding seeds, Ctrl-C leaving no process, and the bad input that is one line at plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from command_scripts import command_grid, live_marked
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.result import read_result
+from ablate.store import Store
+
+ABLATE = str(Path(sys.executable).with_name("ablate"))
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def frame(home: Path, grid: str):
+    with Store.open(home=home) as store:
+        return store.runs_frame(grid=grid).set_index("run_id")
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """The toy grid (two arms x 3 seeds) run to the end on two workers."""
+    root = tmp_path_factory.mktemp("command")
+    path = command_grid(root, seeds=[0, 1, 2])
+    home = root / "home"
+    result = invoke("run", str(path), "--jobs", "2", "--home", str(home), "--no-mlflow")
+    return root, path, home, result
+
+
+def test_plan_lists_the_runs_with_their_arms_and_seeds(tmp_path):
+    path = command_grid(tmp_path, seeds=[0, 1])
+    out = invoke("plan", str(path), "--home", str(tmp_path / "home"), "--format", "json")
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert '"trainer": "command"' in out.output
+    runs = [line for line in lines if '"run_id"' in line]
+    assert len(runs) == 4 and sum('"variant": "gated"' in r for r in runs) == 2
+    assert not (tmp_path / "home").exists()  # planning makes nothing
+
+
+def test_each_stored_value_is_what_the_script_printed(ran):
+    _, _, home, result = ran
+    assert result.exit_code == 0, result.output
+    runs = frame(home, "toy")
+    assert len(runs) == 6 and set(runs["status"]) == {"done"}
+    for run_id, row in runs.iterrows():
+        log = (home / "runs" / str(run_id) / "train.log").read_text()
+        printed = [(int(s), float(v)) for s, v in re.findall(r"step (\d+): val ([\d.]+)", log)]
+        assert printed and row["val_loss"] == printed[-1][1]  # the last value is the run's
+        assert row["steps"] == printed[-1][0]
+        with Store.open(home=home) as store:
+            curve = store.curves(run_ids=[str(run_id)], metrics=["val_loss"])
+        assert list(zip(curve["step"], curve["value"], strict=True)) == printed  # the whole stream, by step
+        assert read_result(home / "runs" / str(run_id)).config["trainer"] == "command"
+
+
+def test_compare_reads_the_objective_and_its_delta_is_the_arithmetic(ran):
+    _, _, home, _ = ran
+    out = invoke("report", "compare", "--home", str(home), "--format", "json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    rows = data["comparisons"]
+    assert [(r["arm"], r["metric"]) for r in rows] == [("gated", "val_loss")]  # the objective, by default
+    runs = frame(home, "toy")
+    by = {(r["variant"], int(r["seed"])): float(r["val_loss"]) for _, r in runs.iterrows()}
+    deltas = [by[("gated", s)] - by[("baseline", s)] for s in (0, 1, 2)]
+    assert rows[0]["delta"] == pytest.approx(sum(deltas) / 3, abs=1e-12)
+    assert rows[0]["n"] == 3
+
+
+def test_the_paper_tables_say_in_one_line_they_are_for_the_model(ran):
+    _, _, home, _ = ran
+    out = invoke("report", "table1", "--home", str(home))
+    assert out.exit_code == 2
+    assert out.output.startswith("error: ablate report table1 is for grids of ablate's own model; this is a "
+                                 "command grid (trainer: command)")
+    assert out.output.count("\n") == 1
+
+
+def test_a_rerun_trains_nothing(ran):
+    _, path, home, _ = ran
+    before = frame(home, "toy")
+    out = invoke("run", str(path), "--home", str(home), "--no-mlflow")
+    assert out.exit_code == 0, out.output
+    after = frame(home, "toy")
+    assert (after["finished"] == before["finished"]).all()
+
+
+def test_until_resolved_adds_seeds_for_an_open_comparison(tmp_path):
+    # gated's effect (-0.002 on average) is far below the seeds' spread: every look stays open
+    path = command_grid(tmp_path, seeds=[0, 1], effect=-0.002)
+    home = tmp_path / "home"
+    out = invoke("run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2", "--until-resolved",
+                 "--compare", "gated", "--max-seeds", "4")
+    assert out.exit_code == 0, out.output
+    runs = frame(home, "toy")
+    assert sorted(set(runs["seed"])) == [0, 1, 2, 3]  # two seeds added to both arms
+    assert len(runs) == 8 and set(runs["status"]) == {"done"}
+    assert "val_loss, paired t over seeds" in out.output  # the objective, by default
+    assert "gated vs baseline" in out.output
+
+
+def test_until_resolved_with_an_unknown_arm_is_one_line(tmp_path):
+    path = command_grid(tmp_path, seeds=[0, 1])
+    home = tmp_path / "home"
+    out = invoke("run", str(path), "--home", str(home), "--until-resolved", "--compare", "gatd")
+    assert out.exit_code == 2
+    assert "unknown variant 'gatd' (did you mean 'gated'?)" in out.output and out.output.count("\n") == 1
+    assert not home.exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"cwd": "nowhere"}, "trainer.cwd: no such folder"),
+    ({"program": "no-such-trainer-program"}, "trainer.command: the program 'no-such-trainer-program' is not "
+                                             "on PATH"),
+    ({"regex": "step (?P<step>\\d+: val"}, "the regex does not compile"),
+    ({"regex": "step (?P<step>\\d+): val (?P<val>[\\d.]+)"}, "the regex has no group named 'val_loss'"),
+])
+def test_bad_input_is_one_line_at_plan_and_nothing_is_written(tmp_path, change, message):
+    path = command_grid(tmp_path, seeds=[0], **change)
+    home = tmp_path / "home"
+    for command in ("plan", "run"):
+        out = invoke(command, str(path), "--home", str(home))
+        assert out.exit_code == 2, out.output
+        assert message in out.output and out.output.startswith("error: "), out.output
+        assert out.output.count("\n") == 1, out.output
+    assert not home.exists()
+
+
+def test_a_crashing_script_is_a_failed_run_with_its_stderr(tmp_path):
+    path = command_grid(tmp_path, seeds=[0], crash=True)
+    home = tmp_path / "home"
+    out = invoke("run", str(path), "--home", str(home), "--no-mlflow")
+    assert out.exit_code == 1
+    assert "ablate/" not in out.output  # no traceback of ablate's: the script's is quoted in its run's error
+    runs = frame(home, "toy")
+    assert set(runs["status"]) == {"failed"}
+    for error in runs["error"]:
+        assert error.startswith("the command exited with status 1; its stderr ended: Traceback")
+        assert "RuntimeError: the toy script was asked to crash" in error
+
+
+def test_exit_0_without_the_objective_fails_and_says_what_it_printed(tmp_path):
+    path = command_grid(tmp_path, seeds=[0], regex=r"epoch (?P<step>\d+): val (?P<val_loss>[\d.]+)")
+    home = tmp_path / "home"
+    out = invoke("run", str(path), "--home", str(home), "--no-mlflow")
+    assert out.exit_code == 1
+    for error in frame(home, "toy")["error"]:
+        assert error.startswith("the objective 'val_loss' was never reported: the pattern matched no line; "
+                                "the output began: 'step 1: val ")
+
+
+def test_ctrl_c_stops_the_commands_and_their_children_and_requeues(tmp_path):
+    marker = f"ablate-toy-{os.getpid()}-{time.monotonic_ns()}"
+    path = command_grid(tmp_path, seeds=[0, 1], steps=10_000, sleep=0.05, children=2, marker=marker)
+    home = tmp_path / "home"
+    proc = subprocess.Popen([ABLATE, "run", str(path), "--jobs", "2", "--home", str(home), "--no-mlflow"],
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(live_marked(marker)) < 2 * 3:  # two commands, each with its two children
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the whole foreground group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert live_marked(marker) == []  # no command, no child left
+    runs = frame(home, "toy")
+    assert set(runs["status"]) == {"queued"}  # nothing failed: the next run starts them again
