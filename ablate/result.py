@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -115,6 +116,25 @@ class RunResult(BaseModel):
     device: str | None = None
     error: str | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
+
+    def curves(self) -> Iterator[tuple[str, list[float | None], list[float | None]]]:
+        """Each curve as ``(name, steps, values)``: its own steps (``name@step``), else for a ``val_`` curve
+        ``val_step``, else ``step`` (the first of the same length); by position when the result has no
+        steps at all. A curve whose length matches none is a StoreError (the file is inconsistent)."""
+        metrics = self.metrics
+        steps, val_steps = metrics.get("step"), metrics.get("val_step")
+        for name, values in metrics.items():
+            if name in ("step", "val_step") or name.endswith(STEP_KEY):
+                continue
+            candidates = [metrics.get(name + STEP_KEY)]
+            candidates += [val_steps, steps] if name.startswith("val_") else [steps]
+            idx = next((c for c in candidates if c is not None and len(c) == len(values)), None)
+            if idx is None and steps is None and val_steps is None:
+                idx = [float(i) for i in range(len(values))]
+            if idx is None:
+                raise StoreError(f"result of run {self.run_id}: metric {name!r} has {len(values)} values for "
+                                 f"{len(steps or [])} steps")
+            yield name, idx, values
 
     @model_validator(mode="after")
     def _summary_keys(self) -> RunResult:

@@ -37,9 +37,9 @@ def cancel_cmd(
 
     name = str(grid)  # a name in the store (quickstart/tune), unless it names a grid file
     if grid.suffix in (".yaml", ".yml") or grid.is_file():
-        from ablate.grid import load_grid
+        from ablate.grid.planning import grid_name
 
-        name = load_grid(grid, sets or ()).name
+        name = grid_name(grid, sets or ())
     with open_store(home, store) as opened:
         report = cancel_grid(opened, name, wait_s=wait)
     for line in report.lines():

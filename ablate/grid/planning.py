@@ -69,6 +69,13 @@ def grid_trainer(path: str | Path) -> Trainer:
         return TRAINERS[MODEL]
 
 
+def grid_name(path: str | Path, sets: Sequence[str] = ()) -> str:
+    """The name a grid file (of any trainer) registers under."""
+    if grid_trainer(path).name == COMMAND:
+        return load_command_grid(path).name
+    return load_grid(path, sets).name
+
+
 def grid_objective(path: str | Path) -> tuple[str | None, list[str] | None]:
     """A grid file's objective metric and the metrics its trainer names (a command grid's: a regex's groups;
     None when not known before a run); ``(None, None)`` for a grid of ablate's own model."""

@@ -39,6 +39,9 @@ def export_run(home: str | os.PathLike[str], run_id: str, out: str | os.PathLike
         raise UserInputError(f"--out {out}: exists and is not a folder")
     run_dir = layout.find_run_dir(home, run_id)  # a run id or its first characters, as show and diff take
     run_id = run_dir.name
+    if (run_dir / RESULT_FILE).is_file() and (kind := read_result(run_dir).config.get("trainer")) is not None:
+        raise UserInputError(f"run {run_id}: ablate export is for runs of ablate's own model; this run was "
+                             f"trained by a {kind} trainer (its grid's trainer: section)")
     model, tokenizer, config = load_run_model(run_dir)
     cfg = apply_variant(config.model, config.variant)
     target = hf_target(cfg)  # refuses, before anything is written, what no transformers class can express

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ablate.errors import UserInputError, did_you_mean
 from ablate.store.api import Store
+from ablate.trainers.registry import TRAINERS, trainer_of
 
 FINISHED = ("done", "diverged")
 
@@ -22,12 +23,19 @@ def select_runs(store: Store, run_ids: Sequence[str], grid: str | None, *, finis
     """The finished runs to score: ``run_ids`` (each must be known and ``finished``), else the ``finished``
     runs of ``grid``. A UserInputError says what is wrong."""
     require_choice(run_ids, grid)
+    what = command.split("`")[1] if command.count("`") >= 2 else command  # "ablate eval"
     if grid:
         if grid not in store.grids():
             raise UserInputError(f"no grid {grid!r} in the store{did_you_mean(grid, store.grids())}")
         frame = store.runs_frame(grid=grid)
+        for kind in set(frame["trainer"]) if "trainer" in frame.columns else ():
+            if isinstance(kind, str) and not TRAINERS[kind].model_commands:
+                raise UserInputError(TRAINERS[kind].refusal(what))
         return [r for r, s in zip(frame["run_id"], frame["status"], strict=True) if s in finished]
     run_ids = [store.resolve_run(ref) for ref in run_ids]  # ids or their first characters, as show takes
+    for rid in run_ids:
+        if not (trainer := trainer_of(store.run_config(rid))).model_commands:
+            raise UserInputError(f"run {rid}: " + trainer.refusal(what))
     statuses = store.statuses(run_ids=run_ids)
     for rid in run_ids:
         if statuses[rid] not in finished:

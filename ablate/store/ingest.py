@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from ablate.errors import StoreError
 from ablate.metrics import COLUMNS
-from ablate.result import STEP_KEY, RunResult, curve_step
+from ablate.result import RunResult, curve_step
 from ablate.store.records import CHUNK, config_columns, id_version, number, update_run, upsert, utcnow
 from ablate.store.schema import Event, Histogram, Metric, Probe, Run, Score
 
@@ -83,21 +83,8 @@ def ingest(session: Session, result: RunResult) -> str:
 
 
 def _metric_rows(result: RunResult) -> list[dict[str, Any]]:
-    metrics = result.metrics
-    steps = metrics.get("step")
-    val_steps = metrics.get("val_step")
     rows: list[dict[str, Any]] = []
-    for name, values in metrics.items():
-        if name in ("step", "val_step") or name.endswith(STEP_KEY):
-            continue
-        candidates = [metrics.get(name + STEP_KEY)]
-        candidates += [val_steps, steps] if name.startswith("val_") else [steps]
-        idx = next((c for c in candidates if c is not None and len(c) == len(values)), None)
-        if idx is None and steps is None and val_steps is None:
-            idx = list(range(len(values)))
-        if idx is None:
-            raise StoreError(f"result of run {result.run_id}: metric {name!r} has {len(values)} values for "
-                             f"{len(steps or [])} steps")
+    for name, idx, values in result.curves():
         rows.extend({"run_id": result.run_id, "name": name, "step": curve_step(result.run_id, s),
                      "value": number(v, float)}
                     for s, v in zip(idx, values, strict=True))

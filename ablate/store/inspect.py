@@ -20,10 +20,8 @@ from pydantic import ValidationError
 
 from ablate.config import RunConfig, total_steps
 from ablate.grid.ids import minimal
-from ablate.metrics import metric
-from ablate.metrics import order as summary_order
 from ablate.provenance import differing
-from ablate.store.queries import eta_seconds
+from ablate.store.queries import eta_seconds, result_columns
 from ablate.store.records import flatten
 from ablate.store.render import _cell
 
@@ -35,28 +33,24 @@ LIFECYCLE = ("status", "grid", "variant", "seed", "host", "device", "started", "
              "heartbeat_step", "resumed_from", "mlflow_run_id", "executor", "job_id", "error")
 
 
-def _resolved(store: Store, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
-    """``(row, flat config, RunConfig or None)`` of one run; the config re-read by today's code when it can
-    be."""
+def _resolved(store: Store, run_id: str) -> tuple[dict[str, Any], dict[str, Any], Any, dict[str, Any]]:
+    """``(row, flat config, RunConfig or None, results)`` of one run; the config re-read by today's code when
+    it can be; the results are its summary metrics and those its trainer named (``result_columns``)."""
     frame = store.runs_frame(run_ids=[run_id])
     row = {c: _cell(v) for c, v in frame.iloc[0].items()}
+    results = {k: row[k] for k in result_columns(frame) if row.get(k) is not None}
     stored = store.run_config(run_id)
     try:
         config = RunConfig.model_validate(stored)
     except (ValidationError, ValueError):
-        return row, flatten(stored), None
-    return row, flatten(config.model_dump(mode="json")), config
-
-
-def _results(row: dict[str, Any]) -> dict[str, Any]:
-    keys = [k for k in summary_order(list(row)) if metric(k) is not None]
-    return {k: row[k] for k in keys if row.get(k) is not None}
+        return row, flatten(stored), None, results
+    return row, flatten(config.model_dump(mode="json")), config, results
 
 
 def show(store: Store, ref: str, *, curve_points: int | None = None) -> dict[str, Any]:
     """Everything ``ablate show`` prints about one run (see the module docstring)."""
     run_id = store.resolve_run(ref)
-    row, flat, config = _resolved(store, run_id)
+    row, flat, config, results = _resolved(store, run_id)
     changed = flatten(minimal(config)) if config is not None else flat
     events = store.events(run_ids=[run_id])
     curves = store.curves(run_ids=[run_id], metrics=["loss"])
@@ -65,7 +59,7 @@ def show(store: Store, ref: str, *, curve_points: int | None = None) -> dict[str
         stride = len(curve) / curve_points
         curve = [curve[int(i * stride)] for i in range(curve_points - 1)] + [curve[-1]]
     out = {"run_id": run_id, **{k: row.get(k) for k in LIFECYCLE}, "config": changed,
-           "results": _results(row),
+           "results": results,
            "events": [{"kind": k, "step": int(s), "data": d} for k, s, d in
                       zip(events["kind"], events["step"], events["data"], strict=True)],
            "curve": {"metric": "loss", "points": curve},
@@ -90,10 +84,10 @@ def diff(store: Store, a: str, b: str) -> dict[str, Any]:
     """The config fields that differ between two runs, and their results side by side (see the module
     docstring)."""
     ids = [store.resolve_run(a), store.resolve_run(b)]
-    (row_a, flat_a, _), (row_b, flat_b, _) = (_resolved(store, rid) for rid in ids)
+    (row_a, flat_a, _, res_a), (row_b, flat_b, _, res_b) = (_resolved(store, rid) for rid in ids)
     fields = sorted(k for k in {*flat_a, *flat_b} if flat_a.get(k) != flat_b.get(k))
     results = []
-    for key in [k for k in summary_order(list({*_results(row_a), *_results(row_b)}))]:
+    for key in dict.fromkeys([*res_a, *res_b]):
         va, vb = row_a.get(key), row_b.get(key)
         delta = vb - va if _number(va) and _number(vb) else None
         results.append({"metric": key, "a": va, "b": vb, "b_minus_a": delta})

@@ -193,16 +193,12 @@ def result_points(result: RunResult) -> list[Metric]:
 
     now = int(time.time() * 1000)
     curves = result.metrics
-    steps, val_steps = curves.get("step", []), curves.get("val_step", [])
+    steps = curves.get("step", [])
     out = []
-    for name, values in curves.items():
-        if name in ("step", "val_step"):
-            continue
-        xs = steps if len(values) == len(steps) else val_steps if len(values) == len(val_steps) else None
-        xs = xs if xs is not None else list(range(len(values)))
+    for name, xs, values in result.curves():
         out += [Metric(mlflow_key(name), float(v), now, curve_step(result.run_id, x))
                 for x, v in zip(xs, values, strict=True) if finite(v)]
-    last = curve_step(result.run_id, steps[-1]) if steps else 0
+    last = curve_step(result.run_id, steps[-1]) if steps else int(result.summary.get("steps") or 0)
     out += [Metric(mlflow_key(k), float(v), now, last) for k, v in result.summary.items()
             if finite(v) and k not in curves]
     for name, per_layer in result.probes.items():

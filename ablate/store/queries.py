@@ -53,6 +53,13 @@ def config_fields() -> tuple[str, ...]:
 OWN_METRICS = "own_metrics"  # runs_frame(...).attrs[OWN_METRICS]: the scores ablate.metrics does not declare
 
 
+def result_columns(frame: pd.DataFrame) -> list[str]:
+    """The results among a runs frame's columns: the summary metrics ``ablate.metrics`` declares (in their
+    order), then the metrics a trainer named itself (a command's: ``attrs[OWN_METRICS]``)."""
+    own = [c for c in frame.attrs.get(OWN_METRICS, []) if c in frame.columns]
+    return [c for c in summary_order(list(frame.columns)) if metric(c) is not None] + own
+
+
 
 def known_columns(frame: pd.DataFrame | None = None) -> list[str]:
     """Columns a ``--where`` may name: the runs table's own, every config field, and those of ``frame``."""

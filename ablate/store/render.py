@@ -12,9 +12,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import UserInputError, did_you_mean
-from ablate.metrics import metric
-from ablate.metrics import order as summary_order
-from ablate.store.queries import IDENTITY
+from ablate.store.queries import IDENTITY, result_columns
 from ablate.store.where import describe
 
 if TYPE_CHECKING:
@@ -54,7 +52,7 @@ def summary_columns(frame: pd.DataFrame, axes: Sequence[str] = ()) -> list[str]:
     """The ``ablate runs`` columns a table shows: who the run is (its grid's other ``axes`` after its
     variant), its summary metrics (ablate.metrics, in their declared order) and its error, without the other
     config fields and without all-empty columns."""
-    metrics = [c for c in summary_order(list(frame.columns)) if metric(c) is not None]
+    metrics = result_columns(frame)
     head = [c for c in IDENTITY if c != "seed"]
     varied = [a for a in axes if a not in IDENTITY]
     wanted = [*head[:head.index("variant") + 1], *varied, "seed", *head[head.index("variant") + 1:]]

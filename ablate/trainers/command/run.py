@@ -12,9 +12,9 @@ the run's result:
   command are reported at steps of their own);
 - ``events``: the objective's loss spikes and its divergence (``ablate.stats.stability``'s rules, at the
   train section's defaults), as for ablate's own runs;
-- ``status``: ``done``; ``diverged`` when the objective's last value is not finite; ``failed`` when the
-  command did not exit 0, or exited 0 without ever reporting its objective (``error`` says why, with the
-  last lines of stderr).
+- ``status``: ``done``; ``diverged`` when the objective's stream meets the divergence rule (a value that is
+  not finite, or one that stays far above its best); ``failed`` when the command did not exit 0, or exited 0
+  without ever reporting its objective (``error`` says why, with the last lines of stderr).
 
 Everything the command prints goes to the run directory's ``train.log`` as it comes.
 """
@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from ablate.result import RunEvent, RunResult, RunStatus, write_result
+from ablate.result import STEP_KEY, RunEvent, RunResult, RunStatus, write_result
 from ablate.stats.stability import DivergenceDetector, SpikeDetector
 from ablate.trainers.command.config import CommandConfig
 from ablate.trainers.command.parse import MetricsReader, Record
@@ -42,7 +42,6 @@ from ablate.trainers.command.render import RunValues, render, write_params
 log = logging.getLogger(__name__)
 
 LOG_FILE = "train.log"
-STEP_KEY = "@step"  # metrics[name + STEP_KEY]: the steps of metric name's stream
 POLL_S = 0.2  # how often the JSONL file is read and new records are handed on
 TAIL_IN_ERROR = 5  # stderr lines a failed run's error quotes
 # the stability rules' settings: the train section's defaults (ablate.config.sections.TrainConfig)
@@ -115,7 +114,7 @@ def _follow(proc: CommandProcess, reader: MetricsReader, stop: threading.Event |
         records = reader.stream.records
         if on_records is not None and len(records) > sent:
             upto = len(records)
-            on_records([_row(r) for r in records[sent:upto]])
+            on_records([_row(r, i) for i, r in enumerate(records[sent:upto], start=sent)])
             sent = upto
         if outcome is not None:
             return outcome
@@ -123,9 +122,10 @@ def _follow(proc: CommandProcess, reader: MetricsReader, stop: threading.Event |
             proc.stop("stopped by ablate")
 
 
-def _row(record: Record) -> StepRow:
+def _row(record: Record, index: int) -> StepRow:
+    """A record as a step row; one without a step is placed by its position (as its curve will be)."""
     step, values = record
-    return {"step": step, **values}
+    return {"step": index if step is None else step, **values}
 
 
 def _result(config: CommandConfig, run_id: str, reader: MetricsReader, outcome: CommandOutcome,
@@ -136,7 +136,7 @@ def _result(config: CommandConfig, run_id: str, reader: MetricsReader, outcome: 
         name: value if math.isfinite(value) else None for name, value in reader.summary().items()}
     summary["steps"] = reader.stream.last_step
     summary["wall_s"] = outcome.wall_s
-    events = _events(reader.stream.series.get(objective, []))
+    events = _events(list(_points(reader.stream.records, objective)))
     error = None
     if not outcome.ok:
         tail = " | ".join(outcome.stderr_tail[-TAIL_IN_ERROR:])
@@ -156,22 +156,30 @@ def _result(config: CommandConfig, run_id: str, reader: MetricsReader, outcome: 
                      if reader.stream.records else 0)
 
 
+def _points(records: list[Record], name: str) -> Iterator[tuple[int, float]]:
+    """``(step, value)`` of each record of metric ``name``; a record without a step is placed by its
+    position among the records (as the live rows place it: ``_row``)."""
+    for i, (step, values) in enumerate(records):
+        if name in values:
+            yield (i if step is None else step), values[name]
+
+
 def _curves(reader: MetricsReader) -> dict[str, list[float | None]]:
-    """Each metric's stream and its steps (a record without a step is placed by its position)."""
+    """Each metric's stream and its steps (``name@step``)."""
     out: dict[str, list[float | None]] = {}
-    for name, points in reader.stream.series.items():
+    for name in reader.stream.series:
+        points = list(_points(reader.stream.records, name))
         out[name] = [v if math.isfinite(v) else None for _, v in points]
-        out[name + STEP_KEY] = [float(i if s is None else s) for i, (s, _) in enumerate(points)]
+        out[name + STEP_KEY] = [float(s) for s, _ in points]
     return out
 
 
-def _events(points: list[tuple[int | None, float]]) -> list[RunEvent]:
+def _events(points: list[tuple[int, float]]) -> list[RunEvent]:
     """The objective's loss spikes and its divergence, by ablate's rules at their default settings."""
     spikes, diverge = SpikeDetector(SPIKE_WINDOW, SPIKE_SIGMA), DivergenceDetector(DIVERGE_FACTOR,
                                                                                    DIVERGE_PATIENCE)
     events: list[RunEvent] = []
-    for i, (step, value) in enumerate(points):
-        at = i if step is None else step
+    for at, value in points:
         if (spike := spikes.update(at, value)) is not None:
             events.append(RunEvent(kind="loss_spike", step=at, data={"loss": spike.loss, "trend": spike.trend,
                                                                      "size": spike.size}))

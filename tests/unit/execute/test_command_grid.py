@@ -187,3 +187,28 @@ def test_ctrl_c_stops_the_commands_and_their_children_and_requeues(tmp_path):
     assert live_marked(marker) == []  # no command, no child left
     runs = frame(home, "toy")
     assert set(runs["status"]) == {"queued"}  # nothing failed: the next run starts them again
+
+
+def test_show_and_diff_give_the_commands_own_metrics(ran):
+    _, _, home, _ = ran
+    runs = frame(home, "toy")
+    base, gated = (runs[(runs["variant"] == arm) & (runs["seed"] == 0)].index[0] for arm in ("baseline", "gated"))
+    out = invoke("show", str(base), "--home", str(home), "--format", "json")
+    assert out.exit_code == 0, out.output
+    shown = json.loads(out.output)
+    assert shown["results"]["val_loss"] == runs.loc[base, "val_loss"]
+    out = invoke("diff", str(base), str(gated), "--home", str(home), "--format", "json")
+    assert out.exit_code == 0, out.output
+    row = next(r for r in json.loads(out.output)["results"] if r["metric"] == "val_loss")
+    assert row["b_minus_a"] == pytest.approx(runs.loc[gated, "val_loss"] - runs.loc[base, "val_loss"])
+
+
+@pytest.mark.parametrize("args", [("probe", "{run}"), ("export", "{run}", "--out", "{tmp}/x"),
+                                  ("eval", "--grid", "toy", "--tasks", "hellaswag")])
+def test_the_model_commands_say_in_one_line_they_are_for_the_model(ran, tmp_path, args):
+    _, _, home, _ = ran
+    run = str(frame(home, "toy").index[0])
+    out = invoke(*(a.format(run=run, tmp=tmp_path) for a in args), "--home", str(home))
+    assert out.exit_code == 2, out.output
+    assert f"{args[0]} is for " in out.output and "own model" in out.output and out.output.count("\n") == 1
+    assert not (tmp_path / "x").exists()
