@@ -192,7 +192,8 @@ def test_ctrl_c_stops_the_commands_and_their_children_and_requeues(tmp_path):
 def test_show_and_diff_give_the_commands_own_metrics(ran):
     _, _, home, _ = ran
     runs = frame(home, "toy")
-    base, gated = (runs[(runs["variant"] == arm) & (runs["seed"] == 0)].index[0] for arm in ("baseline", "gated"))
+    base, gated = (runs[(runs["variant"] == arm) & (runs["seed"] == 0)].index[0]
+                   for arm in ("baseline", "gated"))
     out = invoke("show", str(base), "--home", str(home), "--format", "json")
     assert out.exit_code == 0, out.output
     shown = json.loads(out.output)
