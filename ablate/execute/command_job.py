@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 def gpu_indices(slot: Slot) -> str | None:
     """The GPUs of a worker's slot as ``CUDA_VISIBLE_DEVICES`` writes them (``cuda:0,1`` -> ``0,1``); None on
     a CPU slot (the command's environment is left as it is)."""
-    kind, _, indices = slot.label.partition(":")
+    kind, _, indices = slot.device.partition(":")
     return indices if kind == "cuda" and indices else None
 
 

@@ -34,7 +34,10 @@ class Trainer:
     """One trainer: ``section``, the top-level key of a grid file that chooses it (None: the default, a grid
     without one); ``job``, the job function that trains one of its runs (``module:function``, imported only
     in the processes that train); ``reports``, the reports it can feed (None: every one); ``model_commands``:
-    whether ``export``, ``probe`` and ``eval`` can read its runs; ``options``: those only it reads."""
+    whether ``export``, ``probe`` and ``eval`` can read its runs; ``options``: those only it reads;
+    ``one_process_per_device``: whether a run of N devices is N processes that an executor starts (the model's
+    ranks, one Slurm task each), else one process that uses them all (a command, whose ``torchrun`` starts
+    its own ranks)."""
 
     name: str
     about: str
@@ -43,6 +46,7 @@ class Trainer:
     reports: frozenset[str] | None = None
     model_commands: bool = True
     options: tuple[Option, ...] = ()
+    one_process_per_device: bool = True
 
     def can_report(self, report: str) -> bool:
         """Can a report of this name read this trainer's runs?"""
@@ -61,7 +65,8 @@ TRAINERS: dict[str, Trainer] = {
     COMMAND: Trainer(COMMAND, "your own training command: its parameters rendered into the command line, its "
                               "metrics read from what it prints or writes", KEY,
                      "ablate.execute.command_job:train_command",
-                     reports=frozenset({"compare", "figures", "all", "lr"}), model_commands=False),
+                     reports=frozenset({"compare", "figures", "all", "lr"}), model_commands=False,
+                     one_process_per_device=False),
 }
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from ablate.errors import ConfigError, UserInputError
 from ablate.execute.devices import usable_cpus
+from ablate.trainers.registry import KEY, trainer_of
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -151,7 +152,9 @@ def requirements(runs: Sequence[PlannedRun], cluster: Cluster, *, threads: int |
     """Each run's ``Ask``, refused (ConfigError, one line) when it exceeds every node of ``cluster``.
 
     A run's devices are GPUs when the cluster has any (``--devices cpu`` keeps them on CPUs); each of its
-    processes gets ``threads`` CPUs (``--threads``, default 1)."""
+    processes gets ``threads`` CPUs (``--threads``, default 1). On CPUs, ablate's model runs a process per
+    device; a run that is one process whatever its devices (a command's: its trainer's
+    ``one_process_per_device``) gets ``threads`` CPUs in all."""
     use_gpus = cluster.most_gpus > 0 and devices != "cpu"
     per = threads or 1
     if per < 1:
@@ -159,7 +162,9 @@ def requirements(runs: Sequence[PlannedRun], cluster: Cluster, *, threads: int |
     out: dict[str, Ask] = {}
     for run in runs:
         n = int(run.config.train.devices)
-        processes = 1 if use_gpus else n
+        # a run's trainer, from its config (the model's has no such key)
+        per_device = trainer_of(run.config.model_dump(mode="json", include={KEY})).one_process_per_device
+        processes = n if per_device and not use_gpus else 1
         ask = Ask(gpus=n if use_gpus else 0, cpus=per * processes)
         if ask.gpus > cluster.most_gpus:
             raise ConfigError(f"run {run.run_id} asks for {ask.gpus} GPUs (train.devices = {n}), but the "

@@ -55,8 +55,8 @@ def ray_task(spec: TaskSpec, job: Job) -> Ended:
     task = job_id(context.get_task_id() or "", spec.address)
     resources = context.get_assigned_resources()  # type: ignore[no-untyped-call]  # unannotated in Ray
     threads = max(1, int(resources.get("CPU", 1)))
-    gpus = ray.get_gpu_ids()  # Ray has set CUDA_VISIBLE_DEVICES to them
-    slot = Slot(0, "cuda:" + ",".join(str(i) for i in range(len(gpus))) if gpus else "cpu", threads)
+    gpus = ray.get_gpu_ids()  # Ray has set CUDA_VISIBLE_DEVICES to them: a command started here inherits them
+    slot = Slot(0, "cuda:" + ",".join(str(g) for g in gpus) if gpus else "cpu", threads)
     _use_threads(threads)
     lifecycle = _lifecycle(spec, task)
     fn, prepare = load_job(spec.job_fn)

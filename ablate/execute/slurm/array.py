@@ -151,14 +151,17 @@ def partition_gpus(partition: str | None) -> int | None:
     return most
 
 
-def _tasks_per_node(opts: SlurmOptions, devices: int) -> tuple[int, int]:
-    """``(processes per node, GPUs per node)`` of a run of ``devices`` processes on ``opts.nodes`` nodes."""
+def _tasks_per_node(opts: SlurmOptions, devices: int, *, per_device: bool = True) -> tuple[int, int]:
+    """``(processes per node, GPUs per node)`` of a run of ``devices`` devices on ``opts.nodes`` nodes: a
+    process per device (``per_device``, ablate's model), else one process that uses them all (a command)."""
     nodes = opts.nodes
     if nodes < 1:
         raise ConfigError(f"{nodes} nodes; allowed: 1 or more", where="--nodes")
     if opts.gpus_per_node is not None and opts.gpus_per_job is not None:
         raise ConfigError("give --gpus-per-node (with --nodes) or --gpus-per-job, not both",
                           where="--gpus-per-node")
+    if not per_device:
+        return 1, _one_process_gpus(opts, devices)
     if devices % nodes:
         raise ConfigError(f"train.devices = {devices} processes do not split evenly over {nodes} nodes: set "
                           f"train.devices to a multiple of {nodes}", where="--nodes")
@@ -181,16 +184,39 @@ def _tasks_per_node(opts: SlurmOptions, devices: int) -> tuple[int, int]:
     return tasks, gpus
 
 
-def executor_parameters(opts: SlurmOptions, devices: int, grid: str) -> dict[str, object]:
-    """The submitit SlurmExecutor parameters of the array: ``nodes`` nodes per task, one process per device
-    spread evenly over them (``srun`` starts them; Lightning reads the ranks from Slurm), the GPUs, time,
-    options."""
-    params, raw = parse_slurm_opts(opts.slurm_opts)
-    tasks, gpus = _tasks_per_node(opts, devices)
+def _one_process_gpus(opts: SlurmOptions, devices: int) -> int:
+    """The GPUs of a run that is one process using ``devices`` GPUs (a command): on one node, all or none."""
+    if opts.nodes != 1:
+        raise ConfigError(f"a run of this grid is one process (its command), on one node: --nodes 1, not "
+                          f"{opts.nodes}", where="--nodes")
+    gpus = opts.gpus_per_node if opts.gpus_per_node is not None else opts.gpus_per_job
+    flag = "--gpus-per-node" if opts.gpus_per_node is not None else "--gpus-per-job"
+    if gpus is None:
+        return devices if _gpus_here() else 0
+    if gpus < 0:
+        raise ConfigError(f"{gpus} GPUs; allowed: 0 (CPU) or more", where=flag)
+    if gpus and gpus != devices:
+        raise ConfigError(f"{gpus} GPUs per job for runs of {devices} GPUs each (one process, its command): "
+                          f"ask for {flag} {devices}, or 0 for the CPU", where=flag)
+    return gpus
+
+
+def check_partition(opts: SlurmOptions, gpus: int) -> None:
+    """Refuse (ConfigError) ``gpus`` GPUs per node where the partition's nodes have fewer (``sinfo``)."""
     if gpus and (most := partition_gpus(opts.partition)) is not None and gpus > most:
         where = f"partition {opts.partition!r}" if opts.partition else "the default partition"
         raise ConfigError(f"{gpus} GPUs per node asked for, but {where} has at most {most} per node (sinfo)",
                           where="--gpus-per-node" if opts.gpus_per_node is not None else "--gpus-per-job")
+
+
+def executor_parameters(opts: SlurmOptions, devices: int, grid: str, *, per_device: bool = True
+                        ) -> dict[str, object]:
+    """The submitit SlurmExecutor parameters of the array: ``nodes`` nodes per task, one process per device
+    spread evenly over them (``srun`` starts them; Lightning reads the ranks from Slurm), or with
+    ``per_device`` False one process that uses every GPU of the run; the GPUs, time, options. What the
+    partition holds is ``check_partition``'s (it asks ``sinfo``)."""
+    params, raw = parse_slurm_opts(opts.slurm_opts)
+    tasks, gpus = _tasks_per_node(opts, devices, per_device=per_device)
     if opts.array_parallelism is not None and opts.array_parallelism < 1:
         raise ConfigError(f"{opts.array_parallelism} tasks at a time; allowed: 1 or more",
                           where="--array-parallelism")

@@ -10,11 +10,13 @@
 3. The runs get their Slurm job ids (``<array>_<index>``) in the store; the command returns the array id, or
    with ``wait`` follows the array until every run has ended (``wait.wait_for``).
 
-Multi-device runs (``train.devices`` > 1) get one Slurm task per device, ``srun`` starting them on ``--nodes``
-nodes (``--ntasks-per-node`` = devices / nodes, ``--gpus-per-node`` GPUs each; ``--gpus-per-job`` on one
-node); Lightning reads each process's rank and node from Slurm, and only rank 0 records. A GPU count above
+Multi-device runs (``train.devices`` > 1) of ablate's model get one Slurm task per device, ``srun`` starting
+them on ``--nodes`` nodes (``--ntasks-per-node`` = devices / nodes, ``--gpus-per-node`` GPUs each;
+``--gpus-per-job`` on one node); Lightning reads each process's rank and node from Slurm, and only rank 0
+records. A trainer whose run is one process (a command: ``Trainer.one_process_per_device`` False, its
+``torchrun`` starting its own ranks) gets one task with all the run's GPUs, on one node. A GPU count above
 what the partition's nodes have (``sinfo``) is refused before anything is submitted; what the array asks Slurm
-for is ``array.executor_parameters``'s.
+for is ``array_parameters``'s.
 """
 
 from __future__ import annotations
@@ -37,14 +39,17 @@ from ablate.execute.slurm.array import (
     SIGNAL_DELAY_S,
     SlurmOptions,
     SlurmReport,
+    check_partition,
     executor_parameters,
 )
 from ablate.execute.slurm.queue import have_slurm
 from ablate.execute.slurm.task import SlurmTask
 from ablate.execute.slurm.wait import wait_for
 from ablate.execute.triage import RunAction
+from ablate.grid.expand import PlannedRun
 from ablate.layout import run_dir
 from ablate.store.api import Store
+from ablate.trainers.registry import KEY, trainer_of
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +97,24 @@ def submit_grid(path: str | Path, sets: Sequence[str] = (),
     return report
 
 
-def _submit(todo: list[RunAction], store: Store, home: Path, url: str, job_fn: str, opts: SlurmOptions,
-            report: SlurmReport, console: Console) -> None:
-    devices = {d.run.config.train.devices for d in todo}
+def array_parameters(opts: SlurmOptions, planned: Sequence[PlannedRun], grid: str) -> dict[str, object]:
+    """What the array of ``planned`` asks Slurm for (``executor_parameters``): their devices, all the same,
+    as one process per device or as one process that uses them all, as their trainer starts them."""
+    devices = {p.config.train.devices for p in planned}
     if len(devices) > 1:
         raise ConfigError(f"one job array asks for one number of devices per task, but these runs ask for "
                           f"{sorted(devices)}; run them as separate grids", where="train.devices")
-    params = executor_parameters(opts, devices.pop(), report.grid)
+    # a run's trainer, from its config (the model's has no such key)
+    per_device = {trainer_of(p.config.model_dump(mode="json", include={KEY})).one_process_per_device
+                  for p in planned}
+    return executor_parameters(opts, devices.pop(), grid, per_device=per_device != {False})
+
+
+def _submit(todo: list[RunAction], store: Store, home: Path, url: str, job_fn: str, opts: SlurmOptions,
+            report: SlurmReport, console: Console) -> None:
+    params = array_parameters(opts, [d.run for d in todo], report.grid)
+    gpus = params.get("gpus_per_node", 0)
+    check_partition(opts, gpus if isinstance(gpus, int) else 0)
     executor = submitit.SlurmExecutor(folder=home / "slurm" / "%j", max_num_timeout=3)
     try:
         executor.update_parameters(**params)

@@ -44,6 +44,7 @@ from ablate.execute.recorder import TASK
 from ablate.grid.identity import check_current
 from ablate.runner import RunInterrupted, run_one
 from ablate.store import Store
+from ablate.trainers.registry import trainer_of
 
 log = logging.getLogger(__name__)
 
@@ -252,11 +253,12 @@ def _train_rank(job: PoolJob, ctx: JobContext) -> JobOutcome:
 
 
 def _slot() -> Slot:
-    """Where this task's job runs: the GPUs Slurm gave it (``CUDA_VISIBLE_DEVICES``, numbered from 0 in this
-    process) or the CPU, with the CPUs it may use (``--cpus-per-task``, its cpuset) as its threads."""
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip() and d != "-1"]
-    device = "cuda:" + ",".join(str(i) for i in range(len(visible))) if visible else "cpu"
-    return Slot(0, device, usable_cpus())
+    """Where this task's job runs: the GPUs Slurm gave it (as ``CUDA_VISIBLE_DEVICES`` names them, which a
+    command started by the job inherits) or the CPU, with the CPUs it may use (``--cpus-per-task``, its
+    cpuset) as its threads."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if d.strip() and d != "-1"]
+    return Slot(0, "cuda:" + ",".join(visible) if visible else "cpu", usable_cpus())
 
 
 def _stat(path: Path) -> tuple[int, int] | None:
@@ -269,9 +271,13 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 def _device_label(job: Job) -> str:
-    """The store's ``device`` of a running run: ``cpu``, ``cuda``, or ``2xcuda`` for a run over two
-    (``train.devices``; a config without a ``train`` section, a command's, takes one)."""
-    train = job.config.get("train")
-    devices = int(train.get("devices", 1)) if isinstance(train, Mapping) else 1
-    kind = "cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") not in (None, "", "-1") else "cpu"
+    """The store's ``device`` of a running run: ``cpu``, ``cuda``, or ``2xcuda`` for a run over two (the
+    model's ``train.devices``; a run that is one process, a command's, the GPUs Slurm gave it)."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip() and d != "-1"]
+    kind = "cuda" if visible else "cpu"
+    if not trainer_of(job.config).one_process_per_device:
+        devices = max(1, len(visible))
+    else:
+        train = job.config.get("train")
+        devices = int(train.get("devices", 1)) if isinstance(train, Mapping) else 1
     return kind if devices == 1 else f"{devices}x{kind}"
