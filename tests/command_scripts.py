@@ -27,7 +27,14 @@ p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--children", type=int, default=0)
 p.add_argument("--marker", default="")
 p.add_argument("--crash", default="False")
+p.add_argument("--mlflow", default="False")
 a = p.parse_args()
+run = None
+if a.mlflow == "True":  # log into the MLflow run ablate opened for this command (MLFLOW_RUN_ID)
+    import os, mlflow
+    given = os.environ.get("MLFLOW_RUN_ID")  # read before start_run, which may take it out
+    run = mlflow.start_run()
+    print(f"mlflow run {run.info.run_id} (ablate gave {given})", flush=True)
 kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", a.marker])
         for _ in range(a.children)]
 if a.crash == "True":
@@ -36,14 +43,20 @@ gated = a.gate == "True"
 for step in range(1, a.steps + 1):
     noise = 0.013 * ((a.seed * 7 + step) % 5)
     effect = (a.effect + 0.004 * (a.seed % 3)) if gated else 0.0
-    print(f"step {step}: val {3.0 / step + noise + effect + a.lr:.4f}", flush=True)
+    val = round(3.0 / step + noise + effect + a.lr, 4)
+    if run is not None:
+        mlflow.log_metric("val_loss", val, step=step)
+    else:
+        print(f"step {step}: val {val:.4f}", flush=True)
     time.sleep(a.sleep)
+if run is not None:
+    mlflow.end_run()
 '''
 
 
 def command_grid(root: Path, *, seeds: list[int], effect: float = -0.05, steps: int = 5, sleep: float = 0.0,
                  children: int = 0, marker: str = "", crash: bool = False, cwd: str | None = None,
-                 program: str | None = None, regex: str | None = None) -> Path:
+                 program: str | None = None, regex: str | None = None, mlflow: bool = False) -> Path:
     """Write the toy script and a command grid over it (arms ``baseline`` and ``gated``) into ``root``; the
     grid file's path. ``cwd``, ``program`` and ``regex`` replace the trainer's (for bad input)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -54,13 +67,15 @@ def command_grid(root: Path, *, seeds: list[int], effect: float = -0.05, steps: 
         base["marker"] = marker
     if crash:
         base["crash"] = True
+    if mlflow:
+        base["mlflow"] = True
     lines = [
         "name: toy",
         "trainer:",
         f"  command: {program or sys.executable} toy.py {{args}}",
         *([f"  cwd: {cwd}"] if cwd is not None else []),
         "  metrics:",
-        f"    stdout: '{pattern}'",
+        "    mlflow: true" if mlflow else f"    stdout: '{pattern}'",
         "  objective: {metric: val_loss, better: lower}",
         "base:",
         *(f"  {k}: {v!r}" if isinstance(v, str) else f"  {k}: {v}" for k, v in base.items()),

@@ -48,7 +48,7 @@ def train_command(job: Job, ctx: JobContext) -> JobOutcome:
         ctx.started(resuming=config.spec.resume is not None and any(run_dir.iterdir()))
         try:
             result = run_command(config, run_dir, run_id=job.run_id, stop=ctx.stop, on_records=ctx.progress,
-                                 devices=gpu_indices(ctx.slot), threads=ctx.slot.threads)
+                                 devices=gpu_indices(ctx.slot), threads=ctx.slot.threads, mlflow=job.mlflow)
         except CommandInterrupted as exc:
             raise JobInterrupted(str(exc)) from None
         if result.error is not None:

@@ -29,6 +29,7 @@ once, and once it is back); past its patience the executor stops cleanly, and th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from collections.abc import Iterable, Mapping
@@ -55,6 +56,7 @@ from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import STORE_PATIENCE_S, Recorder
 from ablate.result import RESULT_FILE, RunResult, read_result
 from ablate.store.api import Store
+from ablate.trainers.registry import COMMAND, trainer_of
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,15 @@ class Lifecycle:
     def expect(self, job: Job) -> None:
         """A run about to be dealt to a worker: its config (and tuning trial) for the records."""
         self._jobs[job.run_id] = job
+
+    def dealt(self, job: Job) -> Job:
+        """``job`` as it is handed to the process that trains it: for a trainer whose own process may log to
+        MLflow (a training command), with the MLflow run opened for it (``Job.mlflow``), so that the command
+        gets ``MLFLOW_RUN_ID``; else as it is."""
+        if self.mirror is None or trainer_of(job.config).name != COMMAND or job.mlflow is not None:
+            return job
+        opened = self.mirror.open_now(job.run_id, job.config, **_nesting(job))
+        return job if opened is None else dataclasses.replace(job, mlflow=opened)
 
     # ------------------------------------------------------------ the store (its recorder)
     def tick(self) -> None:

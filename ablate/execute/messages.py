@@ -38,7 +38,8 @@ class Job:
     """One training job: a run (its id, directory and resolved config as JSON) and, for a tuning trial, the
     Optuna trial it reports to (``ablate.tune.job``); ``label`` says what it is to the user, ``name`` names
     its MLflow run (empty: ``<variant>-s<seed>``; tune's trials name their value, so a cell's trials
-    differ)."""
+    differ); ``mlflow``, ``(tracking URI, MLflow run id)`` of the run opened for it before it was dealt (a
+    training command logs into it: ``Lifecycle.dealt``), else None."""
 
     run_id: str
     run_dir: str
@@ -46,6 +47,7 @@ class Job:
     trial: dict[str, Any] | None = None
     label: str = ""
     name: str = ""
+    mlflow: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from ablate.store.mlflow_mirror import STEPS_EVERY_S, MlflowMirror, tracking_uri
 
 log = logging.getLogger(__name__)
 
+OPEN_TIMEOUT_S = 60.0  # how long a run about to be dealt waits for its MLflow run (open_now)
+
 
 class MirrorThread:
     """``MlflowMirror`` in a background thread: ``start``, ``steps``, ``submit`` (a finished or failed run's
@@ -58,6 +60,20 @@ class MirrorThread:
         """A run started (or resumed): open its nested run (named ``name``, else ``<variant>-s<seed>``)."""
         self._put(("start", run_id, (dict(config),), {"parent": parent, "tags": dict(tags or {}),
                                                       "name": name}))
+
+    def open_now(self, run_id: str, config: Mapping[str, Any], *, parent: str | None = None,
+                 tags: Mapping[str, str] | None = None, name: str | None = None,
+                 timeout_s: float = OPEN_TIMEOUT_S) -> tuple[str, str] | None:
+        """Open the run's nested MLflow run now and wait for it: ``(tracking URI, MLflow run id)``, for a
+        process that logs into it itself; None when MLflow fails or does not answer within ``timeout_s``
+        (the run goes on, mirrored as any other)."""
+        reply: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._put(("open", run_id, (dict(config),), {"parent": parent, "tags": dict(tags or {}),
+                                                     "name": name, "reply": reply}))
+        try:
+            return reply.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
 
     def steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Step metrics of a running run."""
@@ -134,6 +150,14 @@ class MirrorThread:
                 pending[rid] = {"start": (args, kwargs), "steps": []}
             elif kind == "steps":
                 pending.setdefault(rid, {"start": None, "steps": []})["steps"].extend(args[0])
+            elif kind == "open":
+                pending.pop(rid, None)  # made now, not at the next flush
+                reply = kwargs.pop("reply")
+                try:
+                    reply.put((mirror.uri, mirror.open_run(rid, *args, **kwargs)))
+                except Exception as exc:  # noqa: BLE001 - the run goes on without it
+                    self._fail(f"MLflow mirror of run {rid}: {first_line(exc)}", key=first_line(exc))
+                    reply.put(None)
             elif kind == "result":
                 pending.pop(rid, None)  # the result holds every point, and makes the run if it was never made
                 self._call(mirror, kind, rid, args, kwargs)

@@ -144,6 +144,14 @@ class MlflowMirror:
         self._tags(rid, {"status": "running", **(tags or {})}, params)
         return rid
 
+    def open_run(self, run_id: str, config: Mapping[str, object], *, parent: str | None = None,
+                 tags: Mapping[str, str] | None = None, name: str | None = None) -> str:
+        """``start`` now, for a run whose own process may log into its MLflow run (a training command given
+        ``MLFLOW_RUN_ID``): what the run holds is then read back before its result is logged, not assumed."""
+        rid = self.start(run_id, config, parent=parent, tags=tags, name=name)
+        self._exact.discard(rid)
+        return rid
+
     def log_steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Step metrics of a running run (dicts with ``step``); steps it logged before are not logged
         again."""

@@ -55,6 +55,7 @@ class WorkerPool:
         self._interrupts = 0
         self._stopping = False
         self._restarts = 0
+        self._dealt: Callable[[Any], Any] | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> WorkerPool:
@@ -117,9 +118,12 @@ class WorkerPool:
 
     # ------------------------------------------------------------ the loop
     def run(self, jobs: Iterable[Any], on_event: Callable[[JobEvent], None],
-            on_tick: Callable[[], None] | None = None, tick_s: float = 0.25) -> list[Any]:
-        """Run ``jobs`` (each with a ``run_id``) and return those never started (after an interrupt)."""
+            on_tick: Callable[[], None] | None = None, tick_s: float = 0.25,
+            deal: Callable[[Any], Any] | None = None) -> list[Any]:
+        """Run ``jobs`` (each with a ``run_id``) and return those never started (after an interrupt);
+        ``deal(job)`` is each job as it is sent to a worker (default: as it is)."""
         pending = deque(jobs)
+        self._dealt = deal
         while True:
             if self._interrupts >= 2:
                 self._kill_all(on_event)
@@ -146,6 +150,8 @@ class WorkerPool:
         for w in self._workers:
             if pending and w.ready and w.job is None:
                 job = pending.popleft()
+                if self._dealt is not None:
+                    job = self._dealt(job)
                 try:
                     w.conn.send(RunJob(job))
                 except OSError:

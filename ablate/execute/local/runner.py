@@ -115,7 +115,7 @@ class LocalRunner(ShownRounds):
             display.tick()
 
         try:
-            left = pool.run(jobs, self._on_event, on_tick)
+            left = pool.run(jobs, self._on_event, on_tick, deal=self.lifecycle.dealt)
         finally:
             for sig, old in handlers.items():
                 signal.signal(sig, old)

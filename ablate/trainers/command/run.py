@@ -27,6 +27,7 @@ import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import IO
 from ablate.result import STEP_KEY, RunEvent, RunResult, RunStatus, write_result
 from ablate.stats.stability import DivergenceDetector, SpikeDetector
 from ablate.trainers.command.config import CommandConfig
+from ablate.trainers.command.mlflow_source import MlflowTail
 from ablate.trainers.command.parse import MetricsReader, Record
 from ablate.trainers.command.process import CommandOutcome, CommandProcess
 from ablate.trainers.command.render import RunValues, render, write_params
@@ -43,11 +45,16 @@ log = logging.getLogger(__name__)
 
 LOG_FILE = "train.log"
 POLL_S = 0.2  # how often the JSONL file is read and new records are handed on
+MLFLOW_POLL_S = 5.0  # how often what the command logged to MLflow is read back (metrics.mlflow)
 TAIL_IN_ERROR = 5  # stderr lines a failed run's error quotes
 # the stability rules' settings: the train section's defaults (ablate.config.sections.TrainConfig)
 SPIKE_WINDOW, SPIKE_SIGMA, DIVERGE_FACTOR, DIVERGE_PATIENCE = 50, 6.0, 2.0, 50
 
 StepRow = dict[str, float | int | None]
+
+
+class MlflowNeeded(Exception):
+    """A command that reports to MLflow (``metrics.mlflow``) has no MLflow run to report to."""
 
 
 class CommandInterrupted(Exception):
@@ -77,6 +84,12 @@ def run_command(config: CommandConfig, run_dir: Path, *, run_id: str, stop: thre
         env["OMP_NUM_THREADS"] = str(threads)
     reader = MetricsReader(spec, inv.metrics_file)
     started = datetime.now(UTC)
+    tail = None
+    if spec.metrics.mlflow:
+        if mlflow is None:
+            raise MlflowNeeded("trainer.metrics.mlflow reads the MLflow run ablate opens for the command; "
+                               "this run has none (--no-mlflow, or MLflow did not answer)")
+        tail = MlflowTail(*mlflow)
     with _log(run_dir / LOG_FILE) as out:
         out.write(f"# ablate: {' '.join(inv.argv)}\n# in {inv.cwd}\n")
 
@@ -89,7 +102,7 @@ def run_command(config: CommandConfig, run_dir: Path, *, run_id: str, stop: thre
 
         proc = CommandProcess(inv.argv, cwd=inv.cwd, env=env, on_stdout=stdout, on_stderr=stderr,
                               grace_s=grace_s).start()
-        outcome = _follow(proc, reader, stop, on_records)
+        outcome = _follow(proc, reader, stop, on_records, tail)
     if stop is not None and stop.is_set() and not outcome.ok:
         raise CommandInterrupted(f"stopped: its process group is gone ({outcome.reason})")
     result = _result(config, run_id, reader, outcome, started, resumed=inv.resumed)
@@ -105,12 +118,19 @@ def _log(path: Path) -> Iterator[IO[str]]:
 
 
 def _follow(proc: CommandProcess, reader: MetricsReader, stop: threading.Event | None,
-            on_records: Callable[[list[StepRow]], None] | None) -> CommandOutcome:
-    """Wait for the command, handing new records on every ``POLL_S``; stop its group once ``stop`` is set."""
-    sent = 0
+            on_records: Callable[[list[StepRow]], None] | None, tail: MlflowTail | None) -> CommandOutcome:
+    """Wait for the command, handing new records on every ``POLL_S`` (what it logged to MLflow, every
+    ``MLFLOW_POLL_S`` and once it has ended); stop its group once ``stop`` is set."""
+    sent, polled = 0, time.monotonic()
+    own: set[str] = set()  # the metrics read from MLflow
     while True:
         outcome = proc.wait(POLL_S)
         reader.poll()
+        if tail is not None and (outcome is not None or time.monotonic() - polled >= MLFLOW_POLL_S):
+            records = tail.poll(skip=set(reader.stream.series) - own)
+            own.update(k for _, values in records for k in values)
+            reader.stream.extend(records)
+            polled = time.monotonic()
         records = reader.stream.records
         if on_records is not None and len(records) > sent:
             upto = len(records)

@@ -213,3 +213,24 @@ def test_the_model_commands_say_in_one_line_they_are_for_the_model(ran, tmp_path
     assert out.exit_code == 2, out.output
     assert f"{args[0]} is for " in out.output and "own model" in out.output and out.output.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_a_command_logs_into_the_mlflow_run_ablate_opened_and_its_metrics_are_read_back(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    path = command_grid(tmp_path, seeds=[0], steps=3, mlflow=True)
+    home = tmp_path / "home"
+    out = invoke("run", str(path), "--home", str(home), "--jobs", "1")
+    assert out.exit_code == 0, out.output
+    runs = frame(home, "toy")
+    assert set(runs["status"]) == {"done"}
+    client = MlflowClient(tracking_uri=f"sqlite:///{home.resolve() / 'mlflow.db'}")
+    for run_id, row in runs.iterrows():
+        log = (home / "runs" / str(run_id) / "train.log").read_text()
+        (mine, given), = re.findall(r"mlflow run (\w+) \(ablate gave (\w+)\)", log)
+        assert mine == given == row["mlflow_run_id"]  # the script logged into ablate's nested run
+        history = client.get_metric_history(mine, "val_loss")
+        logged = sorted((p.step, p.value) for p in history)
+        assert row["val_loss"] == logged[-1][1] and row["steps"] == 3
+        assert len(logged) == len({s for s, _ in logged}) == 3  # each point once, not mirrored back
+        assert client.get_run(mine).data.tags["run_id"] == run_id
