@@ -74,7 +74,7 @@ def test_compare_reads_the_objective_and_its_delta_is_the_arithmetic(ran):
     _, _, home, _ = ran
     out = invoke("report", "compare", "--home", str(home), "--format", "json")
     assert out.exit_code == 0, out.output
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     rows = data["comparisons"]
     assert [(r["arm"], r["metric"]) for r in rows] == [("gated", "val_loss")]  # the objective, by default
     runs = frame(home, "toy")
