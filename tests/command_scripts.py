@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 TOY_SCRIPT = '''\
-import argparse, subprocess, sys, time
+import argparse, os, subprocess, sys, time
 
 p = argparse.ArgumentParser()
 p.add_argument("--seed", type=int, required=True)
@@ -28,7 +28,10 @@ p.add_argument("--children", type=int, default=0)
 p.add_argument("--marker", default="")
 p.add_argument("--crash", default="False")
 p.add_argument("--mlflow", default="False")
+p.add_argument("--ckpt", default="")  # the last step done is written here after each step
+p.add_argument("--init_from", default="scratch")  # resume: go on after the step --ckpt holds
 a = p.parse_args()
+first = int(open(a.ckpt).read()) + 1 if a.init_from == "resume" else 1
 run = None
 if a.mlflow == "True":  # log into the MLflow run ablate opened for this command (MLFLOW_RUN_ID)
     import os, mlflow
@@ -40,7 +43,7 @@ kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", 
 if a.crash == "True":
     raise RuntimeError("the toy script was asked to crash")
 gated = a.gate == "True"
-for step in range(1, a.steps + 1):
+for step in range(first, a.steps + 1):
     noise = 0.013 * ((a.seed * 7 + step) % 5)
     effect = (a.effect + 0.004 * (a.seed % 3)) if gated else 0.0
     val = round(3.0 / step + noise + effect + a.lr, 4)
@@ -48,6 +51,10 @@ for step in range(1, a.steps + 1):
         mlflow.log_metric("val_loss", val, step=step)
     else:
         print(f"step {step}: val {val:.4f}", flush=True)
+    if a.ckpt:
+        with open(a.ckpt + ".tmp", "w") as f:
+            f.write(str(step))
+        os.replace(a.ckpt + ".tmp", a.ckpt)
     time.sleep(a.sleep)
 if run is not None:
     mlflow.end_run()
@@ -56,7 +63,8 @@ if run is not None:
 
 def command_grid(root: Path, *, seeds: list[int], effect: float = -0.05, steps: int = 5, sleep: float = 0.0,
                  children: int = 0, marker: str = "", crash: bool = False, cwd: str | None = None,
-                 program: str | None = None, regex: str | None = None, mlflow: bool = False) -> Path:
+                 program: str | None = None, regex: str | None = None, mlflow: bool = False,
+                 resume: bool = False) -> Path:
     """Write the toy script and a command grid over it (arms ``baseline`` and ``gated``) into ``root``; the
     grid file's path. ``cwd``, ``program`` and ``regex`` replace the trainer's (for bad input)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -72,7 +80,9 @@ def command_grid(root: Path, *, seeds: list[int], effect: float = -0.05, steps: 
     lines = [
         "name: toy",
         "trainer:",
-        f"  command: {program or sys.executable} toy.py {{args}}",
+        f"  command: {program or sys.executable} toy.py {{args}}"
+        + (" --ckpt={run_dir}/ckpt.txt" if resume else ""),
+        *(["  resume: {args: '--init_from=resume', when: '{run_dir}/ckpt.txt'}"] if resume else []),
         *([f"  cwd: {cwd}"] if cwd is not None else []),
         "  metrics:",
         "    mlflow: true" if mlflow else f"    stdout: '{pattern}'",

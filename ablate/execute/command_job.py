@@ -45,9 +45,9 @@ def train_command(job: Job, ctx: JobContext) -> JobOutcome:
             return JobOutcome("reused", status=str(done.status))
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
         config = CommandConfig.model_validate(job.config)
-        ctx.started(resuming=config.spec.resume is not None and any(run_dir.iterdir()))
         try:
             result = run_command(config, run_dir, run_id=job.run_id, stop=ctx.stop, on_records=ctx.progress,
+                                 on_start=lambda resuming: ctx.started(resuming=resuming),
                                  devices=gpu_indices(ctx.slot), threads=ctx.slot.threads, mlflow=job.mlflow)
         except CommandInterrupted as exc:
             raise JobInterrupted(str(exc)) from None

@@ -36,6 +36,8 @@ from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnin
 from ablate.store import Store
 from ablate.store.engine import display_url
 from ablate.store.records import flatten
+from ablate.trainers.command.config import CommandConfig
+from ablate.trainers.command.run import resumes
 from ablate.trainers.registry import MODEL, TRAINERS, Trainer
 
 log = logging.getLogger(__name__)
@@ -172,8 +174,15 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
         if status in ("queued", "running") and (error := unrecorded_crash(o, rid)) is not None:
             store.mark_failed(run_id=rid, error=error)
             before[rid] = "failed"
+    commands = {p.run_id: p.config for p in o.planned if isinstance(p.config, CommandConfig)}
+
+    def has_checkpoint(rid: str) -> bool:
+        run_dir = layout.run_dir(o.home, rid)
+        command = commands.get(rid)
+        return resumes(command, run_dir, rid) if command is not None else (run_dir / CHECKPOINT).is_file()
+
     o.decisions = triage(o.planned, before, retry_failed=retry_failed, is_alive=o.liveness.is_alive,
-                         has_checkpoint=lambda rid: (layout.run_dir(o.home, rid) / CHECKPOINT).is_file())
+                         has_checkpoint=has_checkpoint)
     store.register_grid(name=o.name, text=o.text, runs=o.planned, whole=not o.joins)
     todo = []
     for d in o.decisions:

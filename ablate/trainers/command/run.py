@@ -63,15 +63,17 @@ class CommandInterrupted(Exception):
 
 
 def run_command(config: CommandConfig, run_dir: Path, *, run_id: str, stop: threading.Event | None = None,
-                on_records: Callable[[list[StepRow]], None] | None = None, devices: str | None = None,
+                on_records: Callable[[list[StepRow]], None] | None = None,
+                on_start: Callable[[bool], None] | None = None, devices: str | None = None,
                 threads: int | None = None, mlflow: tuple[str, str] | None = None,
                 grace_s: float = 10.0) -> RunResult:
     """Run ``config``'s command into ``run_dir`` and write its ``result.json`` (see the module docstring).
 
     ``devices``: the GPUs the executor gives it (``CUDA_VISIBLE_DEVICES`` and ``{devices}``); ``threads``:
     its share of the cores (``OMP_NUM_THREADS`` unless ``trainer.env`` sets it); ``mlflow``: ``(tracking
-    URI, run id)`` of the MLflow run it may log into. Raises ``CommandInterrupted`` when stopped by ``stop``.
-    """
+    URI, run id)`` of the MLflow run it may log into; ``on_start(resuming)`` is called as the command starts
+    (``resuming``: ``trainer.resume``'s file is there). Raises ``CommandInterrupted`` when stopped by
+    ``stop``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = config.spec
     mlflow_uri, mlflow_run = mlflow if mlflow is not None else (None, None)
@@ -100,6 +102,8 @@ def run_command(config: CommandConfig, run_dir: Path, *, run_id: str, stop: thre
         def stderr(line: str) -> None:
             out.write(line + "\n")
 
+        if on_start is not None:
+            on_start(inv.resumed)
         proc = CommandProcess(inv.argv, cwd=inv.cwd, env=env, on_stdout=stdout, on_stderr=stderr,
                               grace_s=grace_s).start()
         outcome = _follow(proc, reader, stop, on_records, tail)
@@ -108,6 +112,14 @@ def run_command(config: CommandConfig, run_dir: Path, *, run_id: str, stop: thre
     result = _result(config, run_id, reader, outcome, started, resumed=inv.resumed)
     write_result(result, run_dir)
     return result
+
+
+def resumes(config: CommandConfig, run_dir: Path, run_id: str) -> bool:
+    """Would the run resume if it started now: it has ``trainer.resume`` and its ``when`` file is there?"""
+    if config.spec.resume is None:
+        return False
+    return render(config.spec, Path(config.grid_dir), RunValues(run_id, run_dir, config.seed,
+                                                                config.params)).resumed
 
 
 @contextlib.contextmanager

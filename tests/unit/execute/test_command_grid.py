@@ -234,3 +234,34 @@ def test_a_command_logs_into_the_mlflow_run_ablate_opened_and_its_metrics_are_re
         assert row["val_loss"] == logged[-1][1] and row["steps"] == 3
         assert len(logged) == len({s for s, _ in logged}) == 3  # each point once, not mirrored back
         assert client.get_run(mine).data.tags["run_id"] == run_id
+
+
+def test_a_cut_run_resumes_with_the_trainers_resume_args(tmp_path):
+    path = command_grid(tmp_path, seeds=[0], steps=400, sleep=0.02, resume=True)
+    home = tmp_path / "home"
+    proc = subprocess.Popen([ABLATE, "run", str(path), "--jobs", "2", "--home", str(home), "--no-mlflow"],
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        ckpts = lambda: [p for p in (home / "runs").glob("*/ckpt.txt") if int(p.read_text() or 0) >= 5]  # noqa: E731
+        while len(ckpts()) < 2:  # both runs are past step 5
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    cut = {p.parent.name: int(p.read_text()) for p in (home / "runs").glob("*/ckpt.txt")}
+    out = invoke("run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2")
+    assert out.exit_code == 0, out.output
+    assert "2 to run (2 resuming)" in out.output
+    runs = frame(home, "toy")
+    for run_id, row in runs.iterrows():
+        log = (home / "runs" / str(run_id) / "train.log").read_text()
+        assert log.count("--init_from=resume") == 1  # the second command line, not the first
+        steps = [int(s) for s in re.findall(r"step (\d+): val", log)]
+        assert steps[-1] == 400 and row["steps"] == 400
+        assert row["resumed_from"] == cut[str(run_id)] + 1  # the first step the resumed command reported
