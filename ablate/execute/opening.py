@@ -174,7 +174,8 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
         if status in ("queued", "running") and (error := unrecorded_crash(o, rid)) is not None:
             store.mark_failed(run_id=rid, error=error)
             before[rid] = "failed"
-    commands = {p.run_id: p.config for p in o.planned if isinstance(p.config, CommandConfig)}
+    commands: dict[str, CommandConfig] = {p.run_id: p.config for p in o.planned
+                                          if isinstance(p.config, CommandConfig)}
 
     def has_checkpoint(rid: str) -> bool:
         run_dir = layout.run_dir(o.home, rid)

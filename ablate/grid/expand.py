@@ -33,6 +33,7 @@ from ablate.grid.paths import assign, describe, explain, get_path
 from ablate.grid.schema import Grid
 from ablate.grid.stems import run_and_stem_ids
 from ablate.runner.fingerprints import Fingerprints
+from ablate.trainers.command.config import CommandConfig
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,20 @@ class PlannedRun:
     residual ``(params - target) / target`` left after re-widening the FFN, and its stem id."""
 
     run_id: str
-    config: RunConfig
+    config: RunConfig | CommandConfig  # a training command's run: ablate.trainers.command.config
     axes: dict[str, Any]
     params: int
     added_params: int
     match_residual: float | None = None
     stem_id: str = ""  # the id without what the run reads outside its config (``identity.stem_id``)
+
+    @property
+    def model(self) -> RunConfig:
+        """The config of a run of ablate's own model (what the model's views, costs and checks read); a
+        command run's has none."""
+        if not isinstance(self.config, RunConfig):
+            raise TypeError(f"run {self.run_id} is a training command's: it has no model config")
+        return self.config
 
 
 def _assignments(grid: Grid) -> Iterator[tuple[dict[str, Any], dict[str, str], bool]]:

@@ -25,13 +25,13 @@ NEW = "new"
 def compute(run: PlannedRun) -> dict[str, int]:
     """The training ``tokens`` a run is planned for and the ``flops`` they cost
     (``ablate.ablations.flops``)."""
-    return {"tokens": tokens_per_run(run.config), "flops": planned_flops(run.config)}
+    return {"tokens": tokens_per_run(run.model), "flops": planned_flops(run.model)}
 
 
 def memory(run: PlannedRun, *, gpu: bool | None = None, items: bool = True) -> dict[str, Any]:
     """The run's estimated peak ``memory_gb`` per device and (``items``) its items
     (``ablate.ablations.memory``); ``gpu``: whether a GPU is here (asked when None)."""
-    est = run_memory(run.config, gpu=gpu_here() if gpu is None else gpu)
+    est = run_memory(run.model, gpu=gpu_here() if gpu is None else gpu)
     return {"memory_gb": round(est.gb, 4), **({"memory": est.itemised_gb()} if items else {})}
 
 
@@ -44,7 +44,7 @@ class Costs:
         self.done: dict[Any, dict[str, Any]] = {}
 
     def __call__(self, run: PlannedRun) -> dict[str, Any]:
-        c = run.config
+        c = run.model
         # frozen pydantic models hash by value; stages are plain dicts, so they go in as JSON
         key = (c.model, c.variant, c.train, c.data.seq_len,
                json.dumps(c.stages, sort_keys=True, default=str) if c.stages else None)
@@ -55,7 +55,8 @@ class Costs:
 
 def plan_imports(runs: Sequence[PlannedRun]) -> list[str]:
     """The modules of the user's code the runs' plugin arms import, sorted."""
-    return imports(r.config.model.plugin.arm for r in runs if r.config.model.plugin is not None)
+    plugins = (r.model.model.plugin for r in runs)
+    return imports(p.arm for p in plugins if p is not None)
 
 
 def plan_json(name: str, runs: Sequence[PlannedRun], status: dict[str, str]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.errors import UserInputError
-from ablate.grid.planning import plan_grid
+from ablate.grid.planning import grid_objective, plan_grid
 from ablate.resolve.cells import (
     Axes,
     PairedCells,
@@ -62,6 +62,7 @@ def plan_until_resolved(path: str | Path, sets: Sequence[str], spec: UntilResolv
                         ) -> tuple[Planner, RunIds]:
     """The comparisons, their planned looks and the run id of every cell's seed the plan may reach (one
     expansion of the grid with every seed it may add)."""
+    spec = spec.for_grid(*grid_objective(path))  # its metric checked against the grid's trainer
     fingerprints = Fingerprints.for_home(Path(home))
     first = plan_grid(path, sets, fingerprints=fingerprints)
     grid, planned = first.grid, first.planned
