@@ -265,3 +265,36 @@ def test_a_cut_run_resumes_with_the_trainers_resume_args(tmp_path):
         steps = [int(s) for s in re.findall(r"step (\d+): val", log)]
         assert steps[-1] == 400 and row["steps"] == 400
         assert row["resumed_from"] == cut[str(run_id)] + 1  # the first step the resumed command reported
+
+
+DDP = """\
+import argparse, os, torch, torch.distributed as dist
+p = argparse.ArgumentParser()
+p.add_argument("--seed", type=int)
+p.add_argument("--scale", type=float)
+a = p.parse_args()
+dist.init_process_group("gloo")
+x = torch.tensor([float(dist.get_rank() + 1) * a.scale + a.seed])
+dist.all_reduce(x)  # ranks 0 and 1: (1 + 2) * scale + 2 * seed
+if dist.get_rank() == 0:
+    print(f"step 1: val {x.item():.4f} world {dist.get_world_size()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_torchrun_command_of_two_processes_is_one_run(tmp_path):
+    (tmp_path / "ddp.py").write_text(DDP)
+    (tmp_path / "grid.yaml").write_text(
+        "name: ddp\ntrainer:\n"
+        f"  command: {sys.executable} -m torch.distributed.run --standalone --nproc_per_node=2 ddp.py "
+        "{args}\n"
+        "  metrics: {stdout: 'step (?P<step>\\d+): val (?P<val_loss>[\\d.]+) world (?P<world>\\d+)'}\n"
+        "  objective: {metric: val_loss, better: lower}\n"
+        "base: {scale: 1.0}\ngrid:\n  arm: {baseline: {}, big: {scale: 2.0}}\n  seed: [3]\n")
+    home = tmp_path / "home"
+    out = invoke("run", str(tmp_path / "grid.yaml"), "--home", str(home), "--no-mlflow")
+    assert out.exit_code == 0, out.output
+    runs = frame(home, "ddp")
+    assert len(runs) == 2 and set(runs["status"]) == {"done"} and set(runs["world"]) == {2.0}
+    assert sorted(runs["val_loss"]) == [3 * 1.0 + 2 * 3, 3 * 2.0 + 2 * 3]  # both ranks took part
