@@ -1,7 +1,8 @@
 """Running tune's jobs on any executor's runner: the same run lifecycle and display as ``ablate run``.
 
-``trial_runner(session, home=, store=, title=)`` is the session's runner (``Executor.session``: the local
-pool, Ray tasks) on ``train_trial`` (the training job plus Optuna's pruning callback), with a lifecycle that
+``trial_runner(session, home=, store=, title=, job_fn=)`` is the session's runner (``Executor.session``: the
+local pool, Ray tasks) on the trials' job function (``ablate.tune.trials``: ``train_trial``, the training job
+plus Optuna's pruning callback; ``command_trial`` for a command grid), with a lifecycle that
 records a pruned trial as pruned: it runs jobs in rounds; ``run(jobs)`` returns each job's ``Ended``
 (``done``/``diverged`` with its result, ``pruned`` at ``step`` with the last reported ``value``, ``failed``
 with its ``error``, ``interrupted``, ``busy``) so the caller can tell Optuna and ask for the next round. Each
@@ -27,11 +28,11 @@ from ablate.execute.executor import Runner, Session
 from ablate.execute.lifecycle import Ended, Lifecycle
 from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import STORE_PATIENCE_S
+from ablate.tune.trials import TRIAL_JOB
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
 
-TRIAL_JOB = "ablate.tune.job:train_trial"
 Outcome = Ended  # how one trial's run ended (``kind``, ``result``, ``error``, ``step``, ``value``)
 
 __all__ = ["TRIAL_JOB", "Outcome", "trial_runner"]
@@ -40,9 +41,10 @@ __all__ = ["TRIAL_JOB", "Outcome", "trial_runner"]
 @contextmanager
 def trial_runner(session: Session, *, home: Path, store: Store, title: str, console: Console | None = None,
                  metric: str = "val_ppl", mlflow: bool = False, mlflow_experiment: str | None = None,
-                 store_patience_s: float = STORE_PATIENCE_S, jobs: int | None = None) -> Iterator[Runner]:
-    """The session's runner on the trial job, kept across rounds (``jobs``: the most at once); its
-    lifecycle's threads stop with it."""
+                 store_patience_s: float = STORE_PATIENCE_S, jobs: int | None = None,
+                 job_fn: str = TRIAL_JOB) -> Iterator[Runner]:
+    """The session's runner on the trials' job ``job_fn``, kept across rounds (``jobs``: the most at once);
+    its lifecycle's threads stop with it."""
     mirror = None
     # the trials are MLflow runs of the experiment ``title`` (<grid>/tune), or of the one the user named,
     # nested under their study
@@ -50,7 +52,7 @@ def trial_runner(session: Session, *, home: Path, store: Store, title: str, cons
         mirror = MirrorThread(home=home, grid=title, experiment=mlflow_experiment)
     lifecycle = Lifecycle(store, home=home, mirror=mirror, metric=metric, patience_s=store_patience_s)
     try:
-        with session.runner(lifecycle, title=title, console=console, job_fn=TRIAL_JOB, jobs=jobs) as runner:
+        with session.runner(lifecycle, title=title, console=console, job_fn=job_fn, jobs=jobs) as runner:
             yield runner
     finally:
         lifecycle.close()

@@ -25,7 +25,7 @@ class TuneOptions:
     high: float | None = None
     log: bool = False
     trials: int = 10
-    metric: str = "val_ppl"
+    metric: str | None = None  # None: the grid's (val_ppl; a command grid's objective)
     pruner: str = "median"
     tolerance: float = DEFAULT_TOLERANCE
     then_run: bool = False
@@ -70,6 +70,7 @@ class TuneReport:
 
     grid: str
     tune_grid: str
+    metric: str = "val_ppl"  # what the studies optimized
     tolerance: float = DEFAULT_TOLERANCE  # what "worse" means: the metric over the best by more than this
     cells: list[CellResult] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> jobs this time (plus "reused")

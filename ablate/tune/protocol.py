@@ -2,10 +2,10 @@
 search for it. No Optuna, no torch, no I/O: everything works on ``Point``s (a tried value and what came of
 it).
 
-- **best**: the point with the lowest metric among those that finished without diverging.
+- **best**: the point with the lowest metric among those that finished without diverging (the highest, with
+  ``higher=True``: a command grid's objective may be higher-is-better, such as an accuracy).
 - **stable**: a point that did not diverge and whose metric is within ``tolerance`` of the best
-  (``metric <= best * (1 + tolerance)``; every metric ablate tunes on, perplexity or loss, is
-  lower-is-better).
+  (``metric <= best + tolerance * |best|``; ``>= best - tolerance * |best|`` when higher is better).
 - **largest stable**: the largest tried value that is stable. A pruned or failed point says nothing about
   stability (it was cut off, or crashed) and is ignored.
 - **at the edge**: a best value within ``EDGE`` (a tenth) of the searched range's width of either end, on the
@@ -31,6 +31,7 @@ DEFAULT_TOLERANCE = 0.05
 # What Optuna is told for a diverged trial (and reported for a non-finite validation metric): a finite value
 # above any trained model's perplexity or loss, so TPE ranks the trial worst and learns to avoid its region
 # (a FAIL would be dropped from TPE's model and the region sampled again). Reports mark such trials apart.
+# A study of a higher-is-better metric is told ``-PENALTY`` (``worst``).
 PENALTY = 1e9
 EDGE = 0.1  # a best value this close to an end of the range searched, in shares of its width, is at the edge
 
@@ -48,20 +49,27 @@ class Point:
     source: str = "trial"
 
 
+def worst(*, higher: bool = False) -> float:
+    """What Optuna is told for a diverged trial of a study: ``PENALTY``, or ``-PENALTY`` when higher is
+    better."""
+    return -PENALTY if higher else PENALTY
+
+
 def _finished(points: Iterable[Point]) -> list[Point]:
     return [p for p in points if p.outcome == "ok" and p.metric is not None and math.isfinite(p.metric)]
 
 
-def best_point(points: Iterable[Point]) -> Point | None:
-    """The point with the lowest metric among those that finished (ties: the smaller value); None if none
-    did."""
+def best_point(points: Iterable[Point], *, higher: bool = False) -> Point | None:
+    """The point with the lowest metric (``higher``: the highest) among those that finished (ties: the
+    smaller value); None if none did."""
     done = _finished(points)
-    return min(done, key=lambda p: (p.metric, p.value)) if done else None
+    sign = -1.0 if higher else 1.0
+    return min(done, key=lambda p: (sign * (p.metric or 0.0), p.value)) if done else None
 
 
-def best_metric(points: Iterable[Point]) -> float | None:
+def best_metric(points: Iterable[Point], *, higher: bool = False) -> float | None:
     """``best_point``'s metric (finite), or None if nothing finished."""
-    best = best_point(points)
+    best = best_point(points, higher=higher)
     return best.metric if best is not None else None
 
 
@@ -85,33 +93,43 @@ def edge_of(value: float, low: float, high: float, *, log: bool) -> Literal["low
     return "low" if x - lo <= EDGE * width else None
 
 
-def is_stable(point: Point, best: float, tolerance: float = DEFAULT_TOLERANCE) -> bool | None:
-    """True: finished within ``tolerance`` of ``best``; False: diverged, or finished outside it; None: pruned
-    or failed (no evidence either way)."""
+def is_stable(point: Point, best: float, tolerance: float = DEFAULT_TOLERANCE, *,
+              higher: bool = False) -> bool | None:
+    """True: finished within ``tolerance`` of ``best`` (on the worse side: above it, or below it when
+    ``higher`` is better); False: diverged, or finished outside it; None: pruned or failed (no evidence
+    either way).
+
+    >>> is_stable(Point(0.1, "ok", 10.4), 10.0), is_stable(Point(0.1, "ok", 0.94), 1.0, higher=True)
+    (True, False)
+    """
     if point.outcome == "diverged":
         return False
     if point.outcome != "ok":
         return None
     if point.metric is None or not math.isfinite(point.metric):
         return False
-    return point.metric <= best * (1 + tolerance)
+    if higher:
+        return point.metric >= best - tolerance * abs(best)
+    return point.metric <= best + tolerance * abs(best)
 
 
-def max_stable(points: Sequence[Point], tolerance: float = DEFAULT_TOLERANCE) -> Point | None:
+def max_stable(points: Sequence[Point], tolerance: float = DEFAULT_TOLERANCE, *,
+               higher: bool = False) -> Point | None:
     """The stable point with the largest value (None when nothing finished)."""
-    best = best_metric(points)
+    best = best_metric(points, higher=higher)
     if best is None:
         return None
-    stable = [p for p in points if is_stable(p, best, tolerance)]
+    stable = [p for p in points if is_stable(p, best, tolerance, higher=higher)]
     return max(stable, key=lambda p: p.value)
 
 
-def first_unstable_above(points: Sequence[Point], value: float,
-                         tolerance: float = DEFAULT_TOLERANCE) -> Point | None:
+def first_unstable_above(points: Sequence[Point], value: float, tolerance: float = DEFAULT_TOLERANCE, *,
+                         higher: bool = False) -> Point | None:
     """The unstable point with the smallest value above ``value`` (the upper end of a bracket), or None."""
-    best = best_metric(points)
+    best = best_metric(points, higher=higher)
     above = [p for p in points if p.value > value
-             and (p.outcome == "diverged" or (best is not None and is_stable(p, best, tolerance) is False))]
+             and (p.outcome == "diverged"
+                  or (best is not None and is_stable(p, best, tolerance, higher=higher) is False))]
     return min(above, key=lambda p: p.value) if above else None
 
 
@@ -193,16 +211,17 @@ def bracket(is_stable_at: Callable[[float], bool], low: float, high: float, *, s
 
 
 def bracket_from_points(points: Sequence[Point], *, high: float, steps: int, log: bool,
-                        tolerance: float = DEFAULT_TOLERANCE) -> tuple[Bracket | None, str]:
+                        tolerance: float = DEFAULT_TOLERANCE, higher: bool = False
+                        ) -> tuple[Bracket | None, str]:
     """The bracket the study's points leave (tightest stable/unstable pair), or None and why not.
 
     The lower end is the largest stable point; the upper end the smallest unstable point above it. Without an
     unstable point the search cannot start: nothing in ``[low, high]`` was seen to fail.
     """
-    top = max_stable(points, tolerance)
+    top = max_stable(points, tolerance, higher=higher)
     if top is None:
         return None, "no trial finished, so there is no stable point to start from"
-    bad = first_unstable_above(points, top.value, tolerance)
+    bad = first_unstable_above(points, top.value, tolerance, higher=higher)
     if bad is None:
         return None, (f"no trial above {top.value:.3g} diverged or fell outside the tolerance: the largest "
                       f"stable value is at least that; raise --high (now {high:g}) to find where it breaks")

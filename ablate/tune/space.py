@@ -5,6 +5,9 @@ A **cell** is a group of a grid's runs that differ only in their seed and in the
 ``grid: {variant: [a, b], seed: [0, 1], train.lr: [...]}`` and ``--param train.lr`` there are two cells, ``a``
 and ``b``. Each cell gets one study; its trials are the cell's first run (its first seed) with the parameter
 replaced by the sampled value. ``--then-run`` later runs every seed of the cell at the best value.
+
+The tuned parameter is a field of ablate's own config (``train.lr``) or, on a command grid, a parameter of the
+command (``lr``, ``optim.lr``: ``command_space`` checks it, ``with_param`` sets it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from ablate.config import RunConfig
 from ablate.errors import ConfigError, one_of
 from ablate.grid.ids import canonical
 from ablate.grid.paths import assign, describe, explain, field_type, unwrap_optional
+from ablate.trainers.command.config import CommandConfig
+from ablate.trainers.command.params import flatten
 from ablate.tune.protocol import EDGE, edge_of
 
 if TYPE_CHECKING:
@@ -33,22 +38,27 @@ METRICS = ("val_ppl", "train_loss")  # and ppl/<held-out set>
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """The tuned parameter (a dotted config path), its range, and whether it is searched on a log scale."""
+    """The tuned parameter (a dotted config path), its range, and whether it is searched on a log scale.
+
+    ``integer`` None: ``param`` is a field of ablate's own config, checked here; True or False: a command's
+    parameter, checked by ``command_space``, whole numbers or not."""
 
     param: str
     low: float
     high: float
     log: bool = False
+    integer: bool | None = None
 
     def __post_init__(self) -> None:
-        try:
-            tp = unwrap_optional(field_type(self.param))
-        except ValueError as exc:
-            raise ConfigError(str(exc), where="--param") from None
-        if self.param == "seed" or tp not in (int, float):
-            raise ConfigError(f"{self.param!r} is not a numeric field that can be tuned (it is "
-                              f"{getattr(tp, '__name__', tp)}); e.g. train.lr, train.weight_decay, "
-                              "train.warmup_frac", where="--param")
+        if self.integer is None:
+            try:
+                tp = unwrap_optional(field_type(self.param))
+            except ValueError as exc:
+                raise ConfigError(str(exc), where="--param") from None
+            if self.param == "seed" or tp not in (int, float):
+                raise ConfigError(f"{self.param!r} is not a numeric field that can be tuned (it is "
+                                  f"{getattr(tp, '__name__', tp)}); e.g. train.lr, train.weight_decay, "
+                                  "train.warmup_frac", where="--param")
         if not self.low < self.high:
             raise ConfigError(f"--low {self.low:g} must be below --high {self.high:g}", where="--low")
         if self.log and self.low <= 0:
@@ -56,6 +66,8 @@ class SearchSpace:
 
     @property
     def is_int(self) -> bool:
+        if self.integer is not None:
+            return self.integer
         return unwrap_optional(field_type(self.param)) is int
 
     def distribution(self) -> BaseDistribution:
@@ -116,9 +128,13 @@ def check_metric(metric: str, config: RunConfig) -> str:
     raise ConfigError(one_of(metric, [*METRICS, *sets], what="metric"), where="--metric")
 
 
-def _identity(config: RunConfig, param: str) -> str:
+def _identity(config: RunConfig | CommandConfig, param: str) -> str:
     dump = canonical(config.model_dump(mode="json"))
-    dump = assign({**dump, "seed": None}, param, None)
+    if isinstance(config, CommandConfig):  # the parameter among the command's, and among the axes' values
+        cell = {k: v for k, v in dump["cell"].items() if k != param}
+        dump = {**dump, "seed": None, "params": assign(dump["params"], param, None), "cell": cell}
+    else:
+        dump = assign({**dump, "seed": None}, param, None)
     text = json.dumps(dump, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
@@ -159,3 +175,30 @@ def with_value(config: RunConfig, param: str, value: float | int, *,
         return RunConfig.model_validate(dump)
     except ValidationError as exc:
         raise ConfigError(describe(*explain(exc)), where=f"{param}={value!r}") from None
+
+
+def command_space(param: str, low: float, high: float, log: bool, planned: Sequence[PlannedRun]
+                  ) -> SearchSpace:
+    """The search space of a command grid's parameter ``param`` (dotted: ``lr``, ``optim.lr``): a number in
+    every run's parameters (whole numbers everywhere: searched as whole numbers), never the seed."""
+    configs: list[object] = [run.config for run in planned]
+    found = [flatten(c.params).get(param) for c in configs if isinstance(c, CommandConfig)]
+    numbers = [v for v in found if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not found or len(numbers) < len(found):
+        first = planned[0].config
+        assert isinstance(first, CommandConfig)  # the caller plans a command grid
+        names = sorted(k for k, v in flatten(first.params).items()
+                       if isinstance(v, int | float) and not isinstance(v, bool))
+        what = ("it is not a number in every run" if any(v is not None for v in found) else
+                "the command has no such parameter")
+        raise ConfigError(f"cannot tune {param!r}: {what}; {one_of(param, names, what='parameter')} (a "
+                          "number of the grid's base, an arm or an axis)", where="--param")
+    return SearchSpace(param, low, high, log, integer=all(isinstance(v, int) for v in numbers))
+
+
+def with_param(config: CommandConfig, param: str, value: float | int) -> CommandConfig:
+    """A command run's ``config`` with its parameter ``param`` set to ``value`` (and the grid's axis of that
+    name, when it has one)."""
+    params = assign(config.params, param, value)
+    cell = {**config.cell, param: value} if param in config.cell else config.cell
+    return config.model_copy(update={"params": params, "cell": cell})

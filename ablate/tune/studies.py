@@ -3,11 +3,12 @@ telling it how a trial ended.
 
 Each study's ``user_attrs`` say what it is: ``grid``, ``cell`` (label), ``cell_key``, ``variant``, ``axes``,
 ``seed`` (the seed its trials run at), ``param``, ``low``, ``high``, ``log``, ``metric``, ``pruner``,
-``tolerance``, and ``probes`` (the bracketing search's runs: ``value``, ``outcome``, ``metric``, ``run_id``).
+``tolerance``, ``better`` (``lower`` or ``higher``: the study minimizes or maximizes its metric) and
+``probes`` (the bracketing search's runs: ``value``, ``outcome``, ``metric``, ``run_id``).
 Each trial's ``user_attrs`` hold its ``run_id`` (the run in the store, under the grid ``<grid>/tune``) and
 ``outcome`` (``ok``, ``diverged``, ``pruned``, ``failed``). A diverged trial is COMPLETE with the value
-``PENALTY``; a pruned one PRUNED; a crashed one FAIL (and does not count towards ``--trials``, so the next
-``ablate tune`` replaces it).
+``PENALTY`` (``-PENALTY`` in a study that maximizes); a pruned one PRUNED; a crashed one FAIL (and does not
+count towards ``--trials``, so the next ``ablate tune`` replaces it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.errors import ConfigError
-from ablate.tune.protocol import PENALTY, Outcome, Point
+from ablate.tune.protocol import PENALTY, Outcome, Point, worst
 from ablate.tune.storage import optuna_storage, store_studies
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKED = ("param", "low", "high", "log", "metric")  # a study answers one question: these never change
+# a study answers one question: these never change (``better`` is absent from studies made before it was)
+CHECKED = ("param", "low", "high", "log", "metric", "better")
 
 
 def _seed(name: str, n: int) -> int:
@@ -42,10 +44,11 @@ def _seed(name: str, n: int) -> int:
 
 def open_study(storage: RDBStorage, name: str, attrs: Mapping[str, object], *, trials: int,
                pruner: BasePruner) -> optuna.Study:
-    """Create the study ``name`` or continue it; ``ConfigError`` when it was made for another search."""
+    """Create the study ``name`` or continue it; ``ConfigError`` when it was made for another search. It
+    maximizes its metric when ``attrs["better"]`` is ``higher``, else minimizes it."""
     existing = next((s for s in storage.get_all_studies() if s.study_name == name), None)
     old = existing.user_attrs if existing is not None else {}
-    changed = [k for k in CHECKED if k in old and old[k] != attrs[k]]
+    changed = [k for k in CHECKED if k in old and k in attrs and old[k] != attrs[k]]
     if changed:
         was = ", ".join(f"{k}={old[k]!r}" for k in changed)
         now = ", ".join(f"{k}={attrs[k]!r}" for k in changed)
@@ -55,12 +58,18 @@ def open_study(storage: RDBStorage, name: str, attrs: Mapping[str, object], *, t
     n_done = len(storage.get_all_trials(existing._study_id, deepcopy=False)) if existing is not None else 0
     sampler = optuna.samplers.TPESampler(n_startup_trials=max(2, min(10, trials // 2)),
                                          seed=_seed(name, n_done))
-    study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True,
+    direction = "maximize" if attrs.get("better") == "higher" else "minimize"
+    study = optuna.create_study(study_name=name, storage=storage, direction=direction, load_if_exists=True,
                                 sampler=sampler, pruner=pruner)
     for key, value in attrs.items():
         if old.get(key) != value:
             study.set_user_attr(key, value)
     return study
+
+
+def maximizes(study: optuna.Study | optuna.study.FrozenStudy) -> bool:
+    """Whether ``study`` maximizes its metric (a command grid's higher-is-better objective)."""
+    return bool(study.direction == optuna.study.StudyDirection.MAXIMIZE)
 
 
 def stored_studies(store: Store, grid: str) -> list[optuna.Study]:
@@ -78,7 +87,8 @@ def trial_point(trial: FrozenTrial, param: str) -> Point | None:
         return None
     value, rid = float(trial.params[param]), trial.user_attrs.get("run_id")
     if trial.state == TrialState.COMPLETE:
-        if trial.user_attrs.get("outcome") == "diverged" or trial.value is None or trial.value >= PENALTY:
+        diverged = trial.value is None or abs(trial.value) >= PENALTY  # told PENALTY (-PENALTY: maximized)
+        if trial.user_attrs.get("outcome") == "diverged" or diverged:
             return Point(value, "diverged", None, rid)
         return Point(value, "ok", float(trial.value), rid)
     if trial.state == TrialState.PRUNED:
@@ -123,7 +133,7 @@ def tell(study: optuna.Study, number: int, point: Point, *, error: str | None = 
         if point.outcome == "ok":
             study.tell(number, point.metric)
         elif point.outcome == "diverged":
-            study.tell(number, PENALTY)
+            study.tell(number, worst(higher=maximizes(study)))
         elif point.outcome == "pruned":
             study.tell(number, state=TrialState.PRUNED)
         else:

@@ -18,10 +18,11 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def summary_table(report: TuneReport, param: str, metric: str) -> Table:
+def summary_table(report: TuneReport, param: str, metric: str | None = None) -> Table:
     """One row per cell: best value and its metric, largest stable value, the first value above it that did
     worse (diverged, or ended more than the tolerance over the best), and how its trials ended (ok /
-    diverged / pruned / failed)."""
+    diverged / pruned / failed). ``metric``: the report's own when None."""
+    metric = metric or report.metric
     table = Table(title=f"ablate tune {report.grid}: {param} per cell (metric {metric})",
                   title_justify="left")
     # headers wrap at their spaces and cells fold rather than end in '…' on a narrow terminal
@@ -37,7 +38,8 @@ def summary_table(report: TuneReport, param: str, metric: str) -> Table:
     return table
 
 
-def print_summary(report: TuneReport, param: str, metric: str, console: Console | None = None) -> None:
+def print_summary(report: TuneReport, param: str, metric: str | None = None, console: Console | None = None
+                  ) -> None:
     """The table, this command's counts, notes about the bracketing search, and warnings."""
     console = console or stdout_console()  # off a terminal: nothing cut to '…'
     console.print(summary_table(report, param, metric))

@@ -11,12 +11,11 @@ import yaml
 from optuna.trial import TrialState
 from rich.console import Console
 
-from ablate.config import RunConfig
 from ablate.execute.executor import Runner, RunOptions
 from ablate.execute.grid_run import run_grid
 from ablate.execute.locks import is_locked
 from ablate.execute.messages import Job
-from ablate.grid import Grid, run_id
+from ablate.grid import Grid
 from ablate.layout import run_dir
 from ablate.tune.execute import Outcome
 from ablate.tune.options import CellResult, TuneOptions, TuneReport
@@ -30,9 +29,10 @@ from ablate.tune.protocol import (
     is_stable,
     max_stable,
 )
-from ablate.tune.space import SearchSpace, TuneCell, study_name, with_value
+from ablate.tune.space import SearchSpace, TuneCell, study_name
 from ablate.tune.storage import make_pruner
 from ablate.tune.studies import open_study, result_point, study_points, tell
+from ablate.tune.trials import TrialConfig, Trials
 from ablate.tune.tuned import tuned_grid, write_tuned_grid
 
 if TYPE_CHECKING:
@@ -53,38 +53,34 @@ class TuneItem:
     number: int | None = None
     trial_id: int | None = None
     run_id: str = ""
-    config: RunConfig | None = None
+    config: TrialConfig | None = None
 
 
 class Tuner:
-    """The studies of a grid's cells and the runs that answer them, on one executor session's pool."""
+    """The studies of a grid's cells and the runs that answer them, on one executor session's pool;
+    ``trials`` says what a trial is for the grid's trainer (``ablate.tune.trials``)."""
 
-    def __init__(self, grid: Grid, cells: list[TuneCell], space: SearchSpace, metric: str, pruner: str,
+    def __init__(self, grid: Grid, cells: list[TuneCell], space: SearchSpace, trials: Trials, pruner: str,
                  opts: TuneOptions, store: Store, storage: RDBStorage, console: Console):
-        self.grid, self.cells, self.space, self.metric, self.pruner = grid, cells, space, metric, pruner
+        self.grid, self.cells, self.space, self.trials, self.pruner = grid, cells, space, trials, pruner
+        self.metric, self.higher = trials.metric, trials.higher
         self.opts, self.store, self.storage, self.console = opts, store, storage, console
         self.tune_grid = f"{grid.name}/tune"
-        self.report = TuneReport(grid=grid.name, tune_grid=self.tune_grid, tolerance=opts.tolerance)
-        self.text = yaml.safe_dump({"tune_of": grid.name, **space.as_attrs(), "metric": metric,
+        self.report = TuneReport(grid=grid.name, tune_grid=self.tune_grid, tolerance=opts.tolerance,
+                                 metric=self.metric)
+        self.text = yaml.safe_dump({"tune_of": grid.name, **space.as_attrs(), "metric": self.metric,
                                     "pruner": pruner, "grid": grid.text}, sort_keys=False)
-        self.every = {c.key: self._eval_every(c) for c in cells}
         self.notes: dict[str, str] = {}  # cell key -> why its bracketing search did not run or stopped
         self.studies = {c.key: self._open(c) for c in cells}
 
     # ------------------------------------------------------------ studies
-    def _eval_every(self, cell: TuneCell) -> int | None:
-        cfg = cell.base.config
-        if cfg.eval.every or self.pruner == "none":
-            return None
-        return max(1, cfg.train.steps // 10)
-
     def _open(self, cell: TuneCell) -> optuna.Study:
-        cfg = cell.base.config
-        every = self.every[cell.key] or cfg.eval.every or 1
         attrs = {"grid": self.grid.name, "cell": cell.label, "cell_key": cell.key, "variant": cell.variant,
-                 "axes": cell.axes, "seed": cfg.seed, **self.space.as_attrs(), "metric": self.metric,
-                 "pruner": self.pruner, "tolerance": self.opts.tolerance}
-        pruner = make_pruner(self.pruner, min_resource=every, max_resource=cfg.train.steps)
+                 "axes": cell.axes, "seed": cell.base.config.seed, **self.space.as_attrs(),
+                 "metric": self.metric, "better": "higher" if self.higher else "lower", "pruner": self.pruner,
+                 "tolerance": self.opts.tolerance}
+        least, most = self.trials.resources(cell)
+        pruner = make_pruner(self.pruner, min_resource=least, max_resource=most)
         return open_study(self.storage, study_name(self.grid.name, self.space.param, cell), attrs,
                           trials=self.opts.trials, pruner=pruner)
 
@@ -148,18 +144,15 @@ class Tuner:
     def _run_round(self, pool: Runner, items: list[TuneItem]
                    ) -> list[tuple[TuneItem, Point | None, str | None]]:
         """Make each item's run (reusing a finished one), train the rest; ``(item, point or None, error)``."""
+        param = self.space.param
         for item in items:
-            item.config = with_value(item.cell.base.config, self.space.param, item.value,
-                                     eval_every=self.every[item.cell.key])
-            item.run_id = run_id(item.config)
+            item.config = self.trials.config(item.cell, param, item.value)
+            item.run_id = self.trials.run_id(item.config)
             if item.number is not None:
                 self.storage.set_trial_user_attr(item.trial_id, "run_id", item.run_id)
         base = {i.run_id: i for i in items}
-        same_model = not self.space.param.startswith("model.")  # else ingest fills the parameter counts in
         self.store.register_grid(name=self.tune_grid, text=self.text, whole=False, runs=[
-            {"run_id": i.run_id, "config": i.config, "axes": {**i.cell.axes, self.space.param: i.value},
-             "params": i.cell.base.params if same_model else None,
-             "added_params": i.cell.base.added_params if same_model else None} for i in base.values()])
+            self.trials.row(i.cell, i.config, param, i.value) for i in base.values() if i.config is not None])
         status = self.store.statuses(run_ids=list(base))
         stored = self._stored({rid for rid, s in status.items() if s in ("done", "diverged", "pruned",
                                                                          "failed")})
@@ -170,13 +163,10 @@ class Tuner:
                 continue  # reused below
             config = item.config
             assert config is not None  # made above
-            every = self.every[item.cell.key] or config.eval.every
             trial = None
-            if item.number is not None and every:
+            if item.number is not None and (spec := self.trials.spec(item.cell, config)) is not None:
                 trial = {"storage": self.store.url, "study": self.studies[item.cell.key].study_name,
-                         "trial_id": item.trial_id, "pruner": self.pruner, "min_resource": every,
-                         "max_resource": config.train.steps,
-                         "monitor": "loss" if self.metric == "train_loss" else "val_ppl"}
+                         "trial_id": item.trial_id, **spec}
             jobs.append(Job(rid, str(pool.run_dir(rid)), config.model_dump(mode="json"), trial=trial,
                             label=f"{item.cell.label}  {self.space.param}={item.value:.3g}",
                             name=self._mlflow_name(item, config)))
@@ -195,7 +185,7 @@ class Tuner:
                 out.append((item, point, None))
         return out
 
-    def _mlflow_name(self, item: TuneItem, config: RunConfig) -> str:
+    def _mlflow_name(self, item: TuneItem, config: TrialConfig) -> str:
         """A trial's MLflow run name: ``baseline-s0 train.lr=0.0032`` (its cell's other axes after, ``probe``
         for a bracketing probe), so a cell's trials, all at one seed, are told apart."""
         others = "".join(f" {k}={v}" for k, v in item.cell.axes.items() if k != "variant")
@@ -229,7 +219,7 @@ class Tuner:
             if left <= 0:
                 continue
             b, why = bracket_from_points(study_points(study, self.space.param), high=self.space.high,
-                                         steps=left, log=self.space.log, tolerance=tol)
+                                         steps=left, log=self.space.log, tolerance=tol, higher=self.higher)
             if b is None:
                 notes[cell.key] = why
             else:
@@ -258,8 +248,8 @@ class Tuner:
                   {"value": point.value, "outcome": point.outcome, "metric": point.metric,
                    "run_id": point.run_id}]
         study.set_user_attr("probes", probes)
-        best = best_metric(study_points(study, self.space.param))
-        ok = is_stable(point, best, self.opts.tolerance) if best is not None else None
+        best = best_metric(study_points(study, self.space.param), higher=self.higher)
+        ok = is_stable(point, best, self.opts.tolerance, higher=self.higher) if best is not None else None
         b = brackets[item.cell.key]
         if ok is None:  # crashed: no evidence, stop this bracket
             del brackets[item.cell.key]
@@ -273,9 +263,10 @@ class Tuner:
         for cell in self.cells:
             study = self.studies[cell.key]
             points = study_points(study, self.space.param)
-            stable = max_stable(points, tol)
-            unstable = first_unstable_above(points, stable.value, tol) if stable is not None else None
-            best = best_point(points)
+            stable = max_stable(points, tol, higher=self.higher)
+            unstable = (first_unstable_above(points, stable.value, tol, higher=self.higher)
+                        if stable is not None else None)
+            best = best_point(points, higher=self.higher)
             self.report.cells.append(CellResult(cell.label, cell.variant, study.study_name, cell.seeds,
                                                 points, best, stable, unstable, notes.get(cell.key, "")))
             if best is not None and (edge := self.space.edge_warning(cell.label, best.value)) is not None:
