@@ -49,9 +49,10 @@ def tune_cmd(
                       typer.Option("--trials",
                                    help="trials per study in all (a rerun adds the missing ones)")]
     = 10,
-    metric: Annotated[str,
-                      typer.Option("--metric", help="minimized: val_ppl, train_loss or ppl/<held-out set>")]
-    = "val_ppl",
+    metric: Annotated[str | None,
+                      typer.Option("--metric", help="what is searched: val_ppl (the default), train_loss, "
+                                                    "ppl/<set>; on a command grid its objective by default")]
+    = None,
     pruner: Annotated[str, typer.Option("--pruner", help="median (median:N waits for N trials), hyperband, "
                                         "threshold:X or none")] = "median",
     tolerance: Annotated[float, typer.Option("--tolerance", help="stable = not diverged and metric within "
@@ -116,7 +117,7 @@ def tune_cmd(
                           **patience(store_patience),
                           device_memory=None if device_memory is None else parse_memory(device_memory))
     report = tune(grid, sets or [], options)
-    print_summary(report, param, metric)
+    print_summary(report, param)
     if report.tuned is not None:
         from ablate.execute.grid_run import print_summary as print_grid_summary
 

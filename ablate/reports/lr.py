@@ -56,19 +56,21 @@ class StudyLR:
     tolerance: float
     log_scale: bool
     points: list[Point]
+    higher: bool = False  # its metric is higher-is-better (a command grid's objective may be)
 
     @property
     def best(self) -> Point | None:
-        return best_point(self.points)
+        return best_point(self.points, higher=self.higher)
 
     @property
     def stable(self) -> Point | None:
-        return max_stable(self.points, self.tolerance)
+        return max_stable(self.points, self.tolerance, higher=self.higher)
 
     @property
     def unstable(self) -> Point | None:
         top = self.stable
-        return first_unstable_above(self.points, top.value, self.tolerance) if top is not None else None
+        return (first_unstable_above(self.points, top.value, self.tolerance, higher=self.higher)
+                if top is not None else None)
 
 
 class LRTable(Table):
@@ -95,7 +97,8 @@ def load_studies(store: Store, grid: str) -> list[StudyLR]:
         a = study.user_attrs
         out.append(StudyLR(a.get("cell", study.study_name), a.get("variant", "?"), a["param"],
                            a.get("metric", "val_ppl"), float(a.get("tolerance", DEFAULT_TOLERANCE)),
-                           bool(a.get("log", True)), study_points(study, a["param"])))
+                           bool(a.get("log", True)), study_points(study, a["param"]),
+                           higher=a.get("better") == "higher"))
     return out
 
 
