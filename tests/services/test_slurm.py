@@ -6,6 +6,10 @@ through a PostgreSQL store that goes away, and tasks that run another job functi
 that finishes, one that fails). The runs: the tiny preset on the arithmetic stream, 40 steps of
 4 x 32 tokens; the store is SQLite in a temporary directory (the jobs run on this machine).
 
+And a training command as the trainer (the toy script of tests/command_scripts.py): its grid as one array, its
+stored values what the script printed, compare and ``--until-resolved`` on them, ``ablate cancel`` leaving no
+process of the commands, and a command run on two GPUs asking Slurm for one task with both.
+
 Skipped only when the Slurm binaries are missing and ``CI`` is unset (in CI the script installs them).
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -21,10 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
+from command_scripts import command_grid, live_marked
 from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.errors import ConfigError
 from ablate.execute.slurm.queue import ALIVE
 from ablate.store import Store
 
@@ -450,6 +457,8 @@ def test_a_running_runs_device_needs_no_train_section(monkeypatch):
     assert _device_label(Job("r", "/r", {"train": {"devices": 2}})) == "2xcpu"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert _device_label(Job("r", "/r", {"trainer": "command"})) == "cuda"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # a command on the two GPUs of its one task
+    assert _device_label(Job("r", "/r", {"trainer": "command"})) == "2xcuda"
 
 
 @pytest.mark.parametrize("finished", [True, False], ids=["finished-before-the-signal", "mid-run"])
@@ -505,3 +514,114 @@ def test_slurms_signal_leaves_a_finished_run_done_and_puts_one_mid_run_back_in_t
         assert outcome["outcome"] == "trained" and outcome["status"] == "done"
     else:
         assert outcome == {"outcome": "interrupted"}
+
+
+# ------------------------------------------------------------ a training command as the trainer
+# The toy script (tests/command_scripts.py) as each array task's command: the task runs the command trainer's
+# job function, which starts the script in a process group of its own and reads what it prints.
+SLURM_RUN = ("--executor", "slurm", "--gpus-per-job", "0", "--slurm-opt", "cpus_per_task=1", "--time",
+             "0:10:00", "--no-mlflow")
+
+
+def printed(home: Path, run_id: str) -> list[tuple[int, float]]:
+    """The ``step N: val X`` lines the script printed into its run's ``train.log``."""
+    log = (home / "runs" / run_id / "train.log").read_text()
+    return [(int(s), float(v)) for s, v in re.findall(r"^step (\d+): val ([\d.]+)$", log, re.M)]
+
+
+@pytest.fixture(scope="module")
+def commanded(slurm_cluster, tmp_path_factory):
+    """A command grid (two arms x seeds 0 and 1) run as one job array and waited for."""
+    root = tmp_path_factory.mktemp("commanded")
+    path = command_grid(root, seeds=[0, 1])
+    home = root / "home"
+    return path, home, invoke("run", str(path), *SLURM_RUN, "--wait", "--home", str(home))
+
+
+def test_a_command_grid_runs_as_a_job_array_and_stores_what_the_script_printed(commanded):
+    _, home, result = commanded
+    assert result.exit_code == 0, result.output
+    array = result.stdout.strip().splitlines()[-1]
+    frame = runs(home, "toy")
+    assert len(frame) == 4 and set(frame["status"]) == {"done"}, frame[["status", "error"]]
+    assert sorted(frame["job_id"]) == [f"{array}_{i}" for i in range(4)]
+    assert set(frame["executor"]) == {"slurm"}
+    for run_id, row in frame.iterrows():
+        lines = printed(home, str(run_id))
+        assert lines and row["val_loss"] == lines[-1][1] and row["steps"] == lines[-1][0]
+    out = invoke("report", "compare", "--home", str(home), "--format", "json")
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)["comparisons"]
+    assert (row["arm"], row["metric"], row["n"]) == ("gated", "val_loss", 2)  # the objective, by default
+    by = {(r["variant"], int(r["seed"])): float(r["val_loss"]) for _, r in frame.iterrows()}
+    deltas = [by["gated", s] - by["baseline", s] for s in (0, 1)]
+    assert row["delta"] == pytest.approx(sum(deltas) / 2, abs=1e-12)
+
+
+def test_until_resolved_adds_a_seed_to_a_command_grid_as_a_job_array(commanded):
+    """After the grid above (its comparison open at n=2), ``--until-resolved`` trains seed 2 of both arms on
+    Slurm and looks again."""
+    path, home, first = commanded
+    assert first.exit_code == 0, first.output
+    before = runs(home, "toy")
+    result = invoke("run", str(path), *SLURM_RUN, "--home", str(home), "--until-resolved", "--compare",
+                    "gated", "--max-seeds", "3")
+    assert result.exit_code == 0, result.output
+    assert "look 2 of 2 (n=3 seeds" in result.output and "gated vs baseline: " in result.stdout
+    frame = runs(home, "toy")
+    assert len(frame) == 6 and set(frame["status"]) == {"done"} and sorted(set(frame["seed"])) == [0, 1, 2]
+    added = frame[~frame.index.isin(before.index)]
+    assert set(added["seed"]) == {2} and sorted(added["variant"]) == ["baseline", "gated"]
+    assert (frame.loc[before.index, "finished"] == before["finished"]).all()  # the first four: not again
+    for run_id, row in added.iterrows():
+        assert row["val_loss"] == printed(home, str(run_id))[-1][1]
+
+
+def test_cancel_stops_the_commands_and_their_children_and_puts_the_runs_back_in_the_queue(slurm_cluster,
+                                                                                           tmp_path):
+    marker = f"ablate-slurm-toy-{os.getpid()}-{time.monotonic_ns()}"
+    path = command_grid(tmp_path, seeds=[0], steps=10_000, sleep=0.05, children=2, marker=marker)
+    home = tmp_path / "home"
+    result = invoke("run", str(path), *SLURM_RUN, "--home", str(home))
+    assert result.exit_code == 0, result.output
+    array = result.stdout.strip().splitlines()[-1]
+    try:
+        # both runs' commands with their two children each (and the group leaders that started them)
+        wait_until(lambda: len(live_marked(marker)) >= 2 * 3, 240, "both commands and their children")
+        out = invoke("cancel", str(path), "--home", str(home))
+        assert out.exit_code == 0, out.output
+        assert f"cancelled Slurm job(s) {array} of grid toy (2 training, 0 waiting to start)" in out.stdout
+        wait_until(lambda: live_marked(marker) == [], 120, "no process of the commands left")
+    finally:
+        subprocess.run(["scancel", array], check=False)
+    assert ended(array)
+    frame = runs(home, "toy")
+    assert set(frame["status"]) == {"queued"} and frame["job_id"].isna().all(), frame[["status", "error"]]
+
+
+def test_a_command_run_on_two_gpus_is_one_slurm_task_with_both(tmp_path):
+    """A command is one process whatever GPUs it takes (a ``torchrun`` in it starts its own ranks): its array
+    asks Slurm for one task with the run's GPUs, where ablate's own model asks for one task per device."""
+    from ablate.execute.opening import expand_grid
+    from ablate.execute.slurm.array import SlurmOptions
+    from ablate.execute.slurm.submit import array_parameters
+
+    path = command_grid(tmp_path, seeds=[0])
+    path.write_text(path.read_text().replace("trainer:\n", "trainer:\n  gpus: 2\n", 1))
+
+    def planned(grid: Path) -> list:
+        return expand_grid(grid, (), home=tmp_path / "home").planned
+
+    params = array_parameters(SlurmOptions(gpus_per_job=2), planned(path), "toy")
+    assert (params["nodes"], params["ntasks_per_node"], params["gpus_per_node"]) == (1, 1, 2)
+    cpu = array_parameters(SlurmOptions(gpus_per_job=0), planned(path), "toy")
+    assert (cpu["nodes"], cpu["ntasks_per_node"], "gpus_per_node" in cpu) == (1, 1, False)
+    with pytest.raises(ConfigError, match=r"--gpus-per-job: 1 GPUs per job for runs of 2 GPUs each"):
+        array_parameters(SlurmOptions(gpus_per_job=1), planned(path), "toy")
+    with pytest.raises(ConfigError, match=r"--nodes: a run of this grid is one process \(its command\)"):
+        array_parameters(SlurmOptions(nodes=2, gpus_per_node=1), planned(path), "toy")
+    # ablate's own model on two devices: two tasks (srun starts a process per device), a GPU each
+    model = tmp_path / "model.yaml"
+    model.write_text(grid_text("two", ["baseline"], train=", devices: 2, strategy: ddp"))
+    two = array_parameters(SlurmOptions(gpus_per_job=2), planned(model), "two")
+    assert (two["nodes"], two["ntasks_per_node"], two["gpus_per_node"]) == (1, 2, 2)

@@ -10,6 +10,11 @@ the store: its job's events go to the run lifecycle (``ablate.execute.lifecycle`
 (or ``failed`` with the traceback, also in the run's ``error.txt``) at the end. Another rank runs the same job
 and records nothing (the model's: ``run_one`` beside rank 0's ``train``, without its lock).
 
+``scancel`` (``ablate cancel``): Slurm sends ``SIGTERM`` to every process of the job, which submitit ignores;
+rank 0's handler sets the job's stop flag, so the job stops as a Ctrl-C stops a local one (the model at the
+end of its step, with a checkpoint; a command's process group, signalled too, as stopped rather than failed)
+and its run goes back to the queue before Slurm's ``SIGKILL``.
+
 Preemption and time-out: Slurm sends ``SIGUSR2`` (``--signal=USR2@<delay>``, set by submitit) before it stops
 the job. submitit's handler calls ``SlurmTask.checkpoint`` in the main thread, so the job runs in a second
 thread: ``checkpoint`` sets the job's stop flag, waits for it to save its progress (the model: ``last.ckpt``
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -94,6 +100,7 @@ class SlurmTask(Checkpointable):
     def _reset(self) -> None:
         self._lifecycle: Lifecycle | None = None
         self._running: _Running | None = None
+        self._sigterm: _Sigterm | None = None  # rank 0 in Slurm: whether Slurm's SIGTERM came
 
     def __getstate__(self) -> dict[str, object]:
         return {"home": self.home, "store": self.store, "grace_s": self.grace_s, "grid": self.grid,
@@ -117,6 +124,7 @@ class SlurmTask(Checkpointable):
             return self._other_rank(job, fn, slot)
         run_id, run_dir = job.run_id, Path(job.run_dir)
         lifecycle = self._lifecycle = self._open(env.job_id)
+        sigterm = self._sigterm = _Sigterm(self._terminated)  # in place of submitit's, which ignores it
         try:
             status = lifecycle.store.statuses(run_ids=[run_id]).get(run_id)
             if status in ("done", "diverged"):
@@ -124,8 +132,10 @@ class SlurmTask(Checkpointable):
             if finished_result(run_dir) is not None:  # trained, but never recorded
                 return {"outcome": "reused", "status": lifecycle.finished(run_id).kind}
             lifecycle.expect(job)
+            job = lifecycle.dealt(job)  # a command's MLflow run, opened for it to log into
             return self._rank_zero(job, fn, slot, lifecycle)
         finally:
+            sigterm.close()
             lifecycle.close()
             lifecycle.store.close()
 
@@ -158,7 +168,7 @@ class SlurmTask(Checkpointable):
         if isinstance(end, Failed):
             raise TaskFailed(f"run {job.run_id}: {end.error} (its traceback: {error_file})")
         if ended is None or ended.kind == "interrupted":
-            return {"outcome": "interrupted"}  # reached when stopped without Slurm's signal
+            return {"outcome": "interrupted"}  # stopped: scancel's SIGTERM (USR2 never returns here)
         if ended.kind == "busy":
             return {"outcome": "busy"}  # another process on this node trains it
         reused = isinstance(end, Finished) and getattr(end.outcome, "kind", None) == "reused"
@@ -185,6 +195,8 @@ class SlurmTask(Checkpointable):
         stop = threading.Event()
 
         def send(event: JobEvent) -> None:
+            if isinstance(event, Finished | Failed) and self._sigterm is not None and self._sigterm():
+                event = _stopped(event)
             if isinstance(event, Finished | Failed | Interrupted):
                 running.end = event
             if (ended := record(event)) is not None:
@@ -198,6 +210,8 @@ class SlurmTask(Checkpointable):
 
         thread = threading.Thread(target=target, name=f"train-{job.run_id}", daemon=True)
         running = self._running = _Running(thread, stop)
+        if self._sigterm is not None and self._sigterm():
+            stop.set()  # cancelled before it began
         thread.start()
         while thread.is_alive():
             thread.join(0.5)  # short waits: the main thread must stay free for Slurm's signal
@@ -208,7 +222,16 @@ class SlurmTask(Checkpointable):
             raise running.broke
         return running
 
-    # ------------------------------------------------------------ preemption / time-out
+    # ------------------------------------------------------------ cancel, preemption, time-out
+    def _terminated(self) -> None:
+        """Slurm's SIGTERM on rank 0 (``scancel``, the end of a preemption's or a time limit's grace): stop
+        the job as Ctrl-C stops a local one, before Slurm's SIGKILL (``KillWait`` later). Its run goes back
+        to the queue; a command's process group, which got the same signal, ends as stopped, not failed."""
+        running = self._running
+        if running is not None and running.thread.is_alive():
+            log.warning("cancelled (SIGTERM): stopping the job; its run goes back to the queue")
+            running.stop.set()
+
     def checkpoint(self, job: Job) -> DelayedSubmission:
         """Called by submitit on rank 0 when Slurm's signal arrives: stop the job (the model's saves
         ``last.ckpt`` at the end of its step), which puts the run back in the queue, and hand back the same
@@ -237,6 +260,55 @@ class SlurmTask(Checkpointable):
             lifecycle.close(flush_s=5.0)
         except Exception as exc:  # noqa: BLE001 - the requeue matters more than the status
             log.warning("could not mark %s queued: %s", run_id, exc)
+
+
+class _Sigterm:
+    """Slurm's SIGTERM to this task, known from the moment it is delivered: ``sigterm()`` says whether it
+    came, and ``on_term`` runs once it has. Python runs a handler only once the main thread gets to it (a
+    store write may hold it for seconds), and the job's thread may see the end of a command that the same
+    signal killed before that, and take it for a failure; so a thread of its own reads the byte that Python
+    writes to its wakeup fd as the signal is delivered. Made and closed in the main thread."""
+
+    def __init__(self, on_term: Callable[[], None]) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)  # written by the C-level handler, which must never block
+        self.came = False
+        self._on_term = on_term
+        self._fd = signal.set_wakeup_fd(self._write)
+        self._handler = signal.signal(signal.SIGTERM, lambda signum, frame: self._arrived())
+        self._thread = threading.Thread(target=self._watch, name="sigterm", daemon=True)
+        self._thread.start()
+
+    def __call__(self) -> bool:
+        return self.came
+
+    def _watch(self) -> None:
+        with contextlib.suppress(OSError):
+            while data := os.read(self._read, 512):  # b"" once closed
+                if signal.SIGTERM in data:
+                    self._arrived()
+
+    def _arrived(self) -> None:
+        if not self.came:
+            self.came = True
+            self._on_term()
+
+    def close(self) -> None:
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.set_wakeup_fd(self._fd)
+        os.close(self._write)
+        self._thread.join(timeout=5.0)
+        os.close(self._read)
+
+
+def _stopped(end: Finished | Failed) -> JobEvent:
+    """How a job that ended as Slurm ends its task is recorded: a finished run as it is, anything else as
+    stopped (its run back in the queue), as Ctrl-C leaves a local one."""
+    if isinstance(end, Finished):
+        out = end.outcome
+        if not isinstance(out, JobOutcome) or out.kind != "trained" or out.status in ("done", "diverged"):
+            return end
+    return Interrupted(end.run_id, started=True, message="stopped by Slurm (SIGTERM)")
 
 
 def _train_rank(job: PoolJob, ctx: JobContext) -> JobOutcome:
