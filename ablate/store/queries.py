@@ -182,7 +182,10 @@ def runs_frame(session: Session, *, grid: str | None = None, run_ids: Sequence[s
                                columns=score_names, dtype="float64")
     # config_flat: written with every row (migration 0002 backfilled)
     cfg = pd.DataFrame(json.loads("[" + ",".join(r[-1] or "{}" for r in rows) + "]"))
-    cfg = cfg.drop(columns=[c for c in ("variant", "seed") if c in cfg.columns])
+    # a config field named as a column of the run's own (variant, seed; a command config's empty params) is
+    # the run's column
+    taken = {*names, "grid", *score_names}
+    cfg = cfg.drop(columns=[c for c in cfg.columns if c in taken])
     out = pd.concat([frame, score_frame, cfg], axis=1)
     columns, typed = _runs_columns(score_names, list(cfg.columns))
     out = out[columns]
@@ -204,7 +207,8 @@ def runs_records(session: Session, *, grid: str | None = None, run_ids: Sequence
     seen: dict[str, Any] = {}
     for config in configs:  # every key, in the order of first appearance (as pandas orders a list of dicts)
         seen.update(config)
-    cfg_names = [c for c in seen if c not in ("variant", "seed")]
+    taken = {*_RUN_FIELDS, "heartbeat_step", "grid", *score_names}  # as runs_frame: the run's own columns
+    cfg_names = [c for c in seen if c not in taken]
     columns, typed = _runs_columns(score_names, cfg_names)
     # a run's own values, then its grids, then its scores: the head of its row picked from them in one call
     at = {c: i for i, c in enumerate([*_RUN_FIELDS, "heartbeat_step", "grid", *score_names])}

@@ -107,6 +107,10 @@ def run_command(config: CommandConfig, run_dir: Path, *, run_id: str, stop: thre
         proc = CommandProcess(inv.argv, cwd=inv.cwd, env=env, on_stdout=stdout, on_stderr=stderr,
                               grace_s=grace_s).start()
         outcome = _follow(proc, reader, stop, on_records, tail)
+        if reader.jsonl is not None and reader.jsonl.bad:  # said once in the log, with where it began
+            bad = reader.jsonl.bad
+            out.write(f"# ablate: warning: {len(bad)} line(s) of {reader.jsonl.path} were not JSON objects "
+                      f"and were skipped, the first at line {bad[0]}\n")
     if stop is not None and stop.is_set() and not outcome.ok:
         raise CommandInterrupted(f"stopped: its process group is gone ({outcome.reason})")
     result = _result(config, run_id, reader, outcome, started, resumed=inv.resumed)

@@ -298,3 +298,22 @@ def test_a_torchrun_command_of_two_processes_is_one_run(tmp_path):
     runs = frame(home, "ddp")
     assert len(runs) == 2 and set(runs["status"]) == {"done"} and set(runs["world"]) == {2.0}
     assert sorted(runs["val_loss"]) == [3 * 1.0 + 2 * 3, 3 * 2.0 + 2 * 3]  # both ranks took part
+
+
+def test_a_jsonl_line_that_is_not_json_is_warned_once_and_the_run_goes_on(tmp_path):
+    script = ("import json, os\nwith open(os.environ['ABLATE_METRICS'], 'a') as f:\n"
+              "    f.write(json.dumps({'step': 1, 'val_loss': 2.5}) + '\\n')\n"
+              "    f.write('not json\\n')\n    f.write('{broken\\n')\n"
+              "    f.write(json.dumps({'step': 2, 'val_loss': 2.25}) + '\\n')\n")
+    (tmp_path / "j.py").write_text(script)
+    (tmp_path / "grid.yaml").write_text(
+        f"name: j\ntrainer:\n  command: {sys.executable} j.py\n  seed_arg: null\n"
+        "  metrics: {jsonl: '{run_dir}/metrics.jsonl'}\n  objective: {metric: val_loss, better: lower}\n"
+        "grid:\n  seed: [0]\n")
+    home = tmp_path / "home"
+    out = invoke("run", str(tmp_path / "grid.yaml"), "--home", str(home), "--no-mlflow")
+    assert out.exit_code == 0, out.output
+    (run_id,) = frame(home, "j").index
+    assert frame(home, "j").loc[run_id, "val_loss"] == 2.25
+    log = (home / "runs" / str(run_id) / "train.log").read_text()
+    assert "# ablate: warning: 2 line(s) of " in log and "the first at line 2" in log
