@@ -6,6 +6,10 @@ input refused in one line before anything starts, the local default (no address:
 the command and stopped at its end), and, last, the second node killed mid-run: its run is retried on the
 head and resumes from its checkpoint to the loss of an uninterrupted run, each step recorded once.
 
+And a training command as the trainer (the toy script of tests/command_scripts.py): its grid as Ray tasks, its
+stored values what the script printed, mirrored into MLflow, compare and ``--until-resolved`` on them, and
+``ablate cancel`` leaving no process of the commands.
+
 The runs are the tiny preset on the arithmetic stream (``--devices cpu``: the declared GPU is only for the
 GPU check). Tests wait on events (rows in the store, files appearing), never on wall-clock windows.
 """
@@ -26,6 +30,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from command_scripts import command_grid, live_marked
 from tiny_grids import tiny_grid
 
 from ablate.execute.locks import holder_pid
@@ -416,6 +421,138 @@ def test_tune_trains_its_trials_as_ray_tasks_with_the_pruner(ray_cluster, tmp_pa
         trials = store.runs_frame(grid="tuned/tune")
     assert len(trials) == 2 and set(trials["executor"]) == {"ray"}  # each trial a Ray task
     assert set(trials["status"]) <= {"done", "pruned"} and "done" in set(trials["status"])
+
+
+# ------------------------------------------------------------ a training command as the trainer
+# The toy script as each Ray task's command: the task runs the command trainer's job function, which starts
+# the script in a process group of its own and reads what it prints. On CPUs (``--devices cpu``): the second
+# node's declared GPU is no real one.
+def printed(home: Path, run_id: str) -> list[tuple[int, float]]:
+    """The ``step N: val X`` lines the script printed into its run's ``train.log``."""
+    log = (home / "runs" / run_id / "train.log").read_text()
+    return [(int(s), float(v)) for s, v in re.findall(r"^step (\d+): val ([\d.]+)$", log, re.M)]
+
+
+def ray_run(cluster: Cluster, path: Path, home: Path, *args: str) -> list[str]:
+    """``ablate run``'s arguments for ``path`` on the test cluster, on its CPUs."""
+    return ["run", str(path), "--executor", "ray", "--ray-address", cluster.address, "--devices", "cpu",
+            "--home", str(home), *args]
+
+
+def command_runs(home: Path):
+    with Store.open(home=home) as store:
+        return store.runs_frame(grid="toy").set_index("run_id")
+
+
+@pytest.fixture(scope="module")
+def commanded(ray_cluster, tmp_path_factory):
+    """A command grid (two arms x seeds 0 and 1) run as Ray tasks, mirrored into MLflow."""
+    root = tmp_path_factory.mktemp("commanded")
+    path = command_grid(root, seeds=[0, 1])
+    home = root / "home"
+    return path, home, ablate(ray_cluster, *ray_run(ray_cluster, path, home))
+
+
+def test_a_command_grid_runs_as_ray_tasks_and_stores_what_the_script_printed(commanded):
+    _, home, out = commanded
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = command_runs(home)
+    assert len(runs) == 4 and set(runs["status"]) == {"done"}, runs[["status", "error"]]
+    assert set(runs["executor"]) == {"ray"} and len(set(runs["job_id"])) == 4
+    for run_id, row in runs.iterrows():
+        lines = printed(home, str(run_id))
+        assert lines and row["val_loss"] == lines[-1][1] and row["steps"] == lines[-1][0]
+    compare = subprocess.run([ABLATE, "report", "compare", "--home", str(home), "--format", "json"],
+                             capture_output=True, text=True, timeout=300)
+    assert compare.returncode == 0, compare.stderr
+    (row,) = json.loads(compare.stdout)["comparisons"]
+    assert (row["arm"], row["metric"], row["n"]) == ("gated", "val_loss", 2)  # the objective, by default
+    by = {(r["variant"], int(r["seed"])): float(r["val_loss"]) for _, r in runs.iterrows()}
+    deltas = [by["gated", s] - by["baseline", s] for s in (0, 1)]
+    assert row["delta"] == pytest.approx(sum(deltas) / 2, abs=1e-12)
+    # each task mirrored its run's parsed stream into MLflow, through the same lifecycle as a local run's
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    nested = client.search_runs([client.get_experiment_by_name("toy").experiment_id],
+                                filter_string="tags.`ablate.role` = 'run'")
+    assert sorted(r.data.tags["run_id"] for r in nested) == sorted(runs.index)
+    for r in nested:
+        history = client.get_metric_history(r.info.run_id, "val_loss")
+        run_id = r.data.tags["run_id"]
+        assert r.info.status == "FINISHED" and runs.loc[run_id, "mlflow_run_id"] == r.info.run_id
+        assert sorted((m.step, m.value) for m in history) == printed(home, run_id)
+
+
+def test_until_resolved_adds_a_seed_to_a_command_grid_as_ray_tasks(ray_cluster, commanded):
+    """After the grid above (its comparison open at n=2), ``--until-resolved`` trains seed 2 of both arms as
+    Ray tasks and looks again."""
+    path, home, first = commanded
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = command_runs(home)
+    until = ("--no-mlflow", "--until-resolved", "--compare", "gated", "--max-seeds", "3")
+    out = ablate(ray_cluster, *ray_run(ray_cluster, path, home, *until))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "look 2 of 2 (n=3 seeds" in out.stderr and "gated vs baseline: " in out.stdout
+    runs = command_runs(home)
+    assert len(runs) == 6 and set(runs["status"]) == {"done"} and sorted(set(runs["seed"])) == [0, 1, 2]
+    added = runs[~runs.index.isin(before.index)]
+    assert set(added["seed"]) == {2} and sorted(added["variant"]) == ["baseline", "gated"]
+    assert set(added["executor"]) == {"ray"}
+    assert (runs.loc[before.index, "finished"] == before["finished"]).all()  # the first four: not again
+    for run_id, row in added.iterrows():
+        assert row["val_loss"] == printed(home, str(run_id))[-1][1]
+
+
+def test_cancel_stops_the_commands_and_their_children_and_puts_the_runs_back_in_the_queue(ray_cluster,
+                                                                                           tmp_path):
+    marker = f"ablate-ray-toy-{os.getpid()}-{time.monotonic_ns()}"
+    path = command_grid(tmp_path, seeds=[0], steps=10_000, sleep=0.05, children=2, marker=marker)
+    home = tmp_path / "home"
+    driver = subprocess.Popen([ABLATE, *ray_run(ray_cluster, path, home, "--no-mlflow")], env=ray_cluster.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def both_running() -> bool:
+            assert driver.poll() is None, driver.communicate()[1][-3000:]
+            # both runs' commands with their two children each (and the group leaders that started them)
+            return len(live_marked(marker)) >= 2 * 3
+
+        wait_until(both_running, 300, "both commands and their children")
+        out = ablate(ray_cluster, "cancel", "toy", "--home", str(home))
+        assert out.returncode == 0, out.stderr
+        said = "cancelled 2 Ray task(s) of grid toy (2 training, 0 waiting to start)"
+        assert out.stdout.splitlines()[0] == said, out.stdout
+        wait_until(lambda: live_marked(marker) == [], 120, "no process of the commands left")
+        _, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode == 130, err[-3000:]  # interrupted: the next `ablate run` starts the runs again
+    runs = command_runs(home)
+    assert set(runs["status"]) == {"queued"} and runs["job_id"].isna().all(), runs[["status", "error"]]
+
+
+def test_a_command_run_on_two_gpus_asks_ray_for_one_process(tmp_path):
+    """A command is one process whatever GPUs it takes (a ``torchrun`` in it starts its own ranks): its task
+    asks for the run's GPUs and one process's CPUs, on CPUs too, where ablate's own model asks for a process
+    per device."""
+    from ablate.execute.opening import expand_grid
+    from ablate.execute.ray.cluster import Ask, Cluster, requirements
+
+    path = command_grid(tmp_path, seeds=[0])
+    path.write_text(path.read_text().replace("trainer:\n", "trainer:\n  gpus: 2\n", 1))
+    planned = expand_grid(path, (), home=tmp_path / "home").planned
+    with_gpus = Cluster("127.0.0.1:1", started_here=False, most_cpus=8, most_gpus=2, nodes=1)
+    cpus_only = Cluster("127.0.0.1:1", started_here=False, most_cpus=8, most_gpus=0, nodes=1)
+    assert set(requirements(planned, with_gpus, threads=3, devices=None).values()) == {Ask(gpus=2, cpus=3)}
+    assert set(requirements(planned, with_gpus, threads=3, devices="cpu").values()) == {Ask(gpus=0, cpus=3)}
+    assert set(requirements(planned, cpus_only, threads=3, devices=None).values()) == {Ask(gpus=0, cpus=3)}
+    model = tmp_path / "model.yaml"
+    model.write_text(tiny_grid("two", variants=["baseline"], seeds=[0], steps=10,
+                               train_extra=", devices: 2, strategy: ddp"))
+    two = expand_grid(model, (), home=tmp_path / "home").planned
+    assert set(requirements(two, cpus_only, threads=3, devices=None).values()) == {Ask(gpus=0, cpus=6)}
 
 
 # ------------------------------------------------------------ a node lost mid-run (last: it kills the node)

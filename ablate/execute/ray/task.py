@@ -75,6 +75,7 @@ def ray_task(spec: TaskSpec, job: Job) -> Ended:
         if prepare is not None:
             prepare(slot)
         lifecycle.expect(job)
+        job = lifecycle.dealt(job)  # a command's MLflow run, opened for it to log into
         stop = threading.Event()
         ctx = JobContext(job.run_id, slot, stop, send)
         thread = threading.Thread(target=run_job, args=(fn, job, ctx, send), name=f"train-{job.run_id}",
