@@ -26,11 +26,20 @@ from ablate.trainers.command.run import CommandInterrupted, run_command
 log = logging.getLogger(__name__)
 
 
-def gpu_indices(slot: Slot) -> str | None:
-    """The GPUs of a worker's slot as ``CUDA_VISIBLE_DEVICES`` writes them (``cuda:0,1`` -> ``0,1``); None on
-    a CPU slot (the command's environment is left as it is)."""
+def gpu_indices(slot: Slot, gpus: int = 1) -> str | None:
+    """The GPUs of a worker's slot as ``CUDA_VISIBLE_DEVICES`` writes them (``cuda:0,1`` -> ``0,1``); ``""``
+    (none) for a command that takes no GPU (``trainer.gpus: 0``) on a GPU slot; None on a CPU slot (the
+    command's environment is left as it is).
+
+    >>> gpu_indices(Slot(0, "cuda:2,3", 4), 2), gpu_indices(Slot(0, "cuda:2", 4), 0)
+    ('2,3', '')
+    >>> gpu_indices(Slot(0, "cpu", 4)) is None
+    True
+    """
     kind, _, indices = slot.device.partition(":")
-    return indices if kind == "cuda" and indices else None
+    if kind != "cuda" or not indices:
+        return None
+    return indices if gpus > 0 else ""
 
 
 def train_command(job: Job, ctx: JobContext) -> JobOutcome:
@@ -48,7 +57,8 @@ def train_command(job: Job, ctx: JobContext) -> JobOutcome:
         try:
             result = run_command(config, run_dir, run_id=job.run_id, stop=ctx.stop, on_records=ctx.progress,
                                  on_start=lambda resuming: ctx.started(resuming=resuming),
-                                 devices=gpu_indices(ctx.slot), threads=ctx.slot.threads, mlflow=job.mlflow)
+                                 devices=gpu_indices(ctx.slot, config.spec.gpus), threads=ctx.slot.threads,
+                                 mlflow=job.mlflow)
         except CommandInterrupted as exc:
             raise JobInterrupted(str(exc)) from None
         if result.error is not None:
