@@ -35,6 +35,7 @@ class Trainer:
     without one); ``job``, the job function that trains one of its runs (``module:function``, imported only
     in the processes that train); ``reports``, the reports it can feed (None: every one); ``model_commands``:
     whether ``export``, ``probe`` and ``eval`` can read its runs; ``options``: those only it reads;
+    ``planner``: what plans its grid files (``module:attribute``, an ``ablate.grid.planning.Planner``);
     ``one_process_per_device``: whether a run of N devices is N processes that an executor starts (the model's
     ranks, one Slurm task each), else one process that uses them all (a command, whose ``torchrun`` starts
     its own ranks)."""
@@ -43,6 +44,7 @@ class Trainer:
     about: str
     section: str | None
     job: str
+    planner: str
     reports: frozenset[str] | None = None
     model_commands: bool = True
     options: tuple[Option, ...] = ()
@@ -61,10 +63,11 @@ class Trainer:
 
 TRAINERS: dict[str, Trainer] = {
     MODEL: Trainer(MODEL, "ablate's own decoder (Lightning), its arms from the variant catalogue", None,
-                   "ablate.execute.training:train"),
+                   "ablate.execute.training:train", "ablate.grid.planning:MODEL_PLANNER"),
     COMMAND: Trainer(COMMAND, "your own training command: its parameters rendered into the command line, its "
                               "metrics read from what it prints or writes", KEY,
                      "ablate.execute.command_job:train_command",
+                     "ablate.grid.command_planning:COMMAND_PLANNER",
                      reports=frozenset({"compare", "figures", "all", "lr"}), model_commands=False,
                      one_process_per_device=False),
 }

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 from work_counts import Work, counting
 
+import ablate.grid.command_planning as command_planning
 import ablate.grid.planning as planning
 import ablate.trainers.command.identity as identity
 from ablate.cli import app
@@ -88,7 +89,7 @@ def _plan(path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -
     with counting() as work, monkeypatch.context() as mp:
         _count_models(work, mp, CommandConfig, CommandSpec)
         for name in ("load_command_grid", "code_identity", "check", "expand_command_grid", "_planned"):
-            work.spy(planning, name)
+            work.spy(command_planning, name)
         work.spy(identity, "digest")
         out = CliRunner().invoke(app, ["plan", str(path), "--home", str(home), *args])
     assert out.exit_code == 0, out.output
