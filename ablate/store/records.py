@@ -148,7 +148,9 @@ def record_progress(session: Session, progress: Mapping[str, Sequence[Mapping[st
         if rows:
             last = max(rows, key=lambda r: r["step"])
             values.update(step=int(last["step"]), steps=int(last["step"]) + 1)
-        for key, column in (("loss", "train_loss"), ("tokens_per_s", "tokens_per_s"), ("val_ppl", "val_ppl")):
+        # a training command names its loss train_loss (the column's own name)
+        for key, column in (("loss", "train_loss"), ("train_loss", "train_loss"),
+                            ("tokens_per_s", "tokens_per_s"), ("val_ppl", "val_ppl")):
             latest = next((r[key] for r in reversed(rows) if number(r.get(key), float) is not None), None)
             if latest is not None:
                 values[column] = float(latest)
