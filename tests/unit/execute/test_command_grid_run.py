@@ -317,3 +317,25 @@ def test_a_jsonl_line_that_is_not_json_is_warned_once_and_the_run_goes_on(tmp_pa
     assert frame(home, "j").loc[run_id, "val_loss"] == 2.25
     log = (home / "runs" / str(run_id) / "train.log").read_text()
     assert "# ablate: warning: 2 line(s) of " in log and "the first at line 2" in log
+
+
+def test_plan_says_which_runs_are_new_because_the_code_changed(tmp_path):
+    path = command_grid(tmp_path, seeds=[0])
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "toy.py", "grid.yaml"], check=True)
+    subprocess.run([*git, "commit", "-qm", "toy"], check=True)
+    home = tmp_path / "home"
+    (tmp_path / ".gitignore").write_text("home/\n.gitignore\n")  # the runs are not the code
+    assert invoke("run", str(path), "--home", str(home), "--no-mlflow").exit_code == 0
+    before = set(frame(home, "toy").index)
+    with (tmp_path / "toy.py").open("a") as f:
+        f.write("# an edit\n")
+    out = invoke("plan", str(path), "--home", str(home), "--format", "json")
+    assert out.exit_code == 0, out.output
+    runs = [json.loads(line.rstrip(",")) for line in out.stdout.splitlines() if '"run_id"' in line]
+    assert len(runs) == 2
+    for run in runs:
+        assert run["run_id"] not in before
+        assert run["status"].startswith("new: the code changed since run ")
+        assert run["status"].split()[6] in before  # the run it replaces
