@@ -9,7 +9,7 @@ so the store, the executors and the statistics take either without asking which:
 a ``CommandConfig``, which answers what they ask of a config (its arm as ``variant``, its ``seed``, its
 ``train.devices``), and its axes are its arm (``variant``), the values of the file's parameter axes and its
 seed. A third trainer brings its own planner: an object with ``plan``, ``name`` and ``objective``
-(``Planner``)."""
+(``GridPlanner``)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class PlannedGrid:
         return self.objective.metric if self.objective is not None else "val_ppl"
 
 
-class Planner(Protocol):
+class GridPlanner(Protocol):
     """What a trainer's grid files are to the rest of ablate."""
 
     def plan(self, path: str | Path, sets: Sequence[str], *, fingerprints: Fingerprints,
@@ -96,10 +96,10 @@ def grid_trainer(path: str | Path) -> Trainer:
         return TRAINERS[MODEL]
 
 
-def planner(trainer: Trainer) -> Planner:
+def planner(trainer: Trainer) -> GridPlanner:
     """The planner a trainer names (imported now)."""
     module, _, attribute = trainer.planner.partition(":")
-    return cast(Planner, getattr(importlib.import_module(module), attribute))
+    return cast(GridPlanner, getattr(importlib.import_module(module), attribute))
 
 
 def grid_name(path: str | Path, sets: Sequence[str] = ()) -> str:

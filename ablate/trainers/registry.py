@@ -35,7 +35,7 @@ class Trainer:
     without one); ``job``, the job function that trains one of its runs (``module:function``, imported only
     in the processes that train); ``reports``, the reports it can feed (None: every one); ``model_commands``:
     whether ``export``, ``probe`` and ``eval`` can read its runs; ``options``: those only it reads;
-    ``planner``: what plans its grid files (``module:attribute``, an ``ablate.grid.planning.Planner``);
+    ``planner``: what plans its grid files (``module:attribute``, an ``ablate.grid.planning.GridPlanner``);
     ``one_process_per_device``: whether a run of N devices is N processes that an executor starts (the model's
     ranks, one Slurm task each), else one process that uses them all (a command, whose ``torchrun`` starts
     its own ranks)."""
