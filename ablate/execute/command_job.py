@@ -16,9 +16,8 @@ import logging
 from pathlib import Path
 
 from ablate.execute.devices import Slot
-from ablate.execute.job_function import JobContext, JobInterrupted
-from ablate.execute.last_attempt import ERROR_FILE, finished_result
-from ablate.execute.locks import RunLock
+from ablate.execute.job_function import JobContext, JobInterrupted, held
+from ablate.execute.last_attempt import ERROR_FILE
 from ablate.execute.messages import Job, JobOutcome
 from ablate.trainers.command.config import CommandConfig
 from ablate.trainers.command.run import CommandInterrupted, run_command
@@ -46,12 +45,9 @@ def train_command(job: Job, ctx: JobContext) -> JobOutcome:
     """Run ``job``'s command into ``job.run_dir``; how it ended (``reused``: a finished ``result.json`` was
     there; ``busy``: another process holds the run directory)."""
     run_dir = Path(job.run_dir)
-    lock = RunLock(run_dir)
-    if not lock.acquire():
-        return JobOutcome("busy")
-    try:
-        if (done := finished_result(run_dir)) is not None:
-            return JobOutcome("reused", status=str(done.status))
+    with held(run_dir) as ended:
+        if ended is not None:
+            return ended
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
         config = CommandConfig.model_validate(job.config)
         try:
@@ -66,5 +62,4 @@ def train_command(job: Job, ctx: JobContext) -> JobOutcome:
         log.info("run %s: %s (%s)", job.run_id, result.status, result.error or "exit 0")
         return JobOutcome("trained", status=str(result.status), resumed_from=result.resumed_from,
                           run_one_s=float(result.summary.get("wall_s") or 0.0))
-    finally:
-        lock.release()
+

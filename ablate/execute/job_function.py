@@ -9,20 +9,25 @@ raises: a failure belongs to its run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import threading
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from ablate.execute.devices import Slot
+from ablate.execute.last_attempt import finished_result
+from ablate.execute.locks import RunLock
 from ablate.execute.messages import (
     Failed,
     Finished,
     Interrupted,
     JobEvent,
+    JobOutcome,
     PoolJob,
     Progress,
     Started,
@@ -57,6 +62,22 @@ class JobContext:
         kept = tuple(dict(r) for r in rows)
         if kept:
             self.send(Progress(self.run_id, kept))
+
+
+@contextlib.contextmanager
+def held(run_dir: Path) -> Iterator[JobOutcome | None]:
+    """A run directory held by this job while it trains (its lock, released on leaving): yields None to go
+    on, or how the job ends at once: ``busy`` (another process holds the directory) or ``reused`` (a finished
+    ``result.json`` is there, nothing to train)."""
+    lock = RunLock(run_dir)
+    if not lock.acquire():
+        yield JobOutcome("busy")
+        return
+    try:
+        done = finished_result(run_dir)
+        yield None if done is None else JobOutcome("reused", status=str(done.status))
+    finally:
+        lock.release()
 
 
 def load_job(job_fn: str) -> tuple[JobFunction, Prepare | None]:

@@ -27,9 +27,8 @@ import ablate.runner.run  # noqa: F401 - the runner, Lightning and the model, im
 from ablate import layout
 from ablate.config import RunConfig, total_steps
 from ablate.execute.devices import Slot
-from ablate.execute.job_function import JobContext, JobInterrupted
-from ablate.execute.last_attempt import ERROR_FILE, finished_result
-from ablate.execute.locks import RunLock
+from ablate.execute.job_function import JobContext, JobInterrupted, held
+from ablate.execute.last_attempt import ERROR_FILE
 from ablate.execute.messages import Job, JobOutcome, StepRow
 from ablate.grid.identity import check_current
 from ablate.layout import CHECKPOINT
@@ -126,12 +125,9 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[object] = ()) -> Job
     holds the run directory.
     """
     run_dir = Path(job.run_dir)
-    lock = RunLock(run_dir)
-    if not lock.acquire():
-        return JobOutcome("busy")
-    try:
-        if (done := finished_result(run_dir)) is not None:
-            return JobOutcome("reused", status=str(done.status))
+    with held(run_dir) as ended:
+        if ended is not None:
+            return ended
         resuming = (run_dir / CHECKPOINT).is_file()
         (run_dir / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's crash is not how this one ends
         ctx.started(resuming=resuming)
@@ -163,5 +159,3 @@ def train(job: Job, ctx: JobContext, *, callbacks: Sequence[object] = ()) -> Job
             steps.flush()
         return JobOutcome("trained", status=str(result.status), resumed_from=result.resumed_from,
                           run_one_s=time.perf_counter() - t0)
-    finally:
-        lock.release()
