@@ -339,3 +339,48 @@ def test_plan_says_which_runs_are_new_because_the_code_changed(tmp_path):
         assert run["run_id"] not in before
         assert run["status"].startswith("new: the code changed since run ")
         assert run["status"].split()[6] in before  # the run it replaces
+
+
+def test_the_objectives_spikes_and_divergence_are_events_as_for_the_model(tmp_path):
+    script = ("for s in range(1, 61):\n    print(f'val_loss: {2.0 + 0.01 * (s % 3):.2f} (step {s})')\n"
+              "print('val_loss: 9.5 (step 61)')\nprint('val_loss: nan (step 62)')\n")
+    (tmp_path / "spiky.py").write_text(script)
+    (tmp_path / "grid.yaml").write_text(
+        f"name: spiky\ntrainer:\n  command: {sys.executable} spiky.py\n  seed_arg: null\n"
+        "  metrics: {stdout: true}\n  objective: {metric: val_loss, better: lower}\ngrid:\n  seed: [0]\n")
+    home = tmp_path / "home"
+    out = invoke("run", str(tmp_path / "grid.yaml"), "--home", str(home), "--no-mlflow")
+    assert out.exit_code == 0, out.output  # diverged is a result, not a failure
+    (run_id,) = frame(home, "spiky").index
+    assert frame(home, "spiky").loc[run_id, "status"] == "diverged"
+    with Store.open(home=home) as store:
+        events = store.events(run_ids=[str(run_id)])
+    assert [(k, int(s)) for k, s in zip(events["kind"], events["step"], strict=True)] == [
+        ("loss_spike", 61), ("diverged", 62)]
+
+
+def test_kill_9_of_ablate_takes_its_commands_with_it_and_leaves_no_stale_claim(tmp_path):
+    marker = f"ablate-toy-{os.getpid()}-{time.monotonic_ns()}"
+    path = command_grid(tmp_path, seeds=[0], steps=300, sleep=0.05, children=1, marker=marker)  # ~15 s a run
+    home = tmp_path / "home"
+    proc = subprocess.Popen([ABLATE, "run", str(path), "--jobs", "2", "--home", str(home), "--no-mlflow"],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(live_marked(marker)) < 2 * 2:  # two commands, each with its child
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.kill()  # SIGKILL to ablate alone: no handler runs, its workers and commands are not told
+        proc.wait()
+        while live_marked(marker):  # the parent-death signals end the workers, then the commands
+            assert time.monotonic() < deadline, live_marked(marker)
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert set(frame(home, "toy")["status"]) == {"running"}  # as ablate left them
+    out = invoke("run", str(path), "--home", str(home), "--no-mlflow", "--jobs", "2")
+    assert out.exit_code == 0, out.output
+    assert "2 to run" in out.output  # no claim held them: the dead process's runs are trained again
+    assert set(frame(home, "toy")["status"]) == {"done"}
