@@ -7,22 +7,26 @@ The command is a fixed amount of training written here (``TRAIN``: SGD on a line
 machine's load falls on both alike, medians of ``--repeat``:
 
 1. **Side by side**: the command bare (``subprocess.run``, its output read) against ``ablate run`` of a
-   command grid whose runs are that command (seeds 0..n-1, a fresh home each time), as a user runs it, for 1
-   run, 10 runs at ``--jobs 1`` (bare: one after the other) and 10 runs at ``--jobs 2`` (bare: two at a time);
-   with ``--no-mlflow`` and with MLflow (the default). Overhead: the difference in wall seconds, per run and
-   as a share of the bare time; and in CPU seconds (the children's rusage: what another process's load moves
-   least). From the 1-run and 10-run overheads: what one ``ablate run`` costs once, what each run adds, and
-   the command length from which the overhead is within 5%.
-2. **Where it goes**: ``ablate run --no-mlflow`` in a process that stamps its phases (the interpreter's start,
-   the imports, planning, the store, the workers' start, each job beyond its command, the end), for 1 run and
-   for 10 runs at ``--jobs 1``.
-3. **Parsing**: lines per second of the stdout parsers (bench/command_parse.py's measurement).
+   command grid whose runs are that command (seeds 0..n-1, a home of its own each time), as a user runs it,
+   for 1 run, 10 runs at ``--jobs 1`` (bare: one after the other) and 10 runs at ``--jobs 2`` (bare: two at a
+   time); with ``--no-mlflow`` in a new home, and with MLflow (the default) in a new home (the run makes
+   MLflow's store) and in a used one (a grid ran there before). Overhead: the difference in wall seconds, per
+   run and as a share of the bare time; and in CPU seconds (the children's rusage: what another process's
+   load moves least). From the 1-run and 10-run overheads: what one ``ablate run`` costs once, what each run
+   adds, and the command length from which the overhead is within 5%.
+2. **Where it goes**: ``ablate run`` in a process that stamps its phases (the interpreter's start, the
+   imports, planning, the store, the workers' start, each job beyond its command, the end), for 1 run and 10
+   runs at ``--jobs 1`` with ``--no-mlflow`` in a new home, and 10 runs with MLflow in a used home.
+3. **Parsing**: lines per second of the stdout parsers alone (bench/command_parse.py's measurement), and end
+   to end: a command that prints its lines as fast as it can (``FLOOD``), alone (its output to /dev/null)
+   against ``run_command`` (read from the pipe, written to train.log, parsed), and the whole run with its
+   result (the stability events on the stream, result.json).
 
 Every process runs with its bytecode cached, as an installed ablate does (in a temporary
 ``PYTHONPYCACHEPREFIX``, written by a first ``ablate run`` that is not timed); ``--no-bytecode-cache`` keeps
 this environment's ``PYTHONDONTWRITEBYTECODE``, under which each start compiles ablate's own modules again.
 
-    .venv/bin/python bench/command_overhead.py [--steps 200] [--repeat 3] [--no-mlflow]
+    .venv/bin/python bench/command_overhead.py [--steps 100] [--repeat 3] [--no-mlflow]
                                                [--only side|where|parse] [--no-bytecode-cache]
 """
 
@@ -51,7 +55,7 @@ import argparse
 import random
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--steps", type=int, default=100)
 parser.add_argument("--batch", type=int, default=2000)
 parser.add_argument("--lr", type=float, default=0.01)
 parser.add_argument("--seed", type=int, default=0)
@@ -77,12 +81,25 @@ for step in range(1, args.steps + 1):
     print(f"step {step}: train {train / args.batch:.6f}, val {loss:.6f}")
 '''
 
+FLOOD = '''"""Prints --lines metric lines as fast as it can, a thousand to a write."""
+import argparse
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lines", type=int, default=300_000)
+parser.add_argument("--seed", type=int, default=0)
+n = parser.parse_args().lines
+for start in range(0, n, 1000):
+    sys.stdout.write("".join(f"step {i}: train {2 + i * 1e-6:.4f}, val 2.1000\\n"
+                             for i in range(start, min(n, start + 1000))))
+'''
+
 GRID = """name: overhead
 trainer:
-  command: {python} train.py {{args}}
+  command: {python} {script} {{args}}
   metrics: {{stdout: 'step (?P<step>\\d+): train (?P<train_loss>[\\d.]+), val (?P<val_loss>[\\d.]+)'}}
   objective: {{metric: val_loss, better: lower}}
-base: {{steps: {steps}, batch: 2000, lr: 0.01}}
+base: {base}
 grid:
   seed: [{seeds}]
 """
@@ -160,12 +177,21 @@ class Setup:
     def grid(self, runs: int) -> Path:
         path = self.folder / f"grid{runs}.yaml"
         if not path.exists():
-            path.write_text(GRID.format(python=sys.executable, steps=self.steps,
+            path.write_text(GRID.format(python=sys.executable, script="train.py",
+                                        base=f"{{steps: {self.steps}, batch: 2000, lr: 0.01}}",
                                         seeds=", ".join(str(s) for s in range(runs))))
         return path
 
-    def home(self) -> Path:
-        return Path(tempfile.mkdtemp(prefix="home-", dir=self.root))
+    def home(self, used: bool = False) -> Path:
+        """A new home; ``used``: one where a grid has run before (its store and MLflow's made), as a
+        researcher's is after the first ``ablate run``."""
+        home = Path(tempfile.mkdtemp(prefix="home-", dir=self.root))
+        if used:
+            warm = self.folder / "warm.yaml"
+            warm.write_text(GRID.format(python=sys.executable, script="train.py", base="{steps: 1}",
+                                        seeds="0").replace("name: overhead", "name: warm-up"))
+            subprocess.run([ABLATE, "run", str(warm), "--home", str(home)], capture_output=True, check=True)
+        return home
 
 
 def children_cpu() -> float:
@@ -193,9 +219,11 @@ def bare(setup: Setup, runs: int, width: int) -> tuple[float, float]:
     return timed(all_runs)
 
 
-def under_ablate(setup: Setup, runs: int, width: int, mlflow: bool) -> tuple[float, float]:
-    """``ablate run`` of the grid of ``runs`` seeds at ``--jobs width``, a fresh home."""
-    cmd = [ABLATE, "run", str(setup.grid(runs)), "--home", str(setup.home()), "--jobs", str(width),
+def under_ablate(setup: Setup, runs: int, width: int, mlflow: bool, used: bool = False
+                 ) -> tuple[float, float]:
+    """``ablate run`` of the grid of ``runs`` seeds at ``--jobs width`` in a home of its own (``used``: one
+    where a grid ran before)."""
+    cmd = [ABLATE, "run", str(setup.grid(runs)), "--home", str(setup.home(used)), "--jobs", str(width),
            *(() if mlflow else ("--no-mlflow",))]
 
     def run() -> None:
@@ -209,20 +237,22 @@ CASES = (("1 run", 1, 1), ("10 runs, --jobs 1", 10, 1), ("10 runs, --jobs 2", 10
 
 
 def side_by_side(setup: Setup, repeat: int, mlflow: bool) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    kinds = ("bare", "ablate --no-mlflow", *(("ablate (MLflow)",) if mlflow else ()))
+    kinds: dict[str, tuple[bool, bool] | None] = {"bare": None, "--no-mlflow": (False, False)}
+    if mlflow:  # MLflow's store made by this run (a new home), and there already (a used one)
+        kinds.update({"MLflow, new home": (True, False), "MLflow, used home": (True, True)})
     times: dict[str, dict[str, list[tuple[float, float]]]] = {c: {k: [] for k in kinds} for c, _, _ in CASES}
     for _ in range(repeat):
         for case, runs, width in CASES:
-            times[case]["bare"].append(bare(setup, runs, width))
-            times[case]["ablate --no-mlflow"].append(under_ablate(setup, runs, width, mlflow=False))
-            if mlflow:
-                times[case]["ablate (MLflow)"].append(under_ablate(setup, runs, width, mlflow=True))
+            for kind, how in kinds.items():
+                times[case][kind].append(bare(setup, runs, width) if how is None
+                                         else under_ablate(setup, runs, width, *how))
     return times
 
 
 def print_side_by_side(times: dict[str, dict[str, list[tuple[float, float]]]], repeat: int) -> None:
     print(f"A fixed training command bare and under `ablate run` (wall seconds, median of {repeat}; CPU: the "
-          f"processes' CPU seconds; overhead: ablate - bare, the median of the {repeat} pairs run side by side):")
+          f"processes' CPU seconds; overhead: ablate - bare, the median of the {repeat} pairs run side by "
+          f"side):")
     print(f"  {'':<20} {'':<20} {'wall s':>7} {'CPU s':>7} {'overhead/run':>13} {'% of bare':>10} "
           f"{'CPU/run':>8}")
     over: dict[tuple[str, str], float] = {}  # (case, kind) -> overhead in wall seconds, all runs
@@ -239,7 +269,7 @@ def print_side_by_side(times: dict[str, dict[str, list[tuple[float, float]]]], r
             print(f"  {case if kind == 'bare' else '':<20} {kind:<20} {wall:>7.2f} {cpu:>7.2f}{extra}")
     print("  goals: overhead <= 0.5 s a run and <= 5% of the bare time")
     one, ten = CASES[0][0], CASES[1][0]
-    for kind in {k for _, k in over}:
+    for kind in dict.fromkeys(k for _, k in over):
         per_run = (over[ten, kind] - over[one, kind]) / 9  # overhead(n) = once + n * per_run, at --jobs 1
         once = over[one, kind] - per_run
         print(f"  {kind}: {once:.2f} s once per `ablate run`, {per_run:.3f} s per run; within 5% of the "
@@ -247,11 +277,11 @@ def print_side_by_side(times: dict[str, dict[str, list[tuple[float, float]]]], r
               f"{(once / 10 + per_run) / 0.05:.1f} s a run for 10")
 
 
-def where(setup: Setup, runs: int, mlflow: bool) -> dict[str, object]:
+def where(setup: Setup, runs: int, mlflow: bool, used: bool) -> dict[str, object]:
     """``ablate run`` of ``runs`` seeds at ``--jobs 1`` in a process that stamps its phases."""
     out = setup.root / f"stamps-{time.monotonic_ns()}.json"
     born = time.time()
-    cmd = [sys.executable, "-c", STAMPED, str(out), str(setup.grid(runs)), "--home", str(setup.home()),
+    cmd = [sys.executable, "-c", STAMPED, str(out), str(setup.grid(runs)), "--home", str(setup.home(used)),
            "--jobs", "1", *(() if mlflow else ("--no-mlflow",))]
     result = subprocess.run(cmd, capture_output=True, text=True)
     ended = time.time()
@@ -300,12 +330,12 @@ def phases(s: dict[str, object]) -> dict[str, float]:
 
 def print_where(setup: Setup, repeat: int, mlflow: bool) -> None:
     print(f"\nWhere `ablate run` spends its time beyond the commands (wall seconds, median of {repeat}; a "
-          f"fresh home each; --jobs 1):")
+          f"home each, new, or used for MLflow; --jobs 1):")
     heads = {"1 run": (1, False), "10 runs": (10, False), **({"10, MLflow": (10, True)} if mlflow else {})}
     cols: dict[str, list[dict[str, float]]] = {h: [] for h in heads}
     for _ in range(repeat):
         for head, (runs, on) in heads.items():
-            cols[head].append(phases(where(setup, runs, on)))
+            cols[head].append(phases(where(setup, runs, on, used=on)))
     print(f"  {'':<46}" + "".join(f"{h:>12}" for h in heads))
     for name in cols["1 run"][0]:
         medians = (statistics.median(p[name] for p in cols[h]) for h in heads)
@@ -328,9 +358,40 @@ def print_parse(lines: int) -> None:
         print(f"  {name:<20} {wall:>12,.0f} lines/s {cpu:>12,.0f} lines/CPU s")
 
 
+def print_end_to_end(setup: Setup, lines: int, repeat: int) -> None:
+    from ablate.grid.planning import plan_grid
+    from ablate.runner.fingerprints import Fingerprints
+    from ablate.trainers.command.config import CommandConfig
+    from ablate.trainers.command.run import run_command
+
+    (setup.folder / "flood.py").write_text(FLOOD)
+    path = setup.folder / "flood.yaml"
+    path.write_text(GRID.format(python=sys.executable, script="flood.py", base=f"{{lines: {lines}}}",
+                                seeds="0"))
+    config = plan_grid(path, fingerprints=Fingerprints.for_home(setup.home())).planned[0].config
+    assert isinstance(config, CommandConfig)
+    argv = [sys.executable, "flood.py", f"--lines={lines}", "--seed=0"]
+    alone, command, whole = [], [], []
+    for i in range(repeat):
+        began = time.perf_counter()
+        subprocess.run(argv, cwd=setup.folder, stdout=subprocess.DEVNULL, check=True)
+        alone.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        result = run_command(config, setup.root / f"flood-run-{i}", run_id=f"flood{i}")
+        whole.append(time.perf_counter() - began)
+        assert result.status == "done" and result.summary["steps"] == lines - 1, result.error
+        command.append(float(result.summary["wall_s"] or 0.0))
+    print(f"  end to end, a command printing {lines:,} lines as fast as it can (median of {repeat}):")
+    for name, ts in (("alone, its output to /dev/null", alone),
+                     ("under run_command: read, logged, parsed", command),
+                     ("the whole run_command, its result written", whole)):
+        wall = statistics.median(ts)
+        print(f"    {name:<44} {wall:6.2f} s {lines / wall:>10,.0f} lines/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200, help="the command's length: 200 is about 2.5 s here")
+    ap.add_argument("--steps", type=int, default=100, help="the command's length: 100 is about 1.3 s here")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-mlflow", action="store_true", help="leave out the MLflow column")
     ap.add_argument("--lines", type=int, default=300_000)
@@ -355,6 +416,7 @@ def main() -> None:
             print_where(setup, args.repeat, not args.no_mlflow)
         if args.only in (None, "parse"):
             print_parse(args.lines)
+            print_end_to_end(setup, args.lines, args.repeat)
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
