@@ -94,6 +94,8 @@ class MlflowMirror:
         self._last: dict[str, dict[str, int]] = {}  # nested run id -> metric -> last step logged
         # nested runs made by this mirror whose every live batch was logged: what they hold is known exactly
         self._exact: set[str] = set()
+        # runs whose own process logs into them too (open_run) -> the keys this mirror logged there
+        self._shared: dict[str, set[str]] = {}
 
     def _experiment(self) -> str:
         """The experiment's id: found by its name, else made (tagged to open on its runs). A user's experiment
@@ -150,6 +152,7 @@ class MlflowMirror:
         ``MLFLOW_RUN_ID``): what the run holds is then read back before its result is logged, not assumed."""
         rid = self.start(run_id, config, parent=parent, tags=tags, name=name)
         self._exact.discard(rid)
+        self._shared.setdefault(rid, set())
         return rid
 
     def log_steps(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -162,8 +165,13 @@ class MlflowMirror:
             return
         now, last = int(time.time() * 1000), self._last.get(rid, {})
         points = ((mlflow_key(k), v, int(r["step"])) for r in rows for k, v in r.items() if k != "step")
-        self._log(rid, [Metric(k, float(v), now, step) for k, v, step in points
-                        if finite(v) and step > last.get(k, -1)])
+        new = [Metric(k, float(v), now, step) for k, v, step in points
+               if finite(v) and step > last.get(k, -1)]
+        if (mine := self._shared.get(rid)) is not None:  # what its own process logged is not logged again
+            theirs = set(self.client.get_run(rid).data.metrics) - mine
+            new = [m for m in new if m.key not in theirs]
+            mine.update(m.key for m in new)
+        self._log(rid, new)
 
     def log_result(self, result: RunResult, *, parent: str | None = None,
                    tags: Mapping[str, str] | None = None, name: str | None = None

@@ -218,7 +218,9 @@ def test_the_model_commands_say_in_one_line_they_are_for_the_model(ran, tmp_path
 def test_a_command_logs_into_the_mlflow_run_ablate_opened_and_its_metrics_are_read_back(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    path = command_grid(tmp_path, seeds=[0], steps=3, mlflow=True)
+    # ~7 s a run: past a read-back from MLflow (every 5 s) and a live flush of the mirror, whose points were
+    # once logged into the run a second time
+    path = command_grid(tmp_path, seeds=[0], steps=3, sleep=2.5, mlflow=True)
     home = tmp_path / "home"
     out = invoke("run", str(path), "--home", str(home), "--jobs", "1")
     assert out.exit_code == 0, out.output
