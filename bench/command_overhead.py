@@ -280,9 +280,9 @@ def print_side_by_side(times: dict[str, dict[str, list[tuple[float, float]]]], r
 def where(setup: Setup, runs: int, mlflow: bool, used: bool) -> dict[str, object]:
     """``ablate run`` of ``runs`` seeds at ``--jobs 1`` in a process that stamps its phases."""
     out = setup.root / f"stamps-{time.monotonic_ns()}.json"
-    born = time.time()
     cmd = [sys.executable, "-c", STAMPED, str(out), str(setup.grid(runs)), "--home", str(setup.home(used)),
            "--jobs", "1", *(() if mlflow else ("--no-mlflow",))]
+    born = time.time()
     result = subprocess.run(cmd, capture_output=True, text=True)
     ended = time.time()
     assert result.returncode == 0, result.stderr
