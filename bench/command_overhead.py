@@ -12,11 +12,12 @@ machine's load falls on both alike, medians of ``--repeat``:
    time); with ``--no-mlflow`` in a new home, and with MLflow (the default) in a new home (the run makes
    MLflow's store) and in a used one (a grid ran there before). Overhead: the difference in wall seconds, per
    run and as a share of the bare time; and in CPU seconds (the children's rusage: what another process's
-   load moves least). From the 1-run and 10-run overheads: what one ``ablate run`` costs once, what each run
-   adds, and the command length from which the overhead is within 5%.
+   load moves least).
 2. **Where it goes**: ``ablate run`` in a process that stamps its phases (the interpreter's start, the
    imports, planning, the store, the workers' start, each job beyond its command, the end), for 1 run and 10
-   runs at ``--jobs 1`` with ``--no-mlflow`` in a new home, and 10 runs with MLflow in a used home.
+   runs at ``--jobs 1`` with ``--no-mlflow`` in a new home, and 10 runs with MLflow in a used home; from them,
+   what one ``ablate run`` costs once, what each run adds (its job beyond its command, the hand-out, and the
+   guard process each command starts inside), and the command length from which the overhead is within 5%.
 3. **Parsing**: lines per second of the stdout parsers alone (bench/command_parse.py's measurement), and end
    to end: a command that prints its lines as fast as it can (``FLOOD``), alone (its output to /dev/null)
    against ``run_command`` (read from the pipe, written to train.log, parsed), and the whole run with its
@@ -37,6 +38,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -268,13 +270,6 @@ def print_side_by_side(times: dict[str, dict[str, list[tuple[float, float]]]], r
                 extra = f" {over[case, kind] / runs:>12.2f}s {100 * share:>9.1f}% {cpu_over / runs:>7.2f}s"
             print(f"  {case if kind == 'bare' else '':<20} {kind:<20} {wall:>7.2f} {cpu:>7.2f}{extra}")
     print("  goals: overhead <= 0.5 s a run and <= 5% of the bare time")
-    one, ten = CASES[0][0], CASES[1][0]
-    for kind in dict.fromkeys(k for _, k in over):
-        per_run = (over[ten, kind] - over[one, kind]) / 9  # overhead(n) = once + n * per_run, at --jobs 1
-        once = over[one, kind] - per_run
-        print(f"  {kind}: {once:.2f} s once per `ablate run`, {per_run:.3f} s per run; within 5% of the "
-              f"command's time from {(once + per_run) / 0.05:.0f} s a run for 1 run, "
-              f"{(once / 10 + per_run) / 0.05:.1f} s a run for 10")
 
 
 def where(setup: Setup, runs: int, mlflow: bool, used: bool) -> dict[str, object]:
@@ -340,6 +335,34 @@ def print_where(setup: Setup, repeat: int, mlflow: bool) -> None:
     for name in cols["1 run"][0]:
         medians = (statistics.median(p[name] for p in cols[h]) for h in heads)
         print(f"  {name:<46}" + "".join(f"{m:>12.3f}" for m in medians))
+    guard = guard_s()
+    print(f"  each command also starts inside ablate's guard process (its own Python): {guard:.3f} s a run, "
+          f"inside the commands' times above")
+    for head, (runs, _) in heads.items():
+        per_job = [(p["jobs beyond their command (all jobs)"] + p["between jobs (hand-out, record)"]) / runs
+                   for p in cols[head]]
+        once = [p["(whole process)"] - p["(the commands, as ablate timed them)"] - runs * j
+                for p, j in zip(cols[head], per_job, strict=True)]
+        fixed, per_run = statistics.median(once), statistics.median(per_job) + guard
+        print(f"  {head}: {fixed:.2f} s once per `ablate run`, {per_run:.3f} s a run; the overhead is within "
+              f"5% of the commands' time from {(fixed + per_run) / 0.05:.0f} s a command for 1 run, "
+              f"{(fixed / 10 + per_run) / 0.05:.1f} s for 10 (at --jobs 1)")
+
+
+def guard_s(repeat: int = 9) -> float:
+    """What the guard process adds to a command: ``python -I -S guard.py ... -- true`` against ``true``,
+    median of ``repeat`` pairs."""
+    from ablate.trainers.command.process import GUARD
+
+    true = shutil.which("true") or "/bin/true"
+    guarded = [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), "10", "--", true]
+
+    def wall(cmd: list[str]) -> float:
+        began = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        return time.perf_counter() - began
+
+    return statistics.median(wall(guarded) - wall([true]) for _ in range(repeat))
 
 
 def print_parse(lines: int) -> None:
