@@ -83,7 +83,8 @@ class LocalRunner(ShownRounds):
         display = self.display
         assert display is not None  # expect opened it
         if self.pool is None:
-            display.message("starting workers (each imports torch and Lightning once)")
+            display.message("starting workers" + (" (each imports torch and Lightning once)"
+                                                  if self.job_fn == TRAIN_JOB else ""))
             self.pool = WorkerPool(self.slots[:len(jobs)] if len(jobs) < len(self.slots) else self.slots,
                                    self.job_fn, log_dir=self.lifecycle.home / "logs").start()
             self.pool_started = time.monotonic()

@@ -106,7 +106,7 @@ def run_command(config: CommandConfig, run_dir: Path, *, run_id: str, stop: thre
             on_start(inv.resumed)
         proc = CommandProcess(inv.argv, cwd=inv.cwd, env=env, on_stdout=stdout, on_stderr=stderr,
                               grace_s=grace_s).start()
-        outcome = _follow(proc, reader, stop, on_records, tail)
+        outcome = _follow(proc, reader, stop, on_records, tail, out.flush)
         if reader.jsonl is not None and reader.jsonl.bad:  # said once in the log, with where it began
             bad = reader.jsonl.bad
             out.write(f"# ablate: warning: {len(bad)} line(s) of {reader.jsonl.path} were not JSON objects "
@@ -128,19 +128,22 @@ def resumes(config: CommandConfig, run_dir: Path, run_id: str) -> bool:
 
 @contextlib.contextmanager
 def _log(path: Path) -> Iterator[IO[str]]:
-    """The run's log, appended to line by line (a resumed run's output follows the cut one's)."""
-    with path.open("a", encoding="utf-8", buffering=1) as out:
+    """The run's log, appended to (a resumed run's output follows the cut one's); buffered, and flushed by
+    ``_follow`` every ``POLL_S`` (line buffering halved how fast a command's output is read)."""
+    with path.open("a", encoding="utf-8") as out:
         yield out
 
 
 def _follow(proc: CommandProcess, reader: MetricsReader, stop: threading.Event | None,
-            on_records: Callable[[list[StepRow]], None] | None, tail: MlflowTail | None) -> CommandOutcome:
+            on_records: Callable[[list[StepRow]], None] | None, tail: MlflowTail | None,
+            flush: Callable[[], None]) -> CommandOutcome:
     """Wait for the command, handing new records on every ``POLL_S`` (what it logged to MLflow, every
     ``MLFLOW_POLL_S`` and once it has ended); stop its group once ``stop`` is set."""
     sent, polled = 0, time.monotonic()
     own: set[str] = set()  # the metrics read from MLflow
     while True:
         outcome = proc.wait(POLL_S)
+        flush()  # the log as far as the command has written: what `tail -f train.log` shows
         reader.poll()
         if tail is not None and (outcome is not None or time.monotonic() - polled >= MLFLOW_POLL_S):
             records = tail.poll(skip=set(reader.stream.series) - own)
