@@ -137,7 +137,8 @@ def probe_cmd(
             typer.echo(f"warning: {res.warning}", err=True)
 
     with open_store(home, store) as opened:
-        chosen = select_runs(opened, run_ids or [], grid, finished=("done",), command="`ablate probe` probes")
+        chosen = select_runs(opened, run_ids or [], grid, finished=("done",), command="ablate probe",
+                             verb="probes")
         results = probe_runs(opened, home_dir(home), chosen, device=device, on_run=report)
     if fmt == "json":
         echo_json([vars(r) for r in results])

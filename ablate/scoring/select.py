@@ -4,10 +4,14 @@ runs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ablate.errors import UserInputError, did_you_mean
 from ablate.store.api import Store
-from ablate.trainers.registry import TRAINERS, trainer_of
+from ablate.trainers.registry import TRAINERS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FINISHED = ("done", "diverged")
 
@@ -19,26 +23,29 @@ def require_choice(run_ids: Sequence[str], grid: str | None) -> None:
 
 
 def select_runs(store: Store, run_ids: Sequence[str], grid: str | None, *, finished: Sequence[str] = FINISHED,
-                command: str = "`ablate eval` scores") -> list[str]:
+                command: str = "ablate eval", verb: str = "scores") -> list[str]:
     """The finished runs to score: ``run_ids`` (each must be known and ``finished``), else the ``finished``
-    runs of ``grid``. A UserInputError says what is wrong."""
+    runs of ``grid``; runs of ablate's own model only. A UserInputError says what is wrong."""
     require_choice(run_ids, grid)
-    what = command.split("`")[1] if command.count("`") >= 2 else command  # "ablate eval"
     if grid:
         if grid not in store.grids():
             raise UserInputError(f"no grid {grid!r} in the store{did_you_mean(grid, store.grids())}")
         frame = store.runs_frame(grid=grid)
-        for kind in set(frame["trainer"]) if "trainer" in frame.columns else ():
-            if isinstance(kind, str) and not TRAINERS[kind].model_commands:
-                raise UserInputError(TRAINERS[kind].refusal(what))
+        _model_runs_only(frame, command)
         return [r for r, s in zip(frame["run_id"], frame["status"], strict=True) if s in finished]
     run_ids = [store.resolve_run(ref) for ref in run_ids]  # ids or their first characters, as show takes
-    for rid in run_ids:
-        if not (trainer := trainer_of(store.run_config(rid))).model_commands:
-            raise UserInputError(f"run {rid}: " + trainer.refusal(what))
-    statuses = store.statuses(run_ids=run_ids)
+    frame = store.runs_frame(run_ids=run_ids)
+    _model_runs_only(frame, command)
+    statuses = dict(zip(frame["run_id"], frame["status"], strict=True))
     for rid in run_ids:
         if statuses[rid] not in finished:
-            raise UserInputError(f"run {rid} is {statuses[rid]}; {command} finished runs "
+            raise UserInputError(f"run {rid} is {statuses[rid]}; `{command}` {verb} finished runs "
                                  f"({' or '.join(finished)})")
     return list(dict.fromkeys(run_ids))
+
+
+def _model_runs_only(runs: pd.DataFrame, command: str) -> None:
+    """Refuse, in the trainer's one line, runs whose trainer the model commands cannot read (a command's)."""
+    for run_id, kind in zip(runs["run_id"], runs.get("trainer", [None] * len(runs)), strict=True):
+        if isinstance(kind, str) and not TRAINERS[kind].model_commands:
+            raise UserInputError(f"run {run_id}: " + TRAINERS[kind].refusal(command))
