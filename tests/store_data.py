@@ -70,3 +70,12 @@ def worker(url: str, index: int, n_runs: int, per_worker: int) -> None:
             store.mark_running(run_id=run_id, host=f"worker{index}", device="cpu")
             store.heartbeat(run_id=run_id, step=10)
             store.ingest(result(i))
+
+
+def mlflow_client(home):
+    """An MLflow client on ``home``'s tracking store, opened as ablate opens it: under the store's creation
+    lock. ``MlflowClient(uri)`` makes (migrates) a new SQLite store at once; a task still mirroring may be
+    making it at the same moment, and two unlocked migrations of one file break it."""
+    from ablate.store.mlflow_tracking import open_client, tracking_uri
+
+    return open_client(tracking_uri(home))

@@ -140,7 +140,7 @@ class Lifecycle:
     def failed(self, run_id: str, error: str, traceback: str = "") -> Ended:
         """The run crashed with ``error`` (its first line is what the user sees; the store keeps the
         traceback)."""
-        self.live.end(run_id)
+        self.live.end(run_id, write_rest=True)
         text = f"{error}\n\n{traceback}".rstrip()
         self.recorder.write(f"mark {run_id} failed", lambda s: s.mark_failed(run_id=run_id, error=text))
         if self.mirror is not None and (job := self._jobs.get(run_id)) is not None:
@@ -157,7 +157,7 @@ class Lifecycle:
 
     def pruned(self, run_id: str, *, step: int | None, value: float | None) -> Ended:
         """The Optuna pruner stopped the run on purpose at ``step`` (its last reported value ``value``)."""
-        self.live.end(run_id)
+        self.live.end(run_id, write_rest=True)
         self.recorder.write(f"mark {run_id} pruned",
                     lambda s: s.mark_pruned(run_id=run_id, step=step, value=value, metric=self.metric))
         if self.mirror is not None:
@@ -166,7 +166,7 @@ class Lifecycle:
 
     def interrupted(self, run_id: str, *, saved: bool = True) -> Ended:
         """The run stopped on request: back to ``queued``, resumed from its checkpoint by the next run."""
-        self.live.end(run_id)
+        self.live.end(run_id, write_rest=True)
         self.recorder.write(f"put {run_id} back in the queue", lambda s: s.mark_queued(run_id=run_id))
         if self.mirror is not None:
             self.mirror.end(run_id, "interrupted")

@@ -56,12 +56,19 @@ class LiveWriter:
                     self._fresh.discard(run_id)
                     self._wake.set()
 
-    def end(self, run_id: str) -> None:
-        """The run ended: no more heartbeats; its unwritten rows are dropped (its ingest records every
-        step)."""
+    def end(self, run_id: str, *, write_rest: bool = False) -> None:
+        """The run ended: no more heartbeats. Its unwritten rows are dropped (a finished run's ingest records
+        every step), or, with ``write_rest``, written now in the caller's thread (a run that failed, was
+        pruned or stopped leaves no result to ingest: its curve is what the live rows hold). Call it before
+        the run's end is recorded: the store takes live rows of running runs only."""
         with self._lock:
-            self._rows.pop(run_id, None)
+            rows = self._rows.pop(run_id, None)
             self._fresh.discard(run_id)
+        if write_rest and rows:
+            try:
+                self._write({run_id: rows})
+            except Exception as exc:  # noqa: BLE001 - a live record must never stop a run
+                log.warning("live metrics of %s not written: %s", run_id, exc)
 
     def flush(self) -> bool:
         """Write what is waiting now (in the caller's thread); False when the write failed (kept for

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from command_scripts import command_grid, live_marked
+from store_data import mlflow_client
 from tiny_grids import tiny_grid
 
 from ablate.execute.locks import holder_pid
@@ -267,9 +268,7 @@ def test_eight_runs_over_two_nodes_are_recorded_in_postgres_until_resolved(ray_c
     assert len(tasks) == 8 and {gcs(j) for j in runs["job_id"]} == {gcs(j) for j in runs["job_id"][:1]}
     nodes = {t.node_id for t in ray_cluster.tasks(tasks)}
     assert len(nodes) == 2  # both nodes trained
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    client = mlflow_client(home)
     nested = client.search_runs([client.get_experiment_by_name("eight").experiment_id],
                                 filter_string="tags.`ablate.role` = 'run'")
     assert sorted(r.data.tags["run_id"] for r in nested) == sorted(runs.index)  # one MLflow run each
@@ -394,9 +393,7 @@ def test_without_an_address_a_ray_instance_is_started_here_and_stopped_at_the_en
     host, _, port = address.rpartition(":")
     with pytest.raises(ConnectionRefusedError):  # stopped at the end of the command
         socket.create_connection((host, int(port)), timeout=5).close()
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    client = mlflow_client(home)
     assert client.get_experiment_by_name("embedded") is None
     nested = client.search_runs([client.get_experiment_by_name("team").experiment_id],
                                 filter_string="tags.`ablate.role` = 'run'")
@@ -471,9 +468,7 @@ def test_a_command_grid_runs_as_ray_tasks_and_stores_what_the_script_printed(com
     deltas = [by["gated", s] - by["baseline", s] for s in (0, 1)]
     assert row["delta"] == pytest.approx(sum(deltas) / 2, abs=1e-12)
     # each task mirrored its run's parsed stream into MLflow, through the same lifecycle as a local run's
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
+    client = mlflow_client(home)
     nested = client.search_runs([client.get_experiment_by_name("toy").experiment_id],
                                 filter_string="tags.`ablate.role` = 'run'")
     assert sorted(r.data.tags["run_id"] for r in nested) == sorted(runs.index)

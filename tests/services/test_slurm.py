@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from command_scripts import command_grid, live_marked
+from store_data import mlflow_client
 from tiny_grids import tiny_grid
 from typer.testing import CliRunner
 
@@ -107,13 +108,10 @@ def test_a_grid_runs_as_one_job_array_and_fills_the_store(arrayed):
     assert f"submitted 2 run(s) as Slurm job array {array}" in result.output
     # each task mirrored its run into MLflow, live, through the same lifecycle as the local pool (the two
     # tasks opened the new tracking store together)
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
-
     # --wait returns once the store says done; each task then completes its mirror and writes the MLflow run
     # id
     wait_until(lambda: ended(array), 600, "the array's tasks to end", poll=0.5)
+    client = mlflow_client(home)
     ids = dict(runs(home, "arr")["mlflow_run_id"])
     assert all(isinstance(v, str) for v in ids.values()), ids
     exp = client.get_experiment_by_name("arr")
@@ -176,11 +174,9 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_losses(arrayed, tm
                                                             rel=1e-6)
     # MLflow: the requeued task continued the same run (KILLED at the preemption, then FINISHED), each step
     # once
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{home.resolve()}/mlflow.db")
     # the store learns the MLflow run id once its mirror is complete, before the task ends
     wait_until(lambda: ended(job), 600, "the resumed task to end", poll=0.5)
+    client = mlflow_client(home)
     mlflow_id = runs(home).loc[run_id, "mlflow_run_id"]
     (nested,) = client.search_runs([client.get_experiment_by_name("pre").experiment_id],
                                    filter_string="tags.`ablate.role` = 'run'")

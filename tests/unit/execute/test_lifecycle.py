@@ -125,6 +125,26 @@ def test_each_other_end(lifecycle, store, tmp_path):
     assert ended.kind == "failed" and "not a complete result file" in _row(store, "run004")["error"]
 
 
+@pytest.mark.parametrize("end", ["failed", "pruned", "interrupted"])
+def test_a_run_that_ends_without_a_result_keeps_the_steps_it_reported_last(store, tmp_path, end):
+    """A failed, pruned or stopped run leaves no ``result.json`` to ingest: the step rows it reported since
+    the live writer's last flush are written as it ends, not dropped (the writer here never flushes by
+    itself after the first step)."""
+    store.register_grid(name="g", text="name: g", runs=[planned(0)])
+    life = Lifecycle(store, home=tmp_path, live_every_s=3600)
+    try:
+        life.claim("run000", device="cpu", config={})
+        life.progress("run000", _rows(3))
+        life.progress("run000", _rows(4, start=3))
+        {"failed": lambda: life.failed("run000", "ValueError: broke"),
+         "pruned": lambda: life.pruned("run000", step=6, value=4.4),
+         "interrupted": lambda: life.interrupted("run000")}[end]()
+        assert list(store.curves(run_ids=["run000"], metrics=["loss"])["step"]) == list(range(7))
+        assert _row(store, "run000")["status"] == {"interrupted": "queued"}.get(end, end)
+    finally:
+        life.close()
+
+
 def test_pool_events_map_onto_the_lifecycle(lifecycle, store, tmp_path):
     lifecycle.expect(Job("run000", str(run_dir(tmp_path, "run000")),
                          planned(0).config.model_dump(mode="json")))
