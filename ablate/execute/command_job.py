@@ -13,6 +13,8 @@ lines, never a traceback of ablate's.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ablate.execute.devices import Slot
@@ -25,20 +27,27 @@ from ablate.trainers.command.run import CommandInterrupted, run_command
 log = logging.getLogger(__name__)
 
 
-def gpu_indices(slot: Slot, gpus: int = 1) -> str | None:
-    """The GPUs of a worker's slot as ``CUDA_VISIBLE_DEVICES`` writes them (``cuda:0,1`` -> ``0,1``); ``""``
-    (none) for a command that takes no GPU (``trainer.gpus: 0``) on a GPU slot; None on a CPU slot (the
-    command's environment is left as it is).
+def gpu_indices(slot: Slot, gpus: int = 1, environ: Mapping[str, str] | None = None) -> str | None:
+    """The GPUs a command gets as ``CUDA_VISIBLE_DEVICES`` (and ``{devices}``): those of the worker it runs
+    in, as the worker's own ``CUDA_VISIBLE_DEVICES`` names them (each executor sets it to the slot's GPUs: a
+    local worker's through the ``CUDA_VISIBLE_DEVICES`` ablate was started with, a Slurm task's and a Ray
+    task's as Slurm and Ray gave them), else the slot's indices; ``""`` (none) for a command that takes no GPU
+    (``trainer.gpus: 0``) on a GPU slot; None on a CPU slot (the command's environment is left as it is).
 
-    >>> gpu_indices(Slot(0, "cuda:2,3", 4), 2), gpu_indices(Slot(0, "cuda:2", 4), 0)
-    ('2,3', '')
-    >>> gpu_indices(Slot(0, "cpu", 4)) is None
-    True
+    >>> gpu_indices(Slot(0, "cuda:0,1", 4), 2, {"CUDA_VISIBLE_DEVICES": "2,3"})
+    '2,3'
+    >>> gpu_indices(Slot(0, "cuda:2", 4), 1, {})
+    '2'
+    >>> gpu_indices(Slot(0, "cuda:2", 4), 0), gpu_indices(Slot(0, "cpu", 4)) is None
+    ('', True)
     """
     kind, _, indices = slot.device.partition(":")
     if kind != "cuda" or not indices:
         return None
-    return indices if gpus > 0 else ""
+    if gpus == 0:
+        return ""
+    env = os.environ if environ is None else environ
+    return env.get("CUDA_VISIBLE_DEVICES") or indices
 
 
 def train_command(job: Job, ctx: JobContext) -> JobOutcome:

@@ -41,6 +41,20 @@ class Slot:
         return self.device.split(":", 1)[1] if self.device.startswith("cuda:") else ""
 
 
+def physical(indices: str, visible: str | None) -> str:
+    """GPU indices as this process numbers them (``cuda:0`` is the first GPU of the ``CUDA_VISIBLE_DEVICES``
+    it was started with) as ``CUDA_VISIBLE_DEVICES`` must name them for a child process: through that list,
+    so a user's ``CUDA_VISIBLE_DEVICES=2,3`` keeps every worker on GPUs 2 and 3, never on 0 and 1.
+
+    >>> physical("0,1", "2,3"), physical("1", "GPU-a,GPU-b"), physical("1", None), physical("", "2,3")
+    ('2,3', 'GPU-b', '1', '')
+    """
+    names = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    if not indices or not names:
+        return indices
+    return ",".join(names[int(i)] if i.isdigit() and int(i) < len(names) else i for i in indices.split(","))
+
+
 def gpu_count() -> int:
     """Visible CUDA devices, without importing torch in this process when there can be none."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not Path("/proc/driver/nvidia").exists():

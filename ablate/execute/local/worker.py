@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ablate.execute.devices import Slot, quiet_threads
+from ablate.execute.devices import Slot, physical, quiet_threads
 from ablate.execute.job_function import JobContext, load_job, run_job
 from ablate.execute.messages import (
     Fatal,
@@ -70,7 +70,7 @@ def worker_main(conn: Connection, slot: Slot, job_fn: str, log_path: str | None)
         log_to_stderr()
     # Before torch is imported: the worker sees only its own GPU (or none) and uses only its share of the
     # cores.
-    os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible
+    os.environ["CUDA_VISIBLE_DEVICES"] = physical(slot.cuda_visible, os.environ.get("CUDA_VISIBLE_DEVICES"))
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(slot.threads)
     os.environ.update(quiet_threads())  # read by OpenMP when torch loads it

@@ -269,3 +269,24 @@ def test_a_workers_wait_policy_from_the_environment_reaches_it(monkeypatch):
 def policy(job: J, ctx: JobContext) -> str:
     """The worker's OpenMP wait policy."""
     return os.environ.get("OMP_WAIT_POLICY", "")
+
+
+def visible(job: J, ctx: JobContext) -> dict:
+    """The GPUs the worker sees, and what a command it started would get."""
+    from ablate.execute.command_job import gpu_indices
+
+    return {"cuda": os.environ["CUDA_VISIBLE_DEVICES"], "command": gpu_indices(ctx.slot)}
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("4,6", "6"), ("GPU-a,GPU-b", "GPU-b")])
+def test_a_worker_sees_its_gpu_as_the_users_cuda_visible_devices_names_it(monkeypatch, given, expected):
+    """A slot's ``cuda:1`` is the second GPU ablate sees: under ``CUDA_VISIBLE_DEVICES=4,6`` that is GPU 6,
+    never GPU 1 (a GPU the user kept ablate off); a command the worker starts gets the same one. (No GPU is
+    touched: the worker only sets the variable.)"""
+    if given is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", given)
+    with WorkerPool([Slot(0, "cuda:1", 1)], _job_fn("visible")) as pool:
+        events, _ = _collect(pool, [J("r0")])
+    assert [e.outcome for e in events if isinstance(e, Finished)] == [{"cuda": expected, "command": expected}]
