@@ -84,9 +84,9 @@ class RunResult(BaseModel):
 
     - ``summary``: the summary metrics the run measured, each declared in ``ablate.metrics.SUMMARY``
       (``steps``, ``train_loss``, ``ppl/<set>``, ``bench/<task>``, ...; None where not measured). A key that
-      is not declared there is refused: declare a new metric first, and every layer picks it up. A run of a
-      training command (``config["trainer"] == "command"``) names its own metrics: what its command
-      reported, under the names it reported them.
+      is not declared there is refused: declare a new metric first, and every layer picks it up. A run of
+      another trainer (its config names one: ``config["trainer"] == "command"``) names its own metrics: a
+      command's are what it reported, under the names it reported them.
     - ``metrics``: step-indexed curves, ``{"step": [...], "loss": [...], "lr": [...], "grad_norm": [...],
       "tokens_per_s": [...], ...}``, all lists the same length as ``step`` (``val_ppl`` curves may be sparse
       and then use their own ``"val_step"`` list; any curve ``name`` may have its own steps under
@@ -138,7 +138,7 @@ class RunResult(BaseModel):
 
     @model_validator(mode="after")
     def _summary_keys(self) -> RunResult:
-        if self.config.get("trainer", "model") == "model":  # a command's metrics are its own
+        if self.config.get("trainer") is None:  # ablate's own model: another trainer's metrics are its own
             _declared(self.summary)
         return self
 

@@ -56,7 +56,7 @@ from ablate.execute.mirror import MirrorThread
 from ablate.execute.recorder import STORE_PATIENCE_S, Recorder
 from ablate.result import RESULT_FILE, RunResult, read_result
 from ablate.store.api import Store
-from ablate.trainers.registry import COMMAND, trainer_of
+from ablate.trainers.registry import trainer_of
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class Lifecycle:
         """``job`` as it is handed to the process that trains it: for a trainer whose own process may log to
         MLflow (a training command), with the MLflow run opened for it (``Job.mlflow``), so that the command
         gets ``MLFLOW_RUN_ID``; else as it is."""
-        if self.mirror is None or trainer_of(job.config).name != COMMAND or job.mlflow is not None:
+        if self.mirror is None or not trainer_of(job.config).logs_to_mlflow or job.mlflow is not None:
             return job
         opened = self.mirror.open_now(job.run_id, job.config, **_nesting(job))
         return job if opened is None else dataclasses.replace(job, mlflow=opened)

@@ -28,16 +28,13 @@ from ablate.execute.last_attempt import ERROR_FILE, crashed, finished_result
 from ablate.execute.liveness import Holder, Liveness, job_liveness
 from ablate.execute.triage import RunAction, triage
 from ablate.grid import Grid, PlannedRun
-from ablate.grid.planning import plan_grid
+from ablate.grid.planning import plan_grid, planner
 from ablate.grid.schema import file_base
-from ablate.layout import CHECKPOINT
 from ablate.runner.fingerprints import Fingerprints
 from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
 from ablate.store import Store
 from ablate.store.engine import display_url
 from ablate.store.records import flatten
-from ablate.trainers.command.config import CommandConfig
-from ablate.trainers.command.run import resumes
 from ablate.trainers.registry import MODEL, TRAINERS, Trainer
 
 log = logging.getLogger(__name__)
@@ -174,13 +171,11 @@ def _triage(o: Opened, *, retry_failed: bool, stale_after_s: float) -> None:
         if status in ("queued", "running") and (error := unrecorded_crash(o, rid)) is not None:
             store.mark_failed(run_id=rid, error=error)
             before[rid] = "failed"
-    commands: dict[str, CommandConfig] = {p.run_id: p.config for p in o.planned
-                                          if isinstance(p.config, CommandConfig)}
+    configs = {p.run_id: p.config for p in o.planned}
+    runs_planner = planner(o.trainer)
 
     def has_checkpoint(rid: str) -> bool:
-        run_dir = layout.run_dir(o.home, rid)
-        command = commands.get(rid)
-        return resumes(command, run_dir, rid) if command is not None else (run_dir / CHECKPOINT).is_file()
+        return runs_planner.resumes(configs[rid], layout.run_dir(o.home, rid), rid)
 
     o.decisions = triage(o.planned, before, retry_failed=retry_failed, is_alive=o.liveness.is_alive,
                          has_checkpoint=has_checkpoint)

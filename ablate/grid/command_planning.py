@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel, ValidationError
 
 from ablate.errors import ConfigError, UserInputError
 from ablate.grid.expand import PlannedRun
@@ -17,7 +20,7 @@ from ablate.grid.planning import VARIANT, PlannedGrid
 from ablate.grid.schema import Grid
 from ablate.runner.fingerprints import Fingerprints
 from ablate.trainers.command.code import code_identity
-from ablate.trainers.command.config import CommandConfig
+from ablate.trainers.command.config import CommandConfig, columns, command_ids
 from ablate.trainers.command.grid import (
     ARM,
     SEED,
@@ -29,6 +32,7 @@ from ablate.trainers.command.grid import (
 from ablate.trainers.command.identity import Identifier
 from ablate.trainers.command.params import canonical
 from ablate.trainers.command.render import check
+from ablate.trainers.command.run import resumes
 from ablate.trainers.registry import COMMAND, TRAINERS
 
 
@@ -49,6 +53,22 @@ class CommandPlanner:
         spec = load_command_grid(path).spec
         declared = spec.metrics.declared()
         return spec.objective.metric, sorted(declared) if declared is not None else None
+
+    def columns(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return columns(dict(config))
+
+    def ids(self, config: Mapping[str, Any]) -> tuple[str, str] | None:
+        try:
+            return command_ids(CommandConfig.model_validate(dict(config)))
+        except (ValidationError, ValueError):
+            return None
+
+    def resumes(self, config: BaseModel, run_dir: Path, run_id: str) -> bool:
+        return resumes(cast(CommandConfig, config), run_dir, run_id)
+
+    def stale_line(self, planned: BaseModel, stored: Mapping[str, Any], old: str) -> str:
+        code = cast(CommandConfig, planned).code
+        return f"new: the code changed since run {old} ({stored.get('code') or '?'} -> {code})"
 
 
 COMMAND_PLANNER = CommandPlanner()

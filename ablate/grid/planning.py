@@ -8,8 +8,10 @@ executors' objects are): ``MODEL_PLANNER`` here for ablate's own grid files (``s
 so the store, the executors and the statistics take either without asking which: a command run's config is
 a ``CommandConfig``, which answers what they ask of a config (its arm as ``variant``, its ``seed``, its
 ``train.devices``), and its axes are its arm (``variant``), the values of the file's parameter axes and its
-seed. A third trainer brings its own planner: an object with ``plan``, ``name`` and ``objective``
-(``GridPlanner``)."""
+seed. A third trainer brings its own planner: an object with ``plan``, ``name`` and ``objective`` for its
+files, and ``columns``, ``ids``, ``resumes`` and ``stale_line`` for its runs (``GridPlanner``): the store, the
+opening and ``ablate plan`` ask the planner of a run's trainer (``run_planner``) and never which trainer it
+is."""
 
 from __future__ import annotations
 
@@ -18,14 +20,21 @@ import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
+from pydantic import BaseModel, ValidationError
+
+from ablate.config import RunConfig, total_steps
 from ablate.grid.expand import PlannedRun, expand
+from ablate.grid.identity import changed
+from ablate.grid.ids import run_id as make_id
 from ablate.grid.schema import Grid, load_grid
+from ablate.grid.stems import stem_id
+from ablate.layout import CHECKPOINT
 from ablate.runner.fingerprints import Fingerprints
 from ablate.trainers.command.grid import CommandGrid
 from ablate.trainers.command.spec import Objective
-from ablate.trainers.registry import MODEL, TRAINERS, Trainer, text_trainer
+from ablate.trainers.registry import KEY, MODEL, TRAINERS, Trainer, text_trainer, trainer_of
 
 VARIANT = "variant"  # the axis that names a run's arm, in every grid's planned runs
 
@@ -66,6 +75,26 @@ class GridPlanner(Protocol):
         ``(None, None)`` when the trainer's metrics are ablate's declared ones."""
         ...
 
+    def columns(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``runs`` columns of one of its stored configs (``ablate.store.schema.Run``): ``variant``,
+        ``seed``, ``lr``, ``trainer``, ``trainer_params`` and the model's own (``model_preset``, ``n_layers``,
+        ``d_model``, ``train_steps``, ``batch_size``, ``seq_len``: None where it has none)."""
+        ...
+
+    def ids(self, config: Mapping[str, Any]) -> tuple[str, str] | None:
+        """``(run id, stem id)`` of a stored config as this version names it; None for a config it cannot
+        read (``ablate db rehash`` says which)."""
+        ...
+
+    def resumes(self, config: BaseModel, run_dir: Path, run_id: str) -> bool:
+        """Would the planned run at ``run_dir`` resume if it started now (a failed run is then retried)?"""
+        ...
+
+    def stale_line(self, planned: BaseModel, stored: Mapping[str, Any], old: str) -> str:
+        """What ``ablate plan`` says of a planned run whose stem a stored run ``old`` of another config has:
+        what changed since (``stale: ...`` or ``new: ...``)."""
+        ...
+
 
 class ModelPlanner:
     """Grid files of ablate's own model."""
@@ -82,6 +111,37 @@ class ModelPlanner:
 
     def objective(self, path: str | Path) -> tuple[str | None, list[str] | None]:
         return None, None
+
+    def columns(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        model, data, train = (config.get(k) or {} for k in ("model", "data", "train"))
+        return {
+            "trainer": None,  # ablate's own model, as every run before there was a choice
+            "trainer_params": None,
+            "variant": str(config.get("variant", "baseline")),
+            "seed": int(config.get("seed", 0)),
+            "model_preset": model.get("preset"),
+            "n_layers": model.get("n_layers"),
+            "d_model": model.get("d_model"),
+            "lr": train.get("lr"),
+            "train_steps": total_steps(config),  # over every training stage: the progress total
+            "batch_size": train.get("batch_size"),
+            "seq_len": data.get("seq_len"),
+        }
+
+    def ids(self, config: Mapping[str, Any]) -> tuple[str, str] | None:
+        try:
+            cfg = RunConfig.model_validate(dict(config))
+        except (ValidationError, ValueError):
+            return None
+        return make_id(cfg), stem_id(cfg)
+
+    def resumes(self, config: BaseModel, run_dir: Path, run_id: str) -> bool:
+        return (run_dir / CHECKPOINT).is_file()
+
+    def stale_line(self, planned: BaseModel, stored: Mapping[str, Any], old: str) -> str:
+        fields = changed(cast(RunConfig, planned), dict(stored)) or ["what it reads"]
+        more = f" (and {len(fields) - 2} more)" if len(fields) > 2 else ""
+        return f"stale: {', '.join(fields[:2])}{more} changed since run {old}"
 
 
 MODEL_PLANNER = ModelPlanner()
@@ -100,6 +160,13 @@ def planner(trainer: Trainer) -> GridPlanner:
     """The planner a trainer names (imported now)."""
     module, _, attribute = trainer.planner.partition(":")
     return cast(GridPlanner, getattr(importlib.import_module(module), attribute))
+
+
+def run_planner(config: Mapping[str, Any] | BaseModel) -> GridPlanner:
+    """The planner of the trainer that made a run (its stored config, or a planned one)."""
+    if isinstance(config, BaseModel):
+        config = config.model_dump(mode="json", include={KEY})
+    return planner(trainer_of(config))
 
 
 def grid_name(path: str | Path, sets: Sequence[str] = ()) -> str:

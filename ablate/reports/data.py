@@ -25,11 +25,8 @@ from ablate.reports.rows import context_key
 from ablate.reports.spec import VariantInfo
 from ablate.result import RESULT_STATUSES
 from ablate.store.queries import OWN_METRICS
-from ablate.trainers.registry import COMMAND, MODEL
 from ablate.trainers.registry import KEY as TRAINER
-
-# a command run's objective, as its stored config (trainers.command.config) flattens it
-OBJECTIVE, OBJECTIVE_BETTER = "spec.objective.metric", "spec.objective.better"
+from ablate.trainers.registry import MODEL, TRAINERS
 
 if TYPE_CHECKING:
     from ablate.stats import Decision
@@ -115,22 +112,26 @@ def load_grid_data(store: Store, grid: str | None = None, *, where: str | None =
 
 
 def own_outcomes(runs: pd.DataFrame) -> tuple[str, dict[str, str | None]]:
-    """The trainer of a grid's runs and its own metrics (``GridData.outcomes``): for a command grid, its
-    objective (and which way is better) first, then every other metric its runs reported."""
-    if TRAINER not in runs.columns or not (runs[TRAINER] == COMMAND).any():
+    """The trainer of a grid's runs and its own metrics (``GridData.outcomes``): for a trainer that names its
+    own (a command), its objective (and which way is better, read where ``Trainer.objective`` says) first,
+    then every other metric its runs reported."""
+    named = runs[TRAINER].dropna() if TRAINER in runs.columns else pd.Series(dtype=object)
+    if named.empty:
         return MODEL, {}
+    trainer = TRAINERS.get(str(named.iloc[0]), TRAINERS[MODEL])
     out: dict[str, str | None] = {}
-    mine = runs[runs[TRAINER] == COMMAND]
-    for metric_name, better in zip(mine.get(OBJECTIVE, []), mine.get(OBJECTIVE_BETTER, []), strict=False):
+    mine = runs[runs[TRAINER] == trainer.name]
+    metric_at, better_at = trainer.objective or ("", "")
+    for metric_name, better in zip(mine.get(metric_at, []), mine.get(better_at, []), strict=False):
         if isinstance(metric_name, str):
             out.setdefault(metric_name, str(better) if better in ("lower", "higher") else None)
     for name in runs.attrs.get(OWN_METRICS, []):
         out.setdefault(str(name), None)
     done = mine[mine["status"] == "done"]
-    for m in SUMMARY:  # what the command reported under a name ablate.metrics declares (train_loss)
+    for m in SUMMARY:  # what the trainer reported under a name ablate.metrics declares (train_loss)
         if not m.family and m.compare is not None and m.name in done.columns and done[m.name].notna().any():
             out.setdefault(m.name, m.better)
-    return COMMAND, out
+    return trainer.name, out
 
 
 def current_runs(store: Store, name: str, *, where: str | None = None,

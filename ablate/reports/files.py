@@ -28,7 +28,7 @@ from ablate.reports.render import SUFFIX, render
 from ablate.reports.scorecard_render import scorecard_markdown
 from ablate.reports.spec import TABLES
 from ablate.stats import DEFAULT, Stats
-from ablate.trainers.registry import COMMAND
+from ablate.trainers.registry import MODEL
 
 if TYPE_CHECKING:
     from ablate.store.api import Store
@@ -40,7 +40,7 @@ PAGE = "report.html"
 def grid_figures(data: GridData, out_dir: str | Path) -> dict[int, Path] | dict[str, Path]:
     """The grid's figures into ``out_dir``: Figures 1-7 (``{number: PNG path}``), or for a command grid a
     curve per metric it reported (``{metric: PNG path}``)."""
-    return write_curve_figures(data, out_dir) if data.trainer == COMMAND else write_figures(data, out_dir)
+    return write_figures(data, out_dir) if data.trainer == MODEL else write_curve_figures(data, out_dir)
 
 
 def report_figures(store: Store, out_dir: str | Path, *, grid: str | None = None, where: str | None = None,
@@ -72,7 +72,7 @@ def write_report(data: GridData, out_dir: str | Path, *, paper: bool = False,
         compared = _compare_or_note(data, reference, metrics, stats)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model = data.trainer != COMMAND  # the paper's tables and the scorecard read ablate's own model
+    model = data.trainer == MODEL  # the paper's tables and the scorecard read ablate's own model
     tables = [grid_table(data, n, paper=paper, stats=stats) for n in TABLES] if model else []
     written: dict[str, Path] = {}
     if isinstance(compared, CompareReport):

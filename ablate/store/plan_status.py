@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ablate.config import RunConfig
+from pydantic import BaseModel
+
 from ablate.grid.expand import PlannedRun
-from ablate.grid.identity import changed
+from ablate.grid.planning import run_planner
 from ablate.grid.view import NEW
 from ablate.store.api import Store
 from ablate.store.engine import check_url
-from ablate.trainers.command.config import CommandConfig
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -56,11 +56,8 @@ def statuses(runs: Sequence[PlannedRun], *, store: str | None, home: Path) -> di
     return {rid: found.get(rid, NEW) for rid in run_ids}
 
 
-def stale_line(planned: RunConfig | CommandConfig, stored: Mapping[str, object], old: str) -> str:
+def stale_line(planned: BaseModel, stored: Mapping[str, object], old: str) -> str:
     """``stale: data.train.0.fingerprint changed since run <old>``: the identity fields that differ; for a
-    command run, ``new: the code changed since run <old> (git:abc -> git:def+diff:...)``."""
-    if isinstance(planned, CommandConfig):
-        return f"new: the code changed since run {old} ({stored.get('code') or '?'} -> {planned.code})"
-    fields = changed(planned, dict(stored)) or ["what it reads"]
-    more = f" (and {len(fields) - 2} more)" if len(fields) > 2 else ""
-    return f"stale: {', '.join(fields[:2])}{more} changed since run {old}"
+    command run, ``new: the code changed since run <old> (git:abc -> git:def+diff:...)``: the run's trainer's
+    planner says (``GridPlanner.stale_line``)."""
+    return run_planner(planned).stale_line(planned, stored, old)

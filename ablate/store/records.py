@@ -15,19 +15,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy import delete, insert, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from ablate.config import CONFIG_VERSION, RunConfig, total_steps
+from ablate.config import CONFIG_VERSION
 from ablate.errors import StoreError
-from ablate.grid.ids import run_id as make_id
-from ablate.grid.stems import stem_id
+from ablate.grid.planning import run_planner
 from ablate.result import RunStatus
 from ablate.store.schema import Event, Metric, Run, Score
-from ablate.trainers.command import config as command
-from ablate.trainers.registry import COMMAND, trainer_of
 
 CHUNK = 5000  # rows per executemany batch
 
@@ -70,40 +66,17 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def config_columns(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config fields that are columns of ``runs`` (for filtering in SQL), and the flattened config."""
-    if trainer_of(config).name == COMMAND:
-        return {"config_flat": flatten(config), **command.columns(dict(config))}
-    model, data, train = (config.get(k) or {} for k in ("model", "data", "train"))
-    return {
-        "config_flat": flatten(config),
-        "trainer": None,  # ablate's own model, as every run before there was a choice
-        "trainer_params": None,
-        "variant": str(config.get("variant", "baseline")),
-        "seed": int(config.get("seed", 0)),
-        "model_preset": model.get("preset"),
-        "n_layers": model.get("n_layers"),
-        "d_model": model.get("d_model"),
-        "lr": train.get("lr"),
-        "train_steps": total_steps(config),  # over every training stage: the progress total
-        "batch_size": train.get("batch_size"),
-        "seq_len": data.get("seq_len"),
-    }
+    """The config fields that are columns of ``runs`` (for filtering in SQL; the run's trainer's planner says
+    which, ``GridPlanner.columns``), and the flattened config."""
+    return {"config_flat": flatten(config), **run_planner(config).columns(config)}
 
 
 def id_version(run_id: str, config: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    """``(CONFIG_VERSION, stem id)`` when ``run_id`` is today's id of ``config``, else ``(None, None)`` (an id
-    from an older scheme, or a config this version cannot read: ``ablate db rehash`` says which)."""
-    if trainer_of(config).name == COMMAND:
-        try:
-            ids = command.command_ids(command.CommandConfig.model_validate(dict(config)))
-        except (ValidationError, ValueError):
-            return None, None
-        return (CONFIG_VERSION, ids[1]) if ids[0] == run_id else (None, None)
-    try:
-        cfg = RunConfig.model_validate(dict(config))
-    except (ValidationError, ValueError):
-        return None, None
-    return (CONFIG_VERSION, stem_id(cfg)) if make_id(cfg) == run_id else (None, None)
+    """``(CONFIG_VERSION, stem id)`` when ``run_id`` is today's id of ``config`` (``GridPlanner.ids``), else
+    ``(None, None)`` (an id from an older scheme, or a config this version cannot read: ``ablate db rehash``
+    says which)."""
+    ids = run_planner(config).ids(config)
+    return (CONFIG_VERSION, ids[1]) if ids is not None and ids[0] == run_id else (None, None)
 
 
 def update_run(session: Session, run_id: str, **values: Any) -> None:

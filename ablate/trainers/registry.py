@@ -5,7 +5,8 @@ the executors.
 A run's stored config says which trainer made it (``trainer: command``; a config without the key is ablate's
 own model, as every run made before there was a choice), so the store, the executors and the reports ask
 ``trainer_of(config)`` and never look at the fields of one trainer's config. A third trainer (a Python
-callable, for example) is one subpackage with its config model and job function, and one entry here.
+callable, for example) is one subpackage with its config model, its job function and its planner
+(``ablate.grid.planning.GridPlanner``: its grid files and its stored runs), and one entry here.
 
 Declarations (and the YAML reader): no import of a trainer's code, so ``ablate --help`` and ``ablate runs``
 read it for free.
@@ -38,7 +39,10 @@ class Trainer:
     ``planner``: what plans its grid files (``module:attribute``, an ``ablate.grid.planning.GridPlanner``);
     ``one_process_per_device``: whether a run of N devices is N processes that an executor starts (the model's
     ranks, one Slurm task each), else one process that uses them all (a command, whose ``torchrun`` starts
-    its own ranks)."""
+    its own ranks); ``logs_to_mlflow``: whether its process may log into MLflow itself, so each run's MLflow
+    run is opened before the process starts (``MLFLOW_RUN_ID``); ``objective``: where its stored configs,
+    flattened, keep the objective metric and which way is better (None: its metrics are ablate's declared
+    ones, each with its own direction)."""
 
     name: str
     about: str
@@ -49,6 +53,8 @@ class Trainer:
     model_commands: bool = True
     options: tuple[Option, ...] = ()
     one_process_per_device: bool = True
+    logs_to_mlflow: bool = False
+    objective: tuple[str, str] | None = None
 
     def can_report(self, report: str) -> bool:
         """Can a report of this name read this trainer's runs?"""
@@ -69,7 +75,8 @@ TRAINERS: dict[str, Trainer] = {
                      "ablate.execute.command_job:train_command",
                      "ablate.grid.command_planning:COMMAND_PLANNER",
                      reports=frozenset({"compare", "figures", "all", "lr"}), model_commands=False,
-                     one_process_per_device=False),
+                     one_process_per_device=False, logs_to_mlflow=True,
+                     objective=("spec.objective.metric", "spec.objective.better")),
 }
 
 

@@ -499,6 +499,27 @@ def test_until_resolved_adds_a_seed_to_a_command_grid_as_ray_tasks(ray_cluster, 
         assert row["val_loss"] == printed(home, str(run_id))[-1][1]
 
 
+def test_tune_searches_a_command_grids_lr_with_its_trials_as_ray_tasks(ray_cluster, tmp_path):
+    """``ablate tune --param lr`` on a command grid, its trials Ray tasks: a study per arm, each trial a run
+    whose stored objective is what its script printed, with the lr the study asked for in its command."""
+    path = command_grid(tmp_path, seeds=[0])
+    home = tmp_path / "home"
+    out = ablate(ray_cluster, "tune", str(path), "--executor", "ray", "--ray-address", ray_cluster.address,
+                 "--devices", "cpu", "--param", "lr", "--low", "0.01", "--high", "1.0", "--log",
+                 "--trials", "2", "--home", str(home), "--no-mlflow")
+    assert out.returncode == 0, out.stderr[-3000:]
+    with Store.open(home=home) as store:
+        trials = store.runs_frame(grid="toy/tune").set_index("run_id")
+    assert len(trials) == 4 and set(trials["status"]) == {"done"} and set(trials["executor"]) == {"ray"}
+    assert sorted(trials["variant"]) == ["baseline", "baseline", "gated", "gated"]
+    for run_id, row in trials.iterrows():
+        assert row["val_loss"] == printed(home, str(run_id))[-1][1]
+        # the script's last val at seed 0 is 3/5 + lr (and the gated arm's effect, -0.05): the lr it was given
+        assert 0.01 <= row["lr"] <= 1.0
+        shift = -0.05 if row["variant"] == "gated" else 0.0
+        assert row["val_loss"] == pytest.approx(round(0.6 + shift + row["lr"], 4), abs=1e-9)
+
+
 def test_cancel_stops_the_commands_and_their_children_and_puts_the_runs_back_in_the_queue(ray_cluster,
                                                                                            tmp_path):
     marker = f"ablate-ray-toy-{os.getpid()}-{time.monotonic_ns()}"
