@@ -515,9 +515,10 @@ def test_tune_searches_a_command_grids_lr_with_its_trials_as_ray_tasks(ray_clust
     for run_id, row in trials.iterrows():
         assert row["val_loss"] == printed(home, str(run_id))[-1][1]
         # the script's last val at seed 0 is 3/5 + lr (and the gated arm's effect, -0.05): the lr it was given
-        assert 0.01 <= row["lr"] <= 1.0
+        lr = row["params.lr"]
+        assert 0.01 <= lr <= 1.0
         shift = -0.05 if row["variant"] == "gated" else 0.0
-        assert row["val_loss"] == pytest.approx(round(0.6 + shift + row["lr"], 4), abs=1e-9)
+        assert row["val_loss"] == pytest.approx(round(0.6 + shift + lr, 4), abs=1e-9)
 
 
 def test_cancel_stops_the_commands_and_their_children_and_puts_the_runs_back_in_the_queue(ray_cluster,
