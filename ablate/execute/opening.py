@@ -31,7 +31,6 @@ from ablate.grid import Grid, PlannedRun
 from ablate.grid.planning import plan_grid, planner
 from ablate.grid.schema import file_base
 from ablate.runner.fingerprints import Fingerprints
-from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
 from ablate.store import Store
 from ablate.store.engine import display_url
 from ablate.store.records import flatten
@@ -115,9 +114,13 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     expanded = path if isinstance(path, Expanded) else expand_grid(path, sets, home=Path(home), extra=extra)
     grid, planned, fingerprints = expanded.grid, expanded.planned, expanded.fingerprints
     provenance.announce(expanded.path)  # the grid's commit, for the workers this process starts
-    if expanded.model:
+    warnings: list[str] = []
+    if expanded.model:  # imported here: a command grid's run never loads the data side (numpy)
+        from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
+
         check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit
         check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is made
+        warnings = heldout_warnings(planned, source=grid.source)
     home = layout.usable_home(Path(home).absolute() if remote else Path(home))  # checked; nothing made yet
     opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made
     try:
@@ -127,7 +130,7 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
         opened_store.require_current_ids([p.run_id for p in planned])
         check_grid_name(opened_store, grid, append=append)
         opened = Opened(grid.name, grid.text, planned, opened_store, home, [],
-                        warnings=heldout_warnings(planned, source=grid.source) if expanded.model else [],
+                        warnings=warnings,
                         joins=expanded.joins, trainer=expanded.trainer)
         _triage(opened, retry_failed=retry_failed, stale_after_s=stale_after_s)
     except BaseException:

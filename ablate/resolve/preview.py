@@ -19,7 +19,6 @@ from ablate.grid.view import plan_imports, plan_json, plan_rows
 from ablate.resolve.cells import UntilResolved
 from ablate.resolve.plan import most_line, plan_until_resolved
 from ablate.runner.fingerprints import Fingerprints
-from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
 from ablate.store.plan_status import statuses
 from ablate.trainers.registry import MODEL
 
@@ -91,7 +90,9 @@ def preview(path: Path, sets: Sequence[str], *, home: Path, store: str | None, d
 
 def _model_checks(runs: Sequence[PlannedRun], source: str, warn: Callable[[str], None]) -> None:
     """What ``ablate run`` checks of a model grid's inputs, said as warnings (a cluster's grid may plan
-    here)."""
+    here). Imported here: a command grid's plan never loads the data side (numpy)."""
+    from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
+
     try:
         check_tokenizers(runs, source=source)
     except InputMissingError as exc:

@@ -386,3 +386,18 @@ def test_kill_9_of_ablate_takes_its_commands_with_it_and_leaves_no_stale_claim(t
     assert out.exit_code == 0, out.output
     assert "2 to run" in out.output  # no claim held them: the dead process's runs are trained again
     assert set(frame(home, "toy")["status"]) == {"done"}
+
+
+def test_running_a_command_grid_never_loads_the_models_side(tmp_path):
+    """The ``ablate run`` process of a command grid imports neither torch nor the data side's numpy (the
+    model's input checks are imported only for a model grid): its start is part of every run's overhead."""
+    path = command_grid(tmp_path, seeds=[0])
+    code = ("import atexit, sys; atexit.register(lambda: print('loaded:', sorted(m for m in ('torch', "
+            "'numpy', 'lightning') if m in sys.modules), file=sys.stderr)); sys.argv = ['ablate', 'run', "
+            "sys.argv[1], '--no-mlflow']; from ablate.cli import main; main()")
+    env = {**os.environ, "ABLATE_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "loaded: []" in out.stderr
+    assert set(frame(tmp_path / "home", "toy")["status"]) == {"done"}
