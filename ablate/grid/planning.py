@@ -16,6 +16,7 @@ is."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -158,7 +159,13 @@ def grid_trainer(path: str | Path) -> Trainer:
 
 def planner(trainer: Trainer) -> GridPlanner:
     """The planner a trainer names (imported now)."""
-    module, _, attribute = trainer.planner.partition(":")
+    return _planner_at(trainer.planner)
+
+
+@functools.cache
+def _planner_at(path: str) -> GridPlanner:
+    """The object at ``module:attribute`` (once per path: the store asks it of every run it registers)."""
+    module, _, attribute = path.partition(":")
     return cast(GridPlanner, getattr(importlib.import_module(module), attribute))
 
 

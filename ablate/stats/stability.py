@@ -49,6 +49,8 @@ class SpikeDetector:
         self.window, self.sigma = window, sigma
         self.history: deque[float] = deque(maxlen=window)
         self.exact = 0
+        self._sum = self._sumsq = self._abs_bound = self._sq_bound = 0.0
+        self._pushes = self._same = 0
         self._resum()
 
     def update(self, step: int, loss: float) -> Spike | None:
