@@ -144,6 +144,9 @@ class FunctionPlanner:
     def stale_line(self, planned: BaseModel, stored: Mapping[str, Any], old: str) -> str:
         return f"new: the parameters changed since run {old}"
 
+    def check_inputs(self, runs: Sequence[PlannedRun], source: str, *, strict: bool) -> list[str]:
+        return []
+
 
 PLANNER = FunctionPlanner()
 

@@ -114,13 +114,8 @@ def open_grid(path: str | Path | Expanded, sets: Sequence[str] = (), *, home: Pa
     expanded = path if isinstance(path, Expanded) else expand_grid(path, sets, home=Path(home), extra=extra)
     grid, planned, fingerprints = expanded.grid, expanded.planned, expanded.fingerprints
     provenance.announce(expanded.path)  # the grid's commit, for the workers this process starts
-    warnings: list[str] = []
-    if expanded.model:  # imported here: a command grid's run never loads the data side (numpy)
-        from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
-
-        check_tokenizers(planned, source=grid.source)  # a tokenizer that cannot be made or does not fit
-        check_data(planned, source=grid.source)  # data that cannot work: one line, before anything is made
-        warnings = heldout_warnings(planned, source=grid.source)
+    # what cannot work (the model's tokenizers and data): one line, before anything is made
+    warnings = planner(expanded.trainer).check_inputs(planned, grid.source, strict=True)
     home = layout.usable_home(Path(home).absolute() if remote else Path(home))  # checked; nothing made yet
     opened_store = Store.open(store, home=home)  # a bad URL or a store that does not answer: nothing made
     try:

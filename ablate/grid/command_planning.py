@@ -70,6 +70,9 @@ class CommandPlanner:
         code = cast(CommandConfig, planned).code
         return f"new: the code changed since run {old} ({stored.get('code') or '?'} -> {code})"
 
+    def check_inputs(self, runs: Sequence[PlannedRun], source: str, *, strict: bool) -> list[str]:
+        return []  # what a command needs of the disk is checked as its grid is planned (render.check)
+
 
 COMMAND_PLANNER = CommandPlanner()
 

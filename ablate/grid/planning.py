@@ -3,8 +3,8 @@
 
 The file's trainer is the one whose section it has (``ablate.trainers.registry.file_trainer``), and the
 trainer names its planner (``Trainer.planner``, ``module:attribute``, imported when chosen, as the
-executors' objects are): ``MODEL_PLANNER`` here for ablate's own grid files (``schema.load_grid`` +
-``expand``), ``command_planning.COMMAND_PLANNER`` for a file with ``trainer:``. Both give ``PlannedRun``s,
+executors' objects are): ``model_planning.MODEL_PLANNER`` for ablate's own grid files (``schema.load_grid``
++ ``expand``), ``command_planning.COMMAND_PLANNER`` for a file with ``trainer:``. Both give ``PlannedRun``s,
 so the store, the executors and the statistics take either without asking which: a command run's config is
 a ``CommandConfig``, which answers what they ask of a config (its arm as ``variant``, its ``seed``, its
 ``train.devices``), and its axes are its arm (``variant``), the values of the file's parameter axes and its
@@ -15,7 +15,6 @@ is."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 from collections.abc import Mapping, Sequence
@@ -23,15 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ablate.config import RunConfig, total_steps
-from ablate.grid.expand import PlannedRun, expand
-from ablate.grid.identity import changed
-from ablate.grid.ids import run_id as make_id
-from ablate.grid.schema import Grid, load_grid
-from ablate.grid.stems import stem_id
-from ablate.layout import CHECKPOINT
+from ablate.grid.expand import PlannedRun
+from ablate.grid.schema import Grid
 from ablate.runner.fingerprints import Fingerprints
 from ablate.trainers.command.grid import CommandGrid
 from ablate.trainers.command.spec import Objective
@@ -96,56 +90,12 @@ class GridPlanner(Protocol):
         what changed since (``stale: ...`` or ``new: ...``)."""
         ...
 
-
-class ModelPlanner:
-    """Grid files of ablate's own model."""
-
-    def plan(self, path: str | Path, sets: Sequence[str], *, fingerprints: Fingerprints,
-             extra: Sequence[Mapping[str, object]]) -> PlannedGrid:
-        grid = load_grid(path, sets)
-        if extra:
-            grid = dataclasses.replace(grid, include=(*grid.include, *map(dict, extra)))
-        return PlannedGrid(grid, expand(grid, fingerprints=fingerprints), TRAINERS[MODEL])
-
-    def name(self, path: str | Path, sets: Sequence[str]) -> str:
-        return load_grid(path, sets).name
-
-    def objective(self, path: str | Path) -> tuple[str | None, list[str] | None]:
-        return None, None
-
-    def columns(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        model, data, train = (config.get(k) or {} for k in ("model", "data", "train"))
-        return {
-            "trainer": None,  # ablate's own model, as every run before there was a choice
-            "trainer_params": None,
-            "variant": str(config.get("variant", "baseline")),
-            "seed": int(config.get("seed", 0)),
-            "model_preset": model.get("preset"),
-            "n_layers": model.get("n_layers"),
-            "d_model": model.get("d_model"),
-            "lr": train.get("lr"),
-            "train_steps": total_steps(config),  # over every training stage: the progress total
-            "batch_size": train.get("batch_size"),
-            "seq_len": data.get("seq_len"),
-        }
-
-    def ids(self, config: Mapping[str, Any]) -> tuple[str, str] | None:
-        try:
-            cfg = RunConfig.model_validate(dict(config))
-        except (ValidationError, ValueError):
-            return None
-        return make_id(cfg), stem_id(cfg)
-
-    def resumes(self, config: BaseModel, run_dir: Path, run_id: str) -> bool:
-        return (run_dir / CHECKPOINT).is_file()
-
-    def stale_line(self, planned: BaseModel, stored: Mapping[str, Any], old: str) -> str:
-        fields = changed(cast(RunConfig, planned), dict(stored)) or ["what it reads"]
-        more = f" (and {len(fields) - 2} more)" if len(fields) > 2 else ""
-        return f"stale: {', '.join(fields[:2])}{more} changed since run {old}"
-
-
-MODEL_PLANNER = ModelPlanner()
+    def check_inputs(self, runs: Sequence[PlannedRun], source: str, *, strict: bool) -> list[str]:
+        """What ``ablate run`` checks of the runs' inputs before anything is made (the model's: tokenizers
+        and data): ``strict`` (``ablate run``), a ``ConfigError`` for what cannot work; else (``ablate
+        plan``: a cluster's grid may plan here) each such problem as a warning line. Returns the warnings
+        either way."""
+        ...
 
 
 def grid_trainer(path: str | Path) -> Trainer:

@@ -8,13 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ablate.errors import ConfigError, InputMissingError
 from ablate.execute import devices as machine
 from ablate.execute.devices import Slot, crowding, describe, local_slots
 from ablate.execute.fit import FLAG, check_memory
 from ablate.grid import Grid, PlannedRun
 from ablate.grid.command_view import command_plan_json, command_plan_rows
-from ablate.grid.planning import grid_objective, plan_grid
+from ablate.grid.planning import grid_objective, plan_grid, planner
 from ablate.grid.view import plan_imports, plan_json, plan_rows
 from ablate.resolve.cells import UntilResolved
 from ablate.resolve.plan import most_line, plan_until_resolved
@@ -75,8 +74,8 @@ def preview(path: Path, sets: Sequence[str], *, home: Path, store: str | None, d
     raises."""
     planned = plan_grid(path, sets, fingerprints=Fingerprints.for_home(home))
     grid, runs, model = planned.grid, planned.planned, planned.trainer.name == MODEL
-    if model:
-        _model_checks(runs, grid.source, warn)
+    for line in planner(planned.trainer).check_inputs(runs, grid.source, strict=False):
+        warn(line)
     status = statuses(runs, store=store, home=home)
     if device_memory is not None:
         check_memory(runs, status, device_memory, FLAG)
@@ -86,23 +85,6 @@ def preview(path: Path, sets: Sequence[str], *, home: Path, store: str | None, d
         until = until.for_grid(*grid_objective(path))
         out.most = most_line(plan_until_resolved(path, sets, until, home=home)[0])
     return out
-
-
-def _model_checks(runs: Sequence[PlannedRun], source: str, warn: Callable[[str], None]) -> None:
-    """What ``ablate run`` checks of a model grid's inputs, said as warnings (a cluster's grid may plan
-    here). Imported here: a command grid's plan never loads the data side (numpy)."""
-    from ablate.runner.preflight import check_data, check_tokenizers, heldout_warnings
-
-    try:
-        check_tokenizers(runs, source=source)
-    except InputMissingError as exc:
-        warn(f"{exc} (`ablate run` stops here)")
-    try:
-        check_data(runs, source=source)
-    except ConfigError as exc:
-        warn(f"{exc} (`ablate run` stops here)")
-    for line in heldout_warnings(runs, source=source):
-        warn(line)
 
 
 def _workers(runs: Sequence[PlannedRun], status: dict[str, str], *, jobs: int | None, devices: str | None,

@@ -69,7 +69,7 @@ class Trainer:
 
 TRAINERS: dict[str, Trainer] = {
     MODEL: Trainer(MODEL, "ablate's own decoder (Lightning), its arms from the variant catalogue", None,
-                   "ablate.execute.training:train", "ablate.grid.planning:MODEL_PLANNER"),
+                   "ablate.execute.training:train", "ablate.grid.model_planning:MODEL_PLANNER"),
     COMMAND: Trainer(COMMAND, "your own training command: its parameters rendered into the command line, its "
                               "metrics read from what it prints or writes", KEY,
                      "ablate.execute.command_job:train_command",
