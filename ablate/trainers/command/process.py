@@ -101,14 +101,19 @@ class CommandProcess:
         """Start the command; a command that cannot start (a missing folder) ends at once with that reason."""
         self._started = time.monotonic()
         argv = [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(self.grace_s), "--", *self.argv]
+        spawned = _spawner.submit(subprocess.Popen, argv, cwd=self.cwd, env=self.env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
         try:
-            self._popen = _spawner.submit(
-                subprocess.Popen, argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True).result()
+            self._popen = spawned.result()
         except OSError as exc:
             self._start_error = f"the command could not be started: {exc}"
             self._ended = time.monotonic()
             return self
+        except BaseException:  # Ctrl-C as it starts: it starts all the same, and ``stop`` must reach it
+            with contextlib.suppress(Exception):
+                self._popen = spawned.result()
+            raise
         assert self._popen.stdout is not None and self._popen.stderr is not None
         self._readers = [
             threading.Thread(target=self._read, args=(self._popen.stdout, self._stdout_line), daemon=True,
@@ -206,8 +211,8 @@ def run(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None,
     read, a live status, a pruning check that may call ``stop``). Any exception here, Ctrl-C included, stops
     the whole group before it goes on up."""
     proc = CommandProcess(argv, cwd=cwd, env=env, on_stdout=on_stdout, tail_lines=tail_lines, grace_s=grace_s)
-    proc.start()
     try:
+        proc.start()
         while (outcome := proc.wait(timeout=every_s)) is None:
             if every is not None:
                 every()

@@ -117,6 +117,17 @@ def started(out: Path) -> tuple[list[int], int]:
     return pids, groups.pop()
 
 
+def stacks(pid: int) -> str:
+    """The Python stacks of every thread of ``pid`` (``py-spy dump``), or why they could not be read."""
+    spy = Path(sys.executable).with_name("py-spy")
+    try:
+        out = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(no stacks: {exc})"
+    return out.stdout + out.stderr
+
+
 def assert_all_gone(pids: list[int], pgid: int) -> None:
     wait_until(lambda: not any(alive(p) for p in pids) and not group(pgid),
                f"processes left: {[p for p in pids if alive(p)]}, group {pgid}: {group(pgid)}")
@@ -159,7 +170,10 @@ def test_a_signal_to_the_runner_leaves_no_process(tmp_path: Path, mode: str, sig
         guard = stat(pgid)
         assert guard is not None and guard[1] == runner.pid  # the group's leader is the runner's child
         runner.send_signal(sig)
-        said, _ = runner.communicate(timeout=DEADLINE_S)
+        try:
+            said, _ = runner.communicate(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:  # what it was doing, for the next look (py-spy ships with ray)
+            raise AssertionError(f"the runner did not end after {sig.name}:\n{stacks(runner.pid)}") from None
     finally:
         if runner.poll() is None:
             runner.kill()
