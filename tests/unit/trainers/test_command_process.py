@@ -164,7 +164,10 @@ def test_a_signal_to_the_runner_leaves_no_process(tmp_path: Path, mode: str, sig
     argv, out = family(tmp_path)
     (tmp_path / "runner.py").write_text(RUNNER)
     runner = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), mode, *argv], cwd=tmp_path,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True,
+                              # Python's own SIGINT handler, whatever this process inherited (a shell's
+                              # background job runs with SIGINT ignored, and so would the runner)
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         pids, pgid = started(out)
         guard = stat(pgid)
