@@ -41,6 +41,15 @@ class Slot:
         return self.device.split(":", 1)[1] if self.device.startswith("cuda:") else ""
 
 
+def visible_gpus(value: str | None) -> list[str]:
+    """The GPUs a ``CUDA_VISIBLE_DEVICES`` value names, in its order (``-1``: none).
+
+    >>> visible_gpus("2, 3"), visible_gpus("-1"), visible_gpus(None)
+    (['2', '3'], [], [])
+    """
+    return [v.strip() for v in (value or "").split(",") if v.strip() and v.strip() != "-1"]
+
+
 def physical(indices: str, visible: str | None) -> str:
     """GPU indices as this process numbers them (``cuda:0`` is the first GPU of the ``CUDA_VISIBLE_DEVICES``
     it was started with) as ``CUDA_VISIBLE_DEVICES`` must name them for a child process: through that list,
@@ -49,7 +58,7 @@ def physical(indices: str, visible: str | None) -> str:
     >>> physical("0,1", "2,3"), physical("1", "GPU-a,GPU-b"), physical("1", None), physical("", "2,3")
     ('2,3', 'GPU-b', '1', '')
     """
-    names = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    names = visible_gpus(visible)
     if not indices or not names:
         return indices
     return ",".join(names[int(i)] if i.isdigit() and int(i) < len(names) else i for i in indices.split(","))

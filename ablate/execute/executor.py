@@ -58,11 +58,6 @@ class Expanded:
     joins: bool  # its runs join the grid's current configuration (--set, extra runs), else they are it
     trainer: Trainer = TRAINERS[MODEL]  # what trains its runs: its job function, its checks
 
-    @property
-    def model(self) -> bool:
-        """Its runs are ablate's own model's (the data, tokenizer and memory checks apply)."""
-        return self.trainer.name == MODEL
-
 
 
 @dataclass

@@ -39,7 +39,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from ablate.config import RunConfig
-from ablate.execute.devices import Slot, quiet_threads, usable_cpus
+from ablate.execute.devices import Slot, quiet_threads, usable_cpus, visible_gpus
 from ablate.execute.executor import TRAIN_JOB
 from ablate.execute.job_function import JobContext, JobFunction, JobInterrupted, load_job, run_job
 from ablate.execute.last_attempt import ERROR_FILE, finished_result
@@ -328,8 +328,7 @@ def _slot() -> Slot:
     """Where this task's job runs: the GPUs Slurm gave it (as ``CUDA_VISIBLE_DEVICES`` names them, which a
     command started by the job inherits) or the CPU, with the CPUs it may use (``--cpus-per-task``, its
     cpuset) as its threads."""
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-               if d.strip() and d != "-1"]
+    visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
     return Slot(0, "cuda:" + ",".join(visible) if visible else "cpu", usable_cpus())
 
 
@@ -345,7 +344,7 @@ def _stat(path: Path) -> tuple[int, int] | None:
 def _device_label(job: Job) -> str:
     """The store's ``device`` of a running run: ``cpu``, ``cuda``, or ``2xcuda`` for a run over two (the
     model's ``train.devices``; a run that is one process, a command's, the GPUs Slurm gave it)."""
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip() and d != "-1"]
+    visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
     kind = "cuda" if visible else "cpu"
     if not trainer_of(job.config).one_process_per_device:
         devices = max(1, len(visible))
